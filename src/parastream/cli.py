@@ -1,0 +1,171 @@
+"""The ``parastream`` command line: parse arguments, call the library, render.
+
+Bad input ends with one line ``parastream: <file>: <reason>`` on stderr and exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from contextlib import contextmanager
+from importlib import resources
+from typing import Iterator, Sequence
+
+from . import __version__
+from .errors import InputError
+
+EXIT_BAD_INPUT = 2
+
+
+def default_trace() -> str:
+    """The real trace shipped with the package (3 CUDA streams, Stream Wait Events)."""
+    return str(resources.files("parastream") / "data" / "cuda_event_sync_multi_stream.json.gz")
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="parastream", description=(
+        "Plan, run and verify multi-stream inference. "
+        "'parastream analyze TRACE' proves or disproves overlap from a profiler timeline."))
+    p.add_argument("--version", action="version", version=f"parastream {__version__}")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    a = sub.add_parser("analyze", help="prove or disprove multi-stream overlap from profiler traces",
+                       description=(
+                           "Read profiler timelines (PyTorch/Kineto .json[.gz], Ascend "
+                           "kernel_details.csv, op_summary_*.csv, trace_view.json, profiler .db, "
+                           "or a profiler output directory; the format is found from the content) "
+                           "and report per-stream busy time, parallel points with overlap_pct and "
+                           "verdicts, barriers, gaps, core contention and, with --baseline, the "
+                           "3a/3b/3c triage."))
+    a.add_argument("paths", nargs="*", metavar="TRACE",
+                   help="trace files or profiler directories; several = several captures "
+                        "(default: the sample trace shipped with parastream)")
+    a.add_argument("--baseline", metavar="TRACE", help="single-stream capture to triage against")
+    a.add_argument("--main-stream", metavar="ID", help="the main stream (default: the compute "
+                   "stream with the most busy time)")
+    a.add_argument("--side", metavar="REGEX", help="side ops by name (default: every op of each "
+                   "side stream, grouped into windows)")
+    a.add_argument("--dominator", metavar="REGEX", help="dominator candidates by name among "
+                   "main-stream ops (default: any main op)")
+    a.add_argument("--window-gap", metavar="US", type=float, help="idle time that separates side "
+                   "windows (default: 3x the side stream's median op duration, at least 1 us)")
+    a.add_argument("--cold", type=int, default=2, metavar="N",
+                   help="captures dropped as cold before medians (default 2)")
+    a.add_argument("--cores", type=int, metavar="N", help="AI cores (Ascend) or SMs (CUDA) of the "
+                   "device, when the source does not say")
+    a.add_argument("--vector-cores", type=int, metavar="N", help="vector cores (Ascend)")
+    a.add_argument("--max-points", type=int, default=50, metavar="N",
+                   help="parallel points listed per capture, longest first (0 = all; all are counted)")
+    a.add_argument("--no-steps", action="store_true", help="do not split a file into its steps")
+    a.add_argument("--format", choices=("text", "json", "md"), default="text")
+    a.add_argument("-o", "--output", metavar="FILE", help="write the report here (default stdout)")
+    a.add_argument("--html", metavar="FILE", help="also write a self-contained HTML report")
+    a.add_argument("--perfetto", metavar="FILE", help="also write Chrome-trace JSON for Perfetto")
+    a.add_argument("-j", "--jobs", type=int, default=0, metavar="N",
+                   help="worker processes for many files (default: one per core, 1 = serial)")
+    a.add_argument("--no-progress", action="store_true", help="no progress display")
+    a.set_defaults(func=cmd_analyze)
+    return p
+
+
+@contextmanager
+def _progress(enabled: bool) -> Iterator:
+    """A transient progress display on stderr, only for a terminal."""
+    if not enabled or not sys.stderr.isatty():
+        yield None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
+                  TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(),
+                  console=Console(stderr=True), transient=True) as prog:
+        yield prog
+
+
+def cmd_analyze(args: argparse.Namespace) -> int:
+    from .report.atomic import write_atomic
+    from .timeline import analyze as an
+    from .timeline.ranks import analyze_paths
+
+    paths = args.paths or [default_trace()]
+    opts = an.Options(main_stream=args.main_stream, side_regex=args.side,
+                      dominator_regex=args.dominator, window_gap_us=args.window_gap,
+                      cold=max(0, args.cold), cores=args.cores, vector_cores=args.vector_cores,
+                      max_points=args.max_points, split_steps=not args.no_steps)
+    for flag, v in (("--cores", args.cores), ("--vector-cores", args.vector_cores)):
+        if v is not None and v <= 0:
+            raise InputError(None, f"{flag} must be positive")
+    if args.window_gap is not None and not args.window_gap >= 0:
+        raise InputError(None, "--window-gap must be a non-negative number of microseconds")
+    need_timelines = bool(args.html or args.perfetto)
+    with _progress(not args.no_progress) as prog:
+        doc, timelines = analyze_paths(paths, opts, jobs=args.jobs, keep_timelines=need_timelines,
+                                       progress=prog)
+        if args.baseline:
+            from .timeline.triage import triage
+
+            base_doc, _ = analyze_paths([args.baseline], opts, jobs=1, progress=prog)
+            doc["triage"] = triage(base_doc, doc)
+            doc["baseline"] = {"source": args.baseline, "summary": base_doc["summary"]}
+
+    if args.format == "json":
+        import msgspec
+
+        out = msgspec.json.format(msgspec.json.encode(doc), indent=2).decode() + "\n"
+    elif args.format == "md":
+        from .report.markdown import render_markdown
+
+        out = render_markdown(doc)
+    else:
+        from .report.text import render_text
+
+        out = render_text(doc, width=max(100, _term_width()), color=args.output is None
+                          and sys.stdout.isatty())
+    if args.html:
+        from .report.html import write_html
+
+        caps = list(zip(timelines, doc["captures"]))
+        write_html(args.html, caps, doc["summary"] | ({"triage": doc["triage"]} if "triage" in doc else {}),
+                   title="parastream analyze: " + ", ".join(os.path.basename(p.rstrip("/")) for p in paths))
+    if args.perfetto:
+        from .report.perfetto import write_perfetto
+
+        write_perfetto(args.perfetto, timelines)
+    if args.output:
+        write_atomic(args.output, out)
+    else:
+        sys.stdout.write(out)
+    for path in (args.html, args.perfetto):
+        if path:
+            print(f"wrote {path}", file=sys.stderr)
+    return 0
+
+
+def _term_width() -> int:
+    try:
+        return os.get_terminal_size().columns
+    except OSError:
+        return 140
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``parastream`` console script."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except InputError as exc:
+        msg = " ".join(str(exc).split())
+        print(f"parastream: {msg}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        print("parastream: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,255 @@
+"""The analysis of captures: from timelines to the ``parastream.analysis/1`` document.
+
+``analyze(timelines, options)`` runs every metric on every capture (a file, or a step of
+one), drops the first ``cold`` captures, and summarises the rest with medians. Times in
+the document are microseconds relative to the capture's first event (``t0_ns``, kept
+as an integer), rounded to the nanosecond, so epoch offsets cost no precision.
+Timestamps are never compared across captures.
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import InputError
+from . import intervals as iv
+from .comm import comm_comp_overlap_pct
+from .contention import core_contention
+from .model import Timeline
+from .overlap import ParallelPoint, parallel_points
+from .streams import StreamStats, stream_stats
+
+SCHEMA = "parastream.analysis/1"
+
+
+@dataclass
+class Options:
+    """What the user can steer (all optional)."""
+
+    main_stream: str | None = None
+    side_regex: str | None = None
+    dominator_regex: str | None = None
+    window_gap_us: float | None = None
+    cold: int = 2
+    cores: int | None = None  # AI cores / SMs, overriding what the source says
+    vector_cores: int | None = None
+    max_points: int = 50  # points listed per capture (all are counted); 0 = all
+    split_steps: bool = True
+
+
+def us(ns: int | float) -> float:
+    """Nanoseconds -> microseconds, rounded to the nanosecond."""
+    return round(float(ns) / 1000.0, 3)
+
+
+def check_regex(pattern: str | None, what: str) -> None:
+    if pattern is None:
+        return
+    try:
+        re.compile(pattern)
+    except re.error as exc:
+        raise InputError(None, f"{what}: invalid regular expression {pattern!r}: {exc}") from None
+
+
+def analyze_capture(tl: Timeline, opts: Options | None = None, label: str | None = None) -> dict:
+    """Every metric of one capture as a JSON-ready dict (see docs/analysis-schema.md)."""
+    opts = opts or Options()
+    warnings = list(tl.warnings)
+    t0 = tl.t0_ns
+    if opts.main_stream is not None and opts.main_stream not in tl.streams:
+        raise InputError(tl.source, f"no stream {opts.main_stream!r} (streams: "
+                         f"{', '.join(tl.streams)})")
+    stats = stream_stats(tl, opts.main_stream)
+    main = next((s for s in stats if s.role == "main"), None)
+    for s in stats:
+        if s.corrupt_overlaps:
+            warnings.append(f"corrupt data: {s.corrupt_overlaps} op(s) on stream {s.id} overlap "
+                            f"an earlier op on the same stream (not counted as parallelism)")
+    all_busy = iv.union(tl.start_ns, tl.end_ns)
+    first = int(tl.start_ns.min()) if len(tl) else t0
+    last = int(tl.end_ns.max()) if len(tl) else t0
+    wall = last - first
+    union_len = iv.length(all_busy)
+    sum_busy = sum(s.busy_ns for s in stats)
+    parallelism = sum_busy / union_len if union_len else 0.0
+    hist = iv.concurrency_histogram([s.busy for s in stats], first, last)
+
+    overlaps = []
+    if main is not None:
+        for s in stats:
+            if s is main:
+                continue
+            inter = iv.intersection_length(main.busy, s.busy)
+            overlaps.append({"main": main.id, "side": s.id, "intersection_us": us(inter),
+                             "hidden_frac": round(inter / s.busy_ns, 6) if s.busy_ns else 0.0})
+
+    points: list[ParallelPoint] = []
+    if main is not None:
+        gap = None if opts.window_gap_us is None else int(round(opts.window_gap_us * 1000))
+        points = parallel_points(tl, main.code, [s.code for s in stats if s is not main],
+                                 side_regex=opts.side_regex, dominator_regex=opts.dominator_regex,
+                                 window_gap_ns=gap)
+    if opts.side_regex and not points:
+        warnings.append(f"no op matches --side {opts.side_regex!r}")
+    verdicts = {"true": 0, "partial": 0, "false": 0}
+    for p in points:
+        verdicts[p.verdict] += 1
+    shown = _pick_points(points, opts.max_points)
+
+    contention, cores_note = _contention(tl, stats, opts)
+    if cores_note:
+        warnings.append(cores_note)
+
+    return {
+        "source": tl.source,
+        "format": tl.format,
+        "label": label or tl.meta.get("label") or _label(tl),
+        "t0_ns": int(t0),
+        "wall_us": us(wall),
+        "busy_union_us": us(union_len),
+        "parallelism": round(parallelism, 6),
+        "ops": len(tl),
+        "device": {"name": tl.device.name, "ai_core_num": opts.cores or tl.device.ai_core_num,
+                   "vector_core_num": opts.vector_cores or tl.device.vector_core_num,
+                   "sm_count": tl.device.sm_count},
+        "meta": {k: v for k, v in tl.meta.items() if isinstance(v, (str, int, float, bool))},
+        "streams": [_stream_dict(s, t0) for s in stats],
+        "overlaps": overlaps,
+        "parallel_points": [_point_dict(tl, p, t0) for p in shown],
+        "parallel_points_total": len(points),
+        "verdict_counts": verdicts,
+        "comm_comp_overlap_pct": _round(comm_comp_overlap_pct(tl)),
+        "concurrency_us": {str(k): us(v) for k, v in hist.items()},
+        "contention": contention,
+        "warnings": warnings,
+    }
+
+
+def _label(tl: Timeline) -> str:
+    import os
+
+    base = os.path.basename(tl.source.rstrip("/")) or tl.source
+    if "step" in tl.meta:
+        return f"{base} step {tl.meta['step']}"
+    if "rank" in tl.meta:
+        return f"{base} rank {tl.meta['rank']}"
+    return base
+
+
+def _round(x: float | None, nd: int = 4) -> float | None:
+    return None if x is None else round(x, nd)
+
+
+def _stream_dict(s: StreamStats, t0: int) -> dict:
+    return {"id": s.id, "role": s.role, "ops": s.ops, "busy_us": us(s.busy_ns),
+            "span_us": [us(s.first_ns - t0), us(s.last_ns - t0)],
+            "gaps": {"count": s.gap_count, "idle_us": us(s.gap_idle_ns),
+                     "wait_us": us(s.gap_wait_ns), "host_bound_us": us(s.gap_host_ns)},
+            "corrupt_overlaps": s.corrupt_overlaps,
+            "max_block_dim": s.max_block_dim if s.max_block_dim >= 0 else None}
+
+
+def _pick_points(points: list[ParallelPoint], limit: int) -> list[ParallelPoint]:
+    """All points when few; else the longest side windows (in time order)."""
+    if limit <= 0 or len(points) <= limit:
+        return points
+    keep = sorted(range(len(points)), key=lambda i: -(points[i].side_hi - points[i].side_lo))[:limit]
+    return [points[i] for i in sorted(keep, key=lambda i: (points[i].side_lo, points[i].side_stream))]
+
+
+def _point_dict(tl: Timeline, p: ParallelPoint, t0: int) -> dict:
+    dom = None
+    if p.dom is not None:
+        dom = {"name": tl.op_name(p.dom), "stream": tl.streams[int(tl.stream[p.dom])],
+               "window_us": [us(tl.start_ns[p.dom] - t0), us(tl.end_ns[p.dom] - t0)]}
+    barrier = None
+    if p.barrier:
+        b = p.barrier[0]
+        barrier = {"name": tl.op_name(b), "start_us": us(tl.start_ns[b] - t0),
+                   "ops": [tl.op_name(i) for i in p.barrier]}
+    return {"side_stream": p.side_stream,
+            "side_window_us": [us(p.side_lo - t0), us(p.side_hi - t0)],
+            "side_ops": p.side_ops, "dominator": dom, "overlap_us": us(p.overlap_ns),
+            "overlap_pct": round(p.overlap_pct, 6), "verdict": p.verdict,
+            "busy_overlap_pct": round(p.side_hidden_ns / p.side_busy_ns, 6) if p.side_busy_ns else 0.0,
+            "barrier": barrier}
+
+
+def _contention(tl: Timeline, stats: list[StreamStats], opts: Options) -> tuple[list[dict], str | None]:
+    codes = [s.code for s in stats]
+    has_bd = bool((tl.block_dim > 0).any())
+    if not has_bd or len(codes) < 2:
+        return [], None
+    out = []
+    cube = opts.cores or tl.device.cores()
+    vec = opts.vector_cores or tl.device.vector_core_num
+    if not cube:
+        return [], ("core contention not checked: the device's core count is unknown "
+                    "(pass --cores N, or point at the profiler directory with info.json)")
+    pools = [("cube", cube)] + ([("vector", vec)] if vec else [])
+    for pool, n in pools:
+        for c in core_contention(tl, codes, pool, n):
+            out.append({"pool": c.pool, "streams": list(c.streams),
+                        "oversubscribed_us": us(c.oversubscribed_ns), "max_demand": c.max_demand,
+                        "cores": c.cores, "first_us": us(c.first_ns - tl.t0_ns)})
+    return out, None
+
+
+def captures_of(timelines: list[Timeline], split_steps: bool = True) -> list[Timeline]:
+    """Every capture: each file, and each step inside a file that has several."""
+    out: list[Timeline] = []
+    for tl in timelines:
+        out.extend(tl.split_steps() if split_steps else [tl])
+    return out
+
+
+def analyze(timelines: list[Timeline], opts: Options | None = None) -> dict:
+    """Analyse several captures; summary medians skip the first ``opts.cold`` captures."""
+    opts = opts or Options()
+    check_regex(opts.side_regex, "--side")
+    check_regex(opts.dominator_regex, "--dominator")
+    caps = captures_of(timelines, opts.split_steps)
+    results = [analyze_capture(tl, opts) for tl in caps]
+    return {"schema": SCHEMA, "captures": results, "summary": summarize(results, opts.cold)}
+
+
+def summarize(results: list[dict], cold: int) -> dict:
+    """Medians over the warm captures (the first ``cold`` dropped when more remain)."""
+    n = len(results)
+    dropped = cold if n > cold else 0
+    warm = results[dropped:]
+    notes = []
+    if n > 1 and dropped == 0 and cold > 0:
+        notes.append(f"only {n} captures: none dropped as cold (asked to drop {cold}); "
+                     f"profile at least {cold + 3} runs")
+
+    def med(vals):
+        vals = [v for v in vals if v is not None]
+        return round(statistics.median(vals), 6) if vals else None
+
+    hidden: dict[str, list[float]] = {}
+    for r in warm:
+        for o in r["overlaps"]:
+            hidden.setdefault(o["side"], []).append(o["hidden_frac"])
+    verdicts = {"true": 0, "partial": 0, "false": 0}
+    pcts = []
+    for r in warm:
+        for k, v in r["verdict_counts"].items():
+            verdicts[k] += v
+        pcts.extend(p["overlap_pct"] for p in r["parallel_points"])
+    return {
+        "captures": n,
+        "dropped_cold": dropped,
+        "analysed": [r["label"] for r in warm],
+        "median_wall_us": med([r["wall_us"] for r in warm]),
+        "median_parallelism": med([r["parallelism"] for r in warm]),
+        "median_comm_comp_overlap_pct": med([r["comm_comp_overlap_pct"] for r in warm]),
+        "median_hidden_frac": {k: med(v) for k, v in hidden.items()},
+        "median_overlap_pct": med(pcts),
+        "verdict_counts": verdicts,
+        "notes": notes,
+    }

@@ -1,0 +1,73 @@
+"""Core contention: concurrent block dims against the device's core count.
+
+Never judged by op type (a MatMul can run on one core): the evidence is the sum of the
+``Block Dim`` of the ops running at the same time versus the AI-core count (vector
+cores for vector ops; SMs for CUDA grids).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from itertools import combinations
+
+import numpy as np
+
+from . import intervals as iv
+from .model import CORES, Timeline
+
+_C = {name: i for i, name in enumerate(CORES)}
+CUBE_CORES = (_C["AI_CORE"], _C["MIX_AIC"], _C[""], _C["CUDA"])
+VECTOR_CORES = (_C["AI_VECTOR_CORE"], _C["MIX_AIV"])
+
+
+@dataclass
+class Contention:
+    pool: str  # "cube" (AI cores / SMs) or "vector"
+    streams: tuple[str, str]
+    oversubscribed_ns: int
+    max_demand: int
+    cores: int
+    first_ns: int
+
+
+def demand(tl: Timeline, pool: str, cores: int) -> np.ndarray:
+    """Cores each op asks of ``pool``, capped at the pool size (more blocks run in waves)."""
+    bd, mix, core = tl.block_dim, tl.mix_block_dim, tl.core
+    if pool == "cube":
+        d = np.where(np.isin(core, CUBE_CORES), bd, -1)
+        d = np.where(core == _C["MIX_AIV"], mix, d)
+    else:
+        d = np.where(np.isin(core, VECTOR_CORES), bd, -1)
+        d = np.where(core == _C["MIX_AIC"], mix, d)
+    return np.clip(d, 0, cores)
+
+
+def core_contention(tl: Timeline, stream_codes: list[int], pool: str, cores: int
+                    ) -> list[Contention]:
+    """Where, per stream pair, the summed demand of concurrent ops exceeded ``cores``."""
+    dem = demand(tl, pool, cores)
+    active = dem > 0
+    if not active.any():
+        return []
+    seg_s, seg_e, level = iv.weighted_level(tl.start_ns[active], tl.end_ns[active], dem[active])
+    over = level > cores
+    if not over.any():
+        return []
+    over_u = iv.union(seg_s[over], seg_e[over])
+    per_stream = {s: iv.union(tl.start_ns[active & (tl.stream == s)], tl.end_ns[active & (tl.stream == s)])
+                  for s in stream_codes}
+    out = []
+    for a, b in combinations(stream_codes, 2):
+        both = iv.intersect(per_stream[a], per_stream[b])
+        hit = iv.intersect(both, over_u)
+        t = iv.length(hit)
+        if t <= 0:
+            continue
+        # the highest demand among the segments that touch this pair's oversubscribed time
+        k = np.searchsorted(hit[0], seg_e, side="left") - 1
+        inside = over & (k >= 0) & (hit[1][np.clip(k, 0, None)] > seg_s)
+        out.append(Contention(pool, (tl.streams[a], tl.streams[b]), t,
+                              int(level[inside].max()) if inside.any() else int(level[over].max()),
+                              cores, int(hit[0][0])))
+    out.sort(key=lambda c: -c.oversubscribed_ns)
+    return out

@@ -1,0 +1,294 @@
+"""Parallel points: side windows, their dominators, overlap_pct, verdicts and barriers.
+
+Definitions follow the seed's timeline overlap check (DOMAIN.md §4)::
+
+    side_window = [min(side_op.start), max(side_op.end)]
+    main_window = [dominator.start, dominator.end]
+    overlap     = max(0, min(side.end, main.end) - max(side.start, main.start))
+    overlap_pct = overlap / min(side_len, main_len)
+
+true parallel >= 0.5, false <= 0.05, partial in between. Because the side window is an
+envelope and the dominator one op, every point also carries ``busy_overlap_pct``: the
+share of the side ops' busy time that some main-stream op covers.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import intervals as iv
+from .model import Timeline
+
+TRUE_AT = 0.5
+FALSE_AT = 0.05
+#: a dominator found by distance must be at least this share of the side window's length
+DOMINATOR_MIN_SHARE = 0.5
+#: slack for "started when the side window ended": wake-up latency of a waiting stream
+BARRIER_SLACK_NS = 5_000
+
+
+def verdict(overlap_pct: float) -> str:
+    """The seed's verdict for an overlap_pct."""
+    if overlap_pct >= TRUE_AT:
+        return "true"
+    if overlap_pct <= FALSE_AT:
+        return "false"
+    return "partial"
+
+
+def overlap_pct(side: tuple[int, int], main: tuple[int, int]) -> tuple[int, float]:
+    """(overlap ns, overlap_pct) of two windows; 0 when either window has no length."""
+    ov = max(0, min(side[1], main[1]) - max(side[0], main[0]))
+    denom = min(side[1] - side[0], main[1] - main[0])
+    return ov, (ov / denom if denom > 0 else 0.0)
+
+
+@dataclass
+class ParallelPoint:
+    side_stream: str
+    side_lo: int
+    side_hi: int
+    side_ops: int
+    side_busy_ns: int
+    side_hidden_ns: int
+    dom: int | None  # op index of the dominator
+    overlap_ns: int
+    overlap_pct: float
+    verdict: str
+    barrier: list[int]  # op indices: the barrier op first, then main ops up to the dominator
+
+
+def windows_of(busy: iv.Union_, gap_ns: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Group a stream's busy blocks into windows separated by idle gaps longer than ``gap_ns``.
+
+    Returns window starts, ends and the index of each window's first block.
+    """
+    s, e = busy
+    if s.size == 0:
+        z = np.zeros(0, np.int64)
+        return z, z, z
+    brk = np.flatnonzero(s[1:] - e[:-1] > gap_ns) + 1
+    first = np.concatenate([[0], brk])
+    last = np.append(brk, s.size) - 1
+    return s[first], e[last], first
+
+
+def default_window_gap(durations: np.ndarray) -> int:
+    """Idle time that separates two side windows unless the user says otherwise:
+    three times the stream's median op duration, at least 1 us."""
+    if durations.size == 0:
+        return 1_000
+    return max(1_000, int(3 * np.median(durations)))
+
+
+class _RangeArgmax:
+    """Sparse table: argmax of ``values`` over index ranges [lo, hi) in O(1) per query."""
+
+    def __init__(self, values: np.ndarray) -> None:
+        self.v = values
+        n = values.size
+        self.table = [np.arange(n)]
+        k = 1
+        while (1 << k) <= n:
+            prev = self.table[-1]
+            half = 1 << (k - 1)
+            a, b = prev[:n - (1 << k) + 1], prev[half:half + n - (1 << k) + 1]
+            self.table.append(np.where(values[a] >= values[b], a, b))
+            k += 1
+
+    def query(self, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+        """Vectorised; requires hi > lo."""
+        length = hi - lo
+        k = np.floor(np.log2(np.maximum(length, 1))).astype(np.int64)
+        out = np.empty(lo.size, np.int64)
+        for level in np.unique(k):
+            m = k == level
+            t = self.table[level]
+            a = t[lo[m]]
+            b = t[hi[m] - (1 << level)]
+            out[m] = np.where(self.v[a] >= self.v[b], a, b)
+        return out
+
+
+def find_dominators(cand_start: np.ndarray, cand_end: np.ndarray, lo: np.ndarray,
+                    hi: np.ndarray) -> np.ndarray:
+    """For each window [lo, hi], the candidate (index into the sorted candidates) that
+    overlaps it most; when none overlaps, the nearest candidate at least
+    :data:`DOMINATOR_MIN_SHARE` of the window long (else the nearest of any size), ties
+    going to the later one. -1 when there are no candidates.
+
+    Candidates are one stream's ops in start order, so they do not overlap each other and
+    only the first and last overlapping candidates can be clipped by the window.
+    """
+    n = cand_start.size
+    out = np.full(lo.size, -1, np.int64)
+    if n == 0 or lo.size == 0:
+        return out
+    dur = cand_end - cand_start
+    first = np.searchsorted(cand_end, lo, side="right")  # first candidate ending after lo
+    stop = np.searchsorted(cand_start, hi, side="left")  # candidates starting before hi
+    has = stop > first
+    if has.any():
+        f, s = first[has], stop[has]
+        wl, wh = lo[has], hi[has]
+
+        def ov(j):
+            return np.minimum(cand_end[j], wh) - np.maximum(cand_start[j], wl)
+
+        best, best_ov = f, ov(f)
+        last = s - 1
+        lo_ov = ov(last)
+        better = lo_ov > best_ov
+        best, best_ov = np.where(better, last, best), np.where(better, lo_ov, best_ov)
+        inner = s - f > 2
+        if inner.any():
+            rmq = _RangeArgmax(dur)
+            mid = rmq.query(f[inner] + 1, s[inner] - 1)
+            mid_ov = dur[mid]
+            b_in = best[inner]
+            o_in = best_ov[inner]
+            take = mid_ov > o_in
+            b_in[take] = mid[take]
+            best[inner] = b_in
+        out[has] = best
+    none = ~has
+    if none.any():
+        out[none] = _nearest(cand_start, cand_end, dur, lo[none], hi[none])
+    return out
+
+
+def _nearest(cs: np.ndarray, ce: np.ndarray, dur: np.ndarray, lo: np.ndarray,
+             hi: np.ndarray) -> np.ndarray:
+    """Nearest candidate to each window (no candidate overlaps these windows)."""
+    n = cs.size
+    nxt = np.searchsorted(cs, hi, side="left")  # first candidate starting at/after hi
+    prv = nxt - 1  # candidates are disjoint, so the one before ends at or before lo
+    d_next = np.where(nxt < n, cs[np.minimum(nxt, n - 1)] - hi, np.iinfo(np.int64).max)
+    d_prev = np.where(prv >= 0, lo - ce[np.maximum(prv, 0)], np.iinfo(np.int64).max)
+    res = np.where(d_next <= d_prev, nxt, prv)
+    # prefer a candidate big enough to hide the window; per window, bounded work
+    need = (hi - lo) * DOMINATOR_MIN_SHARE
+    small = dur[np.clip(res, 0, n - 1)] < need
+    for w in np.flatnonzero(small)[:2000]:
+        ok = np.flatnonzero(dur >= need[w])
+        if ok.size == 0:
+            continue
+        k = np.searchsorted(cs[ok], hi[w], side="left")
+        best = None
+        if k < ok.size:
+            best = (int(cs[ok[k]] - hi[w]), 0, int(ok[k]))
+        if k > 0:
+            c = (int(lo[w] - ce[ok[k - 1]]), 1, int(ok[k - 1]))
+            best = c if best is None or c < best else best
+        if best is not None:
+            res[w] = best[2]
+    return res
+
+
+def find_barrier(main_start: np.ndarray, main_runmax: np.ndarray, side_hi: int,
+                 dom: int | None) -> list[int]:
+    """For a false-parallel point: the first main op that started only when the side window
+    ended while main was idle, followed by the main ops up to the dominator.
+
+    That op waited for the side work (a consumer of a side output, e.g. a Cast+Swish
+    precompute that GE moved ahead of the dominator). ``[]`` when main was busy at the
+    side window's end or nothing started right after it.
+    """
+    j = int(np.searchsorted(main_start, side_hi, side="left"))
+    if j >= main_start.size or main_start[j] - side_hi > BARRIER_SLACK_NS:
+        return []
+    if j > 0 and main_runmax[j - 1] > side_hi:
+        return []  # main was still running at the end of the side window: it did not wait
+    ops = [j]
+    if dom is not None and dom > j:
+        ops.extend(range(j + 1, min(dom, j + 8)))
+    return ops
+
+
+def parallel_points(tl: Timeline, main_code: int, side_codes: list[int], *,
+                    side_regex: str | None = None, dominator_regex: str | None = None,
+                    window_gap_ns: int | None = None) -> list[ParallelPoint]:
+    """Every parallel point of a capture.
+
+    Without regexes, each side stream's busy blocks are grouped into windows and each
+    window's dominator is searched among all main-stream ops. ``side_regex`` picks the side
+    ops by name instead (on any stream, so side work that never left the main stream
+    shows up as a false point); ``dominator_regex`` restricts the dominator candidates.
+    """
+    main_idx = tl.stream_ops(main_code)
+    main_s, main_e = tl.start_ns[main_idx], tl.end_ns[main_idx]
+    main_union = iv.union(main_s, main_e)
+    main_runmax = np.maximum.accumulate(main_e) if main_e.size else main_e
+    cand = main_idx
+    if dominator_regex:
+        rx = re.compile(dominator_regex)
+        ok = np.array([bool(rx.search(tl.names[c])) for c in range(len(tl.names))], bool)
+        cand = main_idx[ok[tl.name[main_idx]]] if main_idx.size else main_idx
+    cs, ce = tl.start_ns[cand], tl.end_ns[cand]
+
+    groups: list[tuple[str, np.ndarray]] = []
+    if side_regex:
+        rx = re.compile(side_regex)
+        ok = np.array([bool(rx.search(t)) for t in tl.names], bool)
+        sel = ok[tl.name] if len(tl) else np.zeros(0, bool)
+        for s in np.unique(tl.stream[sel]):
+            groups.append((tl.streams[int(s)], np.flatnonzero(sel & (tl.stream == s))))
+    else:
+        for s in side_codes:
+            groups.append((tl.streams[s], tl.stream_ops(s)))
+
+    points: list[ParallelPoint] = []
+    for label, idx in groups:
+        if idx.size == 0:
+            continue
+        busy = iv.union(tl.start_ns[idx], tl.end_ns[idx])
+        if busy[0].size == 0:  # only zero-length ops: a window of zero length at their time
+            t = tl.start_ns[idx]
+            busy = (np.array([t.min()]), np.array([t.max()]))
+        gap = window_gap_ns if window_gap_ns is not None else default_window_gap(tl.dur_ns[idx])
+        lo, hi, first_block = windows_of(busy, gap)
+        doms = find_dominators(cs, ce, lo, hi)
+        # busy time per window and the part of it main covers (prefix sums over main's union)
+        blk_len = busy[1] - busy[0]
+        win_busy = np.add.reduceat(blk_len, first_block)
+        cover = _covered_before(main_union, busy[1]) - _covered_before(main_union, busy[0])
+        win_hidden = np.add.reduceat(cover, first_block)
+        op_start = tl.start_ns[idx]
+        ops_per = np.diff(np.searchsorted(op_start, np.append(lo, np.iinfo(np.int64).max),
+                                          side="left"))
+        for k in range(lo.size):
+            d = int(doms[k])
+            dom_op = int(cand[d]) if d >= 0 else None
+            if dom_op is None:
+                ov, pct = 0, 0.0
+            else:
+                ov, pct = overlap_pct((int(lo[k]), int(hi[k])),
+                                      (int(tl.start_ns[dom_op]), int(tl.end_ns[dom_op])))
+            v = verdict(pct)
+            barrier: list[int] = []
+            if v == "false" and main_idx.size:
+                dpos = None
+                if dom_op is not None:
+                    dpos = int(np.searchsorted(main_idx, dom_op))
+                barrier = [int(main_idx[j]) for j in find_barrier(main_s, main_runmax, int(hi[k]), dpos)]
+            points.append(ParallelPoint(
+                side_stream=label, side_lo=int(lo[k]), side_hi=int(hi[k]),
+                side_ops=int(ops_per[k]), side_busy_ns=int(win_busy[k]),
+                side_hidden_ns=int(win_hidden[k]), dom=dom_op, overlap_ns=ov, overlap_pct=pct,
+                verdict=v, barrier=barrier))
+    return points
+
+
+def _covered_before(u: iv.Union_, t: np.ndarray) -> np.ndarray:
+    """For each time in ``t``: how much of the union lies before it."""
+    s, e = u
+    if s.size == 0:
+        return np.zeros(t.size, np.int64)
+    cum = np.concatenate([[0], np.cumsum(e - s)])
+    k = np.searchsorted(s, t, side="right")  # blocks starting at or before t
+    prev_full = cum[np.maximum(k - 1, 0)]
+    part = np.where(k > 0, np.minimum(t, e[np.maximum(k - 1, 0)]) - s[np.maximum(k - 1, 0)], 0)
+    return np.where(k > 0, prev_full + part, 0)

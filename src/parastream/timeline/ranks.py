@@ -1,0 +1,146 @@
+"""Many inputs at once: captures of one run, or one trace per rank of a distributed job.
+
+Each input unit (a trace file, or one Ascend profiler output directory) is read and
+analysed on its own, in worker processes when there are several, so memory is bounded by
+one unit per worker. When the units carry distinct ranks (Kineto ``distributedInfo``),
+the document gets a per-rank table and a cross-rank summary; otherwise all captures are
+summarised together.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import statistics
+from concurrent.futures import ProcessPoolExecutor
+from multiprocessing import get_context
+
+from ..errors import InputError
+from .analyze import SCHEMA, Options, analyze_capture, captures_of, check_regex, summarize
+from .model import Timeline
+from .readers import read_path
+
+_ASCEND_MARKERS = ("ASCEND_PROFILER_OUTPUT", "PROF_*", "kernel_details.csv", "trace_view.json",
+                   "op_summary_*.csv", "*.db")
+_TRACE_FILES = ("*.json", "*.json.gz", "*.csv", "*.db", "*.pt.trace.json", "*.pt.trace.json.gz")
+
+
+def expand(path: str) -> list[str]:
+    """The units a path stands for: itself for a file or an Ascend profiler directory;
+    each ``*_ascend_pt`` child or each trace file for a folder of captures/ranks."""
+    if not os.path.isdir(path):
+        return [path]
+    entries = sorted(os.listdir(path))
+    base = os.path.basename(path.rstrip("/"))
+    if base.endswith("_ascend_pt") or base.startswith("PROF_") or base == "ASCEND_PROFILER_OUTPUT":
+        return [path]
+    if any(fnmatch.fnmatch(e, m) for e in entries for m in _ASCEND_MARKERS[:2]):
+        return [path]
+    pt = [os.path.join(path, e) for e in entries
+          if e.endswith("_ascend_pt") and os.path.isdir(os.path.join(path, e))]
+    if pt:
+        return pt
+    files = [os.path.join(path, e) for e in entries
+             if os.path.isfile(os.path.join(path, e)) and not e.startswith(".")
+             and any(fnmatch.fnmatch(e, m) for m in _TRACE_FILES)]
+    if len(files) > 1 and not any(fnmatch.fnmatch(os.path.basename(f), m) for f in files
+                                  for m in ("kernel_details.csv", "trace_view.json", "op_summary_*.csv")):
+        return files
+    return [path]
+
+
+def _unit(path: str, opts: Options, keep: bool) -> tuple[list[dict], list[Timeline], dict]:
+    timelines = read_path(path)
+    caps = captures_of(timelines, opts.split_steps)
+    results = [analyze_capture(tl, opts) for tl in caps]
+    info = {"source": path, "rank": next((t.meta.get("rank") for t in timelines
+                                          if t.meta.get("rank") is not None), None)}
+    return results, (caps if keep else []), info
+
+
+def _unit_worker(path: str, opts: Options) -> tuple[list[dict], dict] | tuple[str, str]:
+    try:
+        results, _, info = _unit(path, opts, False)
+        return results, info
+    except InputError as exc:  # sent back as data: exceptions with extra fields pickle badly
+        return ("error", str(exc))
+
+
+def analyze_paths(paths: list[str], opts: Options, *, jobs: int = 0, keep_timelines: bool = False,
+                  progress=None) -> tuple[dict, list[Timeline]]:
+    """Read and analyse every input; returns the analysis document and, when asked, the
+    capture timelines in document order (for the HTML and Perfetto renderers)."""
+    check_regex(opts.side_regex, "--side")
+    check_regex(opts.dominator_regex, "--dominator")
+    units: list[str] = []
+    for p in paths:
+        if not os.path.exists(p):
+            raise InputError(p, "no such file or directory")
+        units.extend(expand(p))
+    jobs = jobs if jobs > 0 else (os.cpu_count() or 1)
+    jobs = min(jobs, len(units))
+    task = progress.add_task("analysing", total=len(units)) if progress is not None else None
+    per_unit: list[tuple[list[dict], dict]] = []
+    timelines: list[Timeline] = []
+    if jobs > 1 and not keep_timelines:
+        # spawn: fresh workers that can be recycled, so one huge rank does not keep its memory
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn"),
+                                 max_tasks_per_child=4) as pool:
+            futs = [pool.submit(_unit_worker, u, opts) for u in units]
+            for f in futs:
+                r = f.result()
+                if r[0] == "error":
+                    raise InputError(None, r[1])
+                per_unit.append(r)  # type: ignore[arg-type]
+                if task is not None:
+                    progress.advance(task)
+    else:
+        for u in units:
+            if task is not None:
+                progress.update(task, description=f"reading {os.path.basename(u.rstrip('/'))}")
+            results, caps, info = _unit(u, opts, keep_timelines)
+            per_unit.append((results, info))
+            timelines.extend(caps)
+            if task is not None:
+                progress.advance(task)
+
+    captures = [c for results, _ in per_unit for c in results]
+    ranks = {info["rank"] for _, info in per_unit}
+    doc = {"schema": SCHEMA, "captures": captures}
+    if len(per_unit) > 1 and None not in ranks and len(ranks) == len(per_unit):
+        rows = []
+        for results, info in sorted(per_unit, key=lambda x: x[1]["rank"]):
+            s = summarize(results, opts.cold)
+            rows.append({"rank": info["rank"], "source": info["source"], "captures": len(results),
+                         "median_wall_us": s["median_wall_us"],
+                         "median_parallelism": s["median_parallelism"],
+                         "median_comm_comp_overlap_pct": s["median_comm_comp_overlap_pct"],
+                         "median_overlap_pct": s["median_overlap_pct"],
+                         "verdict_counts": s["verdict_counts"]})
+        doc["ranks"] = rows
+        doc["summary"] = _cross_rank(rows)
+    else:
+        doc["summary"] = summarize(captures, opts.cold)
+    return doc, timelines
+
+
+def _cross_rank(rows: list[dict]) -> dict:
+    def med(key):
+        v = [r[key] for r in rows if r[key] is not None]
+        return round(statistics.median(v), 6) if v else None
+
+    walls = [(r["median_wall_us"], r["rank"]) for r in rows if r["median_wall_us"] is not None]
+    verdicts = {"true": 0, "partial": 0, "false": 0}
+    for r in rows:
+        for k, v in r["verdict_counts"].items():
+            verdicts[k] += v
+    return {"ranks": len(rows), "captures": sum(r["captures"] for r in rows), "dropped_cold": 0,
+            "median_wall_us": med("median_wall_us"),
+            "median_parallelism": med("median_parallelism"),
+            "median_comm_comp_overlap_pct": med("median_comm_comp_overlap_pct"),
+            "median_overlap_pct": med("median_overlap_pct"),
+            "slowest_rank": max(walls)[1] if walls else None,
+            "fastest_rank": min(walls)[1] if walls else None,
+            "wall_spread_pct": round(100.0 * (max(walls)[0] - min(walls)[0]) / min(walls)[0], 3)
+            if walls and min(walls)[0] > 0 else None,
+            "verdict_counts": verdicts, "median_hidden_frac": {}, "notes": []}

@@ -1,0 +1,74 @@
+"""Profiler readers, chosen by the content of a file (never by its name).
+
+Every reader module has ``FORMAT`` (its name in reports), ``sniff(head: bytes) -> bool``
+(does the start of the decompressed file look like mine?) and
+``read(path: str) -> Timeline``. :func:`read_path` sniffs and dispatches; a directory is
+handed to :mod:`.directory`, which finds the best source inside it.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import zlib
+from types import ModuleType
+
+from ...errors import InputError
+from ..model import Timeline
+
+GZIP_MAGIC = b"\x1f\x8b"
+SQLITE_MAGIC = b"SQLite format 3\x00"
+HEAD_BYTES = 64 * 1024
+
+
+def read_head(path: str, n: int = HEAD_BYTES) -> bytes:
+    """The first ``n`` bytes of a file, decompressed when it is gzip."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(n)
+            if raw[:2] != GZIP_MAGIC:
+                return raw
+        with gzip.open(path, "rb") as g:
+            return g.read(n)
+    except (OSError, EOFError, zlib.error) as exc:
+        raise InputError(path, f"cannot read: {exc}") from None
+
+
+def reader_modules() -> list[ModuleType]:
+    """The file readers in the order they are tried."""
+    import importlib
+
+    mods = []
+    for name in ("ascend_db", "kineto", "trace_view", "ascend_csv"):
+        try:  # TEMP while the Ascend readers are written
+            mods.append(importlib.import_module(f"{__name__}.{name}"))
+        except ModuleNotFoundError:
+            pass
+    return mods
+
+
+def sniff_format(path: str) -> ModuleType:
+    """The reader module for ``path``; InputError when none recognises it."""
+    head = read_head(path)
+    if not head.strip():
+        raise InputError(path, "empty file")
+    for mod in reader_modules():
+        if mod.sniff(head):
+            return mod
+    raise InputError(path, "not a recognised profiler file (expected a Kineto/Chrome trace, "
+                     "trace_view.json, kernel_details.csv, op_summary_*.csv or a profiler .db)")
+
+
+def read_path(path: str | os.PathLike[str]) -> list[Timeline]:
+    """Read a file or a profiler output directory into timelines (one per source file).
+
+    Steps inside one file are not split here; see :meth:`Timeline.split_steps`.
+    """
+    path = os.fspath(path)
+    if os.path.isdir(path):
+        from . import directory
+
+        return directory.read_dir(path)
+    if not os.path.exists(path):
+        raise InputError(path, "no such file or directory")
+    return [sniff_format(path).read(path)]
