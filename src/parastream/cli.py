@@ -121,8 +121,8 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     else:
         from .report.text import render_text
 
-        out = render_text(doc, width=max(100, _term_width()), color=args.output is None
-                          and sys.stdout.isatty())
+        tty = args.output is None and sys.stdout.isatty()
+        out = render_text(doc, width=max(120, _term_width()) if tty else 170, color=tty)
     if args.html:
         from .report.html import write_html
 
@@ -147,7 +147,7 @@ def _term_width() -> int:
     try:
         return os.get_terminal_size().columns
     except OSError:
-        return 140
+        return 170
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -19,7 +19,7 @@ def _f(x, nd: int = 3) -> str:
 
 
 def _win(w) -> str:
-    return f"[{w[0]:,.3f}, {w[1]:,.3f}]"
+    return f"[{w[0]:.3f}, {w[1]:.3f}]"
 
 
 def render_text(doc: dict, width: int = 120, color: bool = False) -> str:
@@ -72,7 +72,10 @@ def _capture(con: Console, cap: dict) -> None:
         t = Table(title=title, title_justify="left")
         for c in ("side", "side window us", "ops", "dominator", "dominator window us",
                   "overlap us", "overlap_pct", "busy ovl", "verdict", "barrier"):
-            t.add_column(c)
+            if c in ("dominator", "barrier"):
+                t.add_column(c, no_wrap=True, overflow="ellipsis", max_width=30)
+            else:
+                t.add_column(c, no_wrap=True)
         for p in pts:
             d = p["dominator"]
             b = p["barrier"]
@@ -133,7 +136,10 @@ def _triage(con: Console, tri: dict) -> None:
     if tri["op_type_changes"]:
         t = Table(title="op types whose time changed most", title_justify="left")
         for c in ("type", "baseline us", "multi us", "change", "max dur ratio", "flag"):
-            t.add_column(c)
+            if c == "type":
+                t.add_column(c, no_wrap=True, overflow="ellipsis", max_width=60)
+            else:
+                t.add_column(c, no_wrap=True)
         for r in tri["op_type_changes"][:15]:
             t.add_row(r["type"], _f(r["baseline_us"]), _f(r["multi_us"]),
                       f"{r['change_pct']:+.1f}%" if r["change_pct"] is not None else "new",

@@ -125,8 +125,40 @@ def analyze_capture(tl: Timeline, opts: Options | None = None, label: str | None
         "comm_comp_overlap_pct": _round(comm_comp_overlap_pct(tl)),
         "concurrency_us": {str(k): us(v) for k, v in hist.items()},
         "contention": contention,
+        "op_stats": op_stats(tl),
         "warnings": warnings,
     }
+
+
+#: op types whose growth is a known multi-stream long tail (DOMAIN.md §4, 3c)
+TAIL_TYPES = ("TransData", "BroadcastTo", "MemSet", "Memset")
+
+
+def op_stats(tl: Timeline, top: int = 200) -> dict:
+    """Duration statistics per op type (Ascend) or per op name (CUDA kernels, whose type
+    column only says "kernel"), for the baseline comparison. The ``top`` groups by total
+    time are kept, plus every known long-tail type."""
+    by = "type" if len(tl.types) > 3 else "name"
+    codes = tl.type if by == "type" else tl.name
+    labels = tl.types if by == "type" else tl.names
+    if len(tl) == 0:
+        return {"by": by, "groups": {}}
+    dur = tl.dur_ns
+    order = np.lexsort((dur, codes))
+    c_sorted, d_sorted = codes[order], dur[order]
+    uniq, first, count = np.unique(c_sorted, return_index=True, return_counts=True)
+    total = np.add.reduceat(d_sorted, first)
+    med = (d_sorted[first + (count - 1) // 2] + d_sorted[first + count // 2]) / 2
+    mx = d_sorted[first + count - 1]
+    keep = set(np.argsort(-total)[:top].tolist())
+    for i, u in enumerate(uniq):
+        if any(t.lower() in labels[u].lower() for t in TAIL_TYPES):
+            keep.add(i)
+    groups = {}
+    for i in sorted(keep):
+        groups[labels[int(uniq[i])]] = {"count": int(count[i]), "total_us": us(total[i]),
+                                        "median_us": us(med[i]), "max_us": us(mx[i])}
+    return {"by": by, "groups": groups}
 
 
 def _label(tl: Timeline) -> str:

@@ -116,9 +116,10 @@ class _RangeArgmax:
 def find_dominators(cand_start: np.ndarray, cand_end: np.ndarray, lo: np.ndarray,
                     hi: np.ndarray) -> np.ndarray:
     """For each window [lo, hi], the candidate (index into the sorted candidates) that
-    overlaps it most; when none overlaps, the nearest candidate at least
-    :data:`DOMINATOR_MIN_SHARE` of the window long (else the nearest of any size), ties
-    going to the later one. -1 when there are no candidates.
+    overlaps it most (ties to the earlier one); when none overlaps, the first candidate
+    after the window that is at least :data:`DOMINATOR_MIN_SHARE` of the window long (else
+    the last such one before it; else the adjacent candidate of any size, the next one
+    first), within :func:`dominator_horizon` of the window. -1 when there is none.
 
     Candidates are one stream's ops in start order, so they do not overlap each other and
     only the first and last overlapping candidates can be clipped by the window.
@@ -138,21 +139,21 @@ def find_dominators(cand_start: np.ndarray, cand_end: np.ndarray, lo: np.ndarray
         def ov(j):
             return np.minimum(cand_end[j], wh) - np.maximum(cand_start[j], wl)
 
-        best, best_ov = f, ov(f)
-        last = s - 1
-        lo_ov = ov(last)
-        better = lo_ov > best_ov
-        best, best_ov = np.where(better, last, best), np.where(better, lo_ov, best_ov)
+        best, best_ov = f.copy(), ov(f)
+        # candidates in time order: first (maybe clipped), interior (whole), last (maybe
+        # clipped); a later one wins only when strictly better, so ties go to the earlier
         inner = s - f > 2
         if inner.any():
             rmq = _RangeArgmax(dur)
             mid = rmq.query(f[inner] + 1, s[inner] - 1)
             mid_ov = dur[mid]
-            b_in = best[inner]
-            o_in = best_ov[inner]
-            take = mid_ov > o_in
-            b_in[take] = mid[take]
-            best[inner] = b_in
+            take = mid_ov > best_ov[inner]
+            sel = np.flatnonzero(inner)[take]
+            best[sel], best_ov[sel] = mid[take], mid_ov[take]
+        last = s - 1
+        last_ov = ov(last)
+        better = (last != best) & (last_ov > best_ov)
+        best = np.where(better, last, best)
         out[has] = best
     none = ~has
     if none.any():
@@ -160,32 +161,46 @@ def find_dominators(cand_start: np.ndarray, cand_end: np.ndarray, lo: np.ndarray
     return out
 
 
+def _gap_to(cs: np.ndarray, ce: np.ndarray, j: np.ndarray, lo: np.ndarray, hi: np.ndarray
+            ) -> np.ndarray:
+    """Idle time between windows and non-overlapping candidates ``j``."""
+    return np.maximum(cs[j] - hi, lo - ce[j])
+
+
 def _nearest(cs: np.ndarray, ce: np.ndarray, dur: np.ndarray, lo: np.ndarray,
              hi: np.ndarray) -> np.ndarray:
-    """Nearest candidate to each window (no candidate overlaps these windows)."""
+    """Dominator of windows that no candidate overlaps: the next candidate after the window
+    (main was idle, so the op that follows is the work the side stream should have hidden
+    behind), else the previous one; big-enough candidates first; none (-1) when every
+    candidate is farther than :func:`dominator_horizon`."""
     n = cs.size
     nxt = np.searchsorted(cs, hi, side="left")  # first candidate starting at/after hi
     prv = nxt - 1  # candidates are disjoint, so the one before ends at or before lo
-    d_next = np.where(nxt < n, cs[np.minimum(nxt, n - 1)] - hi, np.iinfo(np.int64).max)
-    d_prev = np.where(prv >= 0, lo - ce[np.maximum(prv, 0)], np.iinfo(np.int64).max)
-    res = np.where(d_next <= d_prev, nxt, prv)
-    # prefer a candidate big enough to hide the window; per window, bounded work
+    horizon = dominator_horizon(hi - lo)
+    near_next = (nxt < n) & (_gap_to(cs, ce, np.minimum(nxt, n - 1), lo, hi) <= horizon)
+    res = np.where(near_next, nxt, prv)
+    res = np.where((res >= 0) & (_gap_to(cs, ce, np.clip(res, 0, n - 1), lo, hi) <= horizon),
+                   res, -1)
     need = (hi - lo) * DOMINATOR_MIN_SHARE
-    small = dur[np.clip(res, 0, n - 1)] < need
+    small = (res < 0) | (dur[np.clip(res, 0, n - 1)] < need)
+    # per window, bounded work: only windows whose adjacent candidate is too small
     for w in np.flatnonzero(small)[:2000]:
         ok = np.flatnonzero(dur >= need[w])
         if ok.size == 0:
             continue
-        k = np.searchsorted(cs[ok], hi[w], side="left")
-        best = None
-        if k < ok.size:
-            best = (int(cs[ok[k]] - hi[w]), 0, int(ok[k]))
-        if k > 0:
-            c = (int(lo[w] - ce[ok[k - 1]]), 1, int(ok[k - 1]))
-            best = c if best is None or c < best else best
-        if best is not None:
-            res[w] = best[2]
+        k = int(np.searchsorted(cs[ok], hi[w], side="left"))
+        for j in ([ok[k]] if k < ok.size else []) + ([ok[k - 1]] if k > 0 else []):
+            if max(cs[j] - hi[w], lo[w] - ce[j]) <= horizon[w]:
+                res[w] = j
+                break
     return res
+
+
+def dominator_horizon(window_len: np.ndarray) -> np.ndarray:
+    """How far from a side window a non-overlapping dominator may be: twice the window's
+    length, at least 20 us. Farther main ops are other work, not what the side stream
+    was meant to hide behind."""
+    return np.maximum(2 * window_len, 20_000)
 
 
 def find_barrier(main_start: np.ndarray, main_runmax: np.ndarray, side_hi: int,

@@ -1,0 +1,139 @@
+"""Baseline triage: why a multi-stream capture is (not) faster than the single-stream one.
+
+Strictly in the seed's order (DOMAIN.md §4): **3a** the side stream never ran;
+**3b** false parallelism (ids split, overlap_pct <= 0.05 or parallelism <= 1.05x; find
+the barrier); only then **3c** true overlap without a lower wall (core contention, long
+tails of TransData/BroadcastTo/MemSet, any op > 5x its baseline, host-bound gaps, more
+tasks). Every verdict comes with the numbers that support it.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import Counter
+
+from .analyze import TAIL_TYPES
+
+#: multi-stream wall must drop by at least this much to count as faster
+FASTER_BY = 0.02
+FALSE_PARALLELISM = 1.05
+TAIL_RATIO = 5.0
+
+
+def representative(doc: dict) -> dict:
+    """The warm capture with the median wall (the one whose details are compared)."""
+    caps = doc["captures"][doc["summary"].get("dropped_cold", 0):] or doc["captures"]
+    walls = sorted(caps, key=lambda c: c["wall_us"])
+    return walls[(len(walls) - 1) // 2]
+
+
+def _compute_streams(cap: dict) -> list[dict]:
+    return [s for s in cap["streams"] if s["role"] in ("main", "side")]
+
+
+def triage(base: dict, multi: dict) -> dict:
+    """Compare a multi-stream analysis with its single-stream baseline analysis."""
+    b, m = representative(base), representative(multi)
+    b_wall = base["summary"].get("median_wall_us") or b["wall_us"]
+    m_wall = multi["summary"].get("median_wall_us") or m["wall_us"]
+    change = 100.0 * (m_wall - b_wall) / b_wall if b_wall else 0.0
+    faster = m_wall < b_wall * (1 - FASTER_BY)
+    evidence: list[str] = []
+    changes = op_type_changes(b, m)
+
+    pts = [p for c in multi["captures"][multi["summary"].get("dropped_cold", 0):]
+           for p in c["parallel_points"]] or m["parallel_points"]
+    pcts = [p["overlap_pct"] for p in pts]
+    med_pct = statistics.median(pcts) if pcts else 0.0
+    streams = _compute_streams(m)
+    base_streams = _compute_streams(b)
+    par = m["parallelism"]
+
+    if faster:
+        verdict, summary = "faster", f"multi-stream wall is {-change:.1f}% lower than the baseline"
+        evidence.append(f"median overlap_pct {med_pct:.3f} over {len(pts)} parallel point(s), "
+                        f"parallelism {par:.3f}x")
+    elif len(streams) <= 1:
+        verdict = "3a"
+        summary = "the side stream never ran: all compute is on one stream"
+        evidence.append(f"multi capture has {len(streams)} compute stream(s) "
+                        f"({', '.join(s['id'] for s in streams) or 'none'}); baseline has "
+                        f"{len(base_streams)}")
+        evidence.append("check that the stream switch is reached (enable switch, is_prefill "
+                        "conditions, import fallbacks) and that the side ops' stream id is the "
+                        "planned one")
+    elif med_pct <= 0.05 or par <= FALSE_PARALLELISM:
+        verdict = "3b"
+        summary = "false parallelism: stream ids are split but the streams ran one after another"
+        evidence.append(f"median overlap_pct {med_pct:.3f} (false <= 0.05), parallelism "
+                        f"{par:.3f}x (false <= {FALSE_PARALLELISM}x)")
+        barriers = Counter("+".join(p["barrier"]["ops"]) for p in pts if p.get("barrier"))
+        for name, n in barriers.most_common(3):
+            evidence.append(f"barrier {name} started as the side window ended, while main was "
+                            f"idle ({n} point(s)): pin it inside the side-stream block or change "
+                            f"the partition")
+        if not barriers:
+            evidence.append("no barrier op found right after the side windows: look for a "
+                            "dependency (event wait) that serialises the streams")
+    elif med_pct < 0.5:
+        verdict = "partial"
+        summary = "partial overlap: the side work is only partly hidden behind the dominator"
+        evidence.append(f"median overlap_pct {med_pct:.3f} (true needs >= 0.5)")
+        evidence.append("enlarge the side set, pick another dominator, or move the join later")
+    else:
+        verdict = "3c"
+        summary = "true overlap but the wall did not drop: look for contention and tails"
+        evidence.append(f"median overlap_pct {med_pct:.3f}, parallelism {par:.3f}x")
+    if not faster and verdict not in ("3a",):
+        evidence.extend(_three_c(b, m, changes))
+    return {"verdict": verdict, "summary": summary, "wall_change_pct": round(change, 3),
+            "baseline": {"wall_us": b_wall, "parallelism": b["parallelism"], "ops": b["ops"],
+                         "source": b["source"]},
+            "multi": {"wall_us": m_wall, "parallelism": par, "ops": m["ops"], "source": m["source"]},
+            "median_overlap_pct": round(med_pct, 6), "evidence": evidence,
+            "op_type_changes": changes}
+
+
+def op_type_changes(b: dict, m: dict) -> list[dict]:
+    """Per op type (or name) total time before and after, biggest change first."""
+    bg, mg = b["op_stats"]["groups"], m["op_stats"]["groups"]
+    rows = []
+    for key in set(bg) | set(mg):
+        x, y = bg.get(key), mg.get(key)
+        bt = x["total_us"] if x else 0.0
+        mt = y["total_us"] if y else 0.0
+        ratio = (y["max_us"] / x["median_us"]) if x and y and x["median_us"] > 0 else None
+        flag = None
+        if ratio is not None and ratio > TAIL_RATIO:
+            flag = f"max > {TAIL_RATIO:g}x baseline"
+        elif any(t.lower() in key.lower() for t in TAIL_TYPES) and bt and mt > 1.2 * bt:
+            flag = "long tail"
+        rows.append({"type": key, "baseline_us": bt, "multi_us": mt,
+                     "change_pct": round(100.0 * (mt - bt) / bt, 3) if bt else None,
+                     "max_dur_ratio": round(ratio, 3) if ratio is not None else None, "flag": flag})
+    rows.sort(key=lambda r: (r["flag"] is None, -abs(r["multi_us"] - r["baseline_us"])))
+    return rows
+
+
+def _three_c(b: dict, m: dict, changes: list[dict]) -> list[str]:
+    out = []
+    for c in m["contention"]:
+        out.append(f"core contention ({c['pool']}): streams {c['streams'][0]}+{c['streams'][1]} "
+                   f"asked for up to {c['max_demand']} of {c['cores']} cores for "
+                   f"{c['oversubscribed_us']:.3f} us")
+    for r in changes:
+        if r["flag"]:
+            out.append(f"{r['type']}: {r['baseline_us']:.3f} -> {r['multi_us']:.3f} us ({r['flag']})")
+    host_b = sum(s["gaps"]["host_bound_us"] for s in b["streams"])
+    host_m = sum(s["gaps"]["host_bound_us"] for s in m["streams"])
+    if host_m > host_b * 1.2 and host_m > 0.05 * m["wall_us"]:
+        out.append(f"host-bound gaps grew {host_b:.3f} -> {host_m:.3f} us: the host launches "
+                   f"too slowly to feed both streams")
+    wait_b = sum(s["gaps"]["wait_us"] for s in b["streams"] if s["role"] == "main")
+    wait_m = sum(s["gaps"]["wait_us"] for s in m["streams"] if s["role"] == "main")
+    if wait_m > wait_b + 0.02 * m["wall_us"]:
+        out.append(f"main stream waits grew {wait_b:.3f} -> {wait_m:.3f} us (new EVENT_WAIT "
+                   f"holes after the join)")
+    if m["ops"] > b["ops"] * 1.05:
+        out.append(f"more tasks: {b['ops']} -> {m['ops']} ops")
+    return out

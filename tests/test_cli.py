@@ -1,0 +1,233 @@
+"""The command line as a user types it: every output format and every kind of bad input."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+DATA = Path(__file__).parent / "data"
+KINETO = DATA / "kineto" / "cuda_event_sync_multi_stream.json.gz"
+CSV = DATA / "ascend" / "kernel_details_block_dim.csv"
+
+
+def run(*args: str, cwd: str | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "parastream", *args], capture_output=True,
+                          text=True, cwd=cwd, timeout=120)
+
+
+def bad(path, *extra) -> str:
+    """Run analyze on bad input: exit 2, one line naming the file, no traceback."""
+    r = run("analyze", str(path), *extra)
+    assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
+    assert "Traceback" not in r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1, r.stderr
+    assert lines[0].startswith("parastream: ")
+    assert str(path) in lines[0] or os.path.basename(str(path)) in lines[0]
+    assert r.stdout == ""
+    return lines[0]
+
+
+# ----------------------------------------------------------------- outputs
+
+def test_default_run_uses_the_shipped_trace():
+    r = run("analyze", "--no-progress")
+    assert r.returncode == 0, r.stderr
+    assert "cuda_event_sync_multi_stream" in r.stdout
+    assert "parallel points" in r.stdout
+
+
+def test_json_schema_fields():
+    r = run("analyze", str(KINETO), "--format", "json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["schema"] == "parastream.analysis/1"
+    cap = doc["captures"][0]
+    for key in ("source", "format", "wall_us", "parallelism", "streams", "overlaps",
+                "parallel_points", "comm_comp_overlap_pct", "concurrency_us", "contention",
+                "warnings"):
+        assert key in cap
+    assert cap["format"] == "kineto"
+    assert {s["id"] for s in cap["streams"]} == {"20", "24", "28"}
+    assert [s["role"] for s in cap["streams"]].count("main") == 1
+    for p in cap["parallel_points"]:
+        assert p["verdict"] in ("true", "partial", "false")
+        assert set(p) >= {"side_stream", "side_window_us", "dominator", "overlap_us",
+                          "overlap_pct", "barrier"}
+    assert sum(cap["concurrency_us"].values()) == pytest.approx(cap["wall_us"], abs=1e-3)
+    assert "summary" in doc
+
+
+def test_ascend_csv_text_and_md():
+    r = run("analyze", str(CSV), "--cores", "24")
+    assert r.returncode == 0, r.stderr
+    assert "ascend_kernel_details" in r.stdout
+    r = run("analyze", str(CSV), "--format", "md")
+    assert r.returncode == 0, r.stderr
+    assert "**(6) Measured overlap.**" in r.stdout
+
+
+def test_output_files_are_written(tmp_path):
+    html, perf, js = tmp_path / "r.html", tmp_path / "t.json", tmp_path / "a.json"
+    r = run("analyze", str(KINETO), "--html", str(html), "--perfetto", str(perf),
+            "--format", "json", "-o", str(js))
+    assert r.returncode == 0, r.stderr
+    assert html.read_text().lstrip().lower().startswith("<!doctype html")
+    assert "traceEvents" in json.loads(perf.read_text())
+    assert json.loads(js.read_text())["schema"] == "parastream.analysis/1"
+    assert r.stdout == ""
+
+
+def test_several_captures_drop_cold_and_report_medians(tmp_path):
+    files = []
+    for i in range(4):
+        f = tmp_path / f"run{i}.json.gz"
+        shutil.copy(KINETO, f)
+        files.append(str(f))
+    r = run("analyze", *files, "--format", "json", "--cold", "2")
+    doc = json.loads(r.stdout)
+    assert len(doc["captures"]) == 4
+    assert doc["summary"]["dropped_cold"] == 2
+    assert doc["summary"]["median_wall_us"] == doc["captures"][0]["wall_us"]
+
+
+def test_baseline_triage(tmp_path):
+    r = run("analyze", str(DATA / "kineto" / "simple_add.json.gz"), "--baseline", str(KINETO),
+            "--format", "json")
+    assert r.returncode == 0, r.stderr
+    tri = json.loads(r.stdout)["triage"]
+    assert tri["verdict"] in ("faster", "3a", "3b", "partial", "3c")
+    assert tri["evidence"]
+
+
+def test_python_dash_m_and_console_script_agree():
+    exe = shutil.which("parastream", path=os.path.dirname(sys.executable))
+    assert exe, "console script not installed"
+    a = subprocess.run([exe, "analyze", str(KINETO), "--format", "json"], capture_output=True,
+                       text=True, check=True).stdout
+    b = run("analyze", str(KINETO), "--format", "json").stdout
+    assert json.loads(a)["captures"][0]["wall_us"] == json.loads(b)["captures"][0]["wall_us"]
+
+
+# ----------------------------------------------------------------- bad input
+
+def test_missing_file(tmp_path):
+    bad(tmp_path / "nope.json")
+
+
+def test_truncated_json(tmp_path):
+    raw = gzip.decompress(KINETO.read_bytes())
+    f = tmp_path / "trunc.json"
+    f.write_bytes(raw[: len(raw) // 2])
+    assert "JSON" in bad(f)
+
+
+def test_truncated_gzip(tmp_path):
+    raw = KINETO.read_bytes()
+    f = tmp_path / "trunc.json.gz"
+    f.write_bytes(raw[: len(raw) // 2])
+    bad(f)
+
+
+def test_invalid_json(tmp_path):
+    f = tmp_path / "bad.json"
+    f.write_text('{"traceEvents": [ {"ph": "X", } ]}')
+    bad(f)
+
+
+def test_empty_file(tmp_path):
+    f = tmp_path / "empty.json"
+    f.write_text("")
+    assert "empty" in bad(f)
+
+
+def test_empty_trace(tmp_path):
+    f = tmp_path / "t.json"
+    f.write_text('{"traceEvents": []}')
+    bad(f)
+
+
+def test_metadata_only_trace(tmp_path):
+    f = tmp_path / "meta.json"
+    f.write_text(json.dumps({"traceEvents": [
+        {"ph": "M", "name": "process_name", "pid": 0, "args": {"name": "GPU 0"}},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": 1, "tid": 1, "ts": 1, "dur": 2}]}))
+    assert "device" in bad(f)
+
+
+def test_csv_without_needed_columns(tmp_path):
+    f = tmp_path / "kernel_details.csv"
+    f.write_text("Name,Type,Stream ID\nfoo,MatMul,2\n")
+    bad(f)
+
+
+def test_non_utf8_bytes(tmp_path):
+    f = tmp_path / "k.csv"
+    head = CSV.read_bytes().split(b"\n")[0]
+    f.write_bytes(head + b"\n19,1,2,2,\xff\xfe\xfa,MatMul,dynamic,AI_CORE,\"1.0\t\",1.0\n")
+    bad(f)
+
+
+def test_negative_and_nan_durations_partly_usable(tmp_path):
+    raw = json.loads(gzip.decompress(KINETO.read_bytes()))
+    kernels = [e for e in raw["traceEvents"] if e.get("cat") == "kernel"]
+    kernels[0]["dur"] = -5
+    f = tmp_path / "neg.json"
+    f.write_text(json.dumps(raw))
+    r = run("analyze", str(f), "--format", "json")
+    assert r.returncode == 0, r.stderr
+    warnings = json.loads(r.stdout)["captures"][0]["warnings"]
+    assert any("negative" in w for w in warnings)
+
+
+def test_all_durations_negative(tmp_path):
+    lines = CSV.read_text().splitlines()
+    header, rows = lines[0], lines[1:]
+    cols = header.split(",")
+    i = cols.index("Duration(us)")
+    import csv
+    import io
+    out = io.StringIO()
+    w = csv.writer(out)
+    w.writerow(cols)
+    for row in csv.reader(io.StringIO("\n".join(rows))):
+        row[i] = "NaN" if len(row) % 2 else "-3.5"
+        w.writerow(row)
+    f = tmp_path / "kernel_details.csv"
+    f.write_text(out.getvalue())
+    bad(f)
+
+
+def test_directory_without_profiler_data(tmp_path):
+    (tmp_path / "notes.txt").write_text("hello")
+    bad(tmp_path)
+
+
+def test_unknown_file_format(tmp_path):
+    f = tmp_path / "x.bin"
+    f.write_bytes(b"\x00\x01\x02hello")
+    bad(f)
+
+
+def test_bad_regex_and_unknown_main_stream():
+    r = run("analyze", str(KINETO), "--side", "(")
+    assert r.returncode == 2 and "Traceback" not in r.stderr and "--side" in r.stderr
+    r = run("analyze", str(KINETO), "--main-stream", "99")
+    assert r.returncode == 2 and "Traceback" not in r.stderr and "99" in r.stderr
+
+
+def test_failed_run_leaves_no_output_file(tmp_path):
+    out = tmp_path / "r.html"
+    f = tmp_path / "bad.json"
+    f.write_text("{")
+    r = run("analyze", str(f), "--html", str(out))
+    assert r.returncode == 2
+    assert not out.exists()
+    assert os.listdir(tmp_path) == ["bad.json"]
