@@ -29,6 +29,10 @@ def render_text(doc: dict, width: int = 120, color: bool = False) -> str:
                   highlight=False, emoji=False)
     for cap in doc["captures"]:
         _capture(con, cap)
+    for src in doc.get("sources", []):
+        if src.get("hta_comm_comp_overlap_pct") is not None:
+            con.print(f"HTA-compatible comm/comp overlap of {src['source']} (whole file, HTA 0.5.0 "
+                      f"rules): {src['hta_comm_comp_overlap_pct']:.2f}%", markup=False)
     if "triage" in doc:
         _triage(con, doc["triage"])
     if len(doc["captures"]) > 1 or doc.get("ranks"):
@@ -93,7 +97,7 @@ def _capture(con: Console, cap: dict) -> None:
     con.print("concurrency: " + ", ".join(
         f"{k} streams {100.0 * v / wall:.1f}%" for k, v in conc.items() if v > 0), markup=False)
     if cap["comm_comp_overlap_pct"] is not None:
-        con.print(f"comm/comp overlap (HTA-compatible, pooled): {cap['comm_comp_overlap_pct']:.2f}%")
+        con.print(f"comm/comp overlap (all streams pooled, exact ns): {cap['comm_comp_overlap_pct']:.2f}%")
     for c in cap["contention"]:
         con.print(f"core contention ({c['pool']}): streams {c['streams'][0]} + {c['streams'][1]} "
                   f"oversubscribed {_f(c['oversubscribed_us'])} us, demand up to {c['max_demand']} "

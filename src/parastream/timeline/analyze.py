@@ -24,6 +24,8 @@ from .overlap import ParallelPoint, parallel_points
 from .streams import StreamStats, stream_stats
 
 SCHEMA = "parastream.analysis/1"
+#: facts about a whole source file, reported once per source rather than per capture
+FILE_LEVEL_META = ("hta_comm_comp_overlap_pct",)
 
 
 @dataclass
@@ -116,7 +118,8 @@ def analyze_capture(tl: Timeline, opts: Options | None = None, label: str | None
         "device": {"name": tl.device.name, "ai_core_num": opts.cores or tl.device.ai_core_num,
                    "vector_core_num": opts.vector_cores or tl.device.vector_core_num,
                    "sm_count": tl.device.sm_count},
-        "meta": {k: v for k, v in tl.meta.items() if isinstance(v, (str, int, float, bool))},
+        "meta": {k: v for k, v in tl.meta.items()
+                 if isinstance(v, (str, int, float, bool)) and k not in FILE_LEVEL_META},
         "streams": [_stream_dict(s, t0) for s in stats],
         "overlaps": overlaps,
         "parallel_points": [_point_dict(tl, p, t0) for p in shown],
@@ -138,7 +141,7 @@ def op_stats(tl: Timeline, top: int = 200) -> dict:
     """Duration statistics per op type (Ascend) or per op name (CUDA kernels, whose type
     column only says "kernel"), for the baseline comparison. The ``top`` groups by total
     time are kept, plus every known long-tail type."""
-    by = "type" if len(tl.types) > 3 else "name"
+    by = "type" if np.unique(tl.type).size > 3 else "name"
     codes = tl.type if by == "type" else tl.name
     labels = tl.types if by == "type" else tl.names
     if len(tl) == 0:

@@ -9,6 +9,8 @@ results can be checked against HTA; on Ascend the HCCL lane is communication.
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
 from . import intervals as iv
@@ -27,3 +29,72 @@ def comm_comp_overlap_pct(tl: Timeline) -> float | None:
         return None
     u_comp = iv.union(tl.start_ns[comp], tl.end_ns[comp])
     return 100.0 * iv.intersection_length(u_comm, u_comp) / total
+
+
+# --- Holistic Trace Analysis 0.5.0, reproduced exactly -----------------------------------
+# HTA classifies with re.match (anchored at the start, case-sensitive); note that a
+# "Stream Wait Event" counts as computation there and HCCL names are not communication.
+_HTA_COMM = re.compile(r"^nccl.*Kernel")
+_HTA_MEMORY = re.compile(r"(^Memcpy)|(^Memset)|(^dma)")
+_HTA_NOT_COMP = re.compile(r"(^nccl.*Kernel)|(.*(Memcpy)|(Memset))|(.*Sync)")
+
+
+def hta_kernel_type(name: str) -> str:
+    """HTA's ``get_kernel_type``: "comm", "memory", "comp" or "other"."""
+    if _HTA_COMM.match(name):
+        return "comm"
+    if _HTA_MEMORY.match(name):
+        return "memory"
+    if not _HTA_NOT_COMP.match(name):
+        return "comp"
+    return "other"
+
+
+def hta_round(start_ns: np.ndarray, dur_ns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """HTA's timestamp rounding of float traces: ts = ceil(ts), end = floor(ts + dur), in
+    float64 microseconds as pandas holds them (so the 0.25 us grid of epoch doubles shows)."""
+    whole, frac = np.divmod(start_ns, 1000)
+    ts = whole.astype(np.float64) + frac / 1000.0  # the double nearest the decimal text
+    dur = dur_ns / 1000.0
+    return np.ceil(ts), np.floor(ts + dur)
+
+
+def _hta_union(ts: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """HTA's ``merge_kernel_intervals``: touching intervals merge, degenerate ones stay."""
+    if ts.size == 0:
+        return ts, end
+    order = np.argsort(ts, kind="stable")
+    ts, end = ts[order], end[order]
+    run = np.maximum.accumulate(end)
+    new = np.empty(ts.size, bool)
+    new[0] = True
+    new[1:] = ts[1:] > run[:-1]
+    first = np.flatnonzero(new)
+    last = np.append(first[1:], ts.size) - 1
+    return ts[first], run[last]
+
+
+def hta_comm_comp_overlap_pct(names: list[str], name: np.ndarray, start_ns: np.ndarray,
+                              dur_ns: np.ndarray, rounding: bool) -> float | None:
+    """HTA 0.5.0's ``get_comm_comp_overlap`` for one rank: 100 x |U(comp) ∩ U(comm)| /
+    |U(comm)|, over every GPU event given (kernels, memcpy/memset, stream waits), rounded
+    to 2 decimals; None where HTA says NaN (no communication)."""
+    kinds = np.array([hta_kernel_type(n) for n in names], dtype=object)
+    k = kinds[name] if name.size else np.zeros(0, dtype=object)
+    if rounding:
+        ts, end = hta_round(start_ns, dur_ns)
+    else:
+        ts, end = start_ns / 1000.0, (start_ns + dur_ns) / 1000.0
+    comm = _hta_union(ts[k == "comm"], end[k == "comm"])
+    comp = _hta_union(ts[k == "comp"], end[k == "comp"])
+    total = float((comm[1] - comm[0]).sum())
+    if comm[0].size == 0 or total == 0:
+        return None
+    pos = comm[1] > comm[0]
+    cpos = comp[1] > comp[0]
+    # both unions are disjoint; their intersection by a merge of edges in integer units
+    scale = 1.0 if rounding else 1000.0
+    a = (np.rint(comm[0][pos] * scale).astype(np.int64), np.rint(comm[1][pos] * scale).astype(np.int64))
+    b = (np.rint(comp[0][cpos] * scale).astype(np.int64), np.rint(comp[1][cpos] * scale).astype(np.int64))
+    overlap = iv.intersection_length(a, b) / scale
+    return float(np.round(100.0 * overlap / total, 2))

@@ -172,28 +172,62 @@ def _nearest(cs: np.ndarray, ce: np.ndarray, dur: np.ndarray, lo: np.ndarray,
     """Dominator of windows that no candidate overlaps: the next candidate after the window
     (main was idle, so the op that follows is the work the side stream should have hidden
     behind), else the previous one; big-enough candidates first; none (-1) when every
-    candidate is farther than :func:`dominator_horizon`."""
+    candidate is farther than :func:`dominator_horizon`. Vectorised over windows."""
     n = cs.size
-    nxt = np.searchsorted(cs, hi, side="left")  # first candidate starting at/after hi
-    prv = nxt - 1  # candidates are disjoint, so the one before ends at or before lo
     horizon = dominator_horizon(hi - lo)
-    near_next = (nxt < n) & (_gap_to(cs, ce, np.minimum(nxt, n - 1), lo, hi) <= horizon)
-    res = np.where(near_next, nxt, prv)
-    res = np.where((res >= 0) & (_gap_to(cs, ce, np.clip(res, 0, n - 1), lo, hi) <= horizon),
-                   res, -1)
     need = (hi - lo) * DOMINATOR_MIN_SHARE
-    small = (res < 0) | (dur[np.clip(res, 0, n - 1)] < need)
-    # per window, bounded work: only windows whose adjacent candidate is too small
-    for w in np.flatnonzero(small)[:2000]:
-        ok = np.flatnonzero(dur >= need[w])
-        if ok.size == 0:
-            continue
-        k = int(np.searchsorted(cs[ok], hi[w], side="left"))
-        for j in ([ok[k]] if k < ok.size else []) + ([ok[k - 1]] if k > 0 else []):
-            if max(cs[j] - hi[w], lo[w] - ce[j]) <= horizon[w]:
-                res[w] = j
-                break
-    return res
+    nxt = np.searchsorted(cs, hi, side="left")  # first candidate starting at/after hi
+    stop = np.searchsorted(cs, hi + horizon, side="right")  # ... and within the horizon
+    # candidates are disjoint: those before nxt end at or before lo
+    back = np.minimum(np.searchsorted(ce, lo - horizon, side="left"), nxt)
+    rmq = _RangeArgmax(dur)
+    big_after = _first_at_least(rmq, nxt, stop, need)
+    big_before = _last_at_least(rmq, back, nxt, need)
+    adjacent = np.where(stop > nxt, nxt, np.where(nxt > back, nxt - 1, -1))
+    return np.where(big_after >= 0, big_after, np.where(big_before >= 0, big_before, adjacent))
+
+
+def _first_at_least(rmq: "_RangeArgmax", a: np.ndarray, b: np.ndarray, need: np.ndarray
+                    ) -> np.ndarray:
+    """Per query, the smallest j in [a, b) with value >= need, else -1 (binary search on
+    range maxima, all queries at once)."""
+    return _search(rmq, a, b, need, first=True)
+
+
+def _last_at_least(rmq: "_RangeArgmax", a: np.ndarray, b: np.ndarray, need: np.ndarray
+                   ) -> np.ndarray:
+    """Per query, the largest j in [a, b) with value >= need, else -1."""
+    return _search(rmq, a, b, need, first=False)
+
+
+def _search(rmq: "_RangeArgmax", a: np.ndarray, b: np.ndarray, need: np.ndarray,
+            first: bool) -> np.ndarray:
+    v = rmq.v
+    out = np.full(a.size, -1, np.int64)
+    has = b > a
+    idx = np.flatnonzero(has)
+    if idx.size == 0:
+        return out
+    found = v[rmq.query(a[idx], b[idx])] >= need[idx]
+    idx = idx[found]
+    lo, hi = a[idx].astype(np.int64), b[idx].astype(np.int64)  # the answer lies in [lo, hi)
+    nd = need[idx]
+    while True:
+        open_ = np.flatnonzero(hi - lo > 1)
+        if open_.size == 0:
+            break
+        l, h = lo[open_], hi[open_]
+        mid = (l + h) // 2
+        if first:
+            left = v[rmq.query(l, mid)] >= nd[open_]
+            hi[open_] = np.where(left, mid, h)
+            lo[open_] = np.where(left, l, mid)
+        else:
+            right = v[rmq.query(mid, h)] >= nd[open_]
+            lo[open_] = np.where(right, mid, l)
+            hi[open_] = np.where(right, h, mid)
+    out[idx] = lo
+    return out
 
 
 def dominator_horizon(window_len: np.ndarray) -> np.ndarray:
@@ -260,9 +294,10 @@ def parallel_points(tl: Timeline, main_code: int, side_codes: list[int], *,
         if idx.size == 0:
             continue
         busy = iv.union(tl.start_ns[idx], tl.end_ns[idx])
-        if busy[0].size == 0:  # only zero-length ops: a window of zero length at their time
-            t = tl.start_ns[idx]
-            busy = (np.array([t.min()]), np.array([t.max()]))
+        zero_only = busy[0].size == 0
+        if zero_only:  # only zero-length ops: windows of their instants, with no busy time
+            t = np.unique(tl.start_ns[idx])
+            busy = (t, t)
         gap = window_gap_ns if window_gap_ns is not None else default_window_gap(tl.dur_ns[idx])
         lo, hi, first_block = windows_of(busy, gap)
         doms = find_dominators(cs, ce, lo, hi)

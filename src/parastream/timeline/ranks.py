@@ -53,8 +53,14 @@ def _unit(path: str, opts: Options, keep: bool) -> tuple[list[dict], list[Timeli
     timelines = read_path(path)
     caps = captures_of(timelines, opts.split_steps)
     results = [analyze_capture(tl, opts) for tl in caps]
-    info = {"source": path, "rank": next((t.meta.get("rank") for t in timelines
-                                          if t.meta.get("rank") is not None), None)}
+    info = {"source": path, "format": timelines[0].format if timelines else None,
+            "rank": next((t.meta.get("rank") for t in timelines
+                          if t.meta.get("rank") is not None), None),
+            "captures": len(results),
+            "hta_comm_comp_overlap_pct": next((t.meta["hta_comm_comp_overlap_pct"]
+                                               for t in timelines
+                                               if t.meta.get("hta_comm_comp_overlap_pct") is not None),
+                                              None)}
     return results, (caps if keep else []), info
 
 
@@ -106,7 +112,7 @@ def analyze_paths(paths: list[str], opts: Options, *, jobs: int = 0, keep_timeli
 
     captures = [c for results, _ in per_unit for c in results]
     ranks = {info["rank"] for _, info in per_unit}
-    doc = {"schema": SCHEMA, "captures": captures}
+    doc = {"schema": SCHEMA, "captures": captures, "sources": [info for _, info in per_unit]}
     if len(per_unit) > 1 and None not in ranks and len(ranks) == len(per_unit):
         rows = []
         for results, info in sorted(per_unit, key=lambda x: x[1]["rank"]):
@@ -116,11 +122,14 @@ def analyze_paths(paths: list[str], opts: Options, *, jobs: int = 0, keep_timeli
                          "median_parallelism": s["median_parallelism"],
                          "median_comm_comp_overlap_pct": s["median_comm_comp_overlap_pct"],
                          "median_overlap_pct": s["median_overlap_pct"],
+                         "hta_comm_comp_overlap_pct": info["hta_comm_comp_overlap_pct"],
                          "verdict_counts": s["verdict_counts"]})
         doc["ranks"] = rows
         doc["summary"] = _cross_rank(rows)
     else:
         doc["summary"] = summarize(captures, opts.cold)
+    hta = [i["hta_comm_comp_overlap_pct"] for _, i in per_unit if i["hta_comm_comp_overlap_pct"] is not None]
+    doc["summary"]["hta_comm_comp_overlap_pct"] = (round(statistics.median(hta), 2) if hta else None)
     return doc, timelines
 
 

@@ -65,7 +65,8 @@ def stream_stats(tl: Timeline, main: str | None = None) -> list[StreamStats]:
         st, en = tl.start_ns[idx], tl.end_ns[idx]
         busy = iv.union(st, en)
         first, last = int(st.min()), int(en.max())
-        gaps = iv.subtract((np.array([first]), np.array([last])), busy)
+        span = (np.array([first]), np.array([last])) if last > first else (busy[0][:0], busy[1][:0])
+        gaps = iv.subtract(span, busy)
         wmask = tl.wait_stream == s
         waits = iv.union(tl.wait_start_ns[wmask], tl.wait_end_ns[wmask])
         gap_wait = iv.intersection_length(gaps, waits)

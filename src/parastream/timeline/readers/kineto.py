@@ -13,7 +13,9 @@ dicts, and timestamps are kept as raw JSON text and parsed exactly to nanosecond
 
 from __future__ import annotations
 
+import gc
 import gzip
+import multiprocessing as mp
 import re
 import zlib
 from collections import Counter
@@ -23,8 +25,9 @@ import numpy as np
 import pyarrow as pa
 
 from ...errors import InputError
-from ..model import (KIND_COMM, KIND_COMPUTE, KIND_MEMCPY, KIND_MEMSET, DeviceInfo, Interner,
-                     core_code, make_timeline, Timeline)
+from .. import comm as comm_mod
+from ..model import (KIND_COMM, KIND_COMPUTE, KIND_MEMCPY, KIND_MEMSET, DeviceInfo,
+                     Interner, Timeline, core_code, make_timeline)
 from ..timeparse import us_text_column_to_ns, us_to_ns
 
 FORMAT = "kineto"
@@ -33,11 +36,17 @@ FORMAT = "kineto"
 COMM_NAME = re.compile(r"^nccl|^hccl|ncclKernel|ncclDevKernel", re.IGNORECASE)
 _DEVICE_CATS = {"kernel": KIND_COMPUTE, "gpu_memcpy": KIND_MEMCPY, "gpu_memset": KIND_MEMSET,
                 "memcpy": KIND_MEMCPY, "memset": KIND_MEMSET}
+_CATS = ("kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset")
+_CAT_KIND = np.array([_DEVICE_CATS[c] for c in _CATS], np.int8)
+#: category spellings seen in traces -> index into _CATS
+_CAT_INDEX = {v: i for i, c in enumerate(_CATS) for v in (c, c.capitalize(), c.upper())}
 _STEP = re.compile(r"^ProfilerStep#(\d+)$")
 _STREAM_TXT = re.compile(r"^\s*(?:stream\s*)?(-?\d+)\s*$", re.IGNORECASE)
 
 
-class _Args(msgspec.Struct):
+# gc=False: a trace has millions of events and none of these structs can form a cycle;
+# untracked objects also spare the collector from rescanning them during decoding.
+class _Args(msgspec.Struct, gc=False):
     stream: int | str | None = None
     device: int | str | None = None
     correlation: int | str | None = None
@@ -45,14 +54,14 @@ class _Args(msgspec.Struct):
     grid: list[int] | None = None
 
 
-class _Event(msgspec.Struct):
+class _Event(msgspec.Struct, gc=False):
     ph: str = ""
     cat: str = ""
     name: str = ""
     pid: int | str | None = None
     tid: int | str | None = None
     id: int | str | None = None
-    ts: msgspec.Raw = msgspec.Raw()
+    ts: msgspec.Raw = msgspec.Raw()  # exact text: epoch us with ns decimals
     dur: msgspec.Raw = msgspec.Raw()
     args: _Args | None = None
 
@@ -67,6 +76,21 @@ class _Trace(msgspec.Struct):
     traceEvents: list[_Event] = []
     deviceProperties: list[_DevProp] | None = None
     distributedInfo: dict | None = None
+
+
+class _TraceHead(msgspec.Struct):
+    """The document without decoding its events: they stay one raw span."""
+
+    traceEvents: msgspec.Raw = msgspec.Raw()
+    deviceProperties: list[_DevProp] | None = None
+    distributedInfo: dict | None = None
+
+
+_EVENTS = msgspec.json.Decoder(list[_Event])
+#: a boundary between two events of the array (validated: a split inside a string or a
+#: nested object makes the chunk invalid JSON, and the reader then decodes in one piece)
+_BOUNDARY = re.compile(rb"\}\s*,\s*\{")
+CHUNK_BYTES = 8 << 20
 
 
 def sniff(head: bytes) -> bool:
@@ -149,25 +173,229 @@ def _normalise(e):
     return e
 
 
-def _times_ns(raws: list, path: str, what: str) -> tuple[np.ndarray, np.ndarray]:
+def _times_ns(raws: list, path: str = "", what: str = "") -> tuple[np.ndarray, np.ndarray]:
     """Exact ns for a list of raw JSON numbers/strings; second array flags unusable ones."""
-    texts = [_raw_text(r) for r in raws]
-    ok = np.fromiter((bool(t) and t not in ("null", '""') for t in texts), bool, len(texts))
+    blobs = [r if isinstance(r, bytes) else bytes(r) if isinstance(r, msgspec.Raw)
+             else (b"" if r is None else str(r).encode()) for r in raws]
+    ok = np.fromiter((len(b) > 0 and b != b"null" and b != b'""' for b in blobs), bool, len(blobs))
+    if not ok.all():
+        blobs = [b if good else b"0" for b, good in zip(blobs, ok)]
+    if not blobs:
+        return np.zeros(0, np.int64), ok
     try:
-        vals = us_text_column_to_ns(pa.array([t if good else "0" for t, good in zip(texts, ok)],
-                                             pa.string()))
+        vals = us_text_column_to_ns(pa.array(blobs, pa.binary()).cast(pa.string()))
         return vals, ok
-    except ValueError:
+    except (ValueError, pa.ArrowInvalid):
         pass
-    out = np.zeros(len(texts), np.int64)
-    for i, t in enumerate(texts):
+    out = np.zeros(len(blobs), np.int64)
+    for i, b in enumerate(blobs):
         if not ok[i]:
             continue
         try:
-            out[i] = us_to_ns(msgspec.json.decode(t.encode()) if t[:1] != '"' else t)
-        except (ValueError, msgspec.DecodeError, TypeError, OverflowError):
+            t = b.decode("utf-8")
+            out[i] = us_to_ns(msgspec.json.decode(b) if t[:1] != '"' else t)
+        except (ValueError, msgspec.DecodeError, TypeError, OverflowError, UnicodeDecodeError):
             ok[i] = False
     return out, ok
+
+
+def _boundaries(span: memoryview, size: int = CHUNK_BYTES) -> list[tuple[int, int]]:
+    """Cut the text of the events array (without its brackets) into (start, end) pieces of
+    about ``size`` bytes at event boundaries."""
+    n = len(span)
+    out, a = [], 0
+    while a < n:
+        b = a + size
+        m = _BOUNDARY.search(span, b) if b < n else None
+        if m is None:
+            out.append((a, n))
+            break
+        out.append((a, m.start() + 1))
+        a = m.end() - 1
+    return out
+
+
+def _as_int(v) -> int:
+    if isinstance(v, int):
+        return v
+    try:
+        return int(v)
+    except (TypeError, ValueError):
+        return -1
+
+
+def _scan(events: list[_Event]) -> dict:
+    """One pass over decoded events: the columns the timeline needs, nothing else.
+
+    Runs in worker processes for big traces, so it returns plain lists and arrays."""
+    names: dict = {}
+    labels: dict = {}
+    d_name, d_cat, d_stream, d_dev, d_ts, d_dur, d_block, d_corr = ([] for _ in range(8))
+    l_corr, l_ts, f_id, f_ts = [], [], [], []
+    waits, steps = [], []
+    syncs: Counter = Counter()
+    cat_index = _CAT_INDEX
+    for e in events:
+        ph = e.ph
+        if ph == "X":
+            cat = e.cat
+            k = cat_index.get(cat)
+            if k is not None:
+                a = e.args
+                nm = e.name
+                nc = names.get(nm)
+                if nc is None:
+                    nc = names[nm] = len(names)
+                d_name.append(nc)
+                d_cat.append(k)
+                if a is not None:
+                    st = a.stream if a.stream is not None else ("tid", e.tid)
+                    dv = a.device if a.device is not None else ("pid", e.pid)
+                    g = a.grid
+                    if g:
+                        prod = 1
+                        for x in g:
+                            prod *= x
+                        d_block.append(prod)
+                    else:
+                        d_block.append(-1)
+                    c = a.correlation
+                    d_corr.append(c if isinstance(c, int) else _as_int(c))
+                else:
+                    st, dv = ("tid", e.tid), ("pid", e.pid)
+                    d_block.append(-1)
+                    d_corr.append(-1)
+                sc = labels.get(st)
+                if sc is None:
+                    sc = labels[st] = len(labels)
+                d_stream.append(sc)
+                dc = labels.get(dv)
+                if dc is None:
+                    dc = labels[dv] = len(labels)
+                d_dev.append(dc)
+                d_ts.append(e.ts)
+                d_dur.append(e.dur)
+            elif cat == "cuda_runtime" or cat == "cuda_driver":
+                a = e.args
+                if a is not None and a.correlation is not None:
+                    l_corr.append(_as_int(a.correlation))
+                    l_ts.append(e.ts)
+            elif cat == "cuda_sync":
+                if e.name == "Stream Wait Event":
+                    a = e.args
+                    waits.append((a.stream if a is not None and a.stream is not None else e.tid,
+                                  a.wait_on_stream if a is not None else None, e.name,
+                                  bytes(e.ts), bytes(e.dur),
+                                  _as_int(a.correlation) if a is not None else -1))
+                else:
+                    syncs[e.name] += 1
+            elif e.name.startswith("ProfilerStep#"):
+                m = _STEP.match(e.name)
+                if m:
+                    steps.append((int(m.group(1)), bytes(e.ts), bytes(e.dur)))
+        elif ph == "s" and (e.cat == "ac2g" or e.cat == "async_cpu_to_gpu") and e.id is not None:
+            f_id.append(_as_int(e.id))
+            f_ts.append(e.ts)
+    # HTA rounds timestamps only when pandas holds them as floats
+    float_ts = any(b"." in bytes(t) or b"e" in bytes(t) for t in d_ts[:1000])
+    ts, ok1 = _times_ns(d_ts)
+    dur, ok2 = _times_ns(d_dur)
+    lts, lok = _times_ns(l_ts)
+    fts, fok = _times_ns(f_ts)
+    return {
+        "count": len(events), "names": list(names), "labels": list(labels),
+        "name": np.array(d_name, np.int32), "cat": np.array(d_cat, np.int8),
+        "stream": np.array(d_stream, np.int32), "dev": np.array(d_dev, np.int32),
+        "ts": ts, "dur": dur, "ok": ok1 & ok2, "block": np.array(d_block, np.int64),
+        "corr": np.array(d_corr, np.int64),
+        "l_corr": np.array(l_corr, np.int64)[lok], "l_ts": lts[lok],
+        "f_id": np.array(f_id, np.int64)[fok], "f_ts": fts[fok],
+        "waits": waits, "steps": steps, "syncs": dict(syncs), "float_ts": float_ts,
+    }
+
+
+# Big traces are scanned by forked workers that read the document from this module-level
+# buffer (shared copy-on-write, never pickled); it is cleared when the pool closes.
+_SHARED: bytes | None = None
+PARALLEL_BYTES = 64 << 20
+
+
+def _scan_piece(bounds: tuple[int, int]) -> dict | str:
+    a, b = bounds
+    mv = memoryview(_SHARED)  # type: ignore[arg-type]
+    gc.disable()
+    try:
+        return _scan(_EVENTS.decode(b"[" + mv[a:b] + b"]"))
+    except msgspec.DecodeError:
+        return "decode"
+    except msgspec.ValidationError:
+        return "validation"
+
+
+def _span_offset(data: bytes, raw: msgspec.Raw) -> int | None:
+    """Where the raw events array lies inside ``data`` (msgspec's Raw is a view into it)."""
+    mv = memoryview(raw)
+    if len(mv) == 0:
+        return None
+    base = np.frombuffer(data, np.uint8).ctypes.data
+    addr = np.frombuffer(mv, np.uint8).ctypes.data
+    off = addr - base
+    if 0 <= off and off + len(mv) <= len(data) and data[off:off + 1] == bytes(mv[:1]):
+        return off
+    return None
+
+
+def _workers(nbytes: int) -> int:
+    import os
+
+    if nbytes < PARALLEL_BYTES or "fork" not in mp.get_all_start_methods():
+        return 1
+    return max(1, min(4, os.cpu_count() or 1))
+
+
+def _decode(path: str, data: bytes, warnings: list[str]) -> tuple[list[dict], object]:
+    """Decode the document; the events array in pieces (in parallel for big traces) so
+    only the kept columns of each piece outlive it."""
+    global _SHARED
+    gc_was = gc.isenabled()
+    gc.disable()  # millions of new objects: generational GC passes would dominate
+    try:
+        try:
+            head = msgspec.json.decode(data, type=_TraceHead)
+        except msgspec.ValidationError:
+            trace = _lenient_events(path, data, warnings)
+            return [_scan(trace.traceEvents)], trace
+        raw = head.traceEvents
+        if len(memoryview(raw)) == 0:
+            return [], head
+        if bytes(memoryview(raw)[:1]) != b"[":
+            raise InputError(path, "traceEvents is not a list")
+        off = _span_offset(data, raw)
+        if off is None:  # not a view: work on a copy of the span
+            data, off = bytes(memoryview(raw)), 0
+        inner_lo, inner_hi = off + 1, off + len(memoryview(raw)) - 1
+        pieces = [(inner_lo + a, inner_lo + b) for a, b in
+                  _boundaries(memoryview(data)[inner_lo:inner_hi])]
+        n_workers = _workers(len(data))
+        _SHARED = data
+        try:
+            if n_workers > 1 and len(pieces) > 1:
+                with mp.get_context("fork").Pool(n_workers) as pool:
+                    parts = pool.map(_scan_piece, pieces, chunksize=1)
+            else:
+                parts = [_scan_piece(p) for p in pieces]
+        finally:
+            _SHARED = None
+        if "validation" in parts:
+            trace = _lenient_events(path, data, warnings)
+            return [_scan(trace.traceEvents)], trace
+        if "decode" in parts:
+            # a boundary fell inside a string or a nested object: decode the array whole
+            parts = [_scan(_EVENTS.decode(memoryview(data)[off:inner_hi + 1]))]
+        return parts, head
+    finally:
+        if gc_was:
+            gc.enable()
 
 
 def read(path: str) -> Timeline:
@@ -175,148 +403,135 @@ def read(path: str) -> Timeline:
     data = load_bytes(path)
     warnings: list[str] = []
     try:
-        trace = msgspec.json.decode(data, type=_Trace)
-    except msgspec.ValidationError:
-        trace = _lenient_events(path, data, warnings)
+        parts, head = _decode(path, data, warnings)
     except msgspec.DecodeError as exc:
         reason = str(exc)
         if "truncated" in reason.lower():
             reason = "truncated JSON (" + reason + ")"
         raise InputError(path, f"invalid JSON: {reason}") from None
     del data
-    return _build(path, trace, warnings)
+    return _build(path, parts, head, warnings)
 
 
-def _build(path: str, trace: _Trace, warnings: list[str]) -> Timeline:
-    events = trace.traceEvents
-    dev_events: list[_Event] = []
-    waits: list[_Event] = []
-    launch_by_corr: dict = {}
-    flow_start: dict = {}
-    steps: list[tuple[int, _Event]] = []
-    host_syncs = Counter()
-    for e in events:
-        cat = e.cat
-        if e.ph == "X":
-            lc = cat.lower()
-            if lc in _DEVICE_CATS:
-                dev_events.append(e)
-            elif lc == "cuda_runtime" or lc == "cuda_driver":
-                if e.args is not None and e.args.correlation is not None:
-                    launch_by_corr[e.args.correlation] = e.ts
-            elif lc == "cuda_sync":
-                if e.name == "Stream Wait Event":
-                    waits.append(e)
-                else:
-                    host_syncs[e.name] += 1
-            elif e.name.startswith("ProfilerStep#"):
-                m = _STEP.match(e.name)
-                if m:
-                    steps.append((int(m.group(1)), e))
-        elif e.ph == "s" and cat in ("ac2g", "async_cpu_to_gpu") and e.id is not None:
-            flow_start[e.id] = e.ts
-    if not dev_events:
-        if not events:
+def _merge_codes(parts: list[dict], key: str, table: str, interner: Interner, convert) -> np.ndarray:
+    out = []
+    for p in parts:
+        mapping = np.array([interner.code(convert(v)) for v in p[table]], np.int32)
+        out.append(mapping[p[key]] if p[key].size else np.zeros(0, np.int32))
+    return np.concatenate(out) if out else np.zeros(0, np.int32)
+
+
+def _label_text(v) -> str:
+    if isinstance(v, tuple):  # ("tid", x) / ("pid", x): no stream/device arg, fall back
+        v = v[1]
+    return _stream_label(v) or "?"
+
+
+def _build(path: str, parts: list[dict], trace, warnings: list[str]) -> Timeline:
+    count = sum(p["count"] for p in parts)
+    n_dev = sum(p["name"].size for p in parts)
+    if n_dev == 0:
+        if not count:
             raise InputError(path, "empty trace: traceEvents has no events")
         raise InputError(path, "no device activity (kernel, gpu_memcpy or gpu_memset events) "
                                "in the trace; was it captured with ProfilerActivity.CUDA?")
+    streams, names, devices = Interner(), Interner(), Interner()
+    name = _merge_codes(parts, "name", "names", names, str)
+    stream = _merge_codes(parts, "stream", "labels", streams, _label_text)
+    dev = _merge_codes(parts, "dev", "labels", devices, _label_text)
+    cat = np.concatenate([p["cat"] for p in parts])
+    starts = np.concatenate([p["ts"] for p in parts])
+    durs = np.concatenate([p["dur"] for p in parts])
+    ok = np.concatenate([p["ok"] for p in parts])
+    block = np.concatenate([p["block"] for p in parts])
+    corr = np.concatenate([p["corr"] for p in parts])
+    # the stream interner may hold device labels too; keep stream codes dense
+    used = np.unique(stream)
+    remap = np.full(len(streams.values), -1, np.int32)
+    remap[used] = np.arange(used.size, dtype=np.int32)
+    stream_names = [streams.values[i] for i in used]
+    stream = remap[stream]
 
     # One capture is one device: keep the device with the most device events.
-    devs = [(_stream_label(e.args.device) if e.args is not None and e.args.device is not None
-             else _stream_label(e.pid)) for e in dev_events]
-    dev_count = Counter(devs)
-    device_id, _ = dev_count.most_common(1)[0]
-    if len(dev_count) > 1:
-        others = sorted(d for d in dev_count if d != device_id)
-        warnings.append(f"trace holds {len(dev_count)} devices; analysed device {device_id}, "
-                        f"skipped device(s) {', '.join(map(str, others))} "
-                        f"({sum(dev_count[d] for d in others)} ops)")
-        dev_events = [e for e, d in zip(dev_events, devs) if d == device_id]
+    dev_count = np.bincount(dev, minlength=len(devices.values))
+    best = int(np.argmax(dev_count))
+    device_id = devices.values[best]
+    if (dev_count > 0).sum() > 1:
+        others = [devices.values[i] for i in np.flatnonzero(dev_count) if i != best]
+        warnings.append(f"trace holds {len(others) + 1} devices; analysed device {device_id}, "
+                        f"skipped device(s) {', '.join(sorted(others))} "
+                        f"({int(dev_count.sum() - dev_count[best])} ops)")
+        ok &= dev == best
+    bad_time = ~np.concatenate([p["ok"] for p in parts])
+    if bad_time.any():
+        warnings.append(f"skipped {int(bad_time.sum())} device op(s) without a usable ts/dur")
 
-    starts, ok_s = _times_ns([e.ts for e in dev_events], path, "ts")
-    durs, ok_d = _times_ns([e.dur for e in dev_events], path, "dur")
-    ok = ok_s & ok_d
-    if (~ok).any():
-        warnings.append(f"skipped {int((~ok).sum())} device op(s) without a usable ts/dur")
-    streams, names, types = Interner(), Interner(), Interner()
-    n = len(dev_events)
-    stream = np.empty(n, np.int32)
-    name = np.empty(n, np.int32)
-    typ = np.empty(n, np.int32)
-    kind = np.empty(n, np.int8)
-    block = np.full(n, -1, np.int32)
-    corr = []
-    cuda = core_code("CUDA")
-    for i, e in enumerate(dev_events):
-        a = e.args
-        s = _stream_label(a.stream) if a is not None and a.stream is not None else None
-        if s is None:
-            s = _stream_label(e.tid) or "?"
-        stream[i] = streams.code(s)
-        name[i] = names.code(e.name)
-        lc = e.cat.lower()
-        k = _DEVICE_CATS[lc]
-        if k == KIND_COMPUTE and COMM_NAME.search(e.name):
-            k = KIND_COMM
-        kind[i] = k
-        typ[i] = types.code(lc)
-        if a is not None and a.grid:
-            block[i] = int(np.prod(a.grid))
-        corr.append(a.correlation if a is not None else None)
+    # kind per (category, name): the comm regex runs once per distinct kernel name
+    kind = _CAT_KIND[cat].copy()
+    is_comm_name = np.array([bool(COMM_NAME.search(nm)) for nm in names.values], bool)
+    kind[(kind == KIND_COMPUTE) & is_comm_name[name]] = KIND_COMM
 
-    launch = np.full(n, -1, np.int64)
-    if launch_by_corr or flow_start:
-        raws = [launch_by_corr.get(c, flow_start.get(c)) if c is not None else None for c in corr]
-        have = np.fromiter((r is not None for r in raws), bool, n)
-        if have.any():
-            vals, good = _times_ns([r for r in raws if r is not None], path, "launch ts")
-            idx = np.flatnonzero(have)[good]
-            launch[idx] = vals[good]
+    l_corr = np.concatenate([p["l_corr"] for p in parts])
+    l_ts = np.concatenate([p["l_ts"] for p in parts])
+    launch = _join(corr, l_corr, l_ts)
+    runtime_launch = launch.copy()
+    missing = launch < 0
+    if missing.any():
+        flow = _join(corr[missing], np.concatenate([p["f_id"] for p in parts]),
+                     np.concatenate([p["f_ts"] for p in parts]))
+        launch[missing] = flow
 
-    step = np.full(n, -1, np.int32)
+    step = np.full(starts.size, -1, np.int32)
+    steps = [s for p in parts for s in p["steps"]]
     if steps:
-        st_start, st_ok = _times_ns([e.ts for _, e in steps], path, "step ts")
-        st_dur, st_ok2 = _times_ns([e.dur for _, e in steps], path, "step dur")
-        ids = np.array([s for s, _ in steps], np.int32)
+        st_start, st_ok = _times_ns([t for _, t, _ in steps])
+        st_dur, st_ok2 = _times_ns([d for _, _, d in steps])
+        ids = np.array([s for s, _, _ in steps], np.int32)
         keep = st_ok & st_ok2
         order = np.argsort(st_start[keep])
         lo, hi, ids = st_start[keep][order], (st_start + st_dur)[keep][order], ids[keep][order]
-        # a kernel belongs to the step in which it was launched (GPU work lags the CPU)
-        key = np.where(launch >= 0, launch, starts)
-        pos = np.searchsorted(lo, key, side="right") - 1
-        inside = (pos >= 0) & (key <= hi[np.clip(pos, 0, None)]) if len(lo) else np.zeros(n, bool)
-        step[inside] = ids[pos[inside]]
+        if lo.size:
+            # a kernel belongs to the step in which it was launched (GPU work lags the CPU)
+            key = np.where(launch >= 0, launch, starts)
+            pos = np.searchsorted(lo, key, side="right") - 1
+            inside = (pos >= 0) & (key <= hi[np.clip(pos, 0, None)])
+            step[inside] = ids[pos[inside]]
 
-    ops = dict(stream=stream[ok], name=name[ok], type=typ[ok], start_ns=starts[ok],
-               end_ns=(starts + durs)[ok], kind=kind[ok], core=np.full(int(ok.sum()), cuda, np.int8),
-               block_dim=block[ok], mix_block_dim=np.full(int(ok.sum()), -1, np.int32),
-               step=step[ok], launch_ns=launch[ok])
+    usable = np.concatenate([p["ok"] for p in parts])  # every device: HTA pools them
+    hta = _hta_figure(parts, names, name, starts, durs, usable, runtime_launch, l_corr, l_ts)
+    types = Interner(_CATS)
+    n_ok = int(ok.sum())
+    ops = dict(stream=stream[ok], name=name[ok], type=cat[ok].astype(np.int32),
+               start_ns=starts[ok], end_ns=(starts + durs)[ok], kind=kind[ok],
+               core=np.full(n_ok, core_code("CUDA"), np.int8),
+               block_dim=np.clip(block[ok], -1, np.iinfo(np.int32).max).astype(np.int32),
+               mix_block_dim=np.full(n_ok, -1, np.int32), step=step[ok], launch_ns=launch[ok])
 
-    w_stream, w_on, w_name = [], [], []
-    w_raw_ts, w_raw_dur = [], []
-    for e in waits:
-        a = e.args
-        s = _stream_label(a.stream) if a is not None and a.stream is not None else _stream_label(e.tid)
+    stream_in = Interner(stream_names)
+    w_stream, w_on, w_name, w_ts, w_dur = [], [], [], [], []
+    for st, on, nm, ts, du, _ in (w for p in parts for w in p["waits"]):
+        s = _stream_label(st)
         if s is None or s == "-1":
             continue
-        w_stream.append(streams.code(s))
-        on = _stream_label(a.wait_on_stream) if a is not None else None
-        w_on.append(streams.code(on) if on is not None and on != "-1" else -1)
-        w_name.append(names.code(e.name))
-        w_raw_ts.append(e.ts)
-        w_raw_dur.append(e.dur)
+        w_stream.append(stream_in.code(s))
+        o = _stream_label(on)
+        w_on.append(stream_in.code(o) if o is not None and o != "-1" else -1)
+        w_name.append(names.code(nm))
+        w_ts.append(ts)
+        w_dur.append(du)
     wait_cols = None
     if w_stream:
-        ws, wok = _times_ns(w_raw_ts, path, "wait ts")
-        wd, wok2 = _times_ns(w_raw_dur, path, "wait dur")
+        ws, wok = _times_ns(w_ts)
+        wd, wok2 = _times_ns(w_dur)
         wk = wok & wok2
         wait_cols = dict(wait_stream=np.array(w_stream, np.int32)[wk],
                          wait_on=np.array(w_on, np.int32)[wk], wait_start_ns=ws[wk],
                          wait_end_ns=(ws + wd)[wk], wait_name=np.array(w_name, np.int32)[wk])
 
     device = DeviceInfo()
-    for p in trace.deviceProperties or []:
-        if _stream_label(p.id) == device_id or len(trace.deviceProperties or []) == 1:
+    props = trace.deviceProperties or []
+    for p in props:
+        if _stream_label(p.id) == device_id or len(props) == 1:
             device = DeviceInfo(name=p.name, sm_count=p.numSms)
             break
     meta: dict = {"device_id": device_id}
@@ -324,7 +539,55 @@ def _build(path: str, trace: _Trace, warnings: list[str]) -> Timeline:
         for k in ("rank", "world_size", "backend"):
             if k in trace.distributedInfo:
                 meta[k] = trace.distributedInfo[k]
-    if host_syncs:
-        meta["host_syncs"] = dict(host_syncs)
-    return make_timeline(path, FORMAT, streams.values, names.values, types.values, ops, wait_cols,
-                         device=device, warnings=warnings, meta=meta)
+    syncs: Counter = Counter()
+    for p in parts:
+        syncs.update(p["syncs"])
+    if syncs:
+        meta["host_syncs"] = dict(syncs)
+    meta["hta_comm_comp_overlap_pct"] = hta
+    return make_timeline(path, FORMAT, stream_in.values, names.values, types.values, ops,
+                         wait_cols, device=device, warnings=warnings, meta=meta)
+
+
+def _join(keys: np.ndarray, table_keys: np.ndarray, table_vals: np.ndarray) -> np.ndarray:
+    """``table_vals`` looked up by ``keys`` (-1 where absent); vectorised with a sort."""
+    out = np.full(keys.size, -1, np.int64)
+    if table_keys.size == 0 or keys.size == 0:
+        return out
+    order = np.argsort(table_keys, kind="stable")
+    tk, tv = table_keys[order], table_vals[order]
+    pos = np.clip(np.searchsorted(tk, keys), 0, tk.size - 1)
+    hit = (tk[pos] == keys) & (keys >= 0)
+    out[hit] = tv[pos[hit]]
+    return out
+
+
+def _hta_figure(parts: list[dict], names: Interner, name: np.ndarray, starts: np.ndarray,
+                durs: np.ndarray, ok: np.ndarray, launch: np.ndarray, l_corr: np.ndarray,
+                l_ts: np.ndarray) -> float | None:
+    """HTA's per-rank comm/comp overlap of this file, with HTA's loading rules: every
+    device of the file pooled, Stream Wait Events included, timestamps rounded for float
+    traces and, when there are two or more ProfilerStep annotations, only device work
+    launched before the last step begins."""
+    waits = [w for p in parts for w in p["waits"]]
+    w_name = np.array([names.code(w[2]) for w in waits], np.int32)
+    w_ts, w_ok = _times_ns([w[3] for w in waits])
+    w_dur, w_ok2 = _times_ns([w[4] for w in waits])
+    w_launch = _join(np.array([w[5] for w in waits], np.int64), l_corr, l_ts)
+    sel_name = np.concatenate([name[ok], w_name[w_ok & w_ok2]])
+    sel_start = np.concatenate([starts[ok], w_ts[w_ok & w_ok2]])
+    sel_dur = np.concatenate([durs[ok], w_dur[w_ok & w_ok2]])
+    sel_launch = np.concatenate([launch[ok], w_launch[w_ok & w_ok2]])
+    rounding = any(p["float_ts"] for p in parts)
+    steps = [s for p in parts for s in p["steps"]]
+    if len({s[0] for s in steps}) >= 2:
+        st, st_ok = _times_ns([s[1] for s in steps])
+        last = st[st_ok].max()
+        if rounding:
+            last_us = comm_mod.hta_round(np.array([last]), np.zeros(1, np.int64))[0][0]
+            la = comm_mod.hta_round(sel_launch, np.zeros(sel_launch.size, np.int64))[0]
+            keep = (sel_launch >= 0) & (la < last_us)
+        else:
+            keep = (sel_launch >= 0) & (sel_launch < last)
+        sel_name, sel_start, sel_dur = sel_name[keep], sel_start[keep], sel_dur[keep]
+    return comm_mod.hta_comm_comp_overlap_pct(names.values, sel_name, sel_start, sel_dur, rounding)

@@ -1,0 +1,245 @@
+#!/usr/bin/env python3
+"""Side-by-side benchmark: HTA 0.5.0 vs ``parastream analyze`` vs a raw JSON-decode floor.
+
+Kineto mode (default): for R repetitions, alternately run as child processes
+  (a) HTA: ``benchmarks/.venv-hta/bin/python benchmarks/hta_overlap.py TRACE``
+      (TraceAnalysis load + get_comm_comp_overlap),
+  (b) parastream: ``/work/main/.venv/bin/parastream analyze TRACE --format json``,
+  (c) floor: read (+ gunzip) the file and ``msgspec.json.decode`` it, nothing else.
+Each child's wall time (perf_counter around spawn..exit) and peak RSS (``ru_maxrss`` from
+``os.wait4`` on that child) are recorded; the table shows medians and ratios.
+
+CSV mode (``--csv-rows FILE``): times ``parastream analyze FILE --format json`` on a big
+Ascend kernel_details.csv against a floor of ``pyarrow.csv.read_csv`` (HTA cannot read it).
+
+Usage:
+  python benchmarks/bench_analyze.py benchmarks/work/kineto_1250k.json --reps 3
+  python benchmarks/bench_analyze.py --csv-rows benchmarks/work/big_kernel_details.csv --reps 3
+Options: --skip-hta, --skip-parastream, --json-out FILE (raw measurements).
+Run it from the repository root.  Children run one at a time (2-core machine).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+HTA_PY = os.path.join(ROOT, "benchmarks", ".venv-hta", "bin", "python")
+MAIN_PY = os.path.join(ROOT, ".venv", "bin", "python")
+PARASTREAM = os.path.join(ROOT, ".venv", "bin", "parastream")
+
+FLOOR_JSON = (
+    "import gzip,sys,msgspec\n"
+    "p=sys.argv[1]\n"
+    "b=open(p,'rb').read()\n"
+    "b=gzip.decompress(b) if p.endswith('.gz') else b\n"
+    "d=msgspec.json.decode(b)\n"
+    "print(len(d['traceEvents']) if isinstance(d,dict) else len(d))\n"
+)
+FLOOR_CSV = (
+    "import sys\n"
+    "import pyarrow.csv as pc\n"
+    "t=pc.read_csv(sys.argv[1])\n"
+    "print(t.num_rows)\n"
+)
+
+
+def run_child(argv: list[str], timeout: float) -> dict:
+    """Run one child; return wall seconds, peak RSS MB of that child, rc, stdout, stderr tail."""
+    load1 = os.getloadavg()[0]
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(argv, stdout=out, stderr=err, cwd=ROOT)
+        try:
+            deadline = t0 + timeout
+            while True:
+                pid, status, ru = os.wait4(proc.pid, os.WNOHANG)
+                if pid:
+                    break
+                if time.perf_counter() > deadline:
+                    proc.kill()
+                    pid, status, ru = os.wait4(proc.pid, 0)
+                    break
+                time.sleep(0.005)
+        finally:
+            proc.returncode = -1  # reaped by wait4 ourselves
+        wall = time.perf_counter() - t0
+        rc = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        stdout = out.read().decode(errors="replace")
+        stderr = err.read().decode(errors="replace")
+    return {"wall_s": wall, "rss_mb": ru.ru_maxrss / 1024.0, "rc": rc, "load1_before": load1,
+            "stdout": stdout, "stderr_tail": stderr[-2000:]}
+
+
+def find_overlap(obj):
+    """HTA-compatible overlap figure from parastream's JSON.
+
+    Prefers a ``hta_comm_comp_overlap_pct`` key at any depth; then a top-level
+    ``comm_comp_overlap_pct``; otherwise reports the per-capture values (not comparable with HTA's
+    single pooled number per rank)."""
+
+    def search(o, key):
+        if isinstance(o, dict):
+            if key in o and isinstance(o[key], (int, float)):
+                return o[key]
+            for v in o.values():
+                r = search(v, key)
+                if r is not None:
+                    return r
+        elif isinstance(o, list):
+            for v in o:
+                r = search(v, key)
+                if r is not None:
+                    return r
+        return None
+
+    r = search(obj, "hta_comm_comp_overlap_pct")
+    if r is not None:
+        return r
+    if isinstance(obj, dict) and isinstance(obj.get("comm_comp_overlap_pct"), (int, float)):
+        return obj["comm_comp_overlap_pct"]
+    caps = obj.get("captures") if isinstance(obj, dict) else None
+    if isinstance(caps, list):
+        vals = [c.get("comm_comp_overlap_pct") for c in caps if isinstance(c, dict)]
+        vals = [v for v in vals if isinstance(v, (int, float))]
+        if vals:
+            return f"per-capture only ({len(vals)} captures, first {vals[0]})"
+    return None
+
+
+def summarize(runs: list[dict]) -> dict:
+    ok = [r for r in runs if r["rc"] == 0]
+    if not ok:
+        return {"ok": False, "n": 0, "rc": runs[-1]["rc"] if runs else None,
+                "stderr_tail": runs[-1]["stderr_tail"][-600:] if runs else ""}
+    w = [r["wall_s"] for r in ok]
+    ld = [r["load1_before"] for r in ok]
+    m = [r["rss_mb"] for r in ok]
+    return {"ok": True, "n": len(ok), "wall_median_s": statistics.median(w), "wall_min_s": min(w),
+            "wall_max_s": max(w), "rss_median_mb": statistics.median(m), "rss_max_mb": max(m),
+            "load1_median": statistics.median(ld)}
+
+
+def fmt(x, nd=2):
+    return "-" if x is None else f"{x:.{nd}f}"
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description="HTA vs parastream analyze vs JSON-decode floor")
+    p.add_argument("trace", nargs="?", help="Kineto trace .json/.json.gz")
+    p.add_argument("--csv-rows", metavar="CSV", help="time parastream analyze on a kernel_details.csv")
+    p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--timeout", type=float, default=900.0, help="per child, seconds")
+    p.add_argument("--skip-hta", action="store_true")
+    p.add_argument("--skip-parastream", action="store_true")
+    p.add_argument("--skip-floor", action="store_true")
+    p.add_argument("--hta-python", default=HTA_PY)
+    p.add_argument("--parastream", default=PARASTREAM)
+    p.add_argument("--floor-python", default=MAIN_PY)
+    p.add_argument("--json-out", help="write all raw measurements here")
+    a = p.parse_args(argv)
+    if not a.trace and not a.csv_rows:
+        p.error("give a trace file or --csv-rows CSV")
+
+    target = a.csv_rows or a.trace
+    tools: dict[str, list[str]] = {}
+    if a.csv_rows:
+        if not a.skip_parastream:
+            tools["parastream"] = [a.parastream, "analyze", target, "--format", "json"]
+        if not a.skip_floor:
+            tools["floor (pyarrow.csv.read_csv)"] = [a.floor_python, "-c", FLOOR_CSV, target]
+    else:
+        if not a.skip_hta:
+            tools["HTA 0.5.0"] = [a.hta_python, os.path.join(ROOT, "benchmarks", "hta_overlap.py"), target]
+        if not a.skip_parastream:
+            tools["parastream"] = [a.parastream, "analyze", target, "--format", "json"]
+        if not a.skip_floor:
+            tools["floor (msgspec decode)"] = [a.floor_python, "-c", FLOOR_JSON, target]
+
+    size_mb = os.path.getsize(target) / 1e6
+    print(f"# bench_analyze: {os.path.relpath(target, ROOT)} ({size_mb:.1f} MB), reps={a.reps}, "
+          f"cpus={os.cpu_count()}", file=sys.stderr)
+    runs: dict[str, list[dict]] = {k: [] for k in tools}
+    results: dict[str, object] = {}
+    for rep in range(a.reps):
+        for name, argv_ in tools.items():
+            r = run_child(argv_, a.timeout)
+            runs[name].append(r)
+            print(f"  rep {rep + 1} {name}: rc={r['rc']} wall={r['wall_s']:.2f}s rss={r['rss_mb']:.0f}MB "
+                  f"load1={r['load1_before']:.1f}",
+                  file=sys.stderr)
+            if r["rc"] == 0 and name not in results:
+                try:
+                    j = json.loads(r["stdout"])
+                except ValueError:
+                    j = None
+                if name.startswith("HTA") and isinstance(j, dict):
+                    results[name] = {k: v.get("comp_comm_overlap_pctg") for k, v in j.get("ranks", {}).items()}
+                elif name == "parastream" and j is not None:
+                    results[name] = find_overlap(j)
+            elif r["rc"] != 0 and rep == 0:
+                print(f"    {name} failed: {r['stderr_tail'][-400:]}", file=sys.stderr)
+
+    summ = {k: summarize(v) for k, v in runs.items()}
+    print(f"\nInput: `{os.path.relpath(target, ROOT)}` ({size_mb:.1f} MB), {a.reps} repetitions, "
+          f"alternating; wall = spawn to exit; RSS = child's ru_maxrss\n")
+    print("| tool | command | wall median (s) | min..max (s) | peak RSS median (MB) | load1 before | overlap result |")
+    print("|---|---|---:|---:|---:|---:|---|")
+    for name, s in summ.items():
+        cmd = " ".join(shlex.quote(os.path.relpath(x, ROOT) if os.path.isabs(x) else x)
+                       for x in tools[name] if "\n" not in x)
+        if "-c" in tools[name]:
+            cmd = cmd.replace(" -c ", " -c <snippet> ")
+        res = results.get(name, "")
+        if s["ok"]:
+            print(f"| {name} | `{cmd}` | {fmt(s['wall_median_s'])} | {fmt(s['wall_min_s'])}..{fmt(s['wall_max_s'])} "
+                  f"| {fmt(s['rss_median_mb'], 0)} | {fmt(s['load1_median'], 1)} | {res} |")
+        else:
+            print(f"| {name} | `{cmd}` | pending/failed (rc={s['rc']}) | - | - | - | - |")
+
+    def w(k):
+        s = summ.get(k)
+        return s["wall_median_s"] if s and s["ok"] else None
+
+    def m(k):
+        s = summ.get(k)
+        return s["rss_median_mb"] if s and s["ok"] else None
+
+    floor = next((k for k in summ if k.startswith("floor")), None)
+    ratios = []
+    if "HTA 0.5.0" in summ and "parastream" in summ:
+        h, ps = w("HTA 0.5.0"), w("parastream")
+        ratios.append(("HTA / parastream wall (speed-up)", h / ps if h and ps else None))
+        h, ps = m("HTA 0.5.0"), m("parastream")
+        ratios.append(("HTA / parastream peak RSS", h / ps if h and ps else None))
+    if floor and "parastream" in summ:
+        ps, f = w("parastream"), w(floor)
+        ratios.append(("parastream / floor wall", ps / f if ps and f else None))
+        ps, f = m("parastream"), m(floor)
+        ratios.append(("parastream / floor peak RSS", ps / f if ps and f else None))
+    if floor and "HTA 0.5.0" in summ:
+        h, f = w("HTA 0.5.0"), w(floor)
+        ratios.append(("HTA / floor wall", h / f if h and f else None))
+    if ratios:
+        print("\n| ratio | value |\n|---|---:|")
+        for k, v in ratios:
+            print(f"| {k} | {'pending' if v is None else f'{v:.2f}x'} |")
+    if a.json_out:
+        with open(a.json_out, "w") as fh:
+            json.dump({"target": target, "reps": a.reps, "summary": summ, "results": results,
+                       "runs": {k: [{kk: vv for kk, vv in r.items() if kk != "stdout"} for r in v]
+                                for k, v in runs.items()}}, fh, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Renderers: turn timelines and their analysis into files people open (HTML, Perfetto JSON)."""

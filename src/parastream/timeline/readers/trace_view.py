@@ -1,0 +1,360 @@
+"""torch_npu ``trace_view.json`` reader (``ASCEND_PROFILER_OUTPUT/trace_view.json``).
+
+The file is a Chrome trace as a top-level JSON *list* (a ``{"traceEvents": [...]}``
+object is accepted too). Device work lives in the process named ``Ascend Hardware``: one
+thread per stream (``tid`` = stream id, ``thread_name`` "Stream 2"), tasks are ``ph: "X"``
+events whose ``args["Task Type"]`` says what ran (AI_CORE, AI_VECTOR_CORE, MIX_AIC,
+MIX_AIV, AI_CPU, SDMA_SQE, EVENT_WAIT_SQE, EVENT_RECORD_SQE, ...). ``ts`` is a string of
+epoch microseconds with nanosecond decimals (a number in some exports); it is parsed
+exactly.
+
+What becomes what:
+
+* ``EVENT_WAIT*`` tasks are waits on their stream, not ops; ``EVENT_RECORD*``,
+  ``NOTIFY_RECORD*`` and ``PLACE_HOLDER*`` tasks are markers and are dropped;
+* communication: the ``HCCL`` (or ``Communication``) process holds whole collective ops on
+  threads whose name contains "Communication"; they go to the
+  :data:`~parastream.timeline.model.COMM_LANE` lane as :data:`KIND_COMM`, like the
+  ``N/A``-stream rows of ``kernel_details.csv``. HCCL's own small tasks (its ``Plane``
+  threads and the HCCL tasks on hardware streams) are then left out so communication is
+  not counted twice; without whole ops, the hardware-stream HCCL tasks are kept as
+  communication ops on their streams;
+* CPU-side processes are ignored; ``Overlap Analysis`` slice totals (Computing,
+  Communication, Communication(Not Overlapped), Free) are kept in
+  ``meta["ascend_overlap_analysis"]`` (nanoseconds) for cross-checking.
+"""
+
+from __future__ import annotations
+
+import gc
+import gzip
+import os
+import zlib
+from collections import Counter
+from typing import Any
+
+import msgspec
+import numpy as np
+import pyarrow as pa
+
+from ...errors import InputError
+from ..model import (
+    COMM_LANE, KIND_COMM, KIND_COMPUTE, KIND_MEMCPY, KIND_MEMSET, Timeline, core_code,
+    make_timeline,
+)
+from . import GZIP_MAGIC
+from .ascend_csv import us_column_to_ns
+
+FORMAT = "ascend_trace_view"
+
+HARDWARE_PROCESS = "Ascend Hardware"
+OVERLAP_PROCESS = "Overlap Analysis"
+_COMM_PROCESSES = ("HCCL", "COMMUNICATION")
+_MARKERS = ("EVENT_RECORD", "NOTIFY_RECORD", "PLACE_HOLDER")
+# Task Type -> model.CORES name, where they differ
+_CORE_ALIASES = {"AIV_SQE": "AI_VECTOR_CORE", "AIC_SQE": "AI_CORE", "AI_CORE_SQE": "AI_CORE",
+                 "AI_CPU_SQE": "AI_CPU", "SDMA_SQE": "DMA", "PCIE_DMA_SQE": "DMA",
+                 "SDMA": "DMA", "COMMUNICATION": "HCCL"}
+
+
+class _Args(msgspec.Struct, gc=False):
+    """The few ``args`` keys this reader uses; msgspec skips the rest while decoding."""
+
+    name: Any = None
+    task_type: Any = msgspec.field(default=None, name="Task Type")
+    stream_id: Any = msgspec.field(default=None, name="Stream Id")
+    block_dim: Any = msgspec.field(default=None, name="Block Dim")
+    block_num: Any = msgspec.field(default=None, name="Block Num")
+    mix_block_dim: Any = msgspec.field(default=None, name="Mix Block Dim")
+    mix_block_num: Any = msgspec.field(default=None, name="Mix Block Num")
+    op_type: Any = msgspec.field(default=None, name="Op Type")
+
+
+class _Event(msgspec.Struct, gc=False):
+    ph: Any = None
+    name: Any = ""
+    pid: Any = None
+    tid: Any = None
+    ts: Any = None
+    dur: Any = None
+    args: _Args | None = None
+
+
+class _Wrapped(msgspec.Struct):
+    traceEvents: list[_Event] = []
+
+
+class _LooseEvent(_Event):
+    args: Any = None
+
+
+class _LooseWrapped(msgspec.Struct):
+    traceEvents: list[_LooseEvent] = []
+
+
+# float literals (numeric ``ts``/``dur`` in some exports) arrive as their text, so
+# epoch microseconds with ns decimals are parsed exactly, not through a float64
+_DECODER = msgspec.json.Decoder(list[_Event] | _Wrapped, float_hook=str)
+# for files whose args are not all objects (or hold odd types): decoded generically
+_LOOSE = msgspec.json.Decoder(list[_LooseEvent] | _LooseWrapped, float_hook=str)
+_NO_ARGS = _Args()
+
+
+def sniff(head: bytes) -> bool:
+    """A JSON list of Chrome trace events (the torch_npu trace_view shape)."""
+    h = head.lstrip(b"\xef\xbb\xbf \t\r\n")
+    return h[:1] == b"[" and b'"ph"' in h
+
+
+def _load(path: str) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+        if data[:2] == GZIP_MAGIC:
+            data = gzip.decompress(data)
+    except (OSError, EOFError, zlib.error) as exc:
+        raise InputError(path, f"cannot read: {exc}") from None
+    return data
+
+
+def _decode(path: str, data: bytes) -> list:
+    try:
+        try:
+            decoded = _DECODER.decode(data)
+        except msgspec.ValidationError:
+            decoded = _LOOSE.decode(data)
+    except msgspec.ValidationError as exc:  # (a subclass of DecodeError)
+        raise InputError(path, f"not a trace_view event list: {exc}") from None
+    except msgspec.DecodeError as exc:
+        raise InputError(path, f"invalid JSON: {exc}") from None
+    return decoded.traceEvents if isinstance(decoded, (_Wrapped, _LooseWrapped)) else decoded
+
+
+def _args(ev) -> _Args:
+    a = ev.args
+    if isinstance(a, _Args):
+        return a
+    if not isinstance(a, dict):
+        return _NO_ARGS
+    return _Args(name=a.get("name"), task_type=a.get("Task Type"),
+                 stream_id=a.get("Stream Id", a.get("Stream ID")),
+                 block_dim=a.get("Block Dim"), block_num=a.get("Block Num"),
+                 mix_block_dim=a.get("Mix Block Dim"), mix_block_num=a.get("Mix Block Num"),
+                 op_type=a.get("Op Type", a.get("OP Type")))
+
+
+def _int(value: Any) -> int:
+    if value is None:
+        return -1
+    try:
+        return int(str(value).strip())
+    except (TypeError, ValueError):
+        return -1
+
+
+def _stream_label(tid: Any, thread_name: str | None, args: _Args) -> str:
+    if isinstance(tid, int):
+        return str(tid)
+    sid = args.stream_id
+    if sid is not None and str(sid).strip().lstrip("-").isdigit():
+        return str(sid).strip()
+    text = str(thread_name if thread_name is not None else tid).strip()
+    if text.lower().startswith("stream "):
+        text = text[7:].strip()
+    return text
+
+
+def _is_comm(name: str, task_type: str) -> bool:
+    lname = name.lower()
+    return ("HCCL" in task_type or "COMMUNICATION" in task_type or "NOTIFY_WAIT" in task_type
+            or lname.startswith(("hcom_", "hccl")))
+
+
+def _kind_of(name: str, task_type: str, op_type: str) -> int:
+    text = f"{name} {task_type} {op_type}".upper()
+    if "MEMSET" in text:
+        return KIND_MEMSET
+    if "SDMA" in task_type or "PCIE_DMA" in task_type or "MEMCPY" in text or "MEMCOPY" in text:
+        return KIND_MEMCPY
+    return KIND_COMPUTE
+
+
+def _classify(name: str, a: _Args, hccl: int) -> tuple:
+    """(role, name, op type, kind, core) of a hardware task; role op/hw_comm/wait/marker."""
+    task_type = str(a.task_type or "").strip().upper()
+    if "EVENT_WAIT" in task_type:
+        return ("wait", name, "", 0, 0)
+    if task_type.startswith(_MARKERS):
+        return ("marker", name, "", 0, 0)
+    op_type = str(a.op_type or "")
+    core = core_code(_CORE_ALIASES.get(task_type, task_type))
+    if _is_comm(name, task_type):
+        return ("hw_comm", name, op_type or task_type, KIND_COMM, core or hccl)
+    return ("op", name, op_type, _kind_of(name, task_type, op_type), core)
+
+
+def _text(v: Any) -> str | None:
+    """A ts/dur value as decimal text (floats already are, thanks to float_hook)."""
+    if v is None or isinstance(v, bool):
+        return None
+    return v if isinstance(v, str) else str(v)
+
+
+def _intern(values: list[str]) -> tuple[np.ndarray, list[str]]:
+    index: dict[str, int] = {}
+    codes = np.fromiter((index.setdefault(v, len(index)) for v in values), np.int32, len(values))
+    return codes, list(index)
+
+
+def read(path: str | os.PathLike[str]) -> Timeline:
+    """Read a torch_npu ``trace_view.json`` (plain or gzip) into a :class:`Timeline`."""
+    # millions of small objects and no reference cycles: the cycle collector only costs time
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _read(os.fspath(path))
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _read(path: str) -> Timeline:
+    events = _decode(path, _load(path))
+
+    # metadata: which pid is which process, what each thread is called
+    proc: dict[Any, str] = {}
+    thread: dict[tuple[Any, Any], str] = {}
+    for ev in events:
+        if ev.ph == "M" and ev.name in ("process_name", "thread_name"):
+            label = _args(ev).name
+            if label is None:
+                continue
+            if ev.name == "process_name":
+                proc[ev.pid] = str(label)
+            else:
+                thread[(ev.pid, ev.tid)] = str(label)
+
+    hw_pids = {p for p, n in proc.items() if n.strip() == HARDWARE_PROCESS}
+    comm_pids = {p for p, n in proc.items()
+                 if n.strip().upper() in _COMM_PROCESSES or "HCCL" in n.upper()}
+    overlap_pids = {p for p, n in proc.items() if n.strip() == OVERLAP_PROCESS}
+    comm_op_threads = {key for key, n in thread.items()
+                       if key[0] in comm_pids and "communication" in n.lower()}
+    comm_pids_with_op_threads = {key[0] for key in comm_op_threads}
+
+    # one row per kept event; times stay text until one vectorised exact parse at the end
+    rows: list[tuple] = []  # (role, pid, lane, name, type, kind, core, block, mix)
+    ts: list[str | None] = []
+    dur: list[str | None] = []
+    x_count: Counter = Counter()
+    markers = 0
+    hccl = core_code("HCCL")
+    lanes: dict[tuple, str] = {}
+    classes: dict[tuple, tuple] = {}  # (name, task type, op type) -> _classify(...)
+    for ev in events:
+        if ev.ph != "X":
+            continue
+        pid = ev.pid
+        if pid in hw_pids:
+            x_count[pid] += 1
+            a = ev.args if type(ev.args) is _Args else _args(ev)
+            key = (pid, ev.tid)
+            lane = lanes.get(key)
+            if lane is None:
+                lane = lanes[key] = _stream_label(ev.tid, thread.get(key), a)
+            nm = ev.name if type(ev.name) is str else str(ev.name)
+            ck = (nm, a.task_type, a.op_type)
+            try:
+                c = classes.get(ck)
+            except TypeError:  # odd (unhashable) arg values
+                ck = (nm, str(a.task_type), str(a.op_type))
+                c = classes.get(ck)
+            if c is None:
+                c = classes[ck] = _classify(nm, a, hccl)
+            if c[0] == "marker":
+                markers += 1
+                continue
+            block = _int(a.block_dim if a.block_dim is not None else a.block_num)
+            mix = _int(a.mix_block_dim if a.mix_block_dim is not None else a.mix_block_num)
+            rows.append((c[0], pid, lane, c[1], c[2], c[3], c[4], block, mix))
+        elif pid in comm_pids:
+            if pid in comm_pids_with_op_threads and (pid, ev.tid) not in comm_op_threads:
+                continue  # a Plane thread: HCCL's small tasks inside the whole ops
+            rows.append(("comm", pid, COMM_LANE, str(ev.name), str(_args(ev).op_type or ""),
+                         KIND_COMM, hccl, -1, -1))
+        elif pid in overlap_pids:
+            rows.append(("overlap", pid, "", str(ev.name), "", 0, 0, -1, -1))
+        else:
+            continue
+        t = ev.ts
+        ts.append(t if type(t) is str else _text(t))
+        d = ev.dur
+        dur.append(d if type(d) is str else ("0" if d is None else _text(d)))
+
+    start, ok_s = us_column_to_ns(pa.array(ts, pa.string()))
+    length, ok_d = us_column_to_ns(pa.array(dur, pa.string()))
+    good = ok_s & ok_d & (length >= 0)
+    warnings: list[str] = []
+    meta: dict = {}
+
+    # a capture is one device: with several hardware processes keep the busiest
+    keep_pid = None
+    if len(hw_pids) > 1 and x_count:
+        keep_pid = max(x_count, key=lambda p: (x_count[p], str(p)))
+        dropped = [f"pid {p}" for p in sorted(hw_pids, key=str) if p != keep_pid]
+        warnings.append(f"several '{HARDWARE_PROCESS}' processes; kept pid {keep_pid}, "
+                        f"skipped {', '.join(dropped)}")
+    roles = [r[0] for r in rows]
+    has_comm_ops = "comm" in roles
+    take_op: list[int] = []
+    take_wait: list[int] = []
+    overlap: dict[str, int] = {}
+    bad_times = folded = 0
+    for i, r in enumerate(rows):
+        role = r[0]
+        if role == "overlap":
+            if good[i]:
+                overlap[r[3]] = overlap.get(r[3], 0) + int(length[i])
+            continue
+        if keep_pid is not None and role != "comm" and r[1] != keep_pid:
+            continue
+        if role == "hw_comm" and has_comm_ops:
+            folded += 1
+            continue
+        if not good[i]:
+            bad_times += 1
+            continue
+        (take_wait if role == "wait" else take_op).append(i)
+
+    if not take_op and not take_wait:
+        where = (f"no task events in the '{HARDWARE_PROCESS}' process" if hw_pids
+                 else f"no '{HARDWARE_PROCESS}' process")
+        raise InputError(path, f"no device tasks ({where}; is this a CPU-only trace?)")
+    if bad_times:
+        warnings.append(f"skipped {bad_times} task(s) with an unparseable or negative time")
+    if folded:
+        meta["ascend_hccl_tasks_folded"] = folded
+    if markers:
+        meta["ascend_marker_tasks"] = markers
+    if overlap:
+        meta["ascend_overlap_analysis"] = overlap
+
+    oi = np.array(take_op, np.int64)
+    wi = np.array(take_wait, np.int64)
+    lane_codes, streams = _intern([rows[i][2] for i in take_op] + [rows[i][2] for i in take_wait])
+    name_codes, names = _intern([rows[i][3] for i in take_op] + [rows[i][3] for i in take_wait])
+    type_codes, types = _intern([rows[i][4] for i in take_op])
+    n_op = len(take_op)
+
+    def col(k: int, dtype) -> np.ndarray:
+        return np.fromiter((rows[i][k] for i in take_op), dtype, n_op)
+
+    ops = dict(stream=lane_codes[:n_op], name=name_codes[:n_op], type=type_codes,
+               start_ns=start[oi], end_ns=start[oi] + length[oi], kind=col(5, np.int8),
+               core=col(6, np.int8), block_dim=col(7, np.int32), mix_block_dim=col(8, np.int32),
+               step=np.full(n_op, -1, np.int32))
+    waits = dict(wait_stream=lane_codes[n_op:], wait_on=np.full(len(wi), -1, np.int32),
+                 wait_start_ns=start[wi], wait_end_ns=start[wi] + length[wi],
+                 wait_name=name_codes[n_op:])
+    return make_timeline(path, FORMAT, streams, names, types, ops, waits, warnings=warnings,
+                         meta=meta)
