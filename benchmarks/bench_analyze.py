@@ -51,12 +51,67 @@ FLOOR_CSV = (
 )
 
 
+def _tree(pid: int) -> list[int]:
+    """pid and all its descendants (from /proc/*/stat parent links)."""
+    parent: dict[int, list[int]] = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/stat", "rb") as f:
+                    fields = f.read().rsplit(b")", 1)[1].split()
+                parent.setdefault(int(fields[1]), []).append(int(d))
+            except (OSError, IndexError, ValueError):
+                pass
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo.extend(parent.get(p, []))
+    return out
+
+
+def _pss_kb(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+class TreeMemory:
+    """Samples the summed PSS of a process tree every 20 ms (worker processes included;
+    pages shared copy-on-write are split between the processes that map them, so the sum
+    is the real memory of the tree, unlike the largest single ru_maxrss)."""
+
+    def __init__(self, pid: int) -> None:
+        import threading
+
+        self.pid, self.peak_kb = pid, 0
+        self._stop = threading.Event()
+        self._t = threading.Thread(target=self._run, daemon=True)
+        self._t.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.peak_kb = max(self.peak_kb, sum(_pss_kb(p) for p in _tree(self.pid)))
+            self._stop.wait(0.02)
+
+    def stop(self) -> float:
+        self._stop.set()
+        self._t.join()
+        return self.peak_kb / 1024.0
+
+
 def run_child(argv: list[str], timeout: float) -> dict:
     """Run one child; return wall seconds, peak RSS MB of that child, rc, stdout, stderr tail."""
     load1 = os.getloadavg()[0]
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         t0 = time.perf_counter()
         proc = subprocess.Popen(argv, stdout=out, stderr=err, cwd=ROOT)
+        mem = TreeMemory(proc.pid)
         try:
             deadline = t0 + timeout
             while True:
@@ -70,13 +125,15 @@ def run_child(argv: list[str], timeout: float) -> dict:
                 time.sleep(0.005)
         finally:
             proc.returncode = -1  # reaped by wait4 ourselves
+            pss = mem.stop()
         wall = time.perf_counter() - t0
         rc = os.waitstatus_to_exitcode(status)
         out.seek(0)
         err.seek(0)
         stdout = out.read().decode(errors="replace")
         stderr = err.read().decode(errors="replace")
-    return {"wall_s": wall, "rss_mb": ru.ru_maxrss / 1024.0, "rc": rc, "load1_before": load1,
+    return {"wall_s": wall, "rss_mb": ru.ru_maxrss / 1024.0, "pss_tree_mb": pss, "rc": rc,
+            "load1_before": load1,
             "stdout": stdout, "stderr_tail": stderr[-2000:]}
 
 
@@ -124,7 +181,9 @@ def summarize(runs: list[dict]) -> dict:
     w = [r["wall_s"] for r in ok]
     ld = [r["load1_before"] for r in ok]
     m = [r["rss_mb"] for r in ok]
-    return {"ok": True, "n": len(ok), "wall_median_s": statistics.median(w), "wall_min_s": min(w),
+    pss = [r["pss_tree_mb"] for r in ok]
+    return {"ok": True, "n": len(ok), "pss_median_mb": statistics.median(pss),
+            "wall_median_s": statistics.median(w), "wall_min_s": min(w),
             "wall_max_s": max(w), "rss_median_mb": statistics.median(m), "rss_max_mb": max(m),
             "load1_median": statistics.median(ld)}
 
@@ -162,6 +221,8 @@ def main(argv=None) -> int:
             tools["HTA 0.5.0"] = [a.hta_python, os.path.join(ROOT, "benchmarks", "hta_overlap.py"), target]
         if not a.skip_parastream:
             tools["parastream"] = [a.parastream, "analyze", target, "--format", "json"]
+            tools["parastream, 1 process"] = ["/usr/bin/env", "PARASTREAM_WORKERS=1", a.parastream,
+                                              "analyze", target, "--format", "json"]
         if not a.skip_floor:
             tools["floor (msgspec decode)"] = [a.floor_python, "-c", FLOOR_JSON, target]
 
@@ -184,7 +245,7 @@ def main(argv=None) -> int:
                     j = None
                 if name.startswith("HTA") and isinstance(j, dict):
                     results[name] = {k: v.get("comp_comm_overlap_pctg") for k, v in j.get("ranks", {}).items()}
-                elif name == "parastream" and j is not None:
+                elif name.startswith("parastream") and j is not None:
                     results[name] = find_overlap(j)
             elif r["rc"] != 0 and rep == 0:
                 print(f"    {name} failed: {r['stderr_tail'][-400:]}", file=sys.stderr)
@@ -192,8 +253,9 @@ def main(argv=None) -> int:
     summ = {k: summarize(v) for k, v in runs.items()}
     print(f"\nInput: `{os.path.relpath(target, ROOT)}` ({size_mb:.1f} MB), {a.reps} repetitions, "
           f"alternating; wall = spawn to exit; RSS = child's ru_maxrss\n")
-    print("| tool | command | wall median (s) | min..max (s) | peak RSS median (MB) | load1 before | overlap result |")
-    print("|---|---|---:|---:|---:|---:|---|")
+    print("| tool | command | wall median (s) | min..max (s) | peak RSS median (MB) "
+          "| peak tree PSS median (MB) | load1 before | overlap result |")
+    print("|---|---|---:|---:|---:|---:|---:|---|")
     for name, s in summ.items():
         cmd = " ".join(shlex.quote(os.path.relpath(x, ROOT) if os.path.isabs(x) else x)
                        for x in tools[name] if "\n" not in x)
@@ -202,9 +264,10 @@ def main(argv=None) -> int:
         res = results.get(name, "")
         if s["ok"]:
             print(f"| {name} | `{cmd}` | {fmt(s['wall_median_s'])} | {fmt(s['wall_min_s'])}..{fmt(s['wall_max_s'])} "
-                  f"| {fmt(s['rss_median_mb'], 0)} | {fmt(s['load1_median'], 1)} | {res} |")
+                  f"| {fmt(s['rss_median_mb'], 0)} | {fmt(s['pss_median_mb'], 0)} "
+                  f"| {fmt(s['load1_median'], 1)} | {res} |")
         else:
-            print(f"| {name} | `{cmd}` | pending/failed (rc={s['rc']}) | - | - | - | - |")
+            print(f"| {name} | `{cmd}` | pending/failed (rc={s['rc']}) | - | - | - | - | - |")
 
     def w(k):
         s = summ.get(k)
@@ -214,13 +277,24 @@ def main(argv=None) -> int:
         s = summ.get(k)
         return s["rss_median_mb"] if s and s["ok"] else None
 
+    def pm(k):
+        s = summ.get(k)
+        return s["pss_median_mb"] if s and s["ok"] else None
+
     floor = next((k for k in summ if k.startswith("floor")), None)
     ratios = []
     if "HTA 0.5.0" in summ and "parastream" in summ:
         h, ps = w("HTA 0.5.0"), w("parastream")
         ratios.append(("HTA / parastream wall (speed-up)", h / ps if h and ps else None))
         h, ps = m("HTA 0.5.0"), m("parastream")
-        ratios.append(("HTA / parastream peak RSS", h / ps if h and ps else None))
+        ratios.append(("HTA / parastream peak RSS (largest process)", h / ps if h and ps else None))
+        h, ps = pm("HTA 0.5.0"), pm("parastream")
+        ratios.append(("HTA / parastream peak tree PSS (all processes)", h / ps if h and ps else None))
+        if "parastream, 1 process" in summ:
+            h, ps = w("HTA 0.5.0"), w("parastream, 1 process")
+            ratios.append(("HTA / parastream 1-process wall", h / ps if h and ps else None))
+            h, ps = m("HTA 0.5.0"), m("parastream, 1 process")
+            ratios.append(("HTA / parastream 1-process peak RSS", h / ps if h and ps else None))
     if floor and "parastream" in summ:
         ps, f = w("parastream"), w(floor)
         ratios.append(("parastream / floor wall", ps / f if ps and f else None))

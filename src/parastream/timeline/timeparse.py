@@ -81,3 +81,77 @@ def us_text_column_to_ns(col: pa.Array | pa.ChunkedArray) -> np.ndarray:
     neg = np.asarray(pc.starts_with(whole_txt, "-").to_numpy(zero_copy_only=False), bool)
     mag = np.abs(whole) * 1000 + ns + (rd >= 5)
     return np.where(neg, -mag, mag).astype(np.int64)
+
+
+def _trim(col: pa.ChunkedArray | pa.Array) -> pa.ChunkedArray | pa.Array:
+    if not pa.types.is_string(col.type):
+        col = pc.cast(col, pa.string())
+    return pc.utf8_trim(col, characters=' \t"\r\n')
+
+
+def _np(arr, fill) -> np.ndarray:
+    return pc.fill_null(arr, fill).to_numpy(zero_copy_only=False)
+
+
+_POW10 = 10 ** np.arange(19, dtype=np.int64)
+_I64_MAX = np.iinfo(np.int64).max
+
+
+def _plain_us_to_ns(s: pa.ChunkedArray | pa.Array) -> np.ndarray:
+    """Exact ns of trimmed plain decimal text; raises when any non-null value is not one.
+
+    The text without its decimal point is one integer ``D`` with ``f`` decimals, so
+    ``ns = D * 10**(3-f)``; with more than three decimals the fourth one rounds half up, as
+    in :func:`us_text_to_ns`. Four Arrow kernels and some numpy: ~0.1 s per
+    million values.
+    """
+    dot = _np(pc.find_substring(s, "."), -1).astype(np.int64)
+    length = _np(pc.binary_length(s), 0).astype(np.int64)
+    digits = pc.cast(pc.replace_substring(s, ".", "", max_replacements=1), pa.int64())
+    d = _np(digits, 0).astype(np.int64)
+    neg = d < 0
+    mag = np.abs(d)
+    frac = np.where(dot >= 0, length - dot - 1, 0)
+    if (frac > 18).any():
+        raise ValueError("too many decimals")
+    short = frac <= 3
+    scale = _POW10[np.where(short, 3 - frac, 0)]
+    if (mag[short] > _I64_MAX // scale[short]).any():
+        raise ValueError("value out of range")
+    ns = np.where(short, mag * scale, (mag // _POW10[np.maximum(frac - 4, 0)] + 5) // 10)
+    return np.where(neg, -ns, ns)
+
+
+def us_column_to_ns(col: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """Decimal microsecond text -> (int64 ns, ok mask); exact, bad rows tolerated.
+
+    Quotes, tabs and spaces around values are ignored; NaN, inf, empty and junk values come
+    back with ``ok`` false. Used by every reader with text or raw JSON timestamps.
+    """
+    s = _trim(col)
+    present = np.asarray(_np(pc.is_valid(s), False), bool)
+    try:
+        return _plain_us_to_ns(s), present
+    except (pa.ArrowInvalid, ValueError):
+        pass
+    # some rows are not plain numbers: parse the plain ones in bulk, the rest one by one
+    plain = pc.fill_null(pc.match_substring_regex(s, r"^(-?\d+\.?\d*|\.\d+)$"), False)
+    try:
+        ns = us_text_column_to_ns(pc.if_else(plain, s, "0"))
+        ok = np.asarray(_np(plain, False), bool).copy()
+    except ValueError:  # e.g. a value too large for int64: everything row by row
+        ns, ok = np.zeros(len(s), np.int64), np.zeros(len(s), bool)
+    retry = np.flatnonzero(~ok & present)
+    if len(retry):
+        texts = s.take(pa.array(retry)).to_pylist()
+        for i, t in zip(retry, texts):
+            try:
+                v = us_text_to_ns(t)
+            except (ValueError, OverflowError):
+                continue  # NaN, inf, junk
+            if -(1 << 62) < v < (1 << 62):
+                ns[i] = v
+                ok[i] = True
+    return ns, ok
+
+

@@ -36,15 +36,9 @@ def read_head(path: str, n: int = HEAD_BYTES) -> bytes:
 
 def reader_modules() -> list[ModuleType]:
     """The file readers in the order they are tried."""
-    import importlib
+    from . import ascend_csv, ascend_db, kineto, trace_view
 
-    mods = []
-    for name in ("ascend_db", "kineto", "trace_view", "ascend_csv"):
-        try:  # TEMP while the Ascend readers are written
-            mods.append(importlib.import_module(f"{__name__}.{name}"))
-        except ModuleNotFoundError:
-            pass
-    return mods
+    return [ascend_db, kineto, trace_view, ascend_csv]
 
 
 def sniff_format(path: str) -> ModuleType:

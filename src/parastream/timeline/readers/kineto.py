@@ -28,7 +28,7 @@ from ...errors import InputError
 from .. import comm as comm_mod
 from ..model import (KIND_COMM, KIND_COMPUTE, KIND_MEMCPY, KIND_MEMSET, DeviceInfo,
                      Interner, Timeline, core_code, make_timeline)
-from ..timeparse import us_text_column_to_ns, us_to_ns
+from ..timeparse import us_column_to_ns
 
 FORMAT = "kineto"
 
@@ -177,26 +177,10 @@ def _times_ns(raws: list, path: str = "", what: str = "") -> tuple[np.ndarray, n
     """Exact ns for a list of raw JSON numbers/strings; second array flags unusable ones."""
     blobs = [r if isinstance(r, bytes) else bytes(r) if isinstance(r, msgspec.Raw)
              else (b"" if r is None else str(r).encode()) for r in raws]
-    ok = np.fromiter((len(b) > 0 and b != b"null" and b != b'""' for b in blobs), bool, len(blobs))
-    if not ok.all():
-        blobs = [b if good else b"0" for b, good in zip(blobs, ok)]
     if not blobs:
-        return np.zeros(0, np.int64), ok
-    try:
-        vals = us_text_column_to_ns(pa.array(blobs, pa.binary()).cast(pa.string()))
-        return vals, ok
-    except (ValueError, pa.ArrowInvalid):
-        pass
-    out = np.zeros(len(blobs), np.int64)
-    for i, b in enumerate(blobs):
-        if not ok[i]:
-            continue
-        try:
-            t = b.decode("utf-8")
-            out[i] = us_to_ns(msgspec.json.decode(b) if t[:1] != '"' else t)
-        except (ValueError, msgspec.DecodeError, TypeError, OverflowError, UnicodeDecodeError):
-            ok[i] = False
-    return out, ok
+        return np.zeros(0, np.int64), np.zeros(0, bool)
+    arr = pa.array(blobs, pa.binary()).cast(pa.string())
+    return us_column_to_ns(arr)
 
 
 def _boundaries(span: memoryview, size: int = CHUNK_BYTES) -> list[tuple[int, int]]:
@@ -346,10 +330,15 @@ def _span_offset(data: bytes, raw: msgspec.Raw) -> int | None:
 
 
 def _workers(nbytes: int) -> int:
+    """Processes that decode one big trace: one per core (at most 4), or
+    ``PARASTREAM_WORKERS``; small traces and systems without fork decode in-process."""
     import os
 
     if nbytes < PARALLEL_BYTES or "fork" not in mp.get_all_start_methods():
         return 1
+    env = os.environ.get("PARASTREAM_WORKERS", "")
+    if env.isdigit() and int(env) > 0:
+        return int(env)
     return max(1, min(4, os.cpu_count() or 1))
 
 

@@ -43,7 +43,7 @@ from ..model import (
     make_timeline,
 )
 from . import GZIP_MAGIC
-from .ascend_csv import us_column_to_ns
+from ..timeparse import us_column_to_ns
 
 FORMAT = "ascend_trace_view"
 
