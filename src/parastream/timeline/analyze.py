@@ -20,7 +20,9 @@ from . import intervals as iv
 from .comm import comm_comp_overlap_pct
 from .contention import core_contention
 from .model import Timeline
-from .overlap import ParallelPoint, parallel_points
+from collections import Counter
+
+from .overlap import PointTable, point_table
 from .streams import StreamStats, stream_stats
 
 SCHEMA = "parastream.analysis/1"
@@ -89,18 +91,21 @@ def analyze_capture(tl: Timeline, opts: Options | None = None, label: str | None
             overlaps.append({"main": main.id, "side": s.id, "intersection_us": us(inter),
                              "hidden_frac": round(inter / s.busy_ns, 6) if s.busy_ns else 0.0})
 
-    points: list[ParallelPoint] = []
+    points = None
     if main is not None:
         gap = None if opts.window_gap_us is None else int(round(opts.window_gap_us * 1000))
-        points = parallel_points(tl, main.code, [s.code for s in stats if s is not main],
-                                 side_regex=opts.side_regex, dominator_regex=opts.dominator_regex,
-                                 window_gap_ns=gap)
-    if opts.side_regex and not points:
+        points = point_table(tl, main.code, [s.code for s in stats if s is not main],
+                             side_regex=opts.side_regex, dominator_regex=opts.dominator_regex,
+                             window_gap_ns=gap)
+    n_points = len(points) if points is not None else 0
+    if opts.side_regex and not n_points:
         warnings.append(f"no op matches --side {opts.side_regex!r}")
-    verdicts = {"true": 0, "partial": 0, "false": 0}
-    for p in points:
-        verdicts[p.verdict] += 1
-    shown = _pick_points(points, opts.max_points)
+    verdicts = points.counts() if points is not None else {"true": 0, "partial": 0, "false": 0}
+    shown = _pick_points(points, opts.max_points) if points is not None else []
+    barriers: Counter = Counter()
+    if points is not None:
+        for k in np.flatnonzero(points.barrier >= 0)[:5000]:
+            barriers["+".join(tl.op_name(i) for i in points.barrier_ops(int(k)))] += 1
 
     contention, cores_note = _contention(tl, stats, opts)
     if cores_note:
@@ -122,9 +127,11 @@ def analyze_capture(tl: Timeline, opts: Options | None = None, label: str | None
                  if isinstance(v, (str, int, float, bool)) and k not in FILE_LEVEL_META},
         "streams": [_stream_dict(s, t0) for s in stats],
         "overlaps": overlaps,
-        "parallel_points": [_point_dict(tl, p, t0) for p in shown],
-        "parallel_points_total": len(points),
+        "parallel_points": [_point_dict(tl, points.point(k), t0) for k in shown],
+        "parallel_points_total": n_points,
         "verdict_counts": verdicts,
+        "overlap_pct_median": round(float(np.median(points.pct)), 6) if n_points else None,
+        "barriers": dict(barriers.most_common(10)),
         "comm_comp_overlap_pct": _round(comm_comp_overlap_pct(tl)),
         "concurrency_us": {str(k): us(v) for k, v in hist.items()},
         "contention": contention,
@@ -188,15 +195,17 @@ def _stream_dict(s: StreamStats, t0: int) -> dict:
             "max_block_dim": s.max_block_dim if s.max_block_dim >= 0 else None}
 
 
-def _pick_points(points: list[ParallelPoint], limit: int) -> list[ParallelPoint]:
+def _pick_points(points: PointTable, limit: int) -> list[int]:
     """All points when few; else the longest side windows (in time order)."""
-    if limit <= 0 or len(points) <= limit:
-        return points
-    keep = sorted(range(len(points)), key=lambda i: -(points[i].side_hi - points[i].side_lo))[:limit]
-    return [points[i] for i in sorted(keep, key=lambda i: (points[i].side_lo, points[i].side_stream))]
+    n = len(points)
+    if limit <= 0 or n <= limit:
+        return list(range(n))
+    length = points.hi - points.lo
+    keep = np.argsort(-length, kind="stable")[:limit]
+    return sorted(keep.tolist(), key=lambda i: (int(points.lo[i]), int(points.label[i])))
 
 
-def _point_dict(tl: Timeline, p: ParallelPoint, t0: int) -> dict:
+def _point_dict(tl: Timeline, p, t0: int) -> dict:
     dom = None
     if p.dom is not None:
         dom = {"name": tl.op_name(p.dom), "stream": tl.streams[int(tl.stream[p.dom])],
@@ -271,11 +280,10 @@ def summarize(results: list[dict], cold: int) -> dict:
         for o in r["overlaps"]:
             hidden.setdefault(o["side"], []).append(o["hidden_frac"])
     verdicts = {"true": 0, "partial": 0, "false": 0}
-    pcts = []
     for r in warm:
         for k, v in r["verdict_counts"].items():
             verdicts[k] += v
-        pcts.extend(p["overlap_pct"] for p in r["parallel_points"])
+    pcts = [r["overlap_pct_median"] for r in warm]
     return {
         "captures": n,
         "dropped_cold": dropped,
@@ -284,7 +292,7 @@ def summarize(results: list[dict], cold: int) -> dict:
         "median_parallelism": med([r["parallelism"] for r in warm]),
         "median_comm_comp_overlap_pct": med([r["comm_comp_overlap_pct"] for r in warm]),
         "median_hidden_frac": {k: med(v) for k, v in hidden.items()},
-        "median_overlap_pct": med(pcts),
+        "median_overlap_pct": med(pcts),  # median over captures of each one's median
         "verdict_counts": verdicts,
         "notes": notes,
     }

@@ -237,30 +237,71 @@ def dominator_horizon(window_len: np.ndarray) -> np.ndarray:
     return np.maximum(2 * window_len, 20_000)
 
 
-def find_barrier(main_start: np.ndarray, main_runmax: np.ndarray, side_hi: int,
-                 dom: int | None) -> list[int]:
-    """For a false-parallel point: the first main op that started only when the side window
-    ended while main was idle, followed by the main ops up to the dominator.
+VERDICTS = ("true", "partial", "false")
 
-    That op waited for the side work (a consumer of a side output, e.g. a Cast+Swish
-    precompute that GE moved ahead of the dominator). ``[]`` when main was busy at the
-    side window's end or nothing started right after it.
+
+@dataclass
+class PointTable:
+    """All parallel points of a capture, column-wise (a trace can have 10^5 of them).
+
+    ``verdict`` holds codes into :data:`VERDICTS`; ``dom`` and ``barrier`` are op indices
+    (-1 for none); ``label`` codes into ``labels`` (the side stream of each point).
     """
-    j = int(np.searchsorted(main_start, side_hi, side="left"))
-    if j >= main_start.size or main_start[j] - side_hi > BARRIER_SLACK_NS:
-        return []
-    if j > 0 and main_runmax[j - 1] > side_hi:
-        return []  # main was still running at the end of the side window: it did not wait
-    ops = [j]
-    if dom is not None and dom > j:
-        ops.extend(range(j + 1, min(dom, j + 8)))
-    return ops
+
+    labels: list[str]
+    label: np.ndarray
+    lo: np.ndarray
+    hi: np.ndarray
+    ops: np.ndarray
+    busy: np.ndarray
+    hidden: np.ndarray
+    dom: np.ndarray
+    overlap: np.ndarray
+    pct: np.ndarray
+    verdict: np.ndarray
+    barrier: np.ndarray
+    main_idx: np.ndarray
+
+    def __len__(self) -> int:
+        return int(self.lo.size)
+
+    def counts(self) -> dict[str, int]:
+        c = np.bincount(self.verdict, minlength=3)
+        return {v: int(c[i]) for i, v in enumerate(VERDICTS)}
+
+    def barrier_ops(self, k: int) -> list[int]:
+        """The barrier op of point k and the main ops after it up to the dominator (<= 8)."""
+        b = int(self.barrier[k])
+        if b < 0:
+            return []
+        j = int(np.searchsorted(self.main_idx, b))
+        d = int(self.dom[k])
+        ops = [b]
+        if d > b:
+            dpos = int(np.searchsorted(self.main_idx, d))
+            ops.extend(int(x) for x in self.main_idx[j + 1:min(dpos, j + 8)])
+        return ops
+
+    def point(self, k: int) -> ParallelPoint:
+        d = int(self.dom[k])
+        return ParallelPoint(
+            side_stream=self.labels[int(self.label[k])], side_lo=int(self.lo[k]),
+            side_hi=int(self.hi[k]), side_ops=int(self.ops[k]), side_busy_ns=int(self.busy[k]),
+            side_hidden_ns=int(self.hidden[k]), dom=d if d >= 0 else None,
+            overlap_ns=int(self.overlap[k]), overlap_pct=float(self.pct[k]),
+            verdict=VERDICTS[int(self.verdict[k])], barrier=self.barrier_ops(k))
 
 
-def parallel_points(tl: Timeline, main_code: int, side_codes: list[int], *,
-                    side_regex: str | None = None, dominator_regex: str | None = None,
-                    window_gap_ns: int | None = None) -> list[ParallelPoint]:
-    """Every parallel point of a capture.
+def parallel_points(tl: Timeline, main_code: int, side_codes: list[int], **kw) -> list[ParallelPoint]:
+    """Every parallel point of a capture as objects (see :func:`point_table`)."""
+    t = point_table(tl, main_code, side_codes, **kw)
+    return [t.point(k) for k in range(len(t))]
+
+
+def point_table(tl: Timeline, main_code: int, side_codes: list[int], *,
+                side_regex: str | None = None, dominator_regex: str | None = None,
+                window_gap_ns: int | None = None) -> PointTable:
+    """Every parallel point of a capture, vectorised.
 
     Without regexes, each side stream's busy blocks are grouped into windows and each
     window's dominator is searched among all main-stream ops. ``side_regex`` picks the side
@@ -274,7 +315,7 @@ def parallel_points(tl: Timeline, main_code: int, side_codes: list[int], *,
     cand = main_idx
     if dominator_regex:
         rx = re.compile(dominator_regex)
-        ok = np.array([bool(rx.search(tl.names[c])) for c in range(len(tl.names))], bool)
+        ok = np.array([bool(rx.search(t)) for t in tl.names], bool)
         cand = main_idx[ok[tl.name[main_idx]]] if main_idx.size else main_idx
     cs, ce = tl.start_ns[cand], tl.end_ns[cand]
 
@@ -289,47 +330,54 @@ def parallel_points(tl: Timeline, main_code: int, side_codes: list[int], *,
         for s in side_codes:
             groups.append((tl.streams[s], tl.stream_ops(s)))
 
-    points: list[ParallelPoint] = []
+    cols: dict[str, list[np.ndarray]] = {k: [] for k in
+                                         ("label", "lo", "hi", "ops", "busy", "hidden", "dom")}
+    labels: list[str] = []
     for label, idx in groups:
         if idx.size == 0:
             continue
         busy = iv.union(tl.start_ns[idx], tl.end_ns[idx])
-        zero_only = busy[0].size == 0
-        if zero_only:  # only zero-length ops: windows of their instants, with no busy time
+        if busy[0].size == 0:  # only zero-length ops: windows of their instants, no busy time
             t = np.unique(tl.start_ns[idx])
             busy = (t, t)
         gap = window_gap_ns if window_gap_ns is not None else default_window_gap(tl.dur_ns[idx])
         lo, hi, first_block = windows_of(busy, gap)
         doms = find_dominators(cs, ce, lo, hi)
         # busy time per window and the part of it main covers (prefix sums over main's union)
-        blk_len = busy[1] - busy[0]
-        win_busy = np.add.reduceat(blk_len, first_block)
+        win_busy = np.add.reduceat(busy[1] - busy[0], first_block)
         cover = _covered_before(main_union, busy[1]) - _covered_before(main_union, busy[0])
-        win_hidden = np.add.reduceat(cover, first_block)
         op_start = tl.start_ns[idx]
-        ops_per = np.diff(np.searchsorted(op_start, np.append(lo, np.iinfo(np.int64).max),
-                                          side="left"))
-        for k in range(lo.size):
-            d = int(doms[k])
-            dom_op = int(cand[d]) if d >= 0 else None
-            if dom_op is None:
-                ov, pct = 0, 0.0
-            else:
-                ov, pct = overlap_pct((int(lo[k]), int(hi[k])),
-                                      (int(tl.start_ns[dom_op]), int(tl.end_ns[dom_op])))
-            v = verdict(pct)
-            barrier: list[int] = []
-            if v == "false" and main_idx.size:
-                dpos = None
-                if dom_op is not None:
-                    dpos = int(np.searchsorted(main_idx, dom_op))
-                barrier = [int(main_idx[j]) for j in find_barrier(main_s, main_runmax, int(hi[k]), dpos)]
-            points.append(ParallelPoint(
-                side_stream=label, side_lo=int(lo[k]), side_hi=int(hi[k]),
-                side_ops=int(ops_per[k]), side_busy_ns=int(win_busy[k]),
-                side_hidden_ns=int(win_hidden[k]), dom=dom_op, overlap_ns=ov, overlap_pct=pct,
-                verdict=v, barrier=barrier))
-    return points
+        cols["ops"].append(np.diff(np.searchsorted(op_start, np.append(lo, np.iinfo(np.int64).max),
+                                                   side="left")))
+        cols["label"].append(np.full(lo.size, len(labels), np.int32))
+        labels.append(label)
+        cols["lo"].append(lo)
+        cols["hi"].append(hi)
+        cols["busy"].append(win_busy)
+        cols["hidden"].append(np.add.reduceat(cover, first_block))
+        cols["dom"].append(np.where(doms >= 0, cand[np.clip(doms, 0, None)] if cand.size else -1, -1))
+    c = {k: (np.concatenate(v) if v else np.zeros(0, np.int64)) for k, v in cols.items()}
+    lo, hi, dom = c["lo"], c["hi"], c["dom"].astype(np.int64)
+    has = dom >= 0
+    d = np.clip(dom, 0, None)
+    ds = np.where(has, tl.start_ns[d] if len(tl) else 0, 0)
+    de = np.where(has, tl.end_ns[d] if len(tl) else 0, 0)
+    ov = np.where(has, np.maximum(0, np.minimum(hi, de) - np.maximum(lo, ds)), 0)
+    denom = np.minimum(hi - lo, de - ds)
+    pct = np.where(has & (denom > 0), ov / np.where(denom > 0, denom, 1), 0.0)
+    code = np.where(pct >= TRUE_AT, 0, np.where(pct <= FALSE_AT, 2, 1)).astype(np.int8)
+    # barrier of false points: the first main op starting at (or within the slack after)
+    # the side window's end while main was idle then
+    barrier = np.full(lo.size, -1, np.int64)
+    if main_idx.size and lo.size:
+        j = np.searchsorted(main_s, hi, side="left")
+        jj = np.clip(j, 0, main_s.size - 1)
+        idle = (j == 0) | (main_runmax[np.clip(j - 1, 0, None)] <= hi)
+        ok = (code == 2) & (j < main_s.size) & (main_s[jj] - hi <= BARRIER_SLACK_NS) & idle
+        barrier[ok] = main_idx[jj[ok]]
+    return PointTable(labels=labels, label=c["label"].astype(np.int32), lo=lo, hi=hi,
+                      ops=c["ops"], busy=c["busy"], hidden=c["hidden"], dom=dom, overlap=ov,
+                      pct=pct, verdict=code, barrier=barrier, main_idx=main_idx)
 
 
 def _covered_before(u: iv.Union_, t: np.ndarray) -> np.ndarray:

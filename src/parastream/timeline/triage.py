@@ -41,17 +41,17 @@ def triage(base: dict, multi: dict) -> dict:
     evidence: list[str] = []
     changes = op_type_changes(b, m)
 
-    pts = [p for c in multi["captures"][multi["summary"].get("dropped_cold", 0):]
-           for p in c["parallel_points"]] or m["parallel_points"]
-    pcts = [p["overlap_pct"] for p in pts]
+    warm = multi["captures"][multi["summary"].get("dropped_cold", 0):] or multi["captures"]
+    pcts = [c["overlap_pct_median"] for c in warm if c["overlap_pct_median"] is not None]
     med_pct = statistics.median(pcts) if pcts else 0.0
+    n_points = sum(c["parallel_points_total"] for c in warm)
     streams = _compute_streams(m)
     base_streams = _compute_streams(b)
     par = m["parallelism"]
 
     if faster:
         verdict, summary = "faster", f"multi-stream wall is {-change:.1f}% lower than the baseline"
-        evidence.append(f"median overlap_pct {med_pct:.3f} over {len(pts)} parallel point(s), "
+        evidence.append(f"median overlap_pct {med_pct:.3f} over {n_points} parallel point(s), "
                         f"parallelism {par:.3f}x")
     elif len(streams) <= 1:
         verdict = "3a"
@@ -67,7 +67,9 @@ def triage(base: dict, multi: dict) -> dict:
         summary = "false parallelism: stream ids are split but the streams ran one after another"
         evidence.append(f"median overlap_pct {med_pct:.3f} (false <= 0.05), parallelism "
                         f"{par:.3f}x (false <= {FALSE_PARALLELISM}x)")
-        barriers = Counter("+".join(p["barrier"]["ops"]) for p in pts if p.get("barrier"))
+        barriers: Counter = Counter()
+        for c in warm:
+            barriers.update(c.get("barriers", {}))
         for name, n in barriers.most_common(3):
             evidence.append(f"barrier {name} started as the side window ended, while main was "
                             f"idle ({n} point(s)): pin it inside the side-stream block or change "

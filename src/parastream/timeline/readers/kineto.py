@@ -175,8 +175,11 @@ def _normalise(e):
 
 def _times_ns(raws: list, path: str = "", what: str = "") -> tuple[np.ndarray, np.ndarray]:
     """Exact ns for a list of raw JSON numbers/strings; second array flags unusable ones."""
-    blobs = [r if isinstance(r, bytes) else bytes(r) if isinstance(r, msgspec.Raw)
-             else (b"" if r is None else str(r).encode()) for r in raws]
+    try:  # the common case: all raw JSON (bytes() of a Raw is its text)
+        blobs = list(map(bytes, raws))
+    except TypeError:
+        blobs = [r if isinstance(r, bytes) else bytes(r) if isinstance(r, msgspec.Raw)
+                 else (b"" if r is None else str(r).encode()) for r in raws]
     if not blobs:
         return np.zeros(0, np.int64), np.zeros(0, bool)
     arr = pa.array(blobs, pa.binary()).cast(pa.string())
@@ -342,13 +345,33 @@ def _workers(nbytes: int) -> int:
     return max(1, min(4, os.cpu_count() or 1))
 
 
+_EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
+
+
 def _decode(path: str, data: bytes, warnings: list[str]) -> tuple[list[dict], object]:
     """Decode the document; the events array in pieces (in parallel for big traces) so
-    only the kept columns of each piece outlive it."""
+    only the kept columns of each piece outlive it.
+
+    For a big trace the workers start on pieces cut from where the ``traceEvents`` array
+    appears to start while this process decodes the rest of the document (which also
+    validates the whole file and gives the array's exact span); pieces past the array's
+    end are then dropped and the one that straddles it is redone.
+    """
     global _SHARED
     gc_was = gc.isenabled()
     gc.disable()  # millions of new objects: generational GC passes would dominate
+    pool = None
+    _SHARED = data
     try:
+        guess = _EVENTS_KEY.search(data)
+        n_workers = _workers(len(data))
+        early = None
+        if guess is not None and n_workers > 1:
+            g_lo = guess.end()  # just after '['
+            early_pieces = [(g_lo + x, g_lo + y) for x, y in _boundaries(memoryview(data)[g_lo:])]
+            if len(early_pieces) > 1:
+                pool = mp.get_context("fork").Pool(n_workers)
+                early = (g_lo, early_pieces, pool.map_async(_scan_piece, early_pieces, chunksize=1))
         try:
             head = msgspec.json.decode(data, type=_TraceHead)
         except msgspec.ValidationError:
@@ -362,19 +385,22 @@ def _decode(path: str, data: bytes, warnings: list[str]) -> tuple[list[dict], ob
         off = _span_offset(data, raw)
         if off is None:  # not a view: work on a copy of the span
             data, off = bytes(memoryview(raw)), 0
+            _SHARED = data
         inner_lo, inner_hi = off + 1, off + len(memoryview(raw)) - 1
-        pieces = [(inner_lo + a, inner_lo + b) for a, b in
-                  _boundaries(memoryview(data)[inner_lo:inner_hi])]
-        n_workers = _workers(len(data))
-        _SHARED = data
-        try:
-            if n_workers > 1 and len(pieces) > 1:
-                with mp.get_context("fork").Pool(n_workers) as pool:
-                    parts = pool.map(_scan_piece, pieces, chunksize=1)
+        if early is not None and early[0] == inner_lo:
+            parts = []
+            for (x, y), r in zip(early[1], early[2].get()):
+                if y <= inner_hi:
+                    parts.append(r)
+                elif x < inner_hi:  # the piece that runs past the array's end
+                    parts.append(_scan_piece((x, inner_hi)))
+        else:
+            pieces = [(inner_lo + x, inner_lo + y) for x, y in
+                      _boundaries(memoryview(data)[inner_lo:inner_hi])]
+            if pool is not None and len(pieces) > 1:
+                parts = pool.map(_scan_piece, pieces, chunksize=1)
             else:
-                parts = [_scan_piece(p) for p in pieces]
-        finally:
-            _SHARED = None
+                parts = [_scan_piece(x) for x in pieces]
         if "validation" in parts:
             trace = _lenient_events(path, data, warnings)
             return [_scan(trace.traceEvents)], trace
@@ -383,6 +409,10 @@ def _decode(path: str, data: bytes, warnings: list[str]) -> tuple[list[dict], ob
             parts = [_scan(_EVENTS.decode(memoryview(data)[off:inner_hi + 1]))]
         return parts, head
     finally:
+        _SHARED = None
+        if pool is not None:
+            pool.terminate()
+            pool.join()
         if gc_was:
             gc.enable()
 
