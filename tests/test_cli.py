@@ -231,3 +231,29 @@ def test_failed_run_leaves_no_output_file(tmp_path):
     assert r.returncode == 2
     assert not out.exists()
     assert os.listdir(tmp_path) == ["bad.json"]
+
+
+def _with_rank(src: Path, dst: Path, rank: int, shift_us: int) -> None:
+    raw = json.loads(gzip.decompress(src.read_bytes()))
+    raw["distributedInfo"] = {"backend": "nccl", "rank": rank, "world_size": 3}
+    for e in raw["traceEvents"]:  # rank 2 runs slower: its kernels take longer
+        if e.get("cat") == "kernel" and rank == 2:
+            e["dur"] = e["dur"] + shift_us
+    dst.write_bytes(gzip.compress(json.dumps(raw).encode()))
+
+
+def test_folder_of_ranks_in_parallel_workers(tmp_path):
+    src = DATA / "kineto" / "synthetic_comm_partial.json.gz"
+    for r in range(3):
+        _with_rank(src, tmp_path / f"rank{r}.json.gz", r, 40)
+    r = run("analyze", str(tmp_path), "--format", "json", "-j", "2")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert [row["rank"] for row in doc["ranks"]] == [0, 1, 2]
+    assert doc["summary"]["ranks"] == 3
+    assert doc["summary"]["slowest_rank"] == 2
+    assert doc["summary"]["wall_spread_pct"] > 0
+    serial = json.loads(run("analyze", str(tmp_path), "--format", "json", "-j", "1").stdout)
+    assert serial["ranks"] == doc["ranks"]
+    text = run("analyze", str(tmp_path), "-j", "2").stdout
+    assert "per rank" in text

@@ -96,3 +96,18 @@ def test_screenshot_is_not_blank(report, tmp_path):
     # handful of byte values; the chart's colours, text and anti-aliasing use most of them
     counts = np.bincount(np.frombuffer(raw, np.uint8), minlength=256)
     assert (counts > 0).sum() > 200
+
+
+def test_cli_report_of_the_real_trace_opens_offline(tmp_path):
+    """The acceptance command, as a user types it, then the page in a headless browser."""
+    import sys
+
+    src = Path(__file__).parents[1] / "data" / "kineto" / "cuda_event_sync_multi_stream.json.gz"
+    out = tmp_path / "r.html"
+    subprocess.run([sys.executable, "-m", "parastream", "analyze", str(src), "--html", str(out)],
+                   check=True, capture_output=True, timeout=120)
+    text = out.read_text()
+    assert "http://" not in text and "https://" not in text  # nothing to fetch
+    proc = chromium(tmp_path, "--virtual-time-budget=5000", "--dump-dom", out.as_uri() + "#selftest")
+    assert page_status(proc.stdout) == "ok", proc.stderr[-2000:]
+    assert "Uncaught" not in proc.stderr

@@ -82,7 +82,7 @@ class Timeline:
     ``streams``, ``names``, ``types``; ``start_ns``/``end_ns`` are int64 nanoseconds;
     ``kind`` is one of :data:`KINDS`; ``core`` one of :data:`CORES`; ``block_dim`` and
     ``mix_block_dim`` are -1 when unknown; ``step`` is -1 when the source has no steps.
-    ``shapes`` optionally holds input shapes as text.
+    ``shapes`` optionally holds input shapes as text (a numpy object array).
 
     Wait columns: ``wait_stream`` (the stream that waits), ``wait_on`` (the stream waited
     on, -1 when unknown), ``wait_start_ns``/``wait_end_ns`` and ``wait_name`` (code into
@@ -104,7 +104,7 @@ class Timeline:
     block_dim: np.ndarray
     mix_block_dim: np.ndarray
     step: np.ndarray
-    shapes: list[str] | None = None
+    shapes: np.ndarray | None = None
     #: host time the op was launched (CUDA runtime call / ac2g flow), -1 unknown; None if no source
     launch_ns: np.ndarray | None = None
     wait_stream: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))
@@ -154,8 +154,7 @@ class Timeline:
                       "block_dim", "mix_block_dim", "step")
         }
         if self.shapes is not None:
-            idx = np.flatnonzero(mask)
-            cols["shapes"] = [self.shapes[i] for i in idx]
+            cols["shapes"] = self.shapes[mask]
         if self.launch_ns is not None:
             cols["launch_ns"] = self.launch_ns[mask]
         if wait_mask is not None:
@@ -248,7 +247,7 @@ class TimelineBuilder:
 
 def make_timeline(source: str, fmt: str, streams: Sequence[str], names: Sequence[str],
                   types: Sequence[str], ops: dict, waits: dict | None = None, *,
-                  shapes: list[str] | None = None, device: DeviceInfo | None = None,
+                  shapes: "np.ndarray | list[str] | None" = None, device: DeviceInfo | None = None,
                   warnings: list[str] | None = None, meta: dict | None = None) -> Timeline:
     """Validate and sort columns into a :class:`Timeline`.
 
@@ -269,7 +268,7 @@ def make_timeline(source: str, fmt: str, streams: Sequence[str], names: Sequence
     if cols.get("launch_ns") is not None and not (cols["launch_ns"] >= 0).any():
         cols["launch_ns"] = None
     if shapes is not None:
-        shapes = [shapes[i] for i in idx]
+        shapes = np.asarray(shapes, dtype=object)[idx]
     waits = waits or {}
     w_cols = {}
     if waits and len(waits.get("wait_start_ns", ())):

@@ -114,7 +114,7 @@ class _RangeArgmax:
 
 
 def find_dominators(cand_start: np.ndarray, cand_end: np.ndarray, lo: np.ndarray,
-                    hi: np.ndarray) -> np.ndarray:
+                    hi: np.ndarray, rmq: "_RangeArgmax | None" = None) -> np.ndarray:
     """For each window [lo, hi], the candidate (index into the sorted candidates) that
     overlaps it most (ties to the earlier one); when none overlaps, the first candidate
     after the window that is at least :data:`DOMINATOR_MIN_SHARE` of the window long (else
@@ -123,6 +123,8 @@ def find_dominators(cand_start: np.ndarray, cand_end: np.ndarray, lo: np.ndarray
 
     Candidates are one stream's ops in start order, so they do not overlap each other and
     only the first and last overlapping candidates can be clipped by the window.
+    ``rmq`` is the range-argmax table of the candidates' durations, when the caller
+    already built it (it depends on the candidates only).
     """
     n = cand_start.size
     out = np.full(lo.size, -1, np.int64)
@@ -144,7 +146,7 @@ def find_dominators(cand_start: np.ndarray, cand_end: np.ndarray, lo: np.ndarray
         # clipped); a later one wins only when strictly better, so ties go to the earlier
         inner = s - f > 2
         if inner.any():
-            rmq = _RangeArgmax(dur)
+            rmq = rmq or _RangeArgmax(dur)
             mid = rmq.query(f[inner] + 1, s[inner] - 1)
             mid_ov = dur[mid]
             take = mid_ov > best_ov[inner]
@@ -157,7 +159,7 @@ def find_dominators(cand_start: np.ndarray, cand_end: np.ndarray, lo: np.ndarray
         out[has] = best
     none = ~has
     if none.any():
-        out[none] = _nearest(cand_start, cand_end, dur, lo[none], hi[none])
+        out[none] = _nearest(cand_start, cand_end, dur, lo[none], hi[none], rmq)
     return out
 
 
@@ -168,7 +170,7 @@ def _gap_to(cs: np.ndarray, ce: np.ndarray, j: np.ndarray, lo: np.ndarray, hi: n
 
 
 def _nearest(cs: np.ndarray, ce: np.ndarray, dur: np.ndarray, lo: np.ndarray,
-             hi: np.ndarray) -> np.ndarray:
+             hi: np.ndarray, rmq: "_RangeArgmax | None" = None) -> np.ndarray:
     """Dominator of windows that no candidate overlaps: the next candidate after the window
     (main was idle, so the op that follows is the work the side stream should have hidden
     behind), else the previous one; big-enough candidates first; none (-1) when every
@@ -180,7 +182,7 @@ def _nearest(cs: np.ndarray, ce: np.ndarray, dur: np.ndarray, lo: np.ndarray,
     stop = np.searchsorted(cs, hi + horizon, side="right")  # ... and within the horizon
     # candidates are disjoint: those before nxt end at or before lo
     back = np.minimum(np.searchsorted(ce, lo - horizon, side="left"), nxt)
-    rmq = _RangeArgmax(dur)
+    rmq = rmq or _RangeArgmax(dur)
     big_after = _first_at_least(rmq, nxt, stop, need)
     big_before = _last_at_least(rmq, back, nxt, need)
     adjacent = np.where(stop > nxt, nxt, np.where(nxt > back, nxt - 1, -1))
@@ -318,6 +320,7 @@ def point_table(tl: Timeline, main_code: int, side_codes: list[int], *,
         ok = np.array([bool(rx.search(t)) for t in tl.names], bool)
         cand = main_idx[ok[tl.name[main_idx]]] if main_idx.size else main_idx
     cs, ce = tl.start_ns[cand], tl.end_ns[cand]
+    rmq = _RangeArgmax(ce - cs) if cs.size else None
 
     groups: list[tuple[str, np.ndarray]] = []
     if side_regex:
@@ -342,7 +345,7 @@ def point_table(tl: Timeline, main_code: int, side_codes: list[int], *,
             busy = (t, t)
         gap = window_gap_ns if window_gap_ns is not None else default_window_gap(tl.dur_ns[idx])
         lo, hi, first_block = windows_of(busy, gap)
-        doms = find_dominators(cs, ce, lo, hi)
+        doms = find_dominators(cs, ce, lo, hi, rmq)
         # busy time per window and the part of it main covers (prefix sums over main's union)
         win_busy = np.add.reduceat(busy[1] - busy[0], first_block)
         cover = _covered_before(main_union, busy[1]) - _covered_before(main_union, busy[0])

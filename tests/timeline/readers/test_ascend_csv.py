@@ -166,7 +166,7 @@ def test_op_summary_spelling(tmp_path):
     assert [model.CORES[c] for c in tl.core] == ["AI_CORE", "AI_VECTOR_CORE"]
     assert tl.start_ns[0] == BASE_US * 1000 + 125 and tl.dur_ns[0] == 12500
     assert tl.block_dim.tolist() == [20, 8] and tl.mix_block_dim.tolist() == [-1, 0]
-    assert tl.shapes == ["8,8;8,8", ""]
+    assert list(tl.shapes) == ["8,8;8,8", ""]
     assert tl.meta["device_id"] == 3
 
 

@@ -303,6 +303,6 @@ def read(path: str | os.PathLike[str]) -> Timeline:
         sh = pc.fill_null(pc.utf8_trim(_trim(col("shapes")), characters='"'), "")
         if skipped:
             sh = sh.filter(pa.array(ok))
-        shapes = sh.to_numpy(zero_copy_only=False).tolist()
+        shapes = sh.to_numpy(zero_copy_only=False)
     return make_timeline(path, fmt, streams, names, types, ops, shapes=shapes,
                          device=DeviceInfo(), warnings=warnings, meta=meta)
