@@ -19,37 +19,30 @@ import pytest
 from parastream.timeline.analyze import Options, analyze
 from parastream.timeline.readers import read_path
 
-BASE_US = 1736413971550000  # epoch microseconds, as the profiler writes them
+def _load_example():
+    """The example's own generator (examples/make_seed_example.py), so docs and test agree."""
+    import importlib.util
+    from pathlib import Path
 
-# (stream, name, type, core, start_us, dur_us, block_dim)
-ROWS = [
-    ("2", "aclnnEmbedding", "Gather", "AI_VECTOR_CORE", "0.000", "10.000", 40),
-    ("2", "aclnnRmsNorm_RmsNorm", "RmsNorm", "AI_VECTOR_CORE", "1580.000", "32.500", 40),
-    ("7", "moe_gate_MatMulV2", "MatMulV2", "AI_CORE", "1615.250", "9.750", 8),
-    ("7", "moe_topk_TopKV2", "TopKV2", "AI_VECTOR_CORE", "1625.500", "9.250", 8),
-    ("2", "aclnnCast_Cast", "Cast", "AI_VECTOR_CORE", "1635.000", "1.100", 40),
-    ("2", "aclnnSwish_Swish", "Swish", "AI_VECTOR_CORE", "1636.200", "1.600", 40),
-    ("2", "in_proj_qkv_MatMulV2", "MatMulV2", "AI_CORE", "1638.000", "22.750", 24),
-    ("2", "attn_FlashAttentionScore", "FlashAttentionScore", "MIX_AIC", "1661.000", "40.000", 24),
-]
+    path = Path(__file__).parents[2] / "examples" / "make_seed_example.py"
+    spec = importlib.util.spec_from_file_location("make_seed_example", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
 
-HEADER = ("Step Id,Model ID,Task ID,Stream ID,Name,Type,OP State,Accelerator Core,Start Time(us),"
-          "Duration(us),Wait Time(us),Block Dim,Mix Block Dim,Input Shapes\n")
+
+EXAMPLE = _load_example()
 
 
 def _start(rel: str) -> str:
     whole, frac = rel.split(".")
-    return f"{BASE_US + int(whole)}.{frac}"
+    return f"{EXAMPLE.BASE_US + int(whole)}.{frac}"
 
 
 @pytest.fixture()
 def seed_csv(tmp_path):
     path = tmp_path / "kernel_details.csv"
-    lines = [HEADER]
-    for i, (s, name, typ, core, start, dur, bd) in enumerate(ROWS):
-        lines.append(f'1,4294967295,{50 + i},{s},{name},{typ},dynamic,{core},"{_start(start)}\t",'
-                     f'{dur},0.5,{bd},0,"""1,4096"""\n')
-    path.write_text("".join(lines))
+    path.write_text(EXAMPLE.csv_text(EXAMPLE.MULTI))
     return path
 
 
@@ -108,3 +101,25 @@ def test_seed_example_from_the_command_line(seed_csv):
                          "--dominator", "in_proj_qkv", "--format", "md"],
                         capture_output=True, text=True, check=True).stdout
     assert "[1615.250, 1634.750] us" in md and "aclnnCast_Cast+aclnnSwish_Swish" in md
+
+
+def test_triage_against_the_single_stream_baseline(seed_csv, tmp_path):
+    base = tmp_path / "single" / "kernel_details.csv"
+    base.parent.mkdir()
+    base.write_text(EXAMPLE.csv_text(EXAMPLE.single_stream(EXAMPLE.MULTI)))
+    out = subprocess.run([sys.executable, "-m", "parastream", "analyze", str(seed_csv),
+                          "--baseline", str(base), "--format", "json"],
+                         capture_output=True, text=True, check=True).stdout
+    tri = json.loads(out)["triage"]
+    assert tri["verdict"] == "3b"
+    assert any("aclnnCast_Cast+aclnnSwish_Swish" in e for e in tri["evidence"])
+
+
+def test_committed_example_files_are_current():
+    from pathlib import Path
+
+    here = Path(EXAMPLE.__file__).parent
+    assert (here / "seed_multi_stream" / "kernel_details.csv").read_text() == \
+        EXAMPLE.csv_text(EXAMPLE.MULTI)
+    assert (here / "seed_single_stream" / "kernel_details.csv").read_text() == \
+        EXAMPLE.csv_text(EXAMPLE.single_stream(EXAMPLE.MULTI))

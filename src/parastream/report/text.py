@@ -74,20 +74,20 @@ def _capture(con: Console, cap: dict) -> None:
     title += f"; {len(pts)} longest shown)" if len(pts) < cap["parallel_points_total"] else ")"
     if pts:
         t = Table(title=title, title_justify="left")
-        for c in ("side", "side window us", "ops", "dominator", "dominator window us",
-                  "overlap us", "overlap_pct", "busy ovl", "verdict", "barrier"):
-            if c in ("dominator", "barrier"):
-                t.add_column(c, no_wrap=True, overflow="ellipsis", max_width=30)
+        for c in ("side", "side window us", "ops", "dominator / window us", "overlap us",
+                  "overlap_pct", "busy ovl", "verdict", "barrier"):
+            if c.startswith("dominator") or c == "barrier":
+                t.add_column(c, overflow="ellipsis", max_width=40)
             else:
                 t.add_column(c, no_wrap=True)
         for p in pts:
             d = p["dominator"]
             b = p["barrier"]
             t.add_row(p["side_stream"], _win(p["side_window_us"]), str(p["side_ops"]),
-                      d["name"] if d else "-", _win(d["window_us"]) if d else "-",
+                      f"{d['name']}\n{_win(d['window_us'])}" if d else "-",
                       _f(p["overlap_us"]), f"{p['overlap_pct']:.3f}", f"{p['busy_overlap_pct']:.3f}",
                       f"[{_VERDICT_STYLE[p['verdict']]}]{p['verdict']}[/]",
-                      ("+".join(b["ops"]) + f" @ {b['start_us']:,.3f}") if b else "")
+                      ("+".join(b["ops"]) + f"\n@ {b['start_us']:.3f}") if b else "")
         con.print(t)
     else:
         con.print("parallel points: none (a single compute stream)")

@@ -118,6 +118,7 @@ def analyze_paths(paths: list[str], opts: Options, *, jobs: int = 0, keep_timeli
         for results, info in sorted(per_unit, key=lambda x: x[1]["rank"]):
             s = summarize(results, opts.cold)
             rows.append({"rank": info["rank"], "source": info["source"], "captures": len(results),
+                         "dropped_cold": s["dropped_cold"],
                          "median_wall_us": s["median_wall_us"],
                          "median_parallelism": s["median_parallelism"],
                          "median_comm_comp_overlap_pct": s["median_comm_comp_overlap_pct"],
@@ -143,7 +144,8 @@ def _cross_rank(rows: list[dict]) -> dict:
     for r in rows:
         for k, v in r["verdict_counts"].items():
             verdicts[k] += v
-    return {"ranks": len(rows), "captures": sum(r["captures"] for r in rows), "dropped_cold": 0,
+    return {"ranks": len(rows), "captures": sum(r["captures"] for r in rows),
+            "dropped_cold": sum(r["dropped_cold"] for r in rows),
             "median_wall_us": med("median_wall_us"),
             "median_parallelism": med("median_parallelism"),
             "median_comm_comp_overlap_pct": med("median_comm_comp_overlap_pct"),

@@ -113,7 +113,7 @@ def op_type_changes(b: dict, m: dict) -> list[dict]:
         rows.append({"type": key, "baseline_us": bt, "multi_us": mt,
                      "change_pct": round(100.0 * (mt - bt) / bt, 3) if bt else None,
                      "max_dur_ratio": round(ratio, 3) if ratio is not None else None, "flag": flag})
-    rows.sort(key=lambda r: (r["flag"] is None, -abs(r["multi_us"] - r["baseline_us"])))
+    rows.sort(key=lambda r: (r["flag"] is None, -abs(r["multi_us"] - r["baseline_us"]), r["type"]))
     return rows
 
 
