@@ -59,21 +59,6 @@ def hta_round(start_ns: np.ndarray, dur_ns: np.ndarray) -> tuple[np.ndarray, np.
     return np.ceil(ts), np.floor(ts + dur)
 
 
-def _hta_union(ts: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """HTA's ``merge_kernel_intervals``: touching intervals merge, degenerate ones stay."""
-    if ts.size == 0:
-        return ts, end
-    order = np.argsort(ts, kind="stable")
-    ts, end = ts[order], end[order]
-    run = np.maximum.accumulate(end)
-    new = np.empty(ts.size, bool)
-    new[0] = True
-    new[1:] = ts[1:] > run[:-1]
-    first = np.flatnonzero(new)
-    last = np.append(first[1:], ts.size) - 1
-    return ts[first], run[last]
-
-
 def hta_comm_comp_overlap_pct(names: list[str], name: np.ndarray, start_ns: np.ndarray,
                               dur_ns: np.ndarray, rounding: bool) -> float | None:
     """HTA 0.5.0's ``get_comm_comp_overlap`` for one rank: 100 x |U(comp) ∩ U(comm)| /
@@ -81,20 +66,15 @@ def hta_comm_comp_overlap_pct(names: list[str], name: np.ndarray, start_ns: np.n
     to 2 decimals; None where HTA says NaN (no communication)."""
     kinds = np.array([hta_kernel_type(n) for n in names], dtype=object)
     k = kinds[name] if name.size else np.zeros(0, dtype=object)
-    if rounding:
-        ts, end = hta_round(start_ns, dur_ns)
+    if rounding:  # whole microseconds, held here as integer nanoseconds
+        ts_us, end_us = hta_round(start_ns, dur_ns)
+        ts, end = ts_us.astype(np.int64) * 1000, end_us.astype(np.int64) * 1000
     else:
-        ts, end = start_ns / 1000.0, (start_ns + dur_ns) / 1000.0
-    comm = _hta_union(ts[k == "comm"], end[k == "comm"])
-    comp = _hta_union(ts[k == "comp"], end[k == "comp"])
-    total = float((comm[1] - comm[0]).sum())
+        ts, end = start_ns, start_ns + dur_ns
+    comm = iv.union(ts[k == "comm"], end[k == "comm"], keep_empty=True)
+    total = int((comm[1] - comm[0]).sum())  # HTA sums its groups, inverted ones included
     if comm[0].size == 0 or total == 0:
         return None
-    pos = comm[1] > comm[0]
-    cpos = comp[1] > comp[0]
-    # both unions are disjoint; their intersection by a merge of edges in integer units
-    scale = 1.0 if rounding else 1000.0
-    a = (np.rint(comm[0][pos] * scale).astype(np.int64), np.rint(comm[1][pos] * scale).astype(np.int64))
-    b = (np.rint(comp[0][cpos] * scale).astype(np.int64), np.rint(comp[1][cpos] * scale).astype(np.int64))
-    overlap = iv.intersection_length(a, b) / scale
+    comp = iv.union(ts[k == "comp"], end[k == "comp"])
+    overlap = iv.intersection_length(iv.union(*comm), comp)
     return float(np.round(100.0 * overlap / total, 2))

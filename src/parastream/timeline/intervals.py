@@ -14,12 +14,17 @@ import numpy as np
 Union_ = tuple[np.ndarray, np.ndarray]
 
 
-def union(starts: np.ndarray, ends: np.ndarray) -> Union_:
-    """Merge intervals into a union; zero-length intervals are dropped (they cover no time)."""
+def union(starts: np.ndarray, ends: np.ndarray, keep_empty: bool = False) -> Union_:
+    """Merge intervals into a union; zero-length intervals are dropped (they cover no time).
+
+    ``keep_empty`` keeps them (and inverted ones) as blocks of their own when nothing
+    covers them, which is how HTA's ``merge_kernel_intervals`` behaves.
+    """
     s = np.asarray(starts, np.int64)
     e = np.asarray(ends, np.int64)
-    keep = e > s
-    s, e = s[keep], e[keep]
+    if not keep_empty:
+        keep = e > s
+        s, e = s[keep], e[keep]
     if s.size == 0:
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
     order = np.argsort(s, kind="stable")

@@ -83,13 +83,15 @@ def us_text_column_to_ns(col: pa.Array | pa.ChunkedArray) -> np.ndarray:
     return np.where(neg, -mag, mag).astype(np.int64)
 
 
-def _trim(col: pa.ChunkedArray | pa.Array) -> pa.ChunkedArray | pa.Array:
+def trim_text(col: pa.ChunkedArray | pa.Array) -> pa.ChunkedArray | pa.Array:
+    """A text column without the quotes, tabs and spaces profilers put around values."""
     if not pa.types.is_string(col.type):
         col = pc.cast(col, pa.string())
     return pc.utf8_trim(col, characters=' \t"\r\n')
 
 
-def _np(arr, fill) -> np.ndarray:
+def filled_numpy(arr, fill) -> np.ndarray:
+    """An Arrow column as numpy, nulls replaced by ``fill``."""
     return pc.fill_null(arr, fill).to_numpy(zero_copy_only=False)
 
 
@@ -105,10 +107,10 @@ def _plain_us_to_ns(s: pa.ChunkedArray | pa.Array) -> np.ndarray:
     in :func:`us_text_to_ns`. Four Arrow kernels and some numpy: ~0.1 s per
     million values.
     """
-    dot = _np(pc.find_substring(s, "."), -1).astype(np.int64)
-    length = _np(pc.binary_length(s), 0).astype(np.int64)
+    dot = filled_numpy(pc.find_substring(s, "."), -1).astype(np.int64)
+    length = filled_numpy(pc.binary_length(s), 0).astype(np.int64)
     digits = pc.cast(pc.replace_substring(s, ".", "", max_replacements=1), pa.int64())
-    d = _np(digits, 0).astype(np.int64)
+    d = filled_numpy(digits, 0).astype(np.int64)
     neg = d < 0
     mag = np.abs(d)
     frac = np.where(dot >= 0, length - dot - 1, 0)
@@ -128,8 +130,8 @@ def us_column_to_ns(col: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, np.nda
     Quotes, tabs and spaces around values are ignored; NaN, inf, empty and junk values come
     back with ``ok`` false. Used by every reader with text or raw JSON timestamps.
     """
-    s = _trim(col)
-    present = np.asarray(_np(pc.is_valid(s), False), bool)
+    s = trim_text(col)
+    present = np.asarray(filled_numpy(pc.is_valid(s), False), bool)
     try:
         return _plain_us_to_ns(s), present
     except (pa.ArrowInvalid, ValueError):
@@ -138,7 +140,7 @@ def us_column_to_ns(col: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, np.nda
     plain = pc.fill_null(pc.match_substring_regex(s, r"^(-?\d+\.?\d*|\.\d+)$"), False)
     try:
         ns = us_text_column_to_ns(pc.if_else(plain, s, "0"))
-        ok = np.asarray(_np(plain, False), bool).copy()
+        ok = np.asarray(filled_numpy(plain, False), bool).copy()
     except ValueError:  # e.g. a value too large for int64: everything row by row
         ns, ok = np.zeros(len(s), np.int64), np.zeros(len(s), bool)
     retry = np.flatnonzero(~ok & present)

@@ -24,6 +24,8 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
 from ...errors import InputError
+from ..timeparse import filled_numpy as _np
+from ..timeparse import trim_text as _trim
 from ..timeparse import us_column_to_ns
 from ..model import (
     COMM_LANE, KIND_COMM, KIND_COMPUTE, KIND_MEMCPY, KIND_MEMSET, DeviceInfo, Timeline,
@@ -120,16 +122,6 @@ def _resolve(fields: list[str], spec: dict) -> dict[str, str]:
 
 
 # ------------------------------------------------------------------ column parsing
-def _trim(col: pa.ChunkedArray | pa.Array) -> pa.ChunkedArray | pa.Array:
-    if not pa.types.is_string(col.type):
-        col = pc.cast(col, pa.string())
-    return pc.utf8_trim(col, characters=' \t"\r\n')
-
-
-def _np(arr, fill) -> np.ndarray:
-    return pc.fill_null(arr, fill).to_numpy(zero_copy_only=False)
-
-
 def _int_column(col: pa.ChunkedArray | pa.Array | None, n: int) -> np.ndarray:
     """Integer text -> int32, -1 where missing, ``N/A`` or not an integer."""
     if col is None:
