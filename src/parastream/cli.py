@@ -66,7 +66,27 @@ def _parser() -> argparse.ArgumentParser:
                    help="worker processes for many files (default: one per core, 1 = serial)")
     a.add_argument("--no-progress", action="store_true", help="no progress display")
     a.set_defaults(func=cmd_analyze)
+    for module in _COMMAND_MODULES:
+        _load_commands(module, sub)
     return p
+
+
+#: modules that add their own subcommands with ``add_parser(subparsers)``; each lives with
+#: the layer it drives, so this file stays a thin dispatcher
+_COMMAND_MODULES = ("parastream.graph.cli_graph", "parastream.graph.cli_zoo",
+                    "parastream.pipeline.cli")
+
+
+def _load_commands(module: str, sub) -> None:
+    import importlib
+    import importlib.util
+
+    try:
+        if importlib.util.find_spec(module) is None:  # a layer not built yet
+            return
+    except ModuleNotFoundError:  # its package is not there either
+        return
+    importlib.import_module(module).add_parser(sub)
 
 
 @contextmanager

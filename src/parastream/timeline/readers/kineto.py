@@ -28,7 +28,7 @@ from ...errors import InputError
 from .. import comm as comm_mod
 from ..model import (KIND_COMM, KIND_COMPUTE, KIND_MEMCPY, KIND_MEMSET, DeviceInfo,
                      Interner, Timeline, core_code, make_timeline)
-from ..timeparse import us_column_to_ns
+from ..timeparse import us_column_to_ns, us_text_to_ns
 
 FORMAT = "kineto"
 
@@ -62,7 +62,8 @@ class _Event(msgspec.Struct, gc=False):
     tid: int | str | None = None
     id: int | str | None = None
     ts: msgspec.Raw = msgspec.Raw()  # exact text: epoch us with ns decimals
-    dur: msgspec.Raw = msgspec.Raw()
+    # durations are small: a double holds their 3 decimals exactly enough to round to ns
+    dur: float | str | None = None
     args: _Args | None = None
 
 
@@ -154,7 +155,7 @@ def _lenient_events(path: str, data: bytes, warnings: list[str]) -> _Trace:
 
 
 def _normalise(e):
-    """Make a generic event dict convertible: ts/dur become Raw text, odd args dropped."""
+    """Make a generic event dict convertible: ts becomes Raw text, odd args dropped."""
     if not isinstance(e, dict):
         raise TypeError("event is not an object")
     e = dict(e)
@@ -163,7 +164,8 @@ def _normalise(e):
             v = e[k]
             if isinstance(v, bool) or not isinstance(v, (int, float, str)):
                 raise TypeError(k)
-            e[k] = msgspec.Raw(msgspec.json.encode(v))
+            if k == "ts":
+                e[k] = msgspec.Raw(msgspec.json.encode(v))
     a = e.get("args")
     if a is not None and not isinstance(a, dict):
         e.pop("args")
@@ -184,6 +186,21 @@ def _times_ns(raws: list, path: str = "", what: str = "") -> tuple[np.ndarray, n
         return np.zeros(0, np.int64), np.zeros(0, bool)
     arr = pa.array(blobs, pa.binary()).cast(pa.string())
     return us_column_to_ns(arr)
+
+
+def _dur_ns(values: list) -> tuple[np.ndarray, np.ndarray]:
+    """Durations (JSON numbers, or text) in us -> (int64 ns, ok mask)."""
+    try:
+        us = np.array(values, dtype=np.float64)
+    except (TypeError, ValueError):  # text or nulls among them: one by one
+        us = np.full(len(values), np.nan)
+        for i, v in enumerate(values):
+            try:
+                us[i] = float(v) if not isinstance(v, str) else us_text_to_ns(v) / 1000.0
+            except (TypeError, ValueError, OverflowError):
+                pass
+    ok = np.isfinite(us)
+    return np.where(ok, np.rint(np.where(ok, us, 0.0) * 1000.0), 0).astype(np.int64), ok
 
 
 def _boundaries(span: memoryview, size: int = CHUNK_BYTES) -> list[tuple[int, int]]:
@@ -272,21 +289,21 @@ def _scan(events: list[_Event]) -> dict:
                     a = e.args
                     waits.append((a.stream if a is not None and a.stream is not None else e.tid,
                                   a.wait_on_stream if a is not None else None, e.name,
-                                  bytes(e.ts), bytes(e.dur),
+                                  bytes(e.ts), e.dur,
                                   _as_int(a.correlation) if a is not None else -1))
                 else:
                     syncs[e.name] += 1
             elif e.name.startswith("ProfilerStep#"):
                 m = _STEP.match(e.name)
                 if m:
-                    steps.append((int(m.group(1)), bytes(e.ts), bytes(e.dur)))
+                    steps.append((int(m.group(1)), bytes(e.ts), e.dur))
         elif ph == "s" and (e.cat == "ac2g" or e.cat == "async_cpu_to_gpu") and e.id is not None:
             f_id.append(_as_int(e.id))
             f_ts.append(e.ts)
     # HTA rounds timestamps only when pandas holds them as floats
     float_ts = any(b"." in bytes(t) or b"e" in bytes(t) for t in d_ts[:1000])
     ts, ok1 = _times_ns(d_ts)
-    dur, ok2 = _times_ns(d_dur)
+    dur, ok2 = _dur_ns(d_dur)
     lts, lok = _times_ns(l_ts)
     fts, fok = _times_ns(f_ts)
     return {
@@ -504,7 +521,7 @@ def _build(path: str, parts: list[dict], trace, warnings: list[str]) -> Timeline
     steps = [s for p in parts for s in p["steps"]]
     if steps:
         st_start, st_ok = _times_ns([t for _, t, _ in steps])
-        st_dur, st_ok2 = _times_ns([d for _, _, d in steps])
+        st_dur, st_ok2 = _dur_ns([d for _, _, d in steps])
         ids = np.array([s for s, _, _ in steps], np.int32)
         keep = st_ok & st_ok2
         order = np.argsort(st_start[keep])
@@ -541,7 +558,7 @@ def _build(path: str, parts: list[dict], trace, warnings: list[str]) -> Timeline
     wait_cols = None
     if w_stream:
         ws, wok = _times_ns(w_ts)
-        wd, wok2 = _times_ns(w_dur)
+        wd, wok2 = _dur_ns(w_dur)
         wk = wok & wok2
         wait_cols = dict(wait_stream=np.array(w_stream, np.int32)[wk],
                          wait_on=np.array(w_on, np.int32)[wk], wait_start_ns=ws[wk],
@@ -591,7 +608,7 @@ def _hta_figure(parts: list[dict], names: Interner, name: np.ndarray, starts: np
     waits = [w for p in parts for w in p["waits"]]
     w_name = np.array([names.code(w[2]) for w in waits], np.int32)
     w_ts, w_ok = _times_ns([w[3] for w in waits])
-    w_dur, w_ok2 = _times_ns([w[4] for w in waits])
+    w_dur, w_ok2 = _dur_ns([w[4] for w in waits])
     w_launch = _join(np.array([w[5] for w in waits], np.int64), l_corr, l_ts)
     sel_name = np.concatenate([name[ok], w_name[w_ok & w_ok2]])
     sel_start = np.concatenate([starts[ok], w_ts[w_ok & w_ok2]])
