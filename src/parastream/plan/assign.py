@@ -1,0 +1,304 @@
+"""Stream assignment algorithms. Each returns a :class:`Plan` with minimal events.
+
+- ``single``: everything on stream 0 (the baseline);
+- ``matching``: Nimble's construction: transitive reduction, maximum bipartite matching on
+  its edges (each matched edge keeps two ops on one stream, so no wait is needed between
+  them), the resulting minimum chain cover as streams; mutually unreachable ops never share a
+  stream. With a cap, the chains that overlap least in an as-soon-as-possible schedule are
+  merged until the cap holds, the chain carrying the critical path staying on stream 0;
+- ``critical-path``: the longest path by estimated duration on stream 0, the other chains
+  round-robin on the side streams;
+- ``resource-split``: compute-bound ops on stream 0, memory- and communication-bound ops on
+  stream 1 (seed 003's strategy);
+- ``manual``: the user's pattern -> stream mapping (seed 003's ``{"FlashAttention": 0,
+  "MLP gate": 1}``), completed with events.
+
+Streams are reused across layers: the count never grows with depth beyond the cap.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections import deque
+from typing import Callable
+
+from ..graph.ir import Graph, validate
+from .model import Plan, PlanError
+from .sync import minimal_events
+
+ALGORITHMS = ("single", "matching", "critical-path", "resource-split", "manual")
+
+
+# ------------------------------------------------------------------ graph helpers
+def successors(graph: Graph) -> dict[str, set[str]]:
+    out: dict[str, set[str]] = {o.name: set() for o in graph.ops}
+    for e in graph.edges:
+        out[e.src].add(e.dst)
+    return out
+
+
+def transitive_reduction(order: list[str], succ: dict[str, set[str]]) -> dict[str, list[str]]:
+    """Edges of the transitive reduction (bitset reachability, reverse topological order)."""
+    idx = {n: i for i, n in enumerate(order)}
+    reach = [0] * len(order)
+    red: dict[str, list[str]] = {}
+    for n in reversed(order):
+        r, kept = 0, []
+        for v in sorted(succ[n], key=idx.__getitem__):
+            j = idx[v]
+            if (r >> j) & 1:  # reachable through an earlier successor: redundant edge
+                continue
+            kept.append(v)
+            r |= (1 << j) | reach[j]
+        reach[idx[n]] = r
+        red[n] = kept
+    return red
+
+
+def max_matching(order: list[str], adj: dict[str, list[str]]) -> dict[str, str]:
+    """Hopcroft-Karp maximum matching of the bipartite graph (u as left, v as right) of
+    ``adj``; returns left -> right. Deterministic for a given order."""
+    match_l: dict[str, str] = {}
+    match_r: dict[str, str] = {}
+    inf = len(order) + 1
+    while True:
+        dist: dict[str, int] = {}
+        q: deque[str] = deque()
+        for u in order:
+            if u not in match_l:
+                dist[u] = 0
+                q.append(u)
+        found = False
+        while q:
+            u = q.popleft()
+            for v in adj.get(u, ()):
+                w = match_r.get(v)
+                if w is None:
+                    found = True
+                elif w not in dist:
+                    dist[w] = dist[u] + 1
+                    q.append(w)
+        if not found:
+            return match_l
+        for u in order:
+            if u in match_l:
+                continue
+            # iterative DFS along layered alternating paths
+            stack = [(u, iter(adj.get(u, ())))]
+            path: list[tuple[str, str]] = []
+            while stack:
+                x, it = stack[-1]
+                advanced = False
+                for v in it:
+                    w = match_r.get(v)
+                    if w is None:
+                        path.append((x, v))
+                        for a, b in path:
+                            match_l[a] = b
+                            match_r[b] = a
+                        stack.clear()
+                        advanced = True
+                        break
+                    if dist.get(w, inf) == dist[x] + 1:
+                        path.append((x, v))
+                        stack.append((w, iter(adj.get(w, ()))))
+                        advanced = True
+                        break
+                if not advanced and stack:
+                    stack.pop()
+                    dist[x] = inf  # dead end for this phase
+                    if path:
+                        path.pop()
+
+
+def chains(order: list[str], matching: dict[str, str]) -> list[list[str]]:
+    """Chains of matched edges, in issue order of their first op."""
+    has_pred = set(matching.values())
+    out = []
+    for n in order:
+        if n in has_pred:
+            continue
+        c = [n]
+        while c[-1] in matching:
+            c.append(matching[c[-1]])
+        out.append(c)
+    return out
+
+
+def asap(order: list[str], graph: Graph, dur: dict[str, float]) -> dict[str, tuple[float, float]]:
+    """As-soon-as-possible start/end of every op with unlimited streams."""
+    preds: dict[str, list[str]] = {n: [] for n in order}
+    for e in graph.edges:
+        preds[e.dst].append(e.src)
+    t: dict[str, tuple[float, float]] = {}
+    for n in order:
+        s = max((t[p][1] for p in preds[n]), default=0.0)
+        t[n] = (s, s + dur[n])
+    return t
+
+
+def critical_path(order: list[str], graph: Graph, dur: dict[str, float]) -> list[str]:
+    """The longest path by duration (ties broken by issue order)."""
+    preds: dict[str, list[str]] = {n: [] for n in order}
+    for e in graph.edges:
+        preds[e.dst].append(e.src)
+    best: dict[str, float] = {}
+    via: dict[str, str | None] = {}
+    for n in order:
+        p = max(preds[n], key=best.__getitem__, default=None)
+        best[n] = dur[n] + (best[p] if p is not None else 0.0)
+        via[n] = p
+    if not order:
+        return []
+    end = max(order, key=lambda n: best[n])
+    path = [end]
+    while via[path[-1]] is not None:
+        path.append(via[path[-1]])  # type: ignore[arg-type]
+    return path[::-1]
+
+
+def _overlap(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> float:
+    """Total time two sorted interval lists overlap."""
+    i = j = 0
+    t = 0.0
+    while i < len(a) and j < len(b):
+        lo, hi = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
+        if hi > lo:
+            t += hi - lo
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return t
+
+
+def merge_chains(cs: list[list[str]], cap: int, order: list[str], times: dict[str, tuple[float, float]],
+                 main: set[str]) -> list[list[str]]:
+    """Merge chains until at most ``cap`` remain: repeatedly fold the chain with the least
+    work into the chain it overlaps least in the ASAP schedule (the concurrency lost is that
+    overlap). The chain with most critical-path work is stream 0 and is never folded away."""
+    idx = {n: i for i, n in enumerate(order)}
+    work = [sum(times[n][1] - times[n][0] for n in c) for c in cs]
+    head = max(range(len(cs)), key=lambda i: (sum(1 for n in cs[i] if n in main), work[i], -i))
+    groups = [sorted(c, key=idx.__getitem__) for c in cs]
+    iv = [sorted(times[n] for n in c) for c in groups]
+    alive = list(range(len(groups)))
+    while len(alive) > max(1, cap):
+        small = min((i for i in alive if i != head), key=lambda i: (work[i], i))
+        target = min((j for j in alive if j != small),
+                     key=lambda j: (_overlap(iv[small], iv[j]), j != head, work[j], j))
+        groups[target] = sorted(groups[target] + groups[small], key=idx.__getitem__)
+        iv[target] = sorted(iv[target] + iv[small])
+        work[target] += work[small]
+        alive.remove(small)
+    ordered = [head] + sorted((i for i in alive if i != head), key=lambda i: idx[groups[i][0]])
+    return [groups[i] for i in ordered]
+
+
+# ------------------------------------------------------------------ algorithms
+def _finish(graph: Graph, order: list[str], assignment: dict[str, int], algorithm: str,
+            name: str | None = None, **meta) -> Plan:
+    events, lay = minimal_events(graph, assignment, order)
+    return Plan(name=name or algorithm, algorithm=algorithm, assignment=assignment, events=events,
+                streams=len([s for s in lay.streams if lay.count[s]]), meta=meta)
+
+
+def plan_single(graph: Graph, order: list[str], **_) -> Plan:
+    return _finish(graph, order, {n: 0 for n in order}, "single")
+
+
+def plan_matching(graph: Graph, order: list[str], dur: dict[str, float], max_streams: int | None,
+                  **_) -> Plan:
+    red = transitive_reduction(order, successors(graph))
+    cs = chains(order, max_matching(order, red))
+    times = asap(order, graph, dur)
+    main = set(critical_path(order, graph, dur))
+    width = len(cs)
+    cs = merge_chains(cs, max_streams or len(cs), order, times, main)
+    assignment = {n: s for s, c in enumerate(cs) for n in c}
+    return _finish(graph, order, assignment, "matching", chain_cover=width,
+                   cap=max_streams)
+
+
+def plan_critical_path(graph: Graph, order: list[str], dur: dict[str, float],
+                       max_streams: int | None, **_) -> Plan:
+    path = set(critical_path(order, graph, dur))
+    red = transitive_reduction(order, successors(graph))
+    rest = [n for n in order if n not in path]
+    sub = {n: [v for v in red[n] if v not in path] for n in rest}
+    cs = chains(rest, max_matching(rest, sub))
+    sides = max(1, (max_streams or 4) - 1)
+    assignment = {n: 0 for n in path}
+    for i, c in enumerate(cs):
+        for n in c:
+            assignment[n] = 1 + i % sides
+    return _finish(graph, order, assignment, "critical-path")
+
+
+def plan_resource_split(graph: Graph, order: list[str], bound: dict[str, str], **_) -> Plan:
+    assignment = {n: (1 if bound.get(n) in ("memory", "comm") else 0) for n in order}
+    return _finish(graph, order, assignment, "resource-split")
+
+
+def plan_manual(graph: Graph, order: list[str], mapping: dict[str, int] | None, **_) -> Plan:
+    if not mapping:
+        raise PlanError("the manual algorithm needs a mapping (pattern -> stream)")
+    ops = graph.index()
+    hits: dict[str, list[str]] = {p: [] for p in mapping}
+    assignment: dict[str, int] = {}
+    for n in order:
+        o = ops[n]
+        fields = (o.name, o.module, o.type)
+        best = None
+        for p in mapping:
+            if _matches(p, fields) and (best is None or len(p) > len(best)):
+                best = p
+        if best is not None:
+            hits[best].append(n)
+            assignment[n] = int(mapping[best])
+        else:
+            assignment[n] = 0
+    unknown = [p for p, h in hits.items() if not h]
+    # a pattern that only lost to longer ones still names ops: it is not unknown
+    unknown = [p for p in unknown
+               if not any(_matches(p, (ops[n].name, ops[n].module, ops[n].type)) for n in order)]
+    if unknown:
+        raise PlanError(f"manual mapping names that match no op: {', '.join(map(repr, unknown))}")
+    return _finish(graph, order, assignment, "manual", mapping=dict(mapping))
+
+
+def _matches(pattern: str, fields: tuple[str, ...]) -> bool:
+    p = pattern.lower()
+    for f in fields:
+        f = f.lower()
+        if p in f or fnmatch.fnmatchcase(f, p):
+            return True
+    return False
+
+
+_PLANNERS: dict[str, Callable[..., Plan]] = {
+    "single": plan_single, "matching": plan_matching, "critical-path": plan_critical_path,
+    "resource-split": plan_resource_split, "manual": plan_manual,
+}
+
+
+def assign(graph: Graph, algorithm: str, *, durations: dict[str, float] | None = None,
+           bound: dict[str, str] | None = None, max_streams: int | None = None,
+           mapping: dict[str, int] | None = None) -> Plan:
+    """Run one assignment algorithm on ``graph``.
+
+    ``durations`` (us per op) drive the critical path and chain merging (default: each op's
+    ``meta["dur_us"]`` or 1); ``bound`` ("compute"/"memory"/"comm" per op) drives
+    resource-split (default: from the op's resource class).
+    """
+    if algorithm not in _PLANNERS:
+        raise PlanError(f"unknown algorithm {algorithm!r} (expected one of {', '.join(ALGORITHMS)})")
+    if max_streams is not None and max_streams < 1:
+        raise PlanError("--max-streams must be at least 1")
+    order = validate(graph)
+    dur = durations or {o.name: float(o.meta.get("dur_us", 1.0)) for o in graph.ops}
+    if bound is None:
+        bound = {o.name: {"memory": "memory", "comm": "comm"}.get(o.resource, "compute")
+                 for o in graph.ops}
+    return _PLANNERS[algorithm](graph, order, dur=dur, bound=bound, max_streams=max_streams,
+                                mapping=mapping)
