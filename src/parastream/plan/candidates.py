@@ -1,0 +1,251 @@
+"""Candidate orchestrations per parallel point, ranked by estimated wall time.
+
+For every parallel point (a fork whose branches have no path between them and meet at a
+join) at least two orchestrations that differ in a real way (DOMAIN.md §3):
+
+- ``side-serial``: the dominating branch stays on stream 0, every other branch runs on ONE
+  side stream, one after another; join at the join node (late join);
+- ``side-each``: every non-dominating branch on a side stream of its own (2 or 3 streams, up
+  to the cap): more concurrency, more events, more core pressure;
+- ``early-join``: like ``side-serial`` but stream 0 waits for the side stream right after
+  it would have issued the side work, before the rest of its own branch: less overlap,
+  shorter tensor lifetimes, no reorder exposure;
+- ``pinned``: when a cheap consumer of a side output sits on stream 0 (GE reorder risk), the
+  same split with those precomputes pinned inside the side-stream block.
+
+Streams are reused across parallel points (one shared side stream, or the same few), so a
+deep model never uses more streams than the cap. Each candidate gets a description, a
+Mermaid DAG with stream ownership and ``-.->`` event edges, the strength ladder (C2 core
+limits sized so concurrent block dims fit the cores) and the enable switch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..graph.ir import Graph, validate
+from .estimate import estimate
+from .lints import is_cheap, lint
+from .model import Plan
+from .sync import minimal_events
+
+SWITCH = "PARASTREAM_MULTI_STREAM"
+
+
+@dataclass
+class Point:
+    """A parallel point at op level: ``branches`` are op lists in issue order; the
+    ``dominant`` branch is the one with the most estimated time."""
+
+    name: str
+    fork: str | None
+    join: str | None
+    branches: list[list[str]]
+    dominant: int = 0
+    meta: dict = field(default_factory=dict)
+
+    def side_branches(self) -> list[list[str]]:
+        return [b for i, b in enumerate(self.branches) if i != self.dominant]
+
+
+@dataclass
+class DeviceFacts:
+    """What candidates need to know about the device (from a device profile)."""
+
+    name: str = "unit costs"
+    cores: int | None = None
+    hw_queues: int | None = None
+    max_streams: int | None = None
+    launch_us: float = 0.0
+
+
+def _plan(graph: Graph, order: list[str], assignment: dict[str, int], name: str, algorithm: str,
+          point: Point | None) -> Plan:
+    events, lay = minimal_events(graph, assignment, order)
+    return Plan(name=name, algorithm=algorithm, assignment=assignment, events=events,
+                streams=len([s for s in lay.streams if lay.count[s]]),
+                parallel_point=point.name if point else None, switch=SWITCH)
+
+
+def _pinned_ops(graph: Graph, assignment: dict[str, int]) -> dict[str, int]:
+    """Cheap main-stream consumers of side outputs (followed through chains of cheap ops)."""
+    ops = graph.index()
+    succ: dict[str, list[str]] = {}
+    for e in graph.edges:
+        if e.type == "data":
+            succ.setdefault(e.src, []).append(e.dst)
+    moved: dict[str, int] = {}
+    frontier = [(n, s) for n, s in assignment.items() if s != 0]
+    while frontier:
+        n, s = frontier.pop()
+        for v in succ.get(n, ()):
+            if assignment.get(v, 0) == 0 and v not in moved and is_cheap(ops[v].type):
+                moved[v] = s
+                frontier.append((v, s))
+    return moved
+
+
+def point_candidates(graph: Graph, order: list[str], point: Point, max_streams: int | None,
+                     ) -> list[Plan]:
+    """The distinct orchestrations of one parallel point (everything else on stream 0)."""
+    base = {n: 0 for n in order}
+    sides = point.side_branches()
+    out: list[Plan] = []
+    serial = dict(base)
+    for b in sides:
+        for n in b:
+            serial[n] = 1
+    out.append(_plan(graph, order, serial, f"{point.name}/side-serial", "parallel-point", point))
+    if len(sides) > 1 and (max_streams is None or max_streams > 2):
+        each = dict(base)
+        limit = (max_streams - 1) if max_streams else len(sides)
+        for i, b in enumerate(sides):
+            for n in b:
+                each[n] = 1 + i % max(1, limit)
+        out.append(_plan(graph, order, each, f"{point.name}/side-each", "parallel-point", point))
+    early = _plan(graph, order, serial, f"{point.name}/early-join", "parallel-point", point)
+    early.events = _early_join(graph, order, serial, early.events, point)
+    if early.events != out[0].events:
+        out.append(early)
+    moved = _pinned_ops(graph, serial)
+    if moved:
+        pinned = dict(serial)
+        pinned.update(moved)
+        out.append(_plan(graph, order, pinned, f"{point.name}/pinned", "parallel-point", point))
+    if len(out) < 2:  # always two real alternatives: swap which branch stays on stream 0
+        swap = dict(base)
+        for n in point.branches[point.dominant]:
+            swap[n] = 1
+        out.append(_plan(graph, order, swap, f"{point.name}/dominant-on-side", "parallel-point",
+                         point))
+    return out
+
+
+def _early_join(graph: Graph, order: list[str], assignment: dict[str, int], events, point: Point):
+    """Move the waits for the side branches' results to the first stream-0 op issued after
+    the side work (instead of at the consumer): stream 0 joins as early as it can."""
+    side_ops = {n for b in point.side_branches() for n in b}
+    if not side_ops:
+        return events
+    last_side = max(side_ops, key=order.index)
+    after = [n for n in order[order.index(last_side) + 1:] if assignment[n] == 0]
+    if not after:
+        return events
+    first_main = after[0]
+    out = []
+    moved = False
+    for e in events:
+        if e.record_after in side_ops and e.wait_before is not None \
+                and assignment[e.wait_before] == 0 and e.wait_before != first_main \
+                and order.index(e.wait_before) > order.index(first_main):
+            if not moved:
+                out.append(type(e)(record_after=last_side, wait_before=first_main))
+                moved = True
+            continue
+        out.append(e)
+    return out if moved else events
+
+
+def core_limits(plan: Plan, block_dims: dict[str, int], cores: int | None) -> tuple[dict, str]:
+    """C2 core limits so the side streams' block dims fit next to the main stream's."""
+    if not cores:
+        return {}, "C1"
+    by_stream: dict[int, int] = {}
+    for n, s in plan.assignment.items():
+        by_stream[s] = max(by_stream.get(s, 0), block_dims.get(n, 0))
+    if sum(by_stream.values()) <= cores:
+        return {}, "C1"
+    main = min(by_stream.get(0, 0), cores)
+    free = max(1, cores - main) if main < cores else max(1, cores // 4)
+    sides = [s for s in by_stream if s != 0]
+    share = max(1, free // max(1, len(sides)))
+    return {str(s): {"aicore_num": share, "reason": f"main uses up to {main} of {cores} cores"}
+            for s in sides}, "C2"
+
+
+def describe(graph: Graph, plan: Plan, point: Point | None) -> str:
+    """One paragraph: what runs in parallel, how it is split, where it joins, why it may
+    gain, the main risk."""
+    streams: dict[int, list[str]] = {}
+    for n, s in plan.assignment.items():
+        streams.setdefault(s, []).append(n)
+    side = {s: ops for s, ops in streams.items() if s != 0}
+    joins = sorted({e.wait_before or "the end of stream 0" for e in plan.events})
+    what = (f"Parallel point {point.name}: {len(point.branches)} branches from "
+            f"{point.fork or 'the inputs'} meet at {point.join or 'the output'}. ") if point else ""
+    split = "; ".join(f"stream {s}: {len(ops)} op(s) ({', '.join(ops[:3])}"
+                      f"{', ...' if len(ops) > 3 else ''})" for s, ops in sorted(side.items()))
+    risk = next((l.message for l in plan.lints if l.severity in ("error", "warning")),
+                "none flagged by the lints")
+    est = plan.estimate
+    gain = (f"estimated {est.speedup:.2f}x over one stream ({est.source})" if est else "")
+    return (f"{what}{plan.algorithm} split, {plan.streams} stream(s): {split or 'all on stream 0'}."
+            f" Joins with {len(plan.events)} wait(s) at {', '.join(joins[:4]) or '-'}."
+            f" Why it may gain: the side work runs while stream 0 runs its own branch; {gain}."
+            f" Main risk: {risk}")
+
+
+def mermaid(graph: Graph, plan: Plan, limit: int = 60) -> str:
+    """``flowchart LR``: one subgraph per stream, ``-->`` data/state edges, ``-.->`` events."""
+    order = validate(graph)
+    keep = [n for n in order if plan.assignment.get(n, 0) != 0]
+    if plan.parallel_point is None or not keep:
+        keep = order
+    # show the side ops and their neighbours on stream 0
+    near = set(keep)
+    for e in graph.edges:
+        if e.src in keep or e.dst in keep:
+            near.update((e.src, e.dst))
+    shown = [n for n in order if n in near][:limit]
+    sid = {n: f"n{i}" for i, n in enumerate(shown)}
+    lines = ["flowchart LR"]
+    for s in sorted({plan.assignment[n] for n in shown}):
+        lines.append(f"  subgraph s{s}[stream {s}{' (origin)' if s == 0 else ''}]")
+        for n in shown:
+            if plan.assignment[n] == s:
+                lines.append(f'    {sid[n]}["{_label(n)}"]')
+        lines.append("  end")
+    for e in graph.edges:
+        if e.src in sid and e.dst in sid:
+            arrow = "-->" if e.type in ("data", "state") else "==>"
+            lines.append(f"  {sid[e.src]} {arrow} {sid[e.dst]}")
+    for ev in plan.events:
+        if ev.record_after in sid and ev.wait_before in sid:
+            lines.append(f"  {sid[ev.record_after]} -.->|event| {sid[ev.wait_before]}")
+    if len(near) > limit:
+        lines.append(f"  more[\"... {len(near) - limit} more ops\"]")
+    return "\n".join(lines)
+
+
+def _label(name: str) -> str:
+    return name.replace('"', "'").replace("[", "(").replace("]", ")")[:40]
+
+
+def candidates(graph: Graph, points: list[Point], dur: dict[str, float], *,
+               block_dims: dict[str, int] | None = None, device: DeviceFacts | None = None,
+               max_streams: int | None = None, global_plans: list[Plan] | None = None
+               ) -> list[Plan]:
+    """All candidates (per parallel point, plus whole-graph plans), estimated, linted,
+    described and ranked by estimated wall time (best first)."""
+    device = device or DeviceFacts()
+    cap = max_streams or device.hw_queues
+    order = validate(graph)
+    plans: list[Plan] = []
+    for p in points:
+        plans.extend(point_candidates(graph, order, p, cap))
+    plans.extend(global_plans or [])
+    by_name = {p.name: p for p in points}
+    for plan in plans:
+        plan.estimate = estimate(graph, plan, dur, launch_us=device.launch_us,
+                                 hw_queues=device.hw_queues, device=device.name)
+        plan.lints = lint(graph, plan, dur, hw_queues=device.hw_queues,
+                          max_streams=device.max_streams, launch_us=device.launch_us,
+                          speedup=plan.estimate.speedup)
+        plan.core_limits, plan.strength = core_limits(plan, block_dims or {}, device.cores)
+        plan.description = describe(graph, plan, by_name.get(plan.parallel_point or ""))
+        plan.mermaid = mermaid(graph, plan)
+    # ties: the plan that moves less work off stream 0 (fewer cross-stream risks) first
+    plans.sort(key=lambda p: (p.estimate.wall_us if p.estimate else 0.0,
+                              sum(dur[n] for n, s in p.assignment.items() if s != 0),
+                              p.streams, p.name))
+    return plans

@@ -1,0 +1,47 @@
+"""The plan document (``parastream.plan/1``): candidates for one model on one device."""
+
+from __future__ import annotations
+
+import msgspec
+
+from .model import SCHEMA, Plan
+
+
+class PlanDoc(msgspec.Struct, omit_defaults=True):
+    model: str
+    device: str
+    recommended: str
+    candidates: list[Plan]
+    parallel_points: list[dict] = []
+    schema: str = SCHEMA
+
+    def candidate(self, name: str) -> Plan:
+        for c in self.candidates:
+            if c.name == name:
+                return c
+        raise KeyError(name)
+
+
+def dumps(doc: PlanDoc) -> bytes:
+    body = msgspec.to_builtins(doc)
+    body.pop("schema", None)
+    return msgspec.json.format(msgspec.json.encode({"schema": SCHEMA, **body}), indent=1)
+
+
+def loads(data: bytes | str) -> PlanDoc:
+    """Parse a plan document; a bare single plan object is accepted too. ValueError with the
+    reason when it is neither."""
+    try:
+        raw = msgspec.json.decode(data)
+    except msgspec.DecodeError as exc:
+        raise ValueError(f"invalid JSON: {exc}") from None
+    if isinstance(raw, dict) and "candidates" not in raw and "assignment" in raw:
+        raw = {"model": raw.get("meta", {}).get("model", "?"), "device": "?",
+               "recommended": raw.get("name", "plan"), "candidates": [raw]}
+    try:
+        doc = msgspec.convert(raw, PlanDoc)
+    except msgspec.ValidationError as exc:
+        raise ValueError(f"not a parastream plan: {exc}") from None
+    if doc.schema != SCHEMA:
+        raise ValueError(f"unsupported schema {doc.schema!r} (this parastream reads {SCHEMA})")
+    return doc
