@@ -62,6 +62,10 @@ def _parser() -> argparse.ArgumentParser:
     a.add_argument("-o", "--output", metavar="FILE", help="write the report here (default stdout)")
     a.add_argument("--html", metavar="FILE", help="also write a self-contained HTML report")
     a.add_argument("--perfetto", metavar="FILE", help="also write Chrome-trace JSON for Perfetto")
+    a.add_argument("--plan", metavar="PLAN", help="plan.json from 'parastream plan': check each op "
+                   "ran on its planned stream and compute overlap_pct per planned parallel point")
+    a.add_argument("--candidate", metavar="NAME", help="the plan candidate to check (default: "
+                   "the recommended one)")
     a.add_argument("-j", "--jobs", type=int, default=0, metavar="N",
                    help="worker processes for many files (default: one per core, 1 = serial)")
     a.add_argument("--no-progress", action="store_true", help="no progress display")
@@ -119,7 +123,8 @@ def cmd_analyze(args: argparse.Namespace) -> int:
             raise InputError(None, f"{flag} must be positive")
     if args.window_gap is not None and not args.window_gap >= 0:
         raise InputError(None, "--window-gap must be a non-negative number of microseconds")
-    need_timelines = bool(args.html or args.perfetto)
+    plan_doc = _load_plan(args.plan, args.candidate) if args.plan else None
+    need_timelines = bool(args.html or args.perfetto or plan_doc)
     with _progress(not args.no_progress) as prog:
         doc, timelines = analyze_paths(paths, opts, jobs=args.jobs, keep_timelines=need_timelines,
                                        progress=prog)
@@ -130,6 +135,11 @@ def cmd_analyze(args: argparse.Namespace) -> int:
             doc["triage"] = triage(base_doc, doc)
             doc["baseline"] = {"source": args.baseline, "summary": base_doc["summary"]}
 
+    if plan_doc is not None:
+        from .plan.verify import verify
+
+        for cap, tl in zip(doc["captures"], timelines):
+            cap["plan_check"] = verify(tl, plan_doc, args.candidate)
     if args.format == "json":
         import msgspec
 
@@ -161,6 +171,23 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         if path:
             print(f"wrote {path}", file=sys.stderr)
     return 0
+
+
+def _load_plan(path: str, candidate: str | None):
+    from .plan.io import loads
+
+    try:
+        with open(path, "rb") as f:
+            doc = loads(f.read())
+    except OSError as exc:
+        raise InputError(path, f"cannot read: {exc.strerror or exc}") from None
+    except ValueError as exc:
+        raise InputError(path, str(exc)) from None
+    name = candidate or doc.recommended
+    if name not in {c.name for c in doc.candidates}:
+        raise InputError(path, f"no candidate {name!r} (candidates: "
+                         f"{', '.join(c.name for c in doc.candidates)})")
+    return doc
 
 
 def _term_width() -> int:

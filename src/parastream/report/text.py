@@ -102,8 +102,29 @@ def _capture(con: Console, cap: dict) -> None:
         con.print(f"core contention ({c['pool']}): streams {c['streams'][0]} + {c['streams'][1]} "
                   f"oversubscribed {_f(c['oversubscribed_us'])} us, demand up to {c['max_demand']} "
                   f"of {c['cores']} cores, first at {_f(c['first_us'])} us", markup=False)
+    if "plan_check" in cap:
+        _plan_check(con, cap["plan_check"])
     for w in cap["warnings"]:
         con.print(f"warning: {w}", markup=False)
+
+
+def _plan_check(con: Console, pc: dict) -> None:
+    con.print(f"plan check ({pc['candidate']}): {pc['ops_found']}/{pc['ops_planned']} planned ops "
+              f"found; streams {pc['stream_mapping']}; {pc['misplaced_count']} misplaced",
+              markup=False)
+    if pc["side_stream_never_ran"]:
+        con.print("  3a: a side stream ran on the main stream's id: the stream switch did not take "
+                  "effect", markup=False)
+    for m in pc["misplaced"][:5]:
+        con.print(f"  misplaced: {m['op']} planned on stream {m['planned_stream']} "
+                  f"(trace {m['expected_trace_stream']}) ran on {m['trace_stream']}", markup=False)
+    for p in pc["parallel_points"]:
+        if p["found"]:
+            con.print(f"  {p['parallel_point']}: side {_win(p['side_window_us'])} vs "
+                      f"{p['dominator']['name']} {_win(p['dominator']['window_us'])}: overlap_pct "
+                      f"{p['overlap_pct']:.3f} -> {p['verdict']}", markup=False)
+        else:
+            con.print(f"  {p['parallel_point']}: {p['reason']}", markup=False)
 
 
 def _summary(con: Console, doc: dict) -> None:

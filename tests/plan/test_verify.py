@@ -1,0 +1,63 @@
+"""`parastream analyze TRACE --plan plan.json`: placement check and per-point overlap."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from parastream.plan.io import PlanDoc, dumps, loads
+from parastream.plan.model import Event, Plan
+from parastream.plan.verify import verify
+from parastream.timeline.model import TimelineBuilder
+
+
+def doc() -> PlanDoc:
+    plan = Plan(name="moe/side-serial", algorithm="parallel-point", parallel_point="moe",
+                assignment={"gate": 0, "experts": 0, "shared_up": 1, "shared_down": 1, "merge": 0},
+                events=[Event(record_after="shared_down", wait_before="merge")], streams=2)
+    return PlanDoc(model="moe", device="test", recommended=plan.name, candidates=[plan],
+                   parallel_points=[{"name": "moe", "fork": None, "join": "merge",
+                                     "branches": [["gate", "experts"], ["shared_up", "shared_down"]]}])
+
+
+def trace(side_stream: str = "9"):
+    b = TimelineBuilder("t", "test")
+    b.add_op("7", "gate", 0, 10_000)
+    b.add_op("7", "experts", 10_000, 110_000)
+    b.add_op(side_stream, "shared_up", 12_000, 40_000)
+    b.add_op(side_stream, "shared_down", 40_000, 70_000)
+    b.add_op("7", "merge", 110_000, 112_000)
+    return b.build()
+
+
+def test_true_overlap_and_placement():
+    r = verify(trace(), doc())
+    assert r["stream_mapping"] == {"0": "7", "1": "9"}
+    assert r["misplaced_count"] == 0 and not r["side_stream_never_ran"]
+    (p,) = r["parallel_points"]
+    assert p["dominator"]["name"] == "experts" and p["verdict"] == "true"
+
+
+def test_side_ops_on_the_main_stream_are_3a():
+    r = verify(trace(side_stream="7"), doc())
+    assert r["side_stream_never_ran"]
+
+
+def test_cli(tmp_path):
+    plan = tmp_path / "plan.json"
+    plan.write_bytes(dumps(doc()))
+    assert loads(plan.read_bytes()) == doc()
+    src = tmp_path / "trace.json"
+    events = [{"ph": "X", "cat": "kernel", "name": n, "pid": 0, "tid": s, "ts": a, "dur": d,
+               "args": {"stream": s, "device": 0}}
+              for n, s, a, d in [("gate", 7, 0, 10), ("experts", 7, 10, 100), ("shared_up", 9, 12, 28),
+                                 ("shared_down", 9, 40, 30), ("merge", 7, 110, 2)]]
+    src.write_text(json.dumps({"traceEvents": events}))
+    out = subprocess.run([sys.executable, "-m", "parastream", "analyze", str(src), "--plan", str(plan),
+                          "--format", "json"], capture_output=True, text=True, check=True).stdout
+    pc = json.loads(out)["captures"][0]["plan_check"]
+    assert pc["parallel_points"][0]["verdict"] == "true"
+    bad = subprocess.run([sys.executable, "-m", "parastream", "analyze", str(src), "--plan", str(plan),
+                          "--candidate", "nope"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "nope" in bad.stderr and "Traceback" not in bad.stderr
