@@ -35,7 +35,8 @@ SWITCH = "PARASTREAM_MULTI_STREAM"
 @dataclass
 class Point:
     """A parallel point at op level: ``branches`` are op lists in issue order; the
-    ``dominant`` branch is the one with the most estimated time."""
+    ``dominant`` branch is the one with the most estimated time. Points that share a
+    ``name`` are instances of one pattern (the same point in every layer)."""
 
     name: str
     fork: str | None
@@ -85,26 +86,32 @@ def _pinned_ops(graph: Graph, assignment: dict[str, int]) -> dict[str, int]:
     return moved
 
 
-def point_candidates(graph: Graph, order: list[str], point: Point, max_streams: int | None,
-                     ) -> list[Plan]:
-    """The distinct orchestrations of one parallel point (everything else on stream 0)."""
+def point_candidates(graph: Graph, order: list[str], instances: list[Point],
+                     max_streams: int | None) -> list[Plan]:
+    """The distinct orchestrations of one parallel point, applied to every instance of it
+    (the same point in every layer: streams are reused, never one per layer); all other
+    ops stay on stream 0."""
+    point = instances[0]
     base = {n: 0 for n in order}
-    sides = point.side_branches()
     out: list[Plan] = []
     serial = dict(base)
-    for b in sides:
-        for n in b:
-            serial[n] = 1
-    out.append(_plan(graph, order, serial, f"{point.name}/side-serial", "parallel-point", point))
-    if len(sides) > 1 and (max_streams is None or max_streams > 2):
-        each = dict(base)
-        limit = (max_streams - 1) if max_streams else len(sides)
-        for i, b in enumerate(sides):
+    for inst in instances:
+        for b in inst.side_branches():
             for n in b:
-                each[n] = 1 + i % max(1, limit)
+                serial[n] = 1
+    out.append(_plan(graph, order, serial, f"{point.name}/side-serial", "parallel-point", point))
+    n_sides = max(len(i.side_branches()) for i in instances)
+    if n_sides > 1 and (max_streams is None or max_streams > 2):
+        each = dict(base)
+        limit = (max_streams - 1) if max_streams else n_sides
+        for inst in instances:
+            for i, b in enumerate(inst.side_branches()):
+                for n in b:
+                    each[n] = 1 + i % max(1, limit)
         out.append(_plan(graph, order, each, f"{point.name}/side-each", "parallel-point", point))
     early = _plan(graph, order, serial, f"{point.name}/early-join", "parallel-point", point)
-    early.events = _early_join(graph, order, serial, early.events, point)
+    for inst in instances:
+        early.events = _early_join(graph, order, serial, early.events, inst)
     if early.events != out[0].events:
         out.append(early)
     moved = _pinned_ops(graph, serial)
@@ -114,10 +121,13 @@ def point_candidates(graph: Graph, order: list[str], point: Point, max_streams: 
         out.append(_plan(graph, order, pinned, f"{point.name}/pinned", "parallel-point", point))
     if len(out) < 2:  # always two real alternatives: swap which branch stays on stream 0
         swap = dict(base)
-        for n in point.branches[point.dominant]:
-            swap[n] = 1
+        for inst in instances:
+            for n in inst.branches[inst.dominant]:
+                swap[n] = 1
         out.append(_plan(graph, order, swap, f"{point.name}/dominant-on-side", "parallel-point",
                          point))
+    for p in out:
+        p.meta["instances"] = len(instances)
     return out
 
 
@@ -231,8 +241,11 @@ def candidates(graph: Graph, points: list[Point], dur: dict[str, float], *,
     cap = max_streams or device.hw_queues
     order = validate(graph)
     plans: list[Plan] = []
+    groups: dict[str, list[Point]] = {}
     for p in points:
-        plans.extend(point_candidates(graph, order, p, cap))
+        groups.setdefault(p.name, []).append(p)
+    for instances in groups.values():
+        plans.extend(point_candidates(graph, order, instances, cap))
     plans.extend(global_plans or [])
     by_name = {p.name: p for p in points}
     for plan in plans:

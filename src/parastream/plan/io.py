@@ -7,7 +7,7 @@ import msgspec
 from .model import SCHEMA, Plan
 
 
-class PlanDoc(msgspec.Struct, omit_defaults=True):
+class PlanDoc(msgspec.Struct):
     model: str
     device: str
     recommended: str

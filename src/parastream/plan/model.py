@@ -18,7 +18,7 @@ SCHEMA = "parastream.plan/1"
 STRENGTHS = ("C1", "C2", "C3")
 
 
-class Event(msgspec.Struct, omit_defaults=True):
+class Event(msgspec.Struct):
     """Record after ``record_after`` (on its stream); wait before ``wait_before`` (on
     another stream), or at the end of the origin stream when ``wait_before`` is None."""
 
@@ -41,7 +41,7 @@ class Lint(msgspec.Struct):
     fix: str = ""
 
 
-class Plan(msgspec.Struct, omit_defaults=True):
+class Plan(msgspec.Struct):
     """One candidate orchestration."""
 
     name: str

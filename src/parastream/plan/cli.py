@@ -1,0 +1,165 @@
+"""``parastream plan MODEL``: candidates per parallel point, ranked, linted, written out."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+
+from ..errors import InputError
+from ..graph.ir import Graph, GraphError
+from .candidates import DeviceFacts, Point, candidates
+from .io import PlanDoc, dumps
+from .model import Plan, PlanError
+from .report import render_markdown, render_text
+
+DEFAULT_DEVICE = "cpu"
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("plan", help="plan multi-stream orchestrations for a model",
+                       description="Stream assignment with minimal events, at least two candidate "
+                       "orchestrations per parallel point, core limits and lints, ranked by "
+                       "estimated wall time on a device profile.")
+    p.add_argument("model", metavar="MODEL", help="zoo name, path/to/file.py:factory, or a "
+                   "parastream.graph/1 JSON file")
+    p.add_argument("--algorithm", choices=("matching", "critical-path", "resource-split", "manual"),
+                   help="also build this whole-graph plan (default: matching, critical-path and "
+                   "resource-split)")
+    p.add_argument("--mapping", metavar="JSON", help='manual mapping, e.g. \'{"FlashAttention": 0, '
+                   '"shared_expert": 1}\' (op/module/type patterns -> stream)')
+    p.add_argument("--max-streams", type=int, metavar="N",
+                   help="stream cap (default: the device's hardware queues)")
+    p.add_argument("--device", default=DEFAULT_DEVICE, help="device profile name or JSON file "
+                   f"(default {DEFAULT_DEVICE})")
+    p.add_argument("--scale", default="small", help="zoo scale: tiny, small or 7b")
+    p.add_argument("--phase", choices=("prefill", "decode"), help="zoo phase where it applies")
+    p.add_argument("--out", metavar="FILE", help="write the plan JSON here")
+    p.add_argument("--report", metavar="FILE", help="write the Markdown report here")
+    p.add_argument("--format", choices=("text", "json", "md"), default="text")
+    p.set_defaults(func=cmd_plan)
+
+
+def load_graph(spec: str, scale: str, phase: str | None, device: str | None) -> Graph:
+    """A graph JSON file (by content), else a zoo name or ``file.py:factory``."""
+    import os
+
+    from ..graph.ir import loads
+
+    if os.path.isfile(spec):
+        with open(spec, "rb") as f:
+            head = f.read(4096)
+        if b'"parastream.graph/1"' in head or spec.endswith(".json"):
+            try:
+                with open(spec, "rb") as f:
+                    return loads(f.read())
+            except GraphError as exc:
+                raise InputError(spec, str(exc)) from None
+    from ..graph.models import resolve
+
+    return resolve(spec, scale=scale, phase=phase, device=device)
+
+
+def pattern(graph: Graph, ops: list[str]) -> str:
+    """The module path of a branch with layer numbers wildcarded (``layers.*.mlp``)."""
+    index = graph.index()
+    paths = [index[n].module for n in ops if n in index and index[n].module]
+    if not paths:
+        return ops[0] if ops else "?"
+    return re.sub(r"\.\d+(?=\.|$)", ".*", min(paths, key=len))
+
+
+def points_from(graph: Graph, dec) -> list[Point]:
+    """Op-level points for the planner from the decomposition's points (module-level ones
+    expanded to their modules' ops); the same point in every layer shares a name."""
+    modules = {m.module_id: m for m in dec.modules}
+    out = []
+    for pp in dec.parallel_points:
+        branches = []
+        for b in pp.branches:
+            ops: list[str] = []
+            for node in b.nodes:
+                ops.extend(modules[node].ops if node in modules else [node])
+            branches.append(ops)
+        if sum(1 for b in branches if b) < 2:
+            continue
+        name = " || ".join(pattern(graph, b) for b in branches)
+        out.append(Point(name=name, fork=pp.fork, join=pp.join, branches=branches,
+                         dominant=pp.dominating_branch, meta={"id": pp.id, "level": pp.level,
+                                                              "verdict": pp.verdict}))
+    return out
+
+
+def build(graph: Graph, profile, *, algorithm: str | None, mapping: dict | None,
+          max_streams: int | None) -> PlanDoc:
+    """Everything `parastream plan` computes, as a plan document."""
+    from ..device.cost import estimate as op_cost
+    from ..graph.decompose import decompose
+    from .assign import assign
+
+    costs = {o.name: op_cost(o, profile) for o in graph.ops}
+    dur = {n: c.dur_us for n, c in costs.items()}
+    bound = {n: ("comm" if c.unit == "comm" else c.bound) for n, c in costs.items()}
+    dec = decompose(graph, profile, costs)
+    points = points_from(graph, dec)
+    cap = max_streams or profile.hw_queues
+    algos = [algorithm] if algorithm else ["matching", "critical-path", "resource-split"]
+    global_plans = [assign(graph, "single", durations=dur)]
+    for a in algos:
+        global_plans.append(assign(graph, a, durations=dur, bound=bound, max_streams=cap,
+                                   mapping=mapping))
+    facts = DeviceFacts(name=profile.name, cores=profile.cores.cube, hw_queues=profile.hw_queues,
+                        max_streams=profile.max_streams, launch_us=profile.launch_overhead_us)
+    plans = candidates(graph, points, dur, block_dims={n: c.block_dim for n, c in costs.items()},
+                       device=facts, max_streams=cap, global_plans=global_plans)
+    best = next((p for p in plans if p.algorithm != "single"), None)
+    recommended = best.name if best and best.estimate and best.estimate.speedup >= 1.05 else "single"
+    seen, pts = set(), []
+    for p in points:
+        if p.name not in seen:
+            seen.add(p.name)
+            pts.append({"name": p.name, "fork": p.fork, "join": p.join, "branches": p.branches,
+                        "dominant": p.dominant, "instances": sum(1 for q in points if q.name == p.name)})
+    return PlanDoc(model=graph.name, device=profile.name, recommended=recommended,
+                   candidates=plans, parallel_points=[dict(x) for x in pts])
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    from ..device.profile import load_profile
+    from ..report.atomic import write_atomic
+
+    try:
+        profile = load_profile(args.device)
+    except (OSError, ValueError, KeyError) as exc:
+        raise InputError(args.device, f"not a device profile: {exc}") from None
+    mapping = None
+    if args.mapping:
+        try:
+            mapping = json.loads(args.mapping)
+            assert isinstance(mapping, dict) and all(isinstance(v, int) for v in mapping.values())
+        except (ValueError, AssertionError):
+            raise InputError(None, "--mapping must be a JSON object of pattern -> stream number") from None
+        args.algorithm = args.algorithm or "manual"
+    if args.algorithm == "manual" and not mapping:
+        raise InputError(None, "--algorithm manual needs --mapping")
+    graph = load_graph(args.model, args.scale, args.phase, args.device)
+    try:
+        doc = build(graph, profile, algorithm=args.algorithm, mapping=mapping,
+                    max_streams=args.max_streams)
+    except PlanError as exc:
+        raise InputError(args.model, str(exc)) from None
+    if args.out:
+        write_atomic(args.out, dumps(doc))
+    if args.report:
+        write_atomic(args.report, render_markdown(doc))
+    if args.format == "json":
+        sys.stdout.write(dumps(doc).decode() + "\n")
+    elif args.format == "md":
+        sys.stdout.write(render_markdown(doc))
+    else:
+        sys.stdout.write(render_text(doc))
+    return 0
+
+
+__all__ = ["add_parser", "build", "points_from", "Plan"]
