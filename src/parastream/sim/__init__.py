@@ -1,0 +1,1 @@
+"""Prediction: a discrete-event model of the device's stream scheduler (no torch)."""

@@ -1,0 +1,93 @@
+"""From a graph, a plan and a device profile to simulated tasks and a simulated timeline.
+
+Also emulates GE's auto-reorder (DOMAIN.md §3): a cheap precompute that consumes a side
+output on the main stream is issued ahead of the main dominator, so the main stream's FIFO
+blocks on the side stream — the seed's false parallelism.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..device.cost import OpCost, estimate, with_cores
+from ..device.profile import DeviceProfile
+from ..graph.ir import Graph, validate
+from ..plan.lints import lint
+from ..plan.model import Plan
+from ..timeline.model import KIND_COMM, KIND_COMPUTE, KIND_MEMCPY
+from .engine import Device, Result, Task, simulate
+
+
+def device_of(profile: DeviceProfile) -> Device:
+    return Device(name=profile.name, cube_cores=profile.cores.cube,
+                  vector_cores=profile.cores.vector, hw_queues=profile.hw_queues,
+                  launch_us=profile.launch_overhead_us, sweep_us=profile.scheduler_sweep_us)
+
+
+def ge_reorder(graph: Graph, plan: Plan, order: list[str], dur: dict[str, float]) -> list[str]:
+    """The issue order GE would produce: each cheap main-stream consumer of a side output
+    (the ``ge-reorder`` lint) moved to just before the dominator it does not depend on."""
+    order = list(order)
+    preds: dict[str, list[str]] = {}
+    for e in graph.edges:
+        preds.setdefault(e.dst, []).append(e.src)
+    for l in lint(graph, plan, dur):
+        if l.rule != "ge-reorder":
+            continue
+        _, v, d = l.ops
+        if order.index(v) < order.index(d):
+            continue
+        order.remove(v)
+        # as early as its own inputs allow, but ahead of the dominator
+        after = max((order.index(p) + 1 for p in preds.get(v, ())), default=0)
+        order.insert(max(after, 0) if after > order.index(d) else order.index(d), v)
+    return order
+
+
+def tasks_for(graph: Graph, plan: Plan, profile: DeviceProfile, *, costs: dict[str, OpCost] | None = None,
+              order: list[str] | None = None) -> list[Task]:
+    """Tasks in issue order; plan events become waits; C2 core limits cap block dims."""
+    ops = graph.index()
+    order = order or validate(graph)
+    costs = costs or {n: estimate(ops[n], profile) for n in order}
+    idx = {n: i for i, n in enumerate(order)}
+    limits = {int(s): int(v.get("aicore_num", 0)) for s, v in (plan.core_limits or {}).items()
+              if isinstance(v, dict)}
+    waits: dict[str, list[int]] = {}
+    for e in plan.events:
+        if e.wait_before is not None:
+            waits.setdefault(e.wait_before, []).append(idx[e.record_after])
+    out = []
+    for n in order:
+        c = costs[n]
+        s = plan.assignment.get(n, 0)
+        if s in limits and limits[s] and c.block_dim > limits[s] and c.unit in ("cube", "vector"):
+            c = with_cores(ops[n], profile, limits[s])
+        pool = c.unit if c.unit in ("cube", "vector") else "none"
+        kind = {"comm": KIND_COMM, "memory": KIND_MEMCPY}.get(c.unit, KIND_COMPUTE)
+        out.append(Task(name=n, stream=s, dur_us=c.dur_us, pool=pool, block_dim=c.block_dim,
+                        memory_bound=(c.bound == "memory" and c.unit != "comm"),
+                        waits=waits.get(n, []), type=ops[n].type, kind=kind))
+    return out
+
+
+@dataclass
+class SimRun:
+    plan: Plan
+    result: Result
+    ge_reordered: bool
+
+
+def simulate_plan(graph: Graph, plan: Plan, profile: DeviceProfile, *, ge: bool = False,
+                  jitter: float = 0.0, seed: int = 0, costs: dict[str, OpCost] | None = None) -> SimRun:
+    """Simulate one plan; ``ge=True`` first applies GE's reorder to the issue order."""
+    ops = graph.index()
+    order = validate(graph)
+    costs = costs or {n: estimate(ops[n], profile) for n in order}
+    if ge:
+        order = ge_reorder(graph, plan, order, {n: c.dur_us for n, c in costs.items()})
+    tasks = tasks_for(graph, plan, profile, costs=costs, order=order)
+    res = simulate(tasks, device_of(profile), jitter=jitter, seed=seed,
+                   name=f"{graph.name}: {plan.name} (simulated on {profile.name})",
+                   shared_pool=profile.shared_cores)
+    return SimRun(plan, res, ge)

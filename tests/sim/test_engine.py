@@ -1,0 +1,115 @@
+"""The simulator: analytic cases, a SimPy twin on small scenarios, GE reorder."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from parastream.sim.engine import Device, Task, simulate
+
+DEV = Device("test", cube_cores=20, vector_cores=40, hw_queues=4, launch_us=0.0, sweep_us=0.0)
+
+
+def test_independent_ops_with_enough_cores_overlap_fully():
+    r = simulate([Task("a", 0, 100, "cube", 10), Task("b", 1, 100, "cube", 10)], DEV)
+    assert r.wall_us == 100
+
+
+def test_block_dims_over_the_cores_serialise():
+    r = simulate([Task("a", 0, 100, "cube", 15), Task("b", 1, 100, "cube", 15)], DEV)
+    assert r.wall_us == 200
+
+
+def test_five_streams_on_four_queues_behave_like_four():
+    five = simulate([Task(f"t{i}", i, 100, "cube", 1) for i in range(5)], DEV).wall_us
+    four_plus_one = simulate([Task(f"t{i}", i % 4, 100, "cube", 1) for i in range(5)], DEV).wall_us
+    assert five == four_plus_one == 200
+
+
+def test_memory_bound_tasks_share_bandwidth():
+    r = simulate([Task("a", 0, 100, "none", 0, True), Task("b", 1, 100, "none", 0, True)], DEV)
+    assert r.wall_us == pytest.approx(200)
+
+
+def test_wait_is_recorded_as_event_wait():
+    r = simulate([Task("a", 0, 100, "cube", 1), Task("b", 1, 50, "cube", 1, waits=[0])], DEV)
+    assert r.wall_us == 150
+    assert r.timeline.n_waits == 1 and int(r.timeline.wait_end_ns[0]) == 100_000
+
+
+def random_tasks(rng: random.Random, n: int, streams: int) -> list[Task]:
+    out = []
+    for i in range(n):
+        waits = [j for j in rng.sample(range(i), min(i, 2)) if rng.random() < 0.3] if i else []
+        out.append(Task(f"t{i}", rng.randrange(streams), float(rng.randint(1, 40)),
+                        rng.choice(["cube", "vector", "none"]), rng.randint(1, 30), False, waits))
+    return out
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_chain_never_beats_its_critical_path_and_work_bound(seed):
+    rng = random.Random(seed)
+    tasks = random_tasks(rng, 60, 4)
+    dev = Device("t", 24, 24, 4, launch_us=0.5, sweep_us=1.0)
+    r = simulate(tasks, dev)
+    # the critical path through waits and stream order
+    end: dict[int, float] = {}
+    last: dict[int, float] = {}
+    for i, t in enumerate(tasks):
+        s = max([end[w] for w in t.waits] + [last.get(t.stream % 4, 0.0)])
+        end[i] = s + t.dur_us
+        last[t.stream % 4] = end[i]
+    assert r.wall_us >= max(end.values()) - 1e-9
+    cube_work = sum(t.dur_us * min(t.block_dim, 24) for t in tasks if t.pool == "cube")
+    assert r.wall_us >= cube_work / 24 - 1e-9
+
+
+simpy = pytest.importorskip("simpy")
+
+
+def simpy_model(tasks: list[Task], dev: Device) -> dict[str, tuple[float, float]]:
+    """The same scheduler in SimPy: FIFO queues, core containers, event waits. Used only as
+    a test oracle on scenarios without ties between competing queues."""
+    env = simpy.Environment()
+    cores = {"cube": simpy.Container(env, dev.cube_cores, init=dev.cube_cores),
+             "vector": simpy.Container(env, dev.vector_cores, init=dev.vector_cores)}
+    done = [env.event() for _ in tasks]
+    out: dict[str, tuple[float, float]] = {}
+    queues: dict[int, list[int]] = {}
+    for i, t in enumerate(tasks):
+        queues.setdefault(t.stream % dev.hw_queues, []).append(i)
+
+    def worker(q):
+        for i in queues[q]:
+            t = tasks[i]
+            yield env.timeout(max(0.0, i * dev.launch_us - env.now))
+            for w in t.waits:
+                yield done[w]
+            need = max(1, min(t.block_dim, cores[t.pool].capacity)) if t.pool != "none" else 0
+            if need:
+                yield cores[t.pool].get(need)
+            start = env.now + dev.sweep_us
+            yield env.timeout(dev.sweep_us + t.dur_us)
+            if need:
+                yield cores[t.pool].put(need)
+            out[t.name] = (start, env.now)
+            done[i].succeed()
+
+    for q in queues:
+        env.process(worker(q))
+    env.run()
+    return out
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_identical_to_a_simpy_model(seed):
+    rng = random.Random(100 + seed)
+    dev = Device("t", 1000, 1000, 3, launch_us=0.25, sweep_us=0.5)  # no core ties
+    tasks = random_tasks(rng, 40, 5)
+    mine = simulate(tasks, dev).timeline
+    ref = simpy_model(tasks, dev)
+    for i in range(len(mine)):
+        n = mine.op_name(i)
+        assert (int(mine.start_ns[i]), int(mine.end_ns[i])) == \
+            (round(ref[n][0] * 1000), round(ref[n][1] * 1000)), n
