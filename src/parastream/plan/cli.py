@@ -92,8 +92,10 @@ def points_from(graph: Graph, dec) -> list[Point]:
 
 
 def build(graph: Graph, profile, *, algorithm: str | None, mapping: dict | None,
-          max_streams: int | None) -> PlanDoc:
-    """Everything `parastream plan` computes, as a plan document."""
+          max_streams: int | None, simulate: bool = True, source: dict | None = None) -> PlanDoc:
+    """Everything `parastream plan` computes, as a plan document. With ``simulate`` the
+    candidates are ranked by the simulator's prediction instead of the critical-path
+    estimate."""
     from ..device.cost import estimate as op_cost
     from ..graph.decompose import decompose
     from .assign import assign
@@ -113,6 +115,18 @@ def build(graph: Graph, profile, *, algorithm: str | None, mapping: dict | None,
                         max_streams=profile.max_streams, launch_us=profile.launch_overhead_us)
     plans = candidates(graph, points, dur, block_dims={n: c.block_dim for n, c in costs.items()},
                        device=facts, max_streams=cap, global_plans=global_plans)
+    if simulate:
+        from ..plan.model import Estimate
+        from ..sim.run import simulate_plan
+
+        walls = {p.name: simulate_plan(graph, p, profile, costs=costs).result.wall_us for p in plans}
+        base = walls.get("single") or max(walls.values())
+        for p in plans:
+            w = walls[p.name]
+            p.estimate = Estimate(wall_us=round(w, 3), single_stream_wall_us=round(base, 3),
+                                  speedup=round(base / w, 4) if w else 1.0,
+                                  source=f"simulated on {profile.name}")
+        plans.sort(key=lambda p: (p.estimate.wall_us, p.streams, p.name))
     best = next((p for p in plans if p.algorithm != "single"), None)
     recommended = best.name if best and best.estimate and best.estimate.speedup >= 1.05 else "single"
     seen, pts = set(), []
@@ -122,7 +136,7 @@ def build(graph: Graph, profile, *, algorithm: str | None, mapping: dict | None,
             pts.append({"name": p.name, "fork": p.fork, "join": p.join, "branches": p.branches,
                         "dominant": p.dominant, "instances": sum(1 for q in points if q.name == p.name)})
     return PlanDoc(model=graph.name, device=profile.name, recommended=recommended,
-                   candidates=plans, parallel_points=[dict(x) for x in pts])
+                   candidates=plans, parallel_points=[dict(x) for x in pts], source=source or {})
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
@@ -146,7 +160,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     graph = load_graph(args.model, args.scale, args.phase, args.device)
     try:
         doc = build(graph, profile, algorithm=args.algorithm, mapping=mapping,
-                    max_streams=args.max_streams)
+                    max_streams=args.max_streams,
+                    source={"model": args.model, "scale": args.scale, "phase": args.phase})
     except PlanError as exc:
         raise InputError(args.model, str(exc)) from None
     if args.out:

@@ -13,6 +13,8 @@ class PlanDoc(msgspec.Struct):
     recommended: str
     candidates: list[Plan]
     parallel_points: list[dict] = []
+    #: how to rebuild the graph: {"model": spec, "scale": ..., "phase": ...}
+    source: dict = {}
     schema: str = SCHEMA
 
     def candidate(self, name: str) -> Plan:

@@ -1,0 +1,152 @@
+"""``parastream simulate MODEL|PLAN``: predicted wall per stream count on a device profile.
+
+Every figure is labelled "simulated on <profile>": these are predictions, not measurements.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ..errors import InputError
+
+LABEL = "simulated on {device}"
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("simulate", help="predict multi-stream gains on a modelled device",
+                       description="Plan the model for 1..N streams, run each plan through a "
+                       "discrete-event model of the device's stream scheduler, and report "
+                       "predicted wall, speedup, overlap verdicts and core occupancy.")
+    p.add_argument("model", metavar="MODEL|PLAN", help="zoo name, file.py:factory, graph JSON, or "
+                   "a plan.json from 'parastream plan'")
+    p.add_argument("--device", default="ascend910", help="device profile (default ascend910)")
+    p.add_argument("--streams", default="1,2,3,4", help="stream counts to try (default 1,2,3,4)")
+    p.add_argument("--scale", default="small")
+    p.add_argument("--phase", choices=("prefill", "decode"))
+    p.add_argument("--ge", action="store_true", help="emulate GE's auto-reorder of cheap "
+                   "precomputes (Ascend graph mode)")
+    p.add_argument("--jitter", type=float, default=0.0, help="relative duration jitter (e.g. 0.1)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--trace", metavar="FILE", help="write the best multi-stream run as a trace "
+                   "that 'parastream analyze' and Perfetto read")
+    p.add_argument("--format", choices=("text", "json"), default="text")
+    p.set_defaults(func=cmd_simulate)
+
+
+def sweep(graph, profile, stream_counts: list[int], *, ge: bool = False, jitter: float = 0.0,
+          seed: int = 0, plans: list | None = None) -> dict:
+    """Simulate the best plan for every stream count (or the given plans)."""
+    from ..device.cost import estimate
+    from ..plan.assign import assign
+    from ..plan.cli import build
+    from ..timeline.analyze import analyze_capture
+    from .run import simulate_plan
+
+    costs = {o.name: estimate(o, profile) for o in graph.ops}
+    dur = {n: c.dur_us for n, c in costs.items()}
+    rows = []
+    best_runs = {}
+    for k in stream_counts:
+        if plans is not None:
+            cands = [p for p in plans if p.streams == k] if k else plans
+        elif k == 1:
+            cands = [assign(graph, "single", durations=dur)]
+        else:
+            doc = build(graph, profile, algorithm=None, mapping=None, max_streams=k, simulate=False)
+            cands = [c for c in doc.candidates if c.streams <= k and c.algorithm != "single"]
+        if not cands:
+            continue
+        runs = [simulate_plan(graph, c, profile, ge=ge, jitter=jitter, seed=seed, costs=costs)
+                for c in cands]
+        run = min(runs, key=lambda r: (r.result.wall_us, r.plan.streams, r.plan.name))
+        best_runs[k] = run
+        cap = analyze_capture(run.result.timeline)
+        cores = profile.cores.cube
+        occ = run.result.busy_cores_us["cube"] / (cores * run.result.wall_us) if run.result.wall_us else 0.0
+        rows.append({"streams": k, "plan": run.plan.name, "plan_streams": run.plan.streams,
+                     "wall_us": round(run.result.wall_us, 3),
+                     "throughput_per_s": round(1e6 / run.result.wall_us, 3) if run.result.wall_us else None,
+                     "verdict_counts": cap["verdict_counts"],
+                     "overlap_pct_median": cap["overlap_pct_median"],
+                     "parallelism": cap["parallelism"], "core_occupancy": round(occ, 4)})
+    base = next((r["wall_us"] for r in rows if r["streams"] == 1), rows[0]["wall_us"] if rows else 0)
+    for r in rows:
+        r["speedup"] = round(base / r["wall_us"], 4) if r["wall_us"] else None
+    best = min(rows, key=lambda r: r["wall_us"]) if rows else None
+    rec = 1
+    if best and best["speedup"] and best["speedup"] >= 1.05:
+        rec = min(r["streams"] for r in rows if r["wall_us"] <= best["wall_us"] * 1.02)
+    return {"schema": "parastream.simulation/1", "model": graph.name, "device": profile.name,
+            "label": LABEL.format(device=profile.name), "ge_reorder": ge, "rows": rows,
+            "recommended_streams": rec,
+            "recommendation": ("single stream: multi-stream does not pay here" if rec == 1
+                               else f"{rec} streams"),
+            "_runs": best_runs}
+
+
+def cmd_simulate(args: argparse.Namespace) -> int:
+    import msgspec
+
+    from ..device.profile import load_profile
+    from ..plan.cli import load_graph
+    from ..report.kineto import write_kineto
+
+    try:
+        counts = sorted({int(x) for x in args.streams.split(",") if x.strip()})
+        assert counts and counts[0] >= 1
+    except (ValueError, AssertionError):
+        raise InputError(None, f"--streams wants stream counts like 1,2,3,4, not {args.streams!r}") from None
+    try:
+        profile = load_profile(args.device)
+    except (OSError, ValueError, KeyError) as exc:
+        raise InputError(args.device, f"not a device profile: {exc}") from None
+    plans = None
+    spec = args.model
+    try:
+        with open(spec, "rb") as f:
+            head = f.read(4096)
+    except OSError:
+        head = b""
+    if b'"parastream.plan/1"' in head:
+        from ..plan.io import loads
+
+        try:
+            with open(spec, "rb") as f:
+                doc = loads(f.read())
+        except ValueError as exc:
+            raise InputError(spec, str(exc)) from None
+        src = doc.source or {}
+        if not src.get("model"):
+            raise InputError(spec, "the plan does not say which model it was made for")
+        graph = load_graph(src["model"], src.get("scale", "small"), src.get("phase"), None)
+        plans = doc.candidates
+        counts = sorted({c.streams for c in plans})
+    else:
+        graph = load_graph(spec, args.scale, args.phase, args.device)
+    out = sweep(graph, profile, counts, ge=args.ge, jitter=args.jitter, seed=args.seed, plans=plans)
+    runs = out.pop("_runs")
+    if args.trace:
+        multi = [k for k in runs if k > 1] or list(runs)
+        best = min(multi, key=lambda k: runs[k].result.wall_us)
+        write_kineto(args.trace, runs[best].result.timeline, label=out["label"])
+    if args.format == "json":
+        sys.stdout.write(msgspec.json.format(msgspec.json.encode(out), indent=2).decode() + "\n")
+    else:
+        sys.stdout.write(render(out))
+    return 0
+
+
+def render(out: dict) -> str:
+    lines = [f"{out['model']}: {out['label']}" + (" (GE reorder emulated)" if out["ge_reorder"] else ""),
+             "", f"{'streams':>7s} {'wall us':>12s} {'per s':>10s} {'speedup':>8s} {'overlap':>8s} "
+             f"{'true/partial/false':>18s} {'cores busy':>10s}  plan"]
+    for r in out["rows"]:
+        v = r["verdict_counts"]
+        ov = r["overlap_pct_median"]
+        lines.append(f"{r['streams']:7d} {r['wall_us']:12.1f} {r['throughput_per_s'] or 0:10.1f} "
+                     f"{r['speedup']:7.2f}x {('-' if ov is None else f'{ov:.2f}'):>8s} "
+                     f"{v['true']:>6d}/{v['partial']}/{v['false']:<9d} {100 * r['core_occupancy']:9.1f}%"
+                     f"  {r['plan']}")
+    lines += ["", f"recommended: {out['recommendation']} ({out['label']})", ""]
+    return "\n".join(lines)
