@@ -66,40 +66,7 @@ def test_chain_never_beats_its_critical_path_and_work_bound(seed):
 
 
 simpy = pytest.importorskip("simpy")
-
-
-def simpy_model(tasks: list[Task], dev: Device) -> dict[str, tuple[float, float]]:
-    """The same scheduler in SimPy: FIFO queues, core containers, event waits. Used only as
-    a test oracle on scenarios without ties between competing queues."""
-    env = simpy.Environment()
-    cores = {"cube": simpy.Container(env, dev.cube_cores, init=dev.cube_cores),
-             "vector": simpy.Container(env, dev.vector_cores, init=dev.vector_cores)}
-    done = [env.event() for _ in tasks]
-    out: dict[str, tuple[float, float]] = {}
-    queues: dict[int, list[int]] = {}
-    for i, t in enumerate(tasks):
-        queues.setdefault(t.stream % dev.hw_queues, []).append(i)
-
-    def worker(q):
-        for i in queues[q]:
-            t = tasks[i]
-            yield env.timeout(max(0.0, i * dev.launch_us - env.now))
-            for w in t.waits:
-                yield done[w]
-            need = max(1, min(t.block_dim, cores[t.pool].capacity)) if t.pool != "none" else 0
-            if need:
-                yield cores[t.pool].get(need)
-            start = env.now + dev.sweep_us
-            yield env.timeout(dev.sweep_us + t.dur_us)
-            if need:
-                yield cores[t.pool].put(need)
-            out[t.name] = (start, env.now)
-            done[i].succeed()
-
-    for q in queues:
-        env.process(worker(q))
-    env.run()
-    return out
+from parastream.sim.oracle import simpy_model  # noqa: E402
 
 
 @pytest.mark.parametrize("seed", range(20))

@@ -20,12 +20,14 @@ its per-event generator overhead. The result is a :class:`parastream.timeline.Ti
 
 from __future__ import annotations
 
+import gc
 import heapq
 import random
 from dataclasses import dataclass, field
 
-from ..timeline.model import (KIND_COMM, KIND_COMPUTE, KIND_MEMCPY, Timeline, TimelineBuilder,
-                              core_code)
+import numpy as np
+
+from ..timeline.model import KIND_COMPUTE, DeviceInfo, Interner, Timeline, core_code, make_timeline
 
 POOLS = ("cube", "vector")
 
@@ -72,141 +74,197 @@ def simulate(tasks: list[Task], device: Device, *, jitter: float = 0.0, seed: in
     ``shared_pool``: cube and vector work compete for the same cores (GPUs, CPUs, coupled
     Ascend parts).
     """
+    gc_was = gc.isenabled()
+    gc.disable()  # millions of small tuples and no cycles: collections would dominate
+    try:
+        return _simulate(tasks, device, jitter, seed, name, shared_pool)
+    finally:
+        if gc_was:
+            gc.enable()
+
+
+def _simulate(tasks: list[Task], device: Device, jitter: float, seed: int, name: str,
+              shared_pool: bool) -> Result:
     n = len(tasks)
     rng = random.Random(seed)
-    scale = [1.0 + jitter * (2 * rng.random() - 1) if jitter else 1.0 for _ in range(n)]
+    scale = [1.0 + jitter * (2 * rng.random() - 1) for _ in range(n)] if jitter else None
     q_count = max(1, device.hw_queues)
     queues: list[list[int]] = [[] for _ in range(q_count)]
     head = [0] * q_count
-    free = {"cube": device.cube_cores, "vector": device.vector_cores}
-    cap = {"cube": device.cube_cores, "vector": device.vector_cores}
+    cap = {"cube": device.cube_cores, "vector": device.vector_cores, "none": 0}
+    free = dict(cap)
     done_at = [-1.0] * n
     start_at = [0.0] * n
     started = [False] * n
-    need = [0] * n
-    pool_of = []
+    pending = [0] * n  # waits not yet satisfied
+    waiters: list[list[int] | None] = [None] * n  # tasks waiting for task i
+    dur_of = [t.dur_us for t in tasks]
+    if scale:
+        dur_of = [d * f for d, f in zip(dur_of, scale)]
+    mem_bound = [t.memory_bound for t in tasks]
+    streams_of = [t.stream for t in tasks]
+    raw_pool = [t.pool for t in tasks]
+    if shared_pool:
+        pool_of = ["cube" if p in POOLS else "none" for p in raw_pool]
+    else:
+        pool_of = [p if p in POOLS else "none" for p in raw_pool]
+    pool_cap = np.array([cap[p] for p in pool_of], np.int64) if n else np.zeros(0, np.int64)
+    blocks = np.array([t.block_dim for t in tasks], np.int64) if n else np.zeros(0, np.int64)
+    need = np.where(pool_cap > 0, np.clip(np.minimum(blocks, pool_cap), 1, None), 0).tolist()
+    queue_of = (np.array(streams_of, np.int64) % q_count).tolist() if n else []
     for i, t in enumerate(tasks):
-        p = t.pool if t.pool in POOLS else "none"
-        if shared_pool and p == "vector":
-            p = "cube"
-        pool_of.append(p)
-        need[i] = max(1, min(t.block_dim, cap[p])) if p != "none" else 0
-    waiting_since = [-1.0] * n  # when the head task started waiting for an event
+        if t.waits:
+            pending[i] = len(t.waits)
+            for w in t.waits:
+                lst = waiters[w]
+                if lst is None:
+                    waiters[w] = [i]
+                else:
+                    lst.append(i)
+    waiting_since = [-1.0] * n  # when a head task started waiting for an event
     wait_iv: list[tuple[int, float, float, int]] = []  # (task, start, end, waited-on task)
+    last_done: list[int] = [-1] * n  # the wait that was satisfied last
     # memory-bound tasks in flight, with remaining work in full-bandwidth microseconds
     mem_left: dict[int, float] = {}
     mem_mark = 0.0
     version = [0] * n
-    heap: list[tuple[float, int, int, int, int]] = []  # (time, prio, seq, task, version)
+    heap: list[tuple[float, int, int, int]] = []  # (time, seq, task, version)
     seq = 0
-    issued = 0
-    now = 0.0
-    rr = 0  # round-robin start of the next sweep
-    busy = {"cube": 0.0, "vector": 0.0}
-    finished = 0
-
-    def mem_rate() -> float:
-        return 1.0 / len(mem_left) if mem_left else 1.0
+    rr = 0  # round-robin start: the queue after the last one that dispatched
+    blocked_cores: dict[str, set[int]] = {"cube": set(), "vector": set()}
+    busy = {"cube": 0.0, "vector": 0.0, "none": 0.0}
+    sweep_us = device.sweep_us
+    push = heapq.heappush
 
     def settle_mem(t: float) -> None:
         nonlocal mem_mark
         if mem_left:
-            r = mem_rate()
+            d = (t - mem_mark) / len(mem_left)
             for k in mem_left:
-                mem_left[k] -= (t - mem_mark) * r
+                mem_left[k] -= d
         mem_mark = t
 
     def reschedule_mem(t: float) -> None:
         nonlocal seq
-        r = mem_rate()
+        k_n = len(mem_left)
         for k, left in mem_left.items():
             version[k] += 1
             seq += 1
-            heapq.heappush(heap, (t + max(0.0, left) / r, 0, seq, k, version[k]))
+            push(heap, (t + (left if left > 0 else 0.0) * k_n, seq, k, version[k]))
 
-    def sweep(t: float) -> None:
+    def try_dispatch(qs, t: float) -> None:
+        """Dispatch the ready heads of the queues ``qs`` (in round-robin order)."""
         nonlocal rr, seq
-        progressed = True
-        while progressed:
-            progressed = False
-            for j in range(q_count):
-                qi = (rr + j) % q_count
-                if head[qi] >= len(queues[qi]):
-                    continue
-                i = queues[qi][head[qi]]
-                if started[i]:
-                    continue
-                blocked = [w for w in tasks[i].waits if done_at[w] < 0 or done_at[w] > t]
-                if blocked:
-                    if waiting_since[i] < 0:
-                        waiting_since[i] = t
-                    continue
-                p = pool_of[i]
-                if p != "none" and free[p] < need[i]:
-                    continue
-                if waiting_since[i] >= 0:
-                    last = max(tasks[i].waits, key=lambda w: done_at[w])
-                    wait_iv.append((i, waiting_since[i], t, last))
-                if p != "none":
-                    free[p] -= need[i]
-                begin = t + device.sweep_us
-                started[i] = True
-                start_at[i] = begin
-                dur = tasks[i].dur_us * scale[i]
-                if tasks[i].memory_bound and dur > 0:
-                    # the sweep is folded into the shared work so all memory bookkeeping
-                    # happens at the current time
-                    settle_mem(t)
-                    mem_left[i] = dur + device.sweep_us
-                    reschedule_mem(t)
-                else:
-                    seq += 1
-                    heapq.heappush(heap, (begin + dur, 0, seq, i, version[i]))
-                rr = (qi + 1) % q_count
-                progressed = True
-                break
+        if len(qs) > 1:
+            qs = sorted(qs, key=lambda q: (q - rr) % q_count)
+        qlist = queues
+        for qi in qs:
+            h = head[qi]
+            qq = qlist[qi]
+            if h >= len(qq):
+                continue
+            i = qq[h]
+            if started[i]:
+                continue
+            if pending[i]:
+                if waiting_since[i] < 0:
+                    waiting_since[i] = t
+                continue
+            p = pool_of[i]
+            if need[i] > free[p]:
+                blocked_cores[p].add(qi)
+                continue
+            if p != "none":
+                blocked_cores[p].discard(qi)
+                free[p] -= need[i]
+            if waiting_since[i] >= 0:
+                wait_iv.append((i, waiting_since[i], t, last_done[i]))
+            started[i] = True
+            begin = t + sweep_us
+            start_at[i] = begin
+            dur = dur_of[i]
+            if mem_bound[i] and dur > 0:
+                # the sweep is folded into the shared work so memory bookkeeping stays at t
+                settle_mem(t)
+                mem_left[i] = dur + sweep_us
+                reschedule_mem(t)
+            else:
+                seq += 1
+                push(heap, (begin + dur, seq, i, 0))
+            rr = (qi + 1) % q_count
 
-    issue_times = [k * device.launch_us for k in range(n)]
+    issued = 0
+    launch = device.launch_us
+    finished = 0
     while finished < n:
-        t_issue = issue_times[issued] if issued < n else float("inf")
-        t_next = heap[0][0] if heap else float("inf")
-        if t_issue <= t_next:
-            now = t_issue
-            i = issued
-            queues[tasks[i].stream % q_count].append(i)
-            issued += 1
-            sweep(now)
-            continue
-        now, _, _, i, ver = heapq.heappop(heap)
-        if ver != version[i] or done_at[i] >= 0:
-            continue
-        if i in mem_left:
-            settle_mem(now)
-            del mem_left[i]
-            reschedule_mem(now)
-        done_at[i] = now
-        finished += 1
-        p = pool_of[i]
-        if p != "none":
+        t_issue = issued * launch if issued < n else float("inf")
+        if heap and heap[0][0] < t_issue:
+            now, _, i, ver = heapq.heappop(heap)
+            if ver != version[i] or done_at[i] >= 0:
+                continue
+            if i in mem_left:
+                settle_mem(now)
+                del mem_left[i]
+                reschedule_mem(now)
+            done_at[i] = now
+            finished += 1
+            p = pool_of[i]
             free[p] += need[i]
             busy[p] += need[i] * (now - start_at[i])
-        qi = tasks[i].stream % q_count
-        while head[qi] < len(queues[qi]) and done_at[queues[qi][head[qi]]] >= 0:
-            head[qi] += 1
-        sweep(now)
+            qi = queue_of[i]
+            head[qi] += 1  # the head is the task that just finished (FIFO per queue)
+            wl = waiters[i]
+            bc = blocked_cores[p] if p != "none" else None
+            if not wl and not bc:
+                try_dispatch((qi,), now)
+                continue
+            check = {qi}
+            for w in wl or ():
+                pending[w] -= 1
+                last_done[w] = i
+                check.add(queue_of[w])
+            if bc:
+                check |= bc
+            try_dispatch(check, now)
+        else:
+            if issued >= n:
+                raise RuntimeError("simulation stalled: a wait can never be satisfied")
+            i = issued
+            qi = queue_of[i]
+            queues[qi].append(i)
+            issued += 1
+            if head[qi] == len(queues[qi]) - 1:
+                try_dispatch((qi,), t_issue)
 
-    b = TimelineBuilder(name, "simulated")
-    for i, t in enumerate(tasks):
-        b.add_op(str(t.stream), t.name, int(round(start_at[i] * 1000)), int(round(done_at[i] * 1000)),
-                 type=t.type, kind=t.kind, core=core_code({"cube": "AI_CORE", "vector": "AI_VECTOR_CORE"}
-                                                          .get(pool_of[i], "")),
-                 block_dim=need[i] if pool_of[i] != "none" else -1)
-    for i, s, e, w in wait_iv:
-        b.add_wait(str(tasks[i].stream), int(round(s * 1000)), int(round(e * 1000)),
-                   on_stream=str(tasks[w].stream), name="EVENT_WAIT")
-    b.device.name = device.name
-    b.device.ai_core_num = device.cube_cores
-    b.device.vector_core_num = device.vector_cores
-    b.meta["label"] = name
+    b_names = [t.name for t in tasks]
+    stream_ids = sorted(set(streams_of))
+    code = {s: k for k, s in enumerate(stream_ids)}
+    core_of = {"cube": core_code("AI_CORE"), "vector": core_code("AI_VECTOR_CORE"), "none": 0}
+    types = Interner()
+    type_code: dict[str, int] = {}
+    ops = dict(
+        stream=np.array([code[x] for x in streams_of], np.int32),
+        name=np.arange(n, dtype=np.int32),
+        type=np.array([type_code[x] if x in type_code else type_code.setdefault(x, types.code(x))
+                       for x in (t.type for t in tasks)], np.int32),
+        start_ns=np.rint(np.array(start_at) * 1000).astype(np.int64),
+        end_ns=np.rint(np.array(done_at) * 1000).astype(np.int64),
+        kind=np.array([t.kind for t in tasks], np.int8),
+        core=np.array([core_of[p] for p in pool_of], np.int8),
+        block_dim=np.where(pool_cap > 0, np.array(need, np.int64), -1).astype(np.int32),
+        mix_block_dim=np.full(n, -1, np.int32), step=np.full(n, -1, np.int32))
+    wait_name = len(b_names)
+    waits = None
+    if wait_iv:
+        waits = dict(
+            wait_stream=np.array([code[tasks[i].stream] for i, _, _, _ in wait_iv], np.int32),
+            wait_on=np.array([code[tasks[w].stream] if w >= 0 else -1 for _, _, _, w in wait_iv], np.int32),
+            wait_start_ns=np.rint(np.array([a for _, a, _, _ in wait_iv]) * 1000).astype(np.int64),
+            wait_end_ns=np.rint(np.array([e for _, _, e, _ in wait_iv]) * 1000).astype(np.int64),
+            wait_name=np.full(len(wait_iv), wait_name, np.int32))
+    dev = DeviceInfo(name=device.name, ai_core_num=device.cube_cores,
+                     vector_core_num=device.vector_cores)
+    tl = make_timeline(name, "simulated", [str(s) for s in stream_ids], b_names + ["EVENT_WAIT"],
+                       types.values, ops, waits, device=dev, meta={"label": name})
     wall = max(done_at) if n else 0.0
-    return Result(b.build(), wall, busy, n)
+    return Result(tl, wall, busy, n)

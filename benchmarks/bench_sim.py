@@ -1,0 +1,68 @@
+"""Simulator speed: 1M tasks, and side by side with the equivalent SimPy model.
+
+    python benchmarks/bench_sim.py [--tasks 1000000] [--simpy-tasks 100000] [--reps 3]
+
+The scenario: tasks on 6 streams over 4 hardware queues, random durations and block dims,
+30% of tasks wait for one earlier task; cores plentiful enough that no two queues tie for
+them (so both models give the same timeline, which is checked on the SimPy-sized run).
+Reports medians of wall time and tasks per second, and the engine/SimPy ratio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import time
+
+from parastream.sim.engine import Device, Task, simulate
+
+
+def scenario(n: int, seed: int = 0) -> list[Task]:
+    rng = random.Random(seed)
+    out = []
+    for i in range(n):
+        waits = [rng.randrange(max(0, i - 50), i)] if i and rng.random() < 0.3 else []
+        out.append(Task(f"t{i}", rng.randrange(6), float(rng.randint(1, 40)),
+                        rng.choice(("cube", "vector", "none")), rng.randint(1, 30), False, waits))
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--tasks", type=int, default=1_000_000)
+    ap.add_argument("--simpy-tasks", type=int, default=100_000)
+    ap.add_argument("--reps", type=int, default=3)
+    a = ap.parse_args()
+    dev = Device("bench", 10_000, 10_000, 4, launch_us=0.25, sweep_us=0.5)
+    big = scenario(a.tasks)
+    eng = []
+    for _ in range(a.reps):
+        t = time.perf_counter()
+        simulate(big, dev)
+        eng.append(time.perf_counter() - t)
+    small = scenario(a.simpy_tasks, seed=1)
+    from parastream.sim.oracle import simpy_model
+
+    e_small, s_small = [], []
+    for _ in range(a.reps):
+        t = time.perf_counter()
+        mine = simulate(small, dev)
+        e_small.append(time.perf_counter() - t)
+        t = time.perf_counter()
+        ref = simpy_model(small, dev)
+        s_small.append(time.perf_counter() - t)
+    same = all((int(mine.timeline.start_ns[i]), int(mine.timeline.end_ns[i])) ==
+               (round(ref[mine.timeline.op_name(i)][0] * 1000), round(ref[mine.timeline.op_name(i)][1] * 1000))
+               for i in range(len(mine.timeline)))
+    m = statistics.median
+    print(f"| scenario | tool | tasks | wall median (s) | tasks/s |")
+    print(f"|---|---|---:|---:|---:|")
+    print(f"| 1M | parastream engine | {a.tasks:,} | {m(eng):.2f} | {a.tasks / m(eng):,.0f} |")
+    print(f"| side by side | parastream engine | {a.simpy_tasks:,} | {m(e_small):.2f} | {a.simpy_tasks / m(e_small):,.0f} |")
+    print(f"| side by side | SimPy model | {a.simpy_tasks:,} | {m(s_small):.2f} | {a.simpy_tasks / m(s_small):,.0f} |")
+    print(f"\nengine / SimPy speed: {m(s_small) / m(e_small):.2f}x; identical timelines: {same}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,174 @@
+"""Roofline cost model: an op's duration and core use (block dim) on a device profile.
+
+For a compute op (resource ``cube`` or ``vector``) running on ``b`` of the unit's ``C`` cores::
+
+    compute_us = flops / (peak_tflops[unit][dtype] * 1e6 * b / C)
+    memory_us  = bytes / (bandwidth_GBps * 1e3 * min(1, SATURATION * b / C))
+    dur_us     = max(compute_us, memory_us, MIN_KERNEL_US)
+
+``b`` (the block dim) is what the op would ask for: enough blocks to cover its output in
+``CUBE_TILE`` / ``VECTOR_TILE`` element tiles, or its memory traffic in ``BYTES_PER_BLOCK``
+chunks (a GEMV at decode reads a big weight with a tiny output), capped at the unit's cores.
+Half the cores (``SATURATION`` = 2) are taken to saturate memory bandwidth. Memory copies
+(``memory``) run on DMA engines at full bandwidth and use no cores; communication
+(``comm``) is costed at memory bandwidth too (the profile format has no link bandwidth, so
+this is a lower bound); ``host`` ops cost the launch overhead. An op may carry measured
+values in ``meta``: ``dur_us`` and ``block_dim`` override the estimate.
+
+``bound`` is ``compute`` or ``memory`` by the roofline, and ``launch`` when the host's
+launch overhead per task exceeds the device time: such an op is host-bound in eager mode
+and no stream assignment helps it (graph mode / capture does).
+
+Ops are read duck-typed (``flops``, ``bytes_read``, ``bytes_written``, ``resource``,
+``inputs``/``outputs`` with ``shape``/``dtype``, ``meta``): this module imports no graph code.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import msgspec
+
+from .profile import DeviceProfile
+
+CUBE_TILE = 128 * 128        #: output elements one cube block covers
+VECTOR_TILE = 4096           #: elements one vector block covers
+BYTES_PER_BLOCK = 256 * 1024  #: memory traffic one block streams
+SATURATION = 2.0             #: 1/SATURATION of the cores saturate memory bandwidth
+MIN_KERNEL_US = 1.0          #: shortest device task on an accelerator
+
+_DTYPES = {"float16": "fp16", "half": "fp16", "fp16": "fp16", "f16": "fp16",
+           "bfloat16": "bf16", "bf16": "bf16",
+           "float32": "fp32", "float": "fp32", "fp32": "fp32", "f32": "fp32", "tf32": "fp32",
+           "hf32": "fp32",
+           "int8": "int8", "uint8": "int8", "qint8": "int8", "quint8": "int8", "int4": "int8",
+           "float64": "fp64", "double": "fp64", "fp64": "fp64"}
+
+
+def normalize_dtype(dtype: str | None) -> str:
+    """``torch.float16`` / ``half`` / ``DT_FLOAT16`` -> ``fp16``; float8 kinds -> ``fp8``;
+    integer, bool and unknown types -> ``fp32`` (they run on the vector unit at fp32 rate)."""
+    if not dtype:
+        return "fp32"
+    d = dtype.lower().rsplit(".", 1)[-1].removeprefix("dt_")
+    if d.startswith(("float8", "fp8")):
+        return "fp8"
+    return _DTYPES.get(d, "fp32")
+
+
+class OpCost(msgspec.Struct, frozen=True, gc=False):
+    """An op's estimated cost on one device.
+
+    ``unit`` is the pool it occupies (``cube``/``vector`` cores, ``memory`` DMA, ``comm``
+    links, ``host``); ``block_dim`` the cores it takes of that pool (0 for non-core units);
+    ``compute_full_us`` / ``memory_full_us`` its compute and memory times at full
+    occupancy and full bandwidth (what :func:`with_cores` and the headroom bounds use).
+    """
+
+    dur_us: float
+    block_dim: int
+    bound: str
+    unit: str
+    compute_full_us: float = 0.0
+    memory_full_us: float = 0.0
+    measured: bool = False
+
+
+def _elements(tensors: Any) -> int:
+    n = 0
+    for t in tensors or ():
+        if t.shape:
+            n += math.prod(max(0, int(s)) for s in t.shape)
+    return n
+
+
+def _op_dtype(op: Any) -> str:
+    meta = op.meta or {}
+    if meta.get("dtype"):
+        return normalize_dtype(meta["dtype"])
+    for t in (*(op.outputs or ()), *(op.inputs or ())):
+        if t.dtype:
+            return normalize_dtype(t.dtype)
+    return "fp32"
+
+
+def _wanted_blocks(op: Any, unit: str, cores: int) -> int:
+    out = _elements(op.outputs)
+    traffic = (op.bytes_read or 0) + (op.bytes_written or 0)
+    if out == 0 and traffic == 0:
+        return cores  # nothing known about its size: assume it fills the device
+    tile = CUBE_TILE if unit == "cube" else VECTOR_TILE
+    want = max(math.ceil(out / tile), math.ceil(traffic / BYTES_PER_BLOCK), 1)
+    return min(cores, want)
+
+
+def _device_us(compute_full: float, memory_full: float, blocks: int, cores: int) -> float:
+    frac = blocks / cores
+    return max(compute_full / frac, memory_full / min(1.0, SATURATION * frac))
+
+
+def estimate(op: Any, profile: DeviceProfile, max_cores: int | None = None) -> OpCost:
+    """Roofline duration, block dim and bound of ``op`` on ``profile``; with ``max_cores``
+    the op may use at most that many cores of its unit (core limiting)."""
+    meta = op.meta or {}
+    traffic = float((op.bytes_read or 0) + (op.bytes_written or 0))
+    memory_full = traffic / (profile.memory_bandwidth_gbps * 1e3)
+    launch = profile.launch_overhead_us
+    on_host = profile.kind == "cpu"
+    resource = op.resource
+
+    if resource in ("cube", "vector"):
+        cores = profile.unit_cores(resource)
+        peak = profile.peak(resource, _op_dtype(op))
+        compute_full = (op.flops or 0.0) / (peak * 1e6)
+        wanted = int(meta["block_dim"]) if meta.get("block_dim") else _wanted_blocks(op, resource, cores)
+        wanted = max(1, min(wanted, cores))
+        blocks = min(wanted, max_cores or cores)
+        if meta.get("dur_us") is not None:
+            # measured with ``wanted`` cores; fewer cores stretch it as if compute-bound
+            dur = float(meta["dur_us"]) * wanted / blocks
+            bound = "memory" if memory_full > compute_full else "compute"
+            measured = True
+        else:
+            frac = blocks / cores
+            compute_t = compute_full / frac
+            memory_t = memory_full / min(1.0, SATURATION * frac)
+            dur = max(compute_t, memory_t, 0.0 if on_host else MIN_KERNEL_US)
+            bound = "memory" if memory_t >= compute_t and memory_t > 0 else "compute"
+            measured = False
+        if on_host:
+            dur += launch
+        if launch > (dur - launch if on_host else dur):
+            bound = "launch"
+        return OpCost(dur, blocks, bound, resource, compute_full, memory_full, measured)
+
+    # memory copies, communication and host work use no compute cores
+    if meta.get("dur_us") is not None:
+        dur, measured = float(meta["dur_us"]), True
+    elif resource == "host":
+        dur, measured = launch, False
+    else:
+        dur, measured = max(memory_full, 0.0 if on_host else MIN_KERNEL_US), False
+    bound = "launch" if resource == "host" or launch > dur else "memory"
+    return OpCost(dur, 0, bound, resource, 0.0, memory_full, measured)
+
+
+def with_cores(op_or_cost: Any, profile: DeviceProfile, cores: int) -> OpCost:
+    """The cost when the op may use at most ``cores`` cores of its unit (what
+    ``limit_core_num`` does). Takes an op (re-estimated) or an :class:`OpCost` (scaled)."""
+    if cores <= 0:
+        raise ValueError("cores must be positive")
+    if not isinstance(op_or_cost, OpCost):
+        return estimate(op_or_cost, profile, max_cores=cores)
+    c = op_or_cost
+    if c.unit not in ("cube", "vector") or c.block_dim <= cores:
+        return c
+    total = profile.unit_cores(c.unit)
+    if c.measured:
+        dur = c.dur_us * c.block_dim / cores
+    else:
+        host = profile.launch_overhead_us if profile.kind == "cpu" else 0.0
+        dur = max(_device_us(c.compute_full_us, c.memory_full_us, cores, total),
+                  0.0 if host else MIN_KERNEL_US) + host
+    return msgspec.structs.replace(c, dur_us=dur, block_dim=cores)

@@ -1,0 +1,168 @@
+"""Device profiles: the ``parastream.device/1`` JSON data files and their loader.
+
+A profile says what one accelerator (or the host CPU) can do: core counts, peak matrix
+("cube") and vector throughput by dtype, memory bandwidth, the host's launch cost per task,
+how many hardware queues and streams it has, and the scheduler's sweep time. Every number
+names its source in ``sources``. The shipped profiles live in ``device/profiles/*.json``;
+``parastream calibrate`` writes new ones in the same format (docs/device-profiles.md).
+"""
+
+from __future__ import annotations
+
+import os
+from importlib import resources
+from pathlib import Path
+
+import msgspec
+
+from ..errors import InputError
+
+SCHEMA = "parastream.device/1"
+KINDS = ("npu", "gpu", "cpu")
+#: the numeric keys whose source must be stated in ``sources``
+SOURCED_KEYS = ("cores", "peak_tflops", "memory_bandwidth_gbps", "launch_overhead_us",
+                "hw_queues", "max_streams", "scheduler_sweep_us")
+#: dtypes a peak may be given for (after :func:`parastream.device.cost.normalize_dtype`)
+DTYPES = ("fp16", "bf16", "fp32", "int8", "fp8", "fp64")
+
+
+class Cores(msgspec.Struct, forbid_unknown_fields=True):
+    """Compute cores: AI cube and vector cores on Ascend; SMs (both fields) on GPUs;
+    physical cores (both fields) on a CPU."""
+
+    cube: int
+    vector: int
+
+
+class DeviceProfile(msgspec.Struct, forbid_unknown_fields=True):
+    """One device, as the cost model and the headroom bound see it."""
+
+    name: str
+    kind: str
+    cores: Cores
+    peak_tflops: dict[str, dict[str, float]]
+    memory_bandwidth_gbps: float
+    launch_overhead_us: float
+    hw_queues: int
+    max_streams: int
+    scheduler_sweep_us: float
+    sources: dict[str, str]
+    description: str = ""
+    schema: str = SCHEMA
+
+    @property
+    def shared_cores(self) -> bool:
+        """Whether matrix and vector work compete for the same cores: true on GPUs and CPUs
+        (SMs / cores do both) and on coupled Ascend parts (cube and vector units inside one
+        AI core, e.g. the 910); false where Ascend has separate vector cores (910B/A2)."""
+        return self.kind != "npu" or self.cores.cube == self.cores.vector
+
+    def unit_cores(self, unit: str) -> int:
+        """Cores available to ``unit`` ("cube" or "vector")."""
+        return self.cores.vector if unit == "vector" else self.cores.cube
+
+    def peak(self, unit: str, dtype: str) -> float:
+        """Peak TFLOPS of ``unit`` ("cube"/"vector") for a normalised ``dtype``.
+
+        A dtype the profile does not list falls back to the nearest one it does
+        (bf16 <-> fp16, int8/fp8 -> fp16, anything else -> fp32), then to the unit's
+        slowest listed rate, so an estimate is never faster than the data allows.
+        """
+        table = self.peak_tflops.get(unit) or self.peak_tflops["vector"]
+        for d in (dtype, *_FALLBACK.get(dtype, ()), "fp32"):
+            if d in table:
+                return table[d]
+        return min(table.values())
+
+
+_FALLBACK = {"bf16": ("fp16",), "fp16": ("bf16",), "int8": ("fp16", "bf16"),
+             "fp8": ("int8", "fp16", "bf16"), "fp64": ("fp32",)}
+
+
+def _check(p: DeviceProfile, where: str | None) -> DeviceProfile:
+    def bad(reason: str) -> InputError:
+        return InputError(where, f"device profile {p.name!r}: {reason}")
+
+    if p.schema != SCHEMA:
+        raise InputError(where, f"unsupported device profile schema {p.schema!r} "
+                                f"(this parastream reads {SCHEMA})")
+    if p.kind not in KINDS:
+        raise bad(f"kind {p.kind!r} is not one of {', '.join(KINDS)}")
+    if p.cores.cube <= 0 or p.cores.vector <= 0:
+        raise bad("cores.cube and cores.vector must be positive")
+    for unit in ("cube", "vector"):
+        table = p.peak_tflops.get(unit)
+        if not table:
+            raise bad(f"peak_tflops.{unit} is missing")
+        for dtype, v in table.items():
+            if dtype not in DTYPES:
+                raise bad(f"peak_tflops.{unit}: unknown dtype {dtype!r} "
+                          f"(expected one of {', '.join(DTYPES)})")
+            if not v > 0:
+                raise bad(f"peak_tflops.{unit}.{dtype} must be positive")
+    for key in ("memory_bandwidth_gbps", "hw_queues", "max_streams"):
+        if not getattr(p, key) > 0:
+            raise bad(f"{key} must be positive")
+    for key in ("launch_overhead_us", "scheduler_sweep_us"):
+        if not getattr(p, key) >= 0:
+            raise bad(f"{key} must be zero or positive")
+    missing = [k for k in SOURCED_KEYS if not p.sources.get(k, "").strip()]
+    if missing:
+        raise bad(f"no source given for {', '.join(missing)} (every number needs one in "
+                  f"'sources')")
+    return p
+
+
+def loads_profile(data: bytes | str, where: str | None = None) -> DeviceProfile:
+    """Parse and check profile JSON; :class:`InputError` naming ``where`` when it is bad."""
+    try:
+        p = msgspec.json.decode(data, type=DeviceProfile)
+    except msgspec.ValidationError as exc:
+        raise InputError(where, f"not a parastream device profile: {exc}") from None
+    except msgspec.DecodeError as exc:
+        raise InputError(where, f"invalid JSON: {exc}") from None
+    return _check(p, where)
+
+
+def dumps_profile(p: DeviceProfile) -> bytes:
+    """The profile as indented ``parastream.device/1`` JSON, schema key first."""
+    _check(p, None)
+    body = msgspec.to_builtins(p)
+    body.pop("schema", None)
+    return msgspec.json.format(msgspec.json.encode({"schema": SCHEMA, **body}), indent=2) + b"\n"
+
+
+def _builtin_dir():
+    return resources.files("parastream.device") / "profiles"
+
+
+#: other spellings users type for the shipped profiles
+ALIASES = {"910": "ascend910", "910a": "ascend910", "ascend910a": "ascend910",
+           "910b": "ascend910b", "a2": "ascend910b", "ascenda2": "ascend910b",
+           "h100sxm": "h100", "h200sxm": "h200", "host": "cpu", "local": "cpu"}
+
+
+def list_profiles() -> list[str]:
+    """Names of the shipped profiles (``load_profile`` accepts each)."""
+    return sorted(f.name[:-5] for f in _builtin_dir().iterdir() if f.name.endswith(".json"))
+
+
+def load_profile(name_or_path: str | os.PathLike[str]) -> DeviceProfile:
+    """A shipped profile by name (``ascend910b``, ``h100``, ...; case and ``-``/``_``
+    ignored) or a profile JSON file by path. Unknown names and bad files raise
+    :class:`InputError`."""
+    text = os.fspath(name_or_path)
+    path = Path(text)
+    if path.suffix == ".json" or os.sep in text or path.is_file():
+        try:
+            data = path.read_bytes()
+        except OSError as exc:
+            raise InputError(text, f"cannot read device profile: {exc.strerror or exc}") from None
+        return loads_profile(data, text)
+    key = text.lower().replace("-", "").replace("_", "").replace(" ", "")
+    key = ALIASES.get(key, key)
+    f = _builtin_dir() / f"{key}.json"
+    if not f.is_file():
+        raise InputError(None, f"unknown device {text!r} (shipped profiles: "
+                               f"{', '.join(list_profiles())}; or give a profile .json path)")
+    return loads_profile(f.read_bytes(), f"{key}.json")

@@ -1,0 +1,123 @@
+"""``parastream graph MODEL``: decompose a model into modules, verdicts, parallel points and
+headroom (the direction-level analysis of docs/DOMAIN.md §3).
+
+MODEL is a graph JSON file (recognised by its content: ``"schema": "parastream.graph/1"``),
+or anything else :func:`parastream.graph.models.resolve` accepts (a zoo name, a
+``file.py:factory`` spec) — that module is imported only then, since it needs torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from ..errors import InputError
+
+FORMATS = ("text", "json", "md", "mermaid")
+DEFAULT_DEVICE = "ascend910b"
+
+
+def add_parser(subparsers) -> None:
+    """Register ``graph`` on the top-level parser's subparsers."""
+    p = subparsers.add_parser(
+        "graph", help="decompose a model: modules, dependencies, parallel points, headroom",
+        description=("Decompose a model (graph JSON file, zoo name, or file.py:factory) into "
+                     "modules cut along sub-network, communication, state, sync and resource "
+                     "boundaries; give the dependency table, serial / parallel_candidate / "
+                     "parallel_pending_validation verdicts, parallel points with their join "
+                     "and dominating branch, and the bound on what any stream assignment "
+                     "could gain on a device."))
+    p.add_argument("model", metavar="MODEL",
+                   help="graph JSON file (parastream.graph/1), zoo model name, or file.py:factory")
+    p.add_argument("--device", default=DEFAULT_DEVICE, metavar="D",
+                   help=f"device profile name or .json path (default {DEFAULT_DEVICE}; "
+                        "shipped: ascend910, ascend910b, h100, h200, cpu)")
+    p.add_argument("--scale", default="small", metavar="S",
+                   help="model scale for zoo models (default small)")
+    p.add_argument("--phase", choices=("prefill", "decode"),
+                   help="phase for zoo models (default: the model's own)")
+    p.add_argument("--format", choices=FORMATS, default="text")
+    p.add_argument("-o", "--output", metavar="FILE", help="write here (default stdout)")
+    p.set_defaults(func=cmd_graph)
+
+
+def load_model(model: str, scale: str = "small", phase: str | None = None,
+               device: str | None = None):
+    """A :class:`Graph` from a graph JSON file, else from ``parastream.graph.models``.
+    Bad input raises :class:`InputError` (one line)."""
+    from .ir import SCHEMA, GraphError, loads
+
+    if os.path.isfile(model):
+        try:
+            with open(model, "rb") as f:
+                data = f.read()
+        except OSError as exc:
+            raise InputError(model, f"cannot read: {exc.strerror or exc}") from None
+        if data.lstrip()[:1] == b"{":
+            import msgspec
+
+            try:
+                head = msgspec.json.decode(data, type=dict)
+            except msgspec.DecodeError as exc:
+                raise InputError(model, f"invalid JSON: {exc}") from None
+            schema = head.get("schema")
+            if schema == SCHEMA:
+                try:
+                    return loads(data)
+                except GraphError as exc:
+                    raise InputError(model, str(exc)) from None
+            if schema == "parastream.graph-analysis/1":
+                raise InputError(model, "this is a graph analysis document, not a graph "
+                                        f"(expected \"schema\": \"{SCHEMA}\")")
+            raise InputError(model, f"not a parastream graph: \"schema\" is {schema!r}, "
+                                    f"expected {SCHEMA!r}")
+    try:
+        from . import models
+    except ModuleNotFoundError as exc:
+        if exc.name and exc.name.startswith("parastream"):
+            raise InputError(model, "not a graph JSON file, and model import / the zoo "
+                                    "(parastream.graph.models) is not available in this "
+                                    "installation") from None
+        raise InputError(model, f"model import needs {exc.name}: pip install "
+                                f"'parastream[torch]'") from None
+    try:
+        return models.resolve(model, scale=scale, phase=phase, device=device)
+    except (InputError, KeyboardInterrupt):
+        raise
+    except GraphError as exc:
+        raise InputError(model, str(exc)) from None
+    except ModuleNotFoundError as exc:
+        raise InputError(model, f"model import needs {exc.name}: pip install "
+                                f"'parastream[torch]'") from None
+    except (ValueError, KeyError, LookupError, OSError) as exc:
+        raise InputError(model, str(exc).strip("'\"") or type(exc).__name__) from None
+
+
+def cmd_graph(args: argparse.Namespace) -> int:
+    from ..device.profile import load_profile
+    from .headroom import analyze_graph
+    from .render import (analysis_document, render_json, render_md, render_mermaid,
+                         render_text)
+
+    profile = load_profile(args.device)
+    g = load_model(args.model, scale=args.scale, phase=args.phase, device=args.device)
+    a = analyze_graph(g, profile)
+    source = args.model
+    if args.format == "json":
+        out = render_json(analysis_document(a, g, profile, source=source, scale=args.scale,
+                                            phase=args.phase))
+    elif args.format == "md":
+        out = render_md(a, g, profile, source=source, scale=args.scale, phase=args.phase)
+    elif args.format == "mermaid":
+        out = render_mermaid(a)
+    else:
+        out = render_text(a, g, profile, source=source)
+    if args.output:
+        from ..report.atomic import write_atomic
+
+        write_atomic(args.output, out)
+        print(f"wrote {args.output}", file=sys.stderr)
+    else:
+        sys.stdout.write(out)
+    return 0

@@ -1,0 +1,107 @@
+"""``parastream graph MODEL`` as a user types it: every format and every kind of bad input."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+import shapes
+from parastream.graph.ir import SCHEMA, dumps
+
+
+def run(*args: str, pre: str = "") -> subprocess.CompletedProcess:
+    code = f"{pre}import sys; from parastream.cli import main; sys.exit(main(sys.argv[1:]))"
+    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
+                          timeout=120)
+
+
+@pytest.fixture(scope="module")
+def moe_file(tmp_path_factory):
+    f = tmp_path_factory.mktemp("g") / "moe.json"
+    f.write_bytes(dumps(shapes.moe_layer()))
+    return f
+
+
+def test_json_document(moe_file):
+    r = run("graph", str(moe_file), "--format", "json", "--device", "ascend910b")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["schema"] == "parastream.graph-analysis/1"
+    for key in ("ops", "edges", "modules", "module_edges", "parallel_points", "headroom",
+                "verdicts", "shared_inputs", "op_dags"):
+        assert key in doc
+    assert {"work_us", "critical_path_us", "bound_speedup"} <= set(doc["headroom"])
+    m = doc["modules"][0]
+    assert {"module_id", "module_name", "module_type", "inputs", "outputs", "side_effect",
+            "resource_hint"} <= set(m)
+    e = doc["module_edges"][0]
+    assert {"from", "to", "dependency_type", "reason"} <= set(e)
+    p = doc["parallel_points"][0]
+    assert isinstance(p["members"], list) and isinstance(p["join"], str)
+    assert "bound_speedup" in p["headroom"] and p["branches"][p["dominating_branch"]]["dominator"]
+    assert len(doc["ops"]) == 21 and doc["device"]["name"] == "ascend910b"
+
+
+def test_md_text_mermaid_and_output_file(moe_file, tmp_path):
+    r = run("graph", str(moe_file), "--format", "md")
+    assert r.returncode == 0, r.stderr
+    for heading in ("## Scope", "## Module table", "## Dependency table", "## Verdicts",
+                    "## Module DAG", "## Operator DAGs of candidate modules",
+                    "## Parallel points", "## Headroom"):
+        assert heading in r.stdout
+    assert "```mermaid\nflowchart LR" in r.stdout
+    assert "| module_id | module_name | module_type | inputs | outputs | side_effect | " \
+           "resource_hint |" in r.stdout
+    r = run("graph", str(moe_file))
+    assert r.returncode == 0 and "parallel points (2)" in r.stdout and "headroom" in r.stdout
+    r = run("graph", str(moe_file), "--format", "mermaid", "--device", "h100")
+    assert r.returncode == 0 and r.stdout.startswith("flowchart LR\n")
+    out = tmp_path / "a.md"
+    r = run("graph", str(moe_file), "--format", "md", "-o", str(out))
+    assert r.returncode == 0 and r.stdout == "" and out.read_text().startswith("# Multi-stream")
+
+
+def bad(*args, pre: str = "") -> str:
+    r = run("graph", *args, pre=pre)
+    assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
+    assert "Traceback" not in r.stderr and r.stdout == ""
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("parastream: "), r.stderr
+    return lines[0]
+
+
+def _graph(tmp_path, ops, edges, name="g.json") -> str:
+    f = tmp_path / name
+    f.write_text(json.dumps({"schema": SCHEMA, "ops": [{"name": n, "type": "Add"} for n in ops],
+                             "edges": [{"from": a, "to": b, "type": t} for a, b, t in edges]}))
+    return str(f)
+
+
+def test_cycle_dangling_and_unknown_type(tmp_path):
+    f = _graph(tmp_path, ["a", "b"], [("a", "b", "data"), ("b", "a", "data")], "cyc.json")
+    assert "cycle" in bad(f) and "cyc.json" in bad(f)
+    assert "dangling, no op named 'zz'" in bad(_graph(tmp_path, ["a"], [("a", "zz", "data")]))
+    assert "unknown dependency type 'after'" in bad(
+        _graph(tmp_path, ["a", "b"], [("a", "b", "after")]))
+
+
+def test_not_a_graph(tmp_path):
+    f = tmp_path / "x.json"
+    f.write_text('{"schema": "something/1"}')
+    assert "expected 'parastream.graph/1'" in bad(str(f))
+    f.write_text('{"schema": "parastream.graph-analysis/1"}')
+    assert "analysis document" in bad(str(f))
+    f.write_text("{broken")
+    assert "invalid JSON" in bad(str(f))
+
+
+def test_unknown_device(moe_file):
+    assert "unknown device 'tpu'" in bad(str(moe_file), "--device", "tpu")
+
+
+def test_model_import_missing_is_one_line():
+    line = bad("some_zoo_model", pre="import sys; sys.modules['parastream.graph.models'] = None; ")
+    assert "parastream.graph.models" in line and "some_zoo_model" in line

@@ -1,0 +1,71 @@
+"""The graph IR and its JSON format: round trips and the errors users see."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import shapes
+from parastream.graph.ir import SCHEMA, Edge, Graph, GraphError, Op, Tensor, dumps, loads, validate
+
+
+@pytest.mark.parametrize("build", [shapes.moe_layer, shapes.decoder_layer,
+                                   shapes.inception_block, shapes.attention_prolog])
+def test_round_trip(build):
+    g = build()
+    data = dumps(g)
+    assert json.loads(data)["schema"] == SCHEMA
+    assert next(iter(json.loads(data))) == "schema"
+    assert loads(data) == g
+    assert dumps(loads(data)) == data
+
+
+def test_edge_keys_are_from_and_to():
+    g = Graph(ops=[Op("a", "Add"), Op("b", "Add")], edges=[Edge("a", "b", "state", "kv")])
+    e = json.loads(dumps(g))["edges"][0]
+    assert (e["from"], e["to"], e["type"]) == ("a", "b", "state")
+
+
+def _doc(ops, edges) -> str:
+    return json.dumps({"schema": SCHEMA, "ops": [{"name": n, "type": "Add"} for n in ops],
+                       "edges": [{"from": a, "to": b, "type": t} for a, b, t in edges]})
+
+
+@pytest.mark.parametrize("ops, edges, words", [
+    (["a", "b", "c"], [("a", "b", "data"), ("b", "c", "data"), ("c", "a", "data")], "cycle"),
+    (["a"], [("a", "ghost", "data")], "dangling, no op named 'ghost'"),
+    (["a", "b"], [("a", "b", "control")], "unknown dependency type 'control'"),
+    (["a", "a"], [], "duplicate op name 'a'"),
+    (["a"], [("a", "a", "data")], "cannot depend on itself"),
+])
+def test_bad_graphs_are_rejected(ops, edges, words):
+    with pytest.raises(GraphError, match=words):
+        loads(_doc(ops, edges))
+
+
+def test_wrong_schema_and_junk():
+    with pytest.raises(GraphError, match="unsupported schema"):
+        loads(json.dumps({"schema": "parastream.graph/2", "ops": []}))
+    with pytest.raises(GraphError, match="invalid JSON"):
+        loads("{nope")
+    with pytest.raises(GraphError, match="not a parastream graph"):
+        loads(json.dumps({"schema": SCHEMA, "ops": [{"name": 3}]}))
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 12).flatmap(lambda n: st.tuples(
+    st.just(n), st.lists(st.tuples(st.integers(0, n - 1), st.integers(0, n - 1)), max_size=30))))
+def test_random_dags_round_trip_in_topological_order(case):
+    n, pairs = case
+    ops = [Op(f"op{i}", "MatMul", resource="cube", flops=float(i),
+              outputs=[Tensor([i, 2], "float16", 4 * i, f"t{i}")]) for i in range(n)]
+    edges = [Edge(f"op{a}", f"op{b}") for a, b in {(min(a, b), max(a, b)) for a, b in pairs}
+             if a != b]
+    g = Graph(name="rand", ops=ops, edges=edges)
+    order = validate(g)
+    pos = {o: i for i, o in enumerate(order)}
+    assert all(pos[e.src] < pos[e.dst] for e in edges)
+    assert loads(dumps(g)) == g
