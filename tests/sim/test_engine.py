@@ -80,3 +80,17 @@ def test_identical_to_a_simpy_model(seed):
         n = mine.op_name(i)
         assert (int(mine.start_ns[i]), int(mine.end_ns[i])) == \
             (round(ref[n][0] * 1000), round(ref[n][1] * 1000)), n
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_same_timeline_including_waits_as_simpy(seed):
+    from parastream.sim.oracle import simpy_simulate
+
+    rng = random.Random(500 + seed)
+    dev = Device("t", 1000, 1000, 3, launch_us=0.25, sweep_us=0.5)
+    tasks = random_tasks(rng, 50, 4)
+    a, b = simulate(tasks, dev).timeline, simpy_simulate(tasks, dev).timeline
+    assert (a.start_ns == b.start_ns).all() and (a.end_ns == b.end_ns).all()
+    assert a.n_waits == b.n_waits
+    assert (a.wait_start_ns == b.wait_start_ns).all() and (a.wait_end_ns == b.wait_end_ns).all()
+    assert (a.wait_on == b.wait_on).all()

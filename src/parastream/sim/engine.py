@@ -178,7 +178,10 @@ def _simulate(tasks: list[Task], device: Device, jitter: float, seed: int, name:
                 blocked_cores[p].discard(qi)
                 free[p] -= need[i]
             if waiting_since[i] >= 0:
-                wait_iv.append((i, waiting_since[i], t, last_done[i]))
+                # the wait lasts until the last awaited event, not until cores were free
+                end = done_at[last_done[i]]
+                if end > waiting_since[i]:
+                    wait_iv.append((i, waiting_since[i], end, last_done[i]))
             started[i] = True
             begin = t + sweep_us
             start_at[i] = begin
@@ -196,46 +199,68 @@ def _simulate(tasks: list[Task], device: Device, jitter: float, seed: int, name:
     issued = 0
     launch = device.launch_us
     finished = 0
+    inf = float("inf")
+    pop = heapq.heappop
     while finished < n:
-        t_issue = issued * launch if issued < n else float("inf")
-        if heap and heap[0][0] < t_issue:
-            now, _, i, ver = heapq.heappop(heap)
-            if ver != version[i] or done_at[i] >= 0:
-                continue
-            if i in mem_left:
-                settle_mem(now)
-                del mem_left[i]
-                reschedule_mem(now)
-            done_at[i] = now
-            finished += 1
-            p = pool_of[i]
-            free[p] += need[i]
-            busy[p] += need[i] * (now - start_at[i])
-            qi = queue_of[i]
-            head[qi] += 1  # the head is the task that just finished (FIFO per queue)
-            wl = waiters[i]
-            bc = blocked_cores[p] if p != "none" else None
-            if not wl and not bc:
-                try_dispatch((qi,), now)
-                continue
-            check = {qi}
-            for w in wl or ():
-                pending[w] -= 1
-                last_done[w] = i
-                check.add(queue_of[w])
-            if bc:
-                check |= bc
-            try_dispatch(check, now)
-        else:
-            if issued >= n:
-                raise RuntimeError("simulation stalled: a wait can never be satisfied")
-            i = issued
-            qi = queue_of[i]
-            queues[qi].append(i)
-            issued += 1
-            if head[qi] == len(queues[qi]) - 1:
-                try_dispatch((qi,), t_issue)
+        t_heap = heap[0][0] if heap else inf
+        if issued < n and issued * launch <= t_heap:
+            # issue every task the host launches before the next completion, in one go
+            while issued < n and issued * launch <= t_heap:
+                t_issue = issued * launch
+                qi = queue_of[issued]
+                qq = queues[qi]
+                qq.append(issued)
+                issued += 1
+                if head[qi] == len(qq) - 1:
+                    try_dispatch((qi,), t_issue)
+                    if heap and heap[0][0] < t_heap:
+                        t_heap = heap[0][0]
+            continue
+        if not heap:
+            raise RuntimeError("simulation stalled: a wait can never be satisfied")
+        now, _, i, ver = pop(heap)
+        if ver != version[i] or done_at[i] >= 0:
+            continue
+        if i in mem_left:
+            settle_mem(now)
+            del mem_left[i]
+            reschedule_mem(now)
+        done_at[i] = now
+        finished += 1
+        p = pool_of[i]
+        free[p] += need[i]
+        busy[p] += need[i] * (now - start_at[i])
+        qi = queue_of[i]
+        head[qi] += 1  # the head is the task that just finished (FIFO per queue)
+        wl = waiters[i]
+        bc = blocked_cores[p] if p != "none" else None
+        if not wl and not bc:
+            try_dispatch((qi,), now)
+            continue
+        check = {qi}
+        for w in wl or ():
+            pending[w] -= 1
+            last_done[w] = i
+            check.add(queue_of[w])
+        if bc:
+            check |= bc
+        try_dispatch(check, now)
 
+    tl = build_timeline(tasks, start_at, done_at, pool_of, need, wait_iv, device, name)
+    wall = max(done_at) if n else 0.0
+    return Result(tl, wall, busy, n)
+
+
+def build_timeline(tasks: list[Task], start_at: list[float], done_at: list[float],
+                   pool_of: list[str], need: list[int],
+                   wait_iv: list[tuple[int, float, float, int]], device: Device,
+                   name: str) -> Timeline:
+    """The simulated run as a Timeline (shared with the SimPy oracle, so both give the same
+    output); times in us become integer ns."""
+    n = len(tasks)
+    streams_of = [t.stream for t in tasks]
+    pool_cap = np.array([device.cube_cores if p == "cube" else device.vector_cores
+                         if p == "vector" else 0 for p in pool_of], np.int64)
     b_names = [t.name for t in tasks]
     stream_ids = sorted(set(streams_of))
     code = {s: k for k, s in enumerate(stream_ids)}
@@ -264,7 +289,5 @@ def _simulate(tasks: list[Task], device: Device, jitter: float, seed: int, name:
             wait_name=np.full(len(wait_iv), wait_name, np.int32))
     dev = DeviceInfo(name=device.name, ai_core_num=device.cube_cores,
                      vector_core_num=device.vector_cores)
-    tl = make_timeline(name, "simulated", [str(s) for s in stream_ids], b_names + ["EVENT_WAIT"],
+    return make_timeline(name, "simulated", [str(s) for s in stream_ids], b_names + ["EVENT_WAIT"],
                        types.values, ops, waits, device=dev, meta={"label": name})
-    wall = max(done_at) if n else 0.0
-    return Result(tl, wall, busy, n)

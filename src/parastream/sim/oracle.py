@@ -1,25 +1,39 @@
 """The simulator's semantics written as a SimPy model: a test and benchmark oracle only.
 
-FIFO queues (streams folded onto hardware queues), core pools as containers, event waits;
-no bandwidth sharing. On scenarios without ties between queues competing for cores it gives
-the same timeline as :mod:`parastream.sim.engine`. Needs ``simpy`` (a test dependency).
+FIFO queues (streams folded onto hardware queues), host issue one launch overhead apart,
+core pools as containers, event waits recorded as EVENT_WAIT intervals, and the same
+Timeline output as :mod:`parastream.sim.engine`; no bandwidth sharing. On scenarios where
+no two queues tie for cores both give the same timeline. Needs ``simpy`` (test dependency).
 """
 
 from __future__ import annotations
 
-from .engine import Device, Task
+from .engine import POOLS, Device, Result, Task, build_timeline
 
 
 def simpy_model(tasks: list[Task], dev: Device) -> dict[str, tuple[float, float]]:
-    """The same scheduler in SimPy: FIFO queues, core containers, event waits. Used only as
-    a test oracle on scenarios without ties between competing queues."""
+    """Start/end (us) of every task by name."""
+    res = simpy_simulate(tasks, dev)
+    tl = res.timeline
+    return {tl.op_name(i): (int(tl.start_ns[i]) / 1000, int(tl.end_ns[i]) / 1000)
+            for i in range(len(tl))}
+
+
+def simpy_simulate(tasks: list[Task], dev: Device, name: str = "simpy") -> Result:
+    """The full oracle run, with the engine's Timeline as output."""
     import simpy
 
     env = simpy.Environment()
     cores = {"cube": simpy.Container(env, dev.cube_cores, init=dev.cube_cores),
              "vector": simpy.Container(env, dev.vector_cores, init=dev.vector_cores)}
+    n = len(tasks)
     done = [env.event() for _ in tasks]
-    out: dict[str, tuple[float, float]] = {}
+    done_at = [0.0] * n
+    start_at = [0.0] * n
+    pool_of = [t.pool if t.pool in POOLS else "none" for t in tasks]
+    need = [max(1, min(t.block_dim, cores[p].capacity)) if p != "none" else 0
+            for t, p in zip(tasks, pool_of)]
+    wait_iv: list[tuple[int, float, float, int]] = []
     queues: dict[int, list[int]] = {}
     for i, t in enumerate(tasks):
         queues.setdefault(t.stream % dev.hw_queues, []).append(i)
@@ -28,21 +42,27 @@ def simpy_model(tasks: list[Task], dev: Device) -> dict[str, tuple[float, float]
         for i in queues[q]:
             t = tasks[i]
             yield env.timeout(max(0.0, i * dev.launch_us - env.now))
+            began = env.now
+            last = -1
             for w in t.waits:
-                yield done[w]
-            need = max(1, min(t.block_dim, cores[t.pool].capacity)) if t.pool != "none" else 0
-            if need:
-                yield cores[t.pool].get(need)
-            start = env.now + dev.sweep_us
+                if not done[w].triggered:
+                    yield done[w]
+                if last < 0 or done_at[w] >= done_at[last]:
+                    last = w
+            if t.waits and env.now > began:
+                wait_iv.append((i, began, env.now, last))
+            if need[i]:
+                yield cores[pool_of[i]].get(need[i])
+            start_at[i] = env.now + dev.sweep_us
             yield env.timeout(dev.sweep_us + t.dur_us)
-            if need:
-                yield cores[t.pool].put(need)
-            out[t.name] = (start, env.now)
+            if need[i]:
+                yield cores[pool_of[i]].put(need[i])
+            done_at[i] = env.now
             done[i].succeed()
 
     for q in queues:
         env.process(worker(q))
     env.run()
-    return out
-
-
+    busy = {"cube": 0.0, "vector": 0.0, "none": 0.0}
+    tl = build_timeline(tasks, start_at, done_at, pool_of, need, wait_iv, dev, name)
+    return Result(tl, max(done_at) if n else 0.0, busy, n)

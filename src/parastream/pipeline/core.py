@@ -1,0 +1,563 @@
+"""A pipeline of named stages with bounded queues between them.
+
+Each stage is a callable bound to a stream kind (``host``, ``device``, ``copy``) and run by
+``replicas`` persistent worker threads. Between stages sit bounded FIFO queues (``depth``
+items each): a slow stage fills its input queue and blocks the one before it, back to the
+source, so memory stays bounded. At most :attr:`Pipeline.capacity` items (all queue depths,
+the output queue included, plus one per worker) are in flight at any time: the source takes
+a slot before it pulls the next input, and a slot is freed only when the item's outcome is
+final. Every blocking wait is a condition variable: nothing polls.
+
+Items get ids in intake order. Every submitted item ends exactly once as ``completed``
+(handed to the caller), ``failed`` (its stage raised) or ``cancelled`` (dropped after a
+failure or an early stop). When a stage raises, intake stops, queued items are cancelled,
+running calls finish and are cancelled, all workers exit and the caller gets a
+:class:`PipelineError` naming the stage and item id, with the counts.
+
+On a host-synchronous backend (cpu) a stage's worker thread *is* its stream: the function
+runs inline, because handing it to another thread costs a GIL hand-off per item (DOMAIN §8).
+On a device backend (cuda/npu later; ``null`` in tests) ``device``/``copy`` stages launch
+on one backend stream per replica and pass an event downstream: a device stage waits on it
+on its stream (the host does not block), a host stage or the caller synchronizes it first.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Iterator, Sequence
+
+import numpy as np
+
+from ..runtime.backend import STREAM_KINDS, Backend, get_backend
+from ..runtime.cpu import LaneRecorder, build_timeline
+from ..timeline.model import Timeline
+from .accounting import PipelineStats, StageStats
+
+now_ns = time.perf_counter_ns
+
+COMPLETED, FAILED, CANCELLED = "completed", "failed", "cancelled"
+SOURCE = "<source>"
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One step: ``fn(item) -> item``, run by ``replicas`` workers on a ``kind`` stream."""
+
+    name: str
+    fn: Callable[[Any], Any]
+    kind: str = "host"
+    replicas: int = 1
+
+    def __post_init__(self) -> None:
+        if not self.name or not isinstance(self.name, str):
+            raise ValueError("a stage needs a non-empty name")
+        if self.kind not in STREAM_KINDS:
+            raise ValueError(f"stage {self.name!r}: kind must be one of {STREAM_KINDS}")
+        if not isinstance(self.replicas, int) or self.replicas < 1:
+            raise ValueError(f"stage {self.name!r}: replicas must be an integer >= 1")
+
+
+@dataclass
+class ItemResult:
+    """One completed item: its intake id, output value and latency (intake -> last stage)."""
+
+    id: int
+    value: Any
+    latency_ns: int
+
+
+class PipelineError(RuntimeError):
+    """A stage (or the source iterator) raised on an item; the run was stopped.
+
+    ``stage`` and ``item_id`` say where, ``cause`` is the original exception (also the
+    ``__cause__``), ``counts`` the final outcome of every submitted item.
+    """
+
+    def __init__(self, stage: str, item_id: int, cause: BaseException,
+                 counts: dict[str, int] | None = None, submitted: int = 0) -> None:
+        self.stage, self.item_id, self.cause = stage, item_id, cause
+        self.counts = dict(counts or {})
+        self.submitted = submitted
+        super().__init__(f"stage {stage!r} failed on item {item_id}: "
+                         f"{type(cause).__name__}: {cause}")
+
+
+class _Entry:
+    """An item in flight: id, payload, when it was enqueued, the event to wait on."""
+
+    __slots__ = ("seq", "payload", "t", "ready")
+
+    def __init__(self, seq: int, payload: Any, t: int, ready: Any = None) -> None:
+        self.seq, self.payload, self.t, self.ready = seq, payload, t, ready
+
+
+class _Channel:
+    """A bounded FIFO with close (drain, then end) and cancel (drop everything, wake all)."""
+
+    __slots__ = ("depth", "_q", "_lock", "_not_empty", "_not_full", "_closed", "_cancelled")
+
+    def __init__(self, depth: int) -> None:
+        self.depth = depth
+        self._q: deque = deque()
+        self._lock = threading.Lock()
+        self._not_empty = threading.Condition(self._lock)
+        self._not_full = threading.Condition(self._lock)
+        self._closed = False
+        self._cancelled = False
+
+    def put(self, entry: _Entry) -> int:
+        """Block while full. 0 when the channel was cancelled (the entry was not taken),
+        1 when taken at once, 2 when taken after waiting for room."""
+        with self._lock:
+            waited = 1
+            while len(self._q) >= self.depth and not self._cancelled:
+                waited = 2
+                self._not_full.wait()
+            if self._cancelled:
+                return 0
+            self._q.append(entry)
+            self._not_empty.notify()
+            return waited
+
+    def get(self) -> _Entry | None:
+        """Block while empty; None once closed and drained, or cancelled."""
+        with self._lock:
+            while not self._q and not self._closed and not self._cancelled:
+                self._not_empty.wait()
+            if self._cancelled or not self._q:
+                return None
+            entry = self._q.popleft()
+            self._not_full.notify()
+            return entry
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            self._not_empty.notify_all()
+
+    def cancel(self) -> list[_Entry]:
+        with self._lock:
+            self._cancelled = True
+            dropped = list(self._q)
+            self._q.clear()
+            self._not_empty.notify_all()
+            self._not_full.notify_all()
+            return dropped
+
+
+class _Acc:
+    __slots__ = ("items", "busy", "qwait", "blocked")
+
+    def __init__(self) -> None:
+        self.items = self.busy = self.qwait = self.blocked = 0
+
+
+class _Run:
+    """State of one pass of an iterable through the pipeline."""
+
+    def __init__(self, pipe: "Pipeline") -> None:
+        self.pipe = pipe
+        self.stages = pipe.stages
+        self.ordered = pipe.ordered
+        self.capacity = pipe.capacity
+        self.cond = threading.Condition()
+        self.in_flight: dict[int, int] = {}  # id -> intake time (ns)
+        self.ready: dict[int, tuple] | deque = {} if self.ordered else deque()
+        self.next_id = 0  # ordered: the next id to hand out
+        self.submitted = 0
+        self.source_done = False
+        self.sink_closed = False
+        self.aborted = False
+        self.failure: tuple[str, int, BaseException] | None = None
+        self.counts = {COMPLETED: 0, FAILED: 0, CANCELLED: 0}
+        self.latencies: list[int] = []
+        self.max_in_flight = 0
+        self.source_blocks = 0
+        self.source_blocked_ns = 0
+        self.t_start: int | None = None
+        self.t_end: int | None = None
+        self.channels = [_Channel(pipe.depth) for _ in self.stages]
+        self.remaining = [s.replicas for s in self.stages]
+        self.lanes: list[LaneRecorder] = []
+        self.accs: list[list[_Acc]] = [[] for _ in self.stages]
+        self.threads: list[threading.Thread] = []
+
+    # ------------------------------------------------------------------ outcomes
+    def finish(self, seq: int, status: str) -> None:
+        """Give item ``seq`` its final status (exactly once) and free its slot."""
+        with self.cond:
+            if self.in_flight.pop(seq, None) is None:
+                raise AssertionError(f"item {seq} reached a final status twice")
+            self.counts[status] += 1
+            self.cond.notify_all()
+
+    def abort(self, failure: tuple[str, int, BaseException] | None) -> None:
+        """Stop intake and cancel everything queued; the first failure is the one raised."""
+        with self.cond:
+            if failure is not None and self.failure is None:
+                self.failure = failure
+            if self.aborted:
+                return
+            self.aborted = True
+            self.cond.notify_all()
+        for ch in self.channels:
+            for entry in ch.cancel():
+                self.finish(entry.seq, CANCELLED)
+        with self.cond:
+            pending = list(self.ready.keys()) if self.ordered else [e[0] for e in self.ready]
+            self.ready.clear()
+        for seq in pending:
+            self.finish(seq, CANCELLED)
+
+    def arrive(self, seq: int, value: Any, t_done: int) -> None:
+        """The last stage finished ``seq``: park it for the caller (or cancel after abort)."""
+        with self.cond:
+            if not self.aborted:
+                latency = t_done - self.in_flight[seq]
+                if self.ordered:
+                    self.ready[seq] = (seq, value, latency)  # type: ignore[index]
+                else:
+                    self.ready.append((seq, value, latency))  # type: ignore[union-attr]
+                self.t_end = t_done
+                self.cond.notify_all()
+                return
+        self.finish(seq, CANCELLED)
+
+    # ------------------------------------------------------------------ threads
+    def start(self, items: Iterable[Any]) -> None:
+        backend = self.pipe.backend
+        device_streams = not backend.host_synchronous
+        for s, stage in enumerate(self.stages):
+            for r in range(stage.replicas):
+                lane_name = stage.name if stage.replicas == 1 else f"{stage.name}#{r}"
+                lane = LaneRecorder(lane_name, stage.kind)
+                acc = _Acc()
+                self.lanes.append(lane)
+                self.accs[s].append(acc)
+                stream = None
+                if device_streams and stage.kind != "host":
+                    stream = backend.stream(f"{self.pipe.name}/{lane_name}", stage.kind)
+                t = threading.Thread(target=self._worker, args=(s, stage, lane, acc, stream),
+                                     name=f"parastream-{lane_name}", daemon=True)
+                self.threads.append(t)
+        src = threading.Thread(target=self._source, args=(items,), name="parastream-source",
+                               daemon=True)
+        self.threads.append(src)
+        for t in self.threads:
+            t.start()
+
+    def _source(self, items: Iterable[Any]) -> None:
+        seq = 0
+        first = self.channels[0]
+        try:
+            it = iter(items)
+            while True:
+                with self.cond:
+                    if len(self.in_flight) >= self.capacity and not self.aborted:
+                        t0 = now_ns()
+                        self.source_blocks += 1
+                        while len(self.in_flight) >= self.capacity and not self.aborted:
+                            self.cond.wait()
+                        self.source_blocked_ns += now_ns() - t0
+                    if self.aborted:
+                        break
+                try:
+                    x = next(it)
+                except StopIteration:
+                    break
+                t = now_ns()
+                with self.cond:
+                    if self.aborted:
+                        break
+                    self.in_flight[seq] = t
+                    self.submitted += 1
+                    self.max_in_flight = max(self.max_in_flight, len(self.in_flight))
+                    if self.t_start is None:
+                        self.t_start = t
+                put = first.put(_Entry(seq, x, t))
+                if put == 2:  # back-pressure reached the source: it blocked on a full queue
+                    t_put = now_ns()
+                    with self.cond:
+                        self.source_blocks += 1
+                        self.source_blocked_ns += t_put - t
+                if not put:
+                    self.finish(seq, CANCELLED)
+                    break
+                seq += 1
+        except BaseException as exc:  # noqa: BLE001 - the input iterator raised
+            self.abort((SOURCE, seq, exc))
+        finally:
+            first.close()
+            with self.cond:
+                self.source_done = True
+                self.cond.notify_all()
+
+    def _worker(self, s: int, stage: Stage, lane: LaneRecorder, acc: _Acc, stream: Any) -> None:
+        inq = self.channels[s]
+        outq = self.channels[s + 1] if s + 1 < len(self.stages) else None
+        # a wait names the lane it waits on only when that stage has a single lane
+        prev = self.stages[s - 1].name if s and self.stages[s - 1].replicas == 1 else None
+        nxt = (self.stages[s + 1].name if outq is not None and self.stages[s + 1].replicas == 1
+               else None)
+        fn, name = stage.fn, stage.name
+        try:
+            while True:
+                t_w = now_ns()
+                e = inq.get()
+                t_g = now_ns()
+                if e is None:
+                    break
+                lane.wait(t_w, t_g, on=prev, name="queue empty")
+                acc.qwait += t_g - e.t
+                if self.aborted:
+                    self.finish(e.seq, CANCELLED)
+                    continue
+                t0 = now_ns()
+                try:
+                    if stream is not None:  # device launch: order after the producer's event
+                        if e.ready is not None:
+                            stream.wait_event(e.ready)
+                        out = stream.submit(fn, e.payload, name=name).result()
+                        ready = stream.record_event()
+                    else:
+                        if e.ready is not None:  # host consumer of device output
+                            e.ready.synchronize()
+                        out = fn(e.payload)
+                        ready = None
+                    if outq is None and ready is not None:
+                        ready.synchronize()  # the caller reads the result on the host
+                except BaseException as exc:  # noqa: BLE001 - reported to the caller
+                    lane.op(name, t0, now_ns())
+                    self.finish(e.seq, FAILED)
+                    self.abort((name, e.seq, exc))
+                    continue
+                t1 = now_ns()
+                lane.op(name, t0, t1)
+                acc.busy += t1 - t0
+                acc.items += 1
+                if outq is None:
+                    self.arrive(e.seq, out, t1)
+                    continue
+                e.payload, e.t, e.ready = out, t1, ready
+                if not outq.put(e):
+                    self.finish(e.seq, CANCELLED)
+                    continue
+                t2 = now_ns()
+                if t2 - t1 > 20_000:
+                    lane.wait(t1, t2, on=nxt, name="queue full")
+                    acc.blocked += t2 - t1
+        finally:
+            with self.cond:
+                self.remaining[s] -= 1
+                last = self.remaining[s] == 0
+            if last:
+                if outq is not None:
+                    outq.close()
+                else:
+                    with self.cond:
+                        self.sink_closed = True
+                        self.cond.notify_all()
+
+    # ------------------------------------------------------------------ caller side
+    def results(self) -> Iterator[ItemResult]:
+        """Hand out completed items in order (or as they finish); raise on failure."""
+        cond = self.cond
+        try:
+            while True:
+                with cond:
+                    while True:
+                        if self.aborted:
+                            break
+                        if self.ordered:
+                            got = self.ready.pop(self.next_id, None)  # type: ignore[union-attr]
+                        else:
+                            ready = self.ready
+                            got = ready.popleft() if ready else None  # type: ignore[union-attr]
+                        if got is not None:
+                            break
+                        if self.source_done and not self.in_flight:
+                            return
+                        cond.wait()
+                    if self.aborted:
+                        break
+                    seq, value, latency = got
+                    if self.ordered:
+                        self.next_id += 1
+                    self.latencies.append(latency)
+                self.finish(seq, COMPLETED)
+                yield ItemResult(seq, value, latency)
+        finally:
+            if not self.done_cleanly():
+                self.abort(None)
+            self.join()
+            if self.in_flight:  # cannot happen: every exit path finishes its items
+                raise AssertionError(f"items lost in the pipeline: {sorted(self.in_flight)[:10]}")
+        failure = self.failure
+        if failure is not None:
+            stage, seq, exc = failure
+            raise PipelineError(stage, seq, exc, self.counts, self.submitted) from exc
+
+    def done_cleanly(self) -> bool:
+        with self.cond:
+            return self.source_done and not self.in_flight and not self.aborted
+
+    def join(self) -> None:
+        for t in self.threads:
+            if t is not threading.current_thread():
+                t.join()
+
+    def stats(self) -> PipelineStats:
+        t_start = self.t_start or 0
+        wall = max(0, (self.t_end or t_start) - t_start)
+        stages = []
+        for s, stage in enumerate(self.stages):
+            st = StageStats(stage.name, stage.kind, stage.replicas, wall_ns=wall)
+            for a in self.accs[s]:
+                st.items += a.items
+                st.busy_ns += a.busy
+                st.queue_wait_ns += a.qwait
+                st.blocked_ns += a.blocked
+            stages.append(st)
+        return PipelineStats("pipelined", stages, wall, dict(self.counts), self.submitted,
+                             np.asarray(self.latencies, np.int64), self.ordered, self.pipe.depth,
+                             self.capacity, self.source_blocks, self.source_blocked_ns,
+                             self.max_in_flight)
+
+
+class Pipeline:
+    """Named stages joined by bounded queues; see the module docstring.
+
+    >>> with Pipeline([Stage("double", lambda x: 2 * x), Stage("inc", lambda x: x + 1)]) as p:
+    ...     list(p.map(range(3)))
+    [1, 3, 5]
+    """
+
+    def __init__(self, stages: Sequence[Stage], *, depth: int = 2, ordered: bool = True,
+                 backend: str | Backend = "cpu", name: str = "pipeline") -> None:
+        if not stages:
+            raise ValueError("a pipeline needs at least one stage")
+        names = [s.name for s in stages]
+        if len(set(names)) != len(names):
+            raise ValueError(f"stage names must be unique: {names}")
+        if not isinstance(depth, int) or depth < 1:
+            raise ValueError("depth must be an integer >= 1")
+        self.stages = list(stages)
+        self.depth = depth
+        self.ordered = ordered
+        self.name = name
+        self.backend: Backend = get_backend(backend) if isinstance(backend, str) else backend
+        self._run: _Run | None = None
+        self._last: _Run | None = None
+        self._closed = False
+
+    @property
+    def workers(self) -> int:
+        return sum(s.replicas for s in self.stages)
+
+    @property
+    def capacity(self) -> int:
+        """Most items in flight: a queue of ``depth`` before each stage and one for the output,
+        plus one item per worker."""
+        return self.depth * (len(self.stages) + 1) + self.workers
+
+    # ------------------------------------------------------------------ running
+    def results(self, items: Iterable[Any]) -> Iterator[ItemResult]:
+        """Run ``items`` through the stages; yield an :class:`ItemResult` per completed item
+        (in intake order when ``ordered``). Raises :class:`PipelineError` on a failure."""
+        if self._closed:
+            raise RuntimeError("pipeline is closed")
+        return self._drive(items)
+
+    def _drive(self, items: Iterable[Any]) -> Iterator[ItemResult]:
+        # threads start on the first next(), so a generator never iterated leaves none behind
+        if self._run is not None:
+            raise RuntimeError("a run of this pipeline is still in progress")
+        run = _Run(self)
+        self._run = self._last = run
+        try:
+            run.start(items)
+            yield from run.results()
+        finally:
+            self._run = None
+
+    def map(self, items: Iterable[Any]) -> Iterator[Any]:
+        """Like :meth:`results`, yielding only the output values."""
+        for r in self.results(items):
+            yield r.value
+
+    def run(self, items: Iterable[Any]) -> list[ItemResult]:
+        """Run to the end and return every completed item."""
+        return list(self.results(items))
+
+    # ------------------------------------------------------------------ reports
+    def stats(self) -> PipelineStats:
+        """Accounting of the last run."""
+        if self._last is None:
+            raise RuntimeError("the pipeline has not run yet")
+        return self._last.stats()
+
+    def timeline(self) -> Timeline:
+        """The last run as a Timeline: one lane per stage replica (its worker thread), ops
+        for stage calls, waits for empty input / full output queues."""
+        if self._last is None:
+            raise RuntimeError("the pipeline has not run yet")
+        st = self._last.stats()
+        return build_timeline(self._last.lanes, self.name, "parastream-pipeline",
+                              meta={"pipeline": st.to_dict()})
+
+    # ------------------------------------------------------------------ shutdown
+    def close(self) -> None:
+        """Cancel a run in progress and wait for every worker to exit."""
+        self._closed = True
+        run = self._run
+        if run is not None:
+            run.abort(None)
+            run.join()
+            self._run = None
+
+    def __enter__(self) -> "Pipeline":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def run_serial(stages: Sequence[Stage], items: Iterable[Any],
+               name: str = "serial") -> tuple[list[Any], PipelineStats, Timeline]:
+    """The baseline: every stage in turn on the calling thread, one item at a time.
+
+    Records the same accounting and timeline (one lane per stage) as a pipelined run, so
+    utilizations and throughputs compare one to one. Exceptions propagate as
+    :class:`PipelineError`.
+    """
+    lanes = [LaneRecorder(s.name, s.kind) for s in stages]
+    accs = [_Acc() for _ in stages]
+    outs: list[Any] = []
+    lat: list[int] = []
+    t_start = now_ns()
+    seq = -1
+    for seq, x in enumerate(items):
+        t_in = now_ns()
+        for st, lane, acc in zip(stages, lanes, accs):
+            t0 = now_ns()
+            try:
+                x = st.fn(x)
+            except Exception as exc:
+                counts = {COMPLETED: len(outs), FAILED: 1, CANCELLED: 0}
+                raise PipelineError(st.name, seq, exc, counts, len(outs) + 1) from exc
+            t1 = now_ns()
+            lane.op(st.name, t0, t1)
+            acc.busy += t1 - t0
+            acc.items += 1
+        outs.append(x)
+        lat.append(now_ns() - t_in)
+    wall = now_ns() - t_start
+    stats = PipelineStats("serial", [StageStats(s.name, s.kind, 1, a.items, a.busy, 0, 0, wall)
+                                     for s, a in zip(stages, accs)], wall,
+                          {COMPLETED: len(outs), FAILED: 0, CANCELLED: 0}, seq + 1,
+                          np.asarray(lat, np.int64), True, 0, 1, 0, 0, 1)
+    tl = build_timeline(lanes, name, "parastream-pipeline", meta={"pipeline": stats.to_dict()})
+    return outs, stats, tl

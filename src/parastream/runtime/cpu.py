@@ -1,0 +1,316 @@
+"""The cpu backend: each stream is one persistent worker thread with a FIFO.
+
+Why this shape (DOMAIN.md §8): on a 2-core machine, streams of ~1 ms torch ops gain 1.5x
+only when the worker threads persist and torch's intra-op threads are set once, globally
+(:func:`set_intra_op_threads`); creating threads per call or setting thread counts inside
+workers was slower, and ~20 us ops lose to the GIL hand-off. Events are completion flags
+(:class:`threading.Event`), so a waiting stream blocks in the kernel instead of polling.
+
+Every stream records its own op intervals (``time.perf_counter_ns``, integer ns) and the
+time it spent blocked in ``wait_event`` as wait intervals; :meth:`CpuBackend.timeline`
+merges them into one :class:`~parastream.timeline.model.Timeline`. Records go to
+per-thread lists (:class:`LaneRecorder`) and are merged only at the end, because the
+shared :class:`TimelineBuilder` interner is not thread-safe and a lock per op would cost
+more than the op record itself.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections import deque
+from typing import Any, Callable, Iterable
+
+from ..timeline.model import KIND_COMPUTE, KIND_MEMCPY, Timeline, TimelineBuilder
+from .backend import STREAM_KINDS, StreamError
+
+now_ns = time.perf_counter_ns
+
+#: waits shorter than this are not drawn: reading two clocks costs about as much
+MIN_WAIT_NS = 2_000
+
+_threads_set: int | None = None
+_threads_lock = threading.Lock()
+
+
+def set_intra_op_threads(n: int) -> int:
+    """Set torch's intra-op thread count once, from the calling (main) thread.
+
+    Calling it again with the same ``n`` is a no-op; with another ``n`` it changes the
+    global setting (between runs, never inside a worker). Returns ``n``.
+    """
+    global _threads_set
+    if n < 1:
+        raise ValueError("intra-op threads must be >= 1")
+    with _threads_lock:
+        if _threads_set != n:
+            import torch
+
+            torch.set_num_threads(n)
+            _threads_set = n
+    return n
+
+
+class LaneRecorder:
+    """Op and wait intervals of one lane (stream / worker), written by one thread only."""
+
+    __slots__ = ("lane", "kind", "ops", "waits")
+
+    def __init__(self, lane: str, kind: str = "device") -> None:
+        self.lane = lane
+        self.kind = kind
+        self.ops: list[tuple[str, int, int]] = []
+        self.waits: list[tuple[int, int, str | None, str]] = []
+
+    def op(self, name: str, start_ns: int, end_ns: int) -> None:
+        self.ops.append((name, start_ns, end_ns))
+
+    def wait(self, start_ns: int, end_ns: int, on: str | None = None, name: str = "wait") -> None:
+        if end_ns - start_ns >= MIN_WAIT_NS:
+            self.waits.append((start_ns, end_ns, on, name))
+
+
+def build_timeline(lanes: Iterable[LaneRecorder], source: str, fmt: str,
+                   meta: dict | None = None) -> Timeline:
+    """Merge lane records into a Timeline (copy lanes as memcpy ops, the rest compute)."""
+    b = TimelineBuilder(source, fmt)
+    lanes = list(lanes)
+    for lane in lanes:  # intern lane names first so stream codes follow creation order
+        b.streams.code(lane.lane)
+    for lane in lanes:
+        kind = KIND_MEMCPY if lane.kind == "copy" else KIND_COMPUTE
+        for name, s, e in lane.ops:
+            b.add_op(lane.lane, name, s, e, type=lane.kind, kind=kind)
+        for s, e, on, name in lane.waits:
+            b.add_wait(lane.lane, s, e, on_stream=on, name=name)
+    b.meta.update(meta or {})
+    return b.build()
+
+
+class _Mark:
+    """One recording of an event: set when the stream's FIFO reaches it."""
+
+    __slots__ = ("stream", "flag", "t_ns", "error")
+
+    def __init__(self, stream: "CpuStream") -> None:
+        self.stream = stream
+        self.flag = threading.Event()
+        self.t_ns = -1
+        self.error: BaseException | None = None
+
+
+class CpuWork:
+    """Result handle of one submitted call."""
+
+    __slots__ = ("_flag", "_value", "_error")
+
+    def __init__(self) -> None:
+        self._flag = threading.Event()
+        self._value: Any = None
+        self._error: BaseException | None = None
+
+    def done(self) -> bool:
+        return self._flag.is_set()
+
+    def result(self) -> Any:
+        """Block until the call ran; return its value or raise its StreamError."""
+        self._flag.wait()
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+
+class CpuEvent:
+    """A completion flag per recording. ``wait`` captures the latest recording at call time,
+    as ``cudaStreamWaitEvent`` does; an event never recorded counts as complete."""
+
+    def __init__(self, backend: "CpuBackend", enable_timing: bool = True) -> None:
+        self._backend = backend
+        self._mark: _Mark | None = None
+
+    def record(self, stream: "CpuStream | None" = None) -> None:
+        if stream is None:
+            stream = self._backend.default_stream()
+        mark = _Mark(stream)
+        self._mark = mark
+        stream._enqueue(("record", mark))
+
+    def wait(self, stream: "CpuStream | None" = None) -> None:
+        (stream or self._backend.default_stream()).wait_event(self)
+
+    def query(self) -> bool:
+        return self._mark is None or self._mark.flag.is_set()
+
+    def synchronize(self) -> None:
+        """Block the caller until the recording point is reached; raise the stream's error."""
+        mark = self._mark
+        if mark is None:
+            return
+        mark.flag.wait()
+        if mark.error is not None:
+            raise mark.error
+
+    def elapsed_time(self, end: "CpuEvent") -> float:
+        """Milliseconds from this event's recording to ``end``'s (both must be recorded)."""
+        if self._mark is None or end._mark is None:
+            raise RuntimeError("elapsed_time needs both events recorded")
+        self.synchronize()
+        end.synchronize()
+        return (end._mark.t_ns - self._mark.t_ns) / 1e6
+
+
+class CpuStream:
+    """A FIFO served by one persistent daemon thread (started at creation)."""
+
+    def __init__(self, name: str, kind: str = "device") -> None:
+        if kind not in STREAM_KINDS:
+            raise ValueError(f"stream kind must be one of {STREAM_KINDS}, not {kind!r}")
+        self.name = name
+        self.kind = kind
+        self.recorder = LaneRecorder(name, kind)
+        self._queue: deque = deque()
+        self._cond = threading.Condition()
+        self._running = False
+        self._error: BaseException | None = None
+        self._backend: CpuBackend | None = None
+        self._thread = threading.Thread(target=self._loop, name=f"parastream-stream-{name}",
+                                         daemon=True)
+        self._thread.start()
+
+    # ------------------------------------------------------------------ protocol
+    def submit(self, fn: Callable[..., Any], *args: Any, name: str | None = None,
+               **kwargs: Any) -> CpuWork:
+        work = CpuWork()
+        self._enqueue(("work", fn, args, kwargs, name or getattr(fn, "__name__", "op"), work))
+        return work
+
+    def record_event(self, event: CpuEvent | None = None) -> CpuEvent:
+        if event is None:
+            event = CpuEvent(self._backend)  # type: ignore[arg-type]
+        event.record(self)
+        return event
+
+    def wait_event(self, event: CpuEvent) -> None:
+        mark = event._mark
+        if mark is not None:  # capture the recording current *now* (CUDA semantics)
+            self._enqueue(("wait", mark))
+
+    def synchronize(self) -> None:
+        mark = _Mark(self)
+        self._enqueue(("record", mark))
+        mark.flag.wait()
+        if self._error is not None:
+            raise self._error
+
+    def query(self) -> bool:
+        with self._cond:
+            return not self._queue and not self._running
+
+    def close(self) -> None:
+        """Finish queued work, then stop the thread."""
+        if self._thread.is_alive():
+            self._enqueue(("stop",))
+            self._thread.join()
+
+    # ------------------------------------------------------------------ worker
+    def _enqueue(self, cmd: tuple) -> None:
+        with self._cond:
+            self._queue.append(cmd)
+            self._cond.notify()
+
+    def _loop(self) -> None:
+        rec = self.recorder
+        while True:
+            with self._cond:
+                while not self._queue:
+                    self._cond.wait()
+                cmd = self._queue.popleft()
+                self._running = True
+            try:
+                tag = cmd[0]
+                if tag == "work":
+                    _, fn, args, kwargs, name, work = cmd
+                    t0 = now_ns()
+                    if self._error is not None:  # sticky: skip work after a failure
+                        work._error = self._error
+                    else:
+                        try:
+                            work._value = fn(*args, **kwargs)
+                        except BaseException as exc:  # noqa: BLE001 - reported via the stream
+                            self._error = StreamError(self.name, name, exc)
+                            work._error = self._error
+                        rec.op(name, t0, now_ns())
+                    work._flag.set()
+                elif tag == "record":
+                    mark = cmd[1]
+                    mark.t_ns = now_ns()
+                    mark.error = self._error
+                    mark.flag.set()
+                elif tag == "wait":
+                    mark = cmd[1]
+                    if not mark.flag.is_set():
+                        t0 = now_ns()
+                        mark.flag.wait()
+                        rec.wait(t0, now_ns(), on=mark.stream.name)
+                    if mark.error is not None and self._error is None:
+                        self._error = mark.error  # do not compute on a failed producer's data
+                else:  # stop
+                    return
+            finally:
+                with self._cond:
+                    self._running = False
+
+
+class CpuBackend:
+    """Streams as host worker threads; see the module docstring."""
+
+    name = "cpu"
+    host_synchronous = True
+
+    def __init__(self, intra_op_threads: int | None = None) -> None:
+        if intra_op_threads is not None:
+            set_intra_op_threads(intra_op_threads)
+        self._streams: list[CpuStream] = []
+        self._default: CpuStream | None = None
+        self._ids = itertools.count()
+        self._lock = threading.Lock()
+
+    def stream(self, name: str | None = None, kind: str = "device") -> CpuStream:
+        with self._lock:
+            if name is None:
+                name = f"stream{next(self._ids)}"
+            if any(s.name == name for s in self._streams):
+                raise ValueError(f"stream name {name!r} already used")
+            s = CpuStream(name, kind)
+            s._backend = self
+            self._streams.append(s)
+            return s
+
+    def default_stream(self) -> CpuStream:
+        if self._default is None:
+            self._default = self.stream("default")
+        return self._default
+
+    def event(self, enable_timing: bool = True) -> CpuEvent:
+        return CpuEvent(self, enable_timing)
+
+    def synchronize(self) -> None:
+        """Wait for every stream; raise the first stream error."""
+        for s in list(self._streams):
+            s.synchronize()
+
+    def timeline(self, source: str | None = None) -> Timeline:
+        """What ran so far, one lane per stream (call after synchronize for a full picture)."""
+        return build_timeline([s.recorder for s in self._streams], source or "cpu-backend",
+                              "parastream-cpu")
+
+    def close(self) -> None:
+        for s in self._streams:
+            s.close()
+
+    def __enter__(self) -> "CpuBackend":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,178 @@
+"""The stream backends: FIFO order, events across streams, sticky errors, no busy waiting,
+the null backend's recorded program and replay, and the registry."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from parastream.runtime import Event, Stream, StreamError, available_backends, get_backend
+from parastream.runtime.cpu import CpuBackend
+from parastream.runtime.null import NullBackend
+from parastream.timeline.analyze import analyze_capture
+
+
+def test_registry_names_and_unknown_backend():
+    assert {"cpu", "null"} <= set(available_backends())
+    with pytest.raises(ValueError, match="unknown stream backend"):
+        get_backend("tpu9000")
+    with get_backend("cpu") as b:
+        assert isinstance(b, CpuBackend)
+        s = b.stream("x")
+        assert isinstance(s, Stream) and isinstance(b.event(), Event)
+    n = get_backend("null")
+    assert isinstance(n.stream("y"), Stream) and isinstance(n.event(), Event)
+
+
+def test_cpu_stream_runs_work_in_fifo_order_on_one_thread():
+    seen: list[tuple[int, str]] = []
+    with CpuBackend() as b:
+        s = b.stream("s0")
+        works = [s.submit(lambda i=i: seen.append((i, threading.current_thread().name)) or i * i,
+                          name=f"op{i}") for i in range(50)]
+        s.synchronize()
+        assert [w.result() for w in works] == [i * i for i in range(50)]
+        assert s.query()
+    assert [i for i, _ in seen] == list(range(50))
+    assert {name for _, name in seen} == {"parastream-stream-s0"}
+
+
+def test_event_orders_two_streams_and_the_wait_is_recorded():
+    with CpuBackend() as b:
+        a, c = b.stream("A"), b.stream("B")
+        a.submit(time.sleep, 0.05, name="slow")
+        ev = a.record_event()
+        c.wait_event(ev)
+        c.submit(lambda: None, name="after")
+        c.synchronize()
+        assert ev.query()
+        tl = b.timeline()
+    starts = dict(zip((tl.names[i] for i in tl.name), tl.start_ns))
+    ends = dict(zip((tl.names[i] for i in tl.name), tl.end_ns))
+    assert starts["after"] >= ends["slow"]
+    # B waited on A for most of the 50 ms and the timeline says so
+    assert tl.n_waits == 1
+    assert tl.streams[tl.wait_stream[0]] == "B" and tl.streams[tl.wait_on[0]] == "A"
+    assert tl.wait_end_ns[0] - tl.wait_start_ns[0] > 30e6
+    doc = analyze_capture(tl)
+    assert {s["id"] for s in doc["streams"]} == {"A", "B"}
+
+
+def test_event_semantics_query_synchronize_elapsed_and_rerecord():
+    with CpuBackend() as b:
+        s = b.stream("s")
+        e0 = b.event()
+        assert e0.query()  # never recorded counts as complete
+        e0.synchronize()
+        gate = threading.Event()
+        s.submit(gate.wait, name="gate")
+        e1 = s.record_event()
+        assert not e1.query()
+        s.submit(time.sleep, 0.02, name="sleep")
+        e2 = b.event()
+        e2.record(s)
+        gate.set()
+        e2.synchronize()
+        assert e1.query() and e2.query()
+        assert 15 <= e1.elapsed_time(e2) < 1000
+        # a wait captures the recording current at call time (CUDA semantics)
+        other = b.stream("o")
+        gate2 = threading.Event()
+        s.submit(gate2.wait, name="gate2")
+        e1.record(s)  # re-record behind the gate
+        other.wait_event(e1)
+        w = other.submit(lambda: "ran")
+        time.sleep(0.02)
+        assert not w.done()
+        gate2.set()
+        assert w.result() == "ran"
+
+
+def test_errors_are_sticky_and_propagate_through_events():
+    with CpuBackend() as b:
+        a, c = b.stream("a"), b.stream("c")
+        bad = a.submit(lambda: 1 / 0, name="div")
+        skipped = a.submit(lambda: "never", name="later")
+        ev = a.record_event()
+        c.wait_event(ev)
+        downstream = c.submit(lambda: "never", name="consumer")
+        with pytest.raises(StreamError, match="div"):
+            bad.result()
+        with pytest.raises(StreamError) as info:
+            skipped.result()
+        assert isinstance(info.value.cause, ZeroDivisionError)
+        with pytest.raises(StreamError):
+            downstream.result()
+        with pytest.raises(StreamError):
+            ev.synchronize()
+        with pytest.raises(StreamError):
+            a.synchronize()
+
+
+def test_waiting_stream_does_not_burn_cpu():
+    with CpuBackend() as b:
+        a, c = b.stream("a"), b.stream("c")
+        gate = threading.Event()
+        a.submit(gate.wait, name="blocked")
+        c.wait_event(a.record_event())
+        c.submit(lambda: None)
+        cpu0 = time.process_time()
+        time.sleep(0.4)  # the test thread sleeps; any CPU used now is the waiters polling
+        used = time.process_time() - cpu0
+        gate.set()
+        c.synchronize()
+    assert used < 0.05, f"waiting streams used {used:.3f} s of CPU in 0.4 s"
+
+
+def test_stream_names_must_be_unique_and_kinds_valid():
+    with CpuBackend() as b:
+        b.stream("x")
+        with pytest.raises(ValueError):
+            b.stream("x")
+        with pytest.raises(ValueError):
+            b.stream("y", kind="quantum")
+
+
+def test_null_backend_records_program_and_replays_events():
+    nb = NullBackend(op_cost_ns=1000)
+    a, c = nb.stream("A", "device"), nb.stream("B", "copy")
+    calls: list[int] = []
+    a.submit(lambda: calls.append(1), name="k1", cost_ns=5000)
+    ev = a.record_event()
+    c.wait_event(ev)
+    c.submit(lambda: calls.append(2), name="copy")
+    assert calls == []  # null runs nothing
+    assert [(cmd.op, cmd.stream) for cmd in nb.program] == [
+        ("submit", "A"), ("record", "A"), ("wait", "B"), ("submit", "B")]
+    assert nb.program[2].record_id == 1
+    tl = nb.timeline()
+    i_copy = tl.names.index("copy")
+    row = int(np.flatnonzero(tl.name == i_copy)[0])
+    assert tl.start_ns[row] == 5000 and tl.end_ns[row] == 6000
+    assert tl.n_waits == 1 and tl.wait_end_ns[0] == 5000
+    assert tl.kind[row] == 1  # copy streams are memcpy lanes
+    analyze_capture(tl)
+
+
+def test_unrecorded_event_wait_is_a_no_op_on_null():
+    nb = NullBackend()
+    s = nb.stream("s")
+    s.wait_event(nb.event())
+    assert nb.program == []
+
+
+def test_importing_runtime_and_pipeline_does_not_import_torch():
+    code = ("import sys; sys.modules['torch'] = None\n"
+            "import parastream.runtime, parastream.runtime.cpu, parastream.runtime.null\n"
+            "import parastream.pipeline, parastream.pipeline.cli, parastream.pipeline.planner\n"
+            "from parastream.pipeline import Pipeline, Stage\n"
+            "with Pipeline([Stage('a', lambda x: x + 1)]) as p:\n"
+            "    assert list(p.map(range(3))) == [1, 2, 3]\n"
+            "print('ok')\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
