@@ -158,7 +158,7 @@ def _early_join(graph: Graph, order: list[str], assignment: dict[str, int], even
 
 def core_limits(plan: Plan, block_dims: dict[str, int], cores: int | None) -> tuple[dict, str]:
     """C2 core limits so the side streams' block dims fit next to the main stream's."""
-    if not cores:
+    if not cores or len(set(plan.assignment.values())) < 2:
         return {}, "C1"
     by_stream: dict[int, int] = {}
     for n, s in plan.assignment.items():

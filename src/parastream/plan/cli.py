@@ -84,7 +84,11 @@ def points_from(graph: Graph, dec) -> list[Point]:
             branches.append(ops)
         if sum(1 for b in branches if b) < 2:
             continue
-        name = " || ".join(pattern(graph, b) for b in branches)
+        pats = [pattern(graph, b) for b in branches]
+        uniq = list(dict.fromkeys(pats))
+        name = (f"{uniq[0]} ({len(pats)} branches)" if len(uniq) == 1
+                else " || ".join(uniq[:3]) + (" || ..." if len(uniq) > 3 else ""))
+        name = f"{name} @ {pattern(graph, [pp.join]) if pp.join in graph.index() else pp.join}"
         out.append(Point(name=name, fork=pp.fork, join=pp.join, branches=branches,
                          dominant=pp.dominating_branch, meta={"id": pp.id, "level": pp.level,
                                                               "verdict": pp.verdict}))
@@ -113,7 +117,9 @@ def build(graph: Graph, profile, *, algorithm: str | None, mapping: dict | None,
                                    mapping=mapping))
     facts = DeviceFacts(name=profile.name, cores=profile.cores.cube, hw_queues=profile.hw_queues,
                         max_streams=profile.max_streams, launch_us=profile.launch_overhead_us)
-    plans = candidates(graph, points, dur, block_dims={n: c.block_dim for n, c in costs.items()},
+    # core limits are sized on the matrix (cube) cores, where two streams really collide
+    cube_bd = {n: c.block_dim for n, c in costs.items() if c.unit == "cube"}
+    plans = candidates(graph, points, dur, block_dims=cube_bd,
                        device=facts, max_streams=cap, global_plans=global_plans)
     if simulate:
         from ..plan.model import Estimate

@@ -98,14 +98,15 @@ def render_markdown(doc: PlanDoc) -> str:
 def render_text(doc: PlanDoc) -> str:
     """A terminal summary: one line per candidate, then the lints of the best."""
     lines = [f"plan for {doc.model} on {doc.device}: recommended {doc.recommended}", "",
-             f"{'candidate':48s} {'streams':>7s} {'waits':>5s} {'est. wall us':>12s} "
-             f"{'speedup':>8s} {'strength':>8s}  lints"]
-    for c in doc.candidates:
+             f"{'#':>2s} {'orchestration':16s} {'streams':>7s} {'waits':>5s} {'est. wall us':>12s} "
+             f"{'speedup':>8s} {'strength':>8s} {'lints':>5s}  parallel point"]
+    for k, c in enumerate(doc.candidates, 1):
         est = c.estimate
         worst = sum(1 for l in c.lints if l.severity in ("error", "warning"))
-        lines.append(f"{c.name[:48]:48s} {c.streams:7d} {len(c.events):5d} "
+        kind = c.name.rsplit("/", 1)[-1] if c.parallel_point else c.algorithm
+        lines.append(f"{k:2d} {kind[:16]:16s} {c.streams:7d} {len(c.events):5d} "
                      f"{est.wall_us if est else 0:12.1f} {est.speedup if est else 1:7.2f}x "
-                     f"{c.strength:>8s}  {worst} warning(s)")
+                     f"{c.strength:>8s} {worst:5d}  {c.parallel_point or '(whole graph)'}")
     best = next((c for c in doc.candidates if c.name == doc.recommended), None)
     if best is not None:
         lines += ["", f"lints of {best.name}:"] + [f"  [{l.severity}] {l.rule}: {l.message}"

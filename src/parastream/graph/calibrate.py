@@ -1,0 +1,255 @@
+"""``parastream calibrate``: measure the local CPU and write a ``parastream.device/1`` profile.
+
+What is measured, and how (each number's method is written into the profile's ``sources``):
+
+* matrix ("cube") throughput: square ``torch.mm`` (numpy ``@`` without torch), best time of
+  repeated runs, ``2 n^3 / t``; bf16 too
+  (kept even where the CPU emulates bf16 slowly: that is the rate a bf16 graph gets);
+* vector throughput: ``addcmul`` (2 FLOPs per element) on cache-resident arrays;
+* memory bandwidth: copying a large array (bytes read + bytes written over the time);
+* per-task overhead (``launch_overhead_us``): handing a no-op task to a persistent worker
+  thread through a queue and waiting for its completion, the median round trip: what a CPU
+  "stream" pays per op (docs/DOMAIN.md section 8);
+* scheduler sweep: one pass over ``hw_queues`` queues checking each for work;
+* plain Python call overhead, recorded in the sources for reference;
+* cores: the CPUs this process may run on.
+
+Each quantity is measured in several interleaved rounds and its best round kept (other
+processes on a small machine spoil single measurements). A full run takes about 10-15 s,
+``quick`` about 3 s.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import queue
+import statistics
+import threading
+import time
+from typing import Any, Callable
+
+SCHEMA = "parastream.device/1"
+
+
+def _best_time(fn: Callable[[], Any], budget_s: float, min_runs: int = 3) -> float:
+    """The fastest of repeated runs of ``fn`` within about ``budget_s`` (after one warm-up)."""
+    fn()
+    best = float("inf")
+    runs = 0
+    start = time.perf_counter()
+    while runs < min_runs or time.perf_counter() - start < budget_s:
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+        runs += 1
+        if runs > 10000:
+            break
+    return best
+
+
+def measure_matmul(dtype: str = "fp32", n: int = 1024, budget_s: float = 1.0) -> float:
+    """TFLOPS of an ``n x n`` matmul in ``dtype`` (fp32 or bf16)."""
+    try:
+        import torch
+    except ImportError:
+        if dtype != "fp32":
+            return 0.0
+        import numpy as np
+
+        a = np.random.rand(n, n).astype(np.float32)
+        b = np.random.rand(n, n).astype(np.float32)
+        t = _best_time(lambda: a @ b, budget_s)
+        return 2 * n ** 3 / t / 1e12
+    tdt = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
+    a = torch.randn(n, n, dtype=tdt)
+    b = torch.randn(n, n, dtype=tdt)
+    out = torch.empty(n, n, dtype=tdt)
+    with torch.no_grad():
+        t = _best_time(lambda: torch.mm(a, b, out=out), budget_s)
+    return 2 * n ** 3 / t / 1e12
+
+
+def measure_vector(elements: int = 1 << 16, budget_s: float = 0.5) -> float:
+    """fp32 TFLOPS of an element-wise multiply-add on arrays that fit in cache."""
+    try:
+        import torch
+
+        a, b, c = (torch.rand(elements) for _ in range(3))
+        out = torch.empty(elements)
+        fn = lambda: torch.addcmul(c, a, b, out=out)  # noqa: E731
+    except ImportError:
+        import numpy as np
+
+        a, b, c = (np.random.rand(elements).astype(np.float32) for _ in range(3))
+        out = np.empty(elements, dtype=np.float32)
+
+        def fn() -> None:
+            np.multiply(a, b, out=out)
+            np.add(out, c, out=out)
+    reps = 20
+
+    def many() -> None:
+        for _ in range(reps):
+            fn()
+
+    t = _best_time(many, budget_s)
+    return 2 * elements * reps / t / 1e12
+
+
+def measure_bandwidth(megabytes: int = 256, budget_s: float = 1.5) -> float:
+    """GB/s of copying a ``megabytes`` array (read + write bytes over the time)."""
+    import numpy as np
+
+    n = megabytes * (1 << 20) // 8
+    src = np.ones(n, dtype=np.float64)
+    dst = np.empty_like(src)
+    t = _best_time(lambda: np.copyto(dst, src), budget_s)
+    return 2 * src.nbytes / t / 1e9
+
+
+def measure_task_overhead(tasks: int = 2000) -> float:
+    """Median microseconds to hand a no-op task to a persistent worker thread via a queue
+    and wait for its completion (the CPU stream backend's per-op cost)."""
+    q: queue.Queue = queue.Queue()
+
+    def worker() -> None:
+        while True:
+            item = q.get()
+            if item is None:
+                return
+            fn, done = item
+            fn()
+            done.set()
+
+    th = threading.Thread(target=worker, name="parastream-calibrate", daemon=True)
+    th.start()
+    times = []
+    noop = lambda: None  # noqa: E731
+    try:
+        for _ in range(tasks):
+            done = threading.Event()
+            t0 = time.perf_counter()
+            q.put((noop, done))
+            done.wait()
+            times.append(time.perf_counter() - t0)
+    finally:
+        q.put(None)
+        th.join(timeout=5)
+    return statistics.median(times[len(times) // 10:]) * 1e6
+
+
+def measure_call_overhead(calls: int = 200_000) -> float:
+    """Microseconds per plain Python function call."""
+    def f() -> None:
+        return None
+
+    best = float("inf")
+    for _ in range(3):
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            f()
+        best = min(best, time.perf_counter() - t0)
+    return best / calls * 1e6
+
+
+def measure_sweep(queues: int, sweeps: int = 20000) -> float:
+    """Microseconds for one pass over ``queues`` empty queues checking each for work."""
+    qs = [queue.Queue() for _ in range(max(queues, 1))]
+    best = float("inf")
+    for _ in range(3):
+        t0 = time.perf_counter()
+        for _ in range(sweeps):
+            for q in qs:
+                if not q.empty():
+                    break
+        best = min(best, time.perf_counter() - t0)
+    return best / sweeps * 1e6
+
+
+def cpu_count() -> int:
+    """CPUs this process may run on (the affinity mask, not the whole machine)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def calibrate(quick: bool = False, name: str = "cpu-calibrated") -> dict:
+    """Measure this CPU and return a ``parastream.device/1`` profile as a dict."""
+    cores = cpu_count()
+    date = _dt.date.today().isoformat()
+    n = 512 if quick else 1024
+    # Several short rounds, interleaved, keeping each quantity's best round: a neighbour
+    # process that grabs a core for a second spoils one round, not the whole measurement
+    # (OpenMP matmuls slow down ~10x when one of their threads is descheduled).
+    rounds = 3 if quick else 5
+    fp32 = bf16 = vec = bw = 0.0
+    task_us = call_us = sweep_us = float("inf")
+    for _ in range(rounds):
+        fp32 = max(fp32, measure_matmul("fp32", n, 0.08 if quick else 0.3))
+        bf16 = max(bf16, measure_matmul("bf16", n, 0.05 if quick else 0.3))
+        vec = max(vec, measure_vector(1 << 16, 0.05 if quick else 0.2))
+        bw = max(bw, measure_bandwidth(64 if quick else 256, 0.1 if quick else 0.4))
+        task_us = min(task_us, measure_task_overhead(200 if quick else 1000))
+        call_us = min(call_us, measure_call_overhead(30_000 if quick else 100_000))
+        sweep_us = min(sweep_us, measure_sweep(cores, 3000 if quick else 10000))
+
+    def r(x: float, digits: int = 4) -> float:
+        return float(f"{x:.{digits}g}")
+
+    # bf16 is kept even where the CPU emulates it slowly: the measured rate is what a bf16
+    # graph will see here (leaving it out would make the cost model fall back to fp32's)
+    cube = {"fp32": r(fp32), "bf16": r(bf16)}
+    by = f"measured by parastream calibrate on {date}"
+    mode = "quick mode, " if quick else ""
+    profile = {
+        "schema": SCHEMA,
+        "name": name,
+        "kind": "cpu",
+        "description": (f"This machine's CPU, measured by 'parastream calibrate"
+                        f"{' --quick' if quick else ''}' on {date}: {cores} cores, "
+                        f"{r(fp32, 3)} TFLOPS fp32 matmul, {r(bw, 3)} GB/s copy, "
+                        f"{r(task_us, 3)} us per task hand-off."),
+        "cores": {"cube": cores, "vector": cores},
+        "peak_tflops": {"cube": cube, "vector": {"fp32": r(vec)}},
+        "memory_bandwidth_gbps": r(bw),
+        "launch_overhead_us": r(task_us),
+        "hw_queues": cores,
+        "max_streams": cores,
+        "scheduler_sweep_us": r(sweep_us),
+        "sources": {
+            "cores": f"{by}: os.sched_getaffinity (CPUs this process may use)",
+            "peak_tflops": (f"{by}: {mode}best of {rounds} rounds; cube = best time of "
+                            f"torch.mm {n}x{n} in fp32 and bf16, 2n^3/t, all intra-op "
+                            "threads; vector = torch.addcmul on 64Ki-element cache-resident "
+                            "fp32 arrays, 2 FLOPs/element"),
+            "memory_bandwidth_gbps": (f"{by}: {mode}best time of numpy.copyto of a "
+                                      f"{64 if quick else 256} MiB array, (read + written "
+                                      "bytes) / t"),
+            "launch_overhead_us": (f"{by}: lowest of {rounds} rounds' median round trip of "
+                                   "a no-op task handed to a persistent worker thread via "
+                                   "queue.Queue and awaited with threading.Event; plain "
+                                   "Python call "
+                                   f"{r(call_us, 3)} us"),
+            "hw_queues": f"{by}: one worker thread per core can run at once",
+            "max_streams": (f"{by}: more CPU streams than cores only add hand-off cost "
+                            "(docs/DOMAIN.md section 8)"),
+            "scheduler_sweep_us": (f"{by}: one pass over {cores} queues checking each for "
+                                   "work (queue.Queue.empty)"),
+        },
+    }
+    return profile
+
+
+def dumps(profile: dict) -> bytes:
+    """Profile JSON, checked by the device layer when it is installed."""
+    try:
+        from ..device.profile import dumps_profile, loads_profile
+    except ImportError:
+        import msgspec
+
+        return msgspec.json.format(msgspec.json.encode(profile), indent=2) + b"\n"
+    import msgspec
+
+    return dumps_profile(loads_profile(msgspec.json.encode(profile), profile["name"]))

@@ -1,0 +1,79 @@
+"""``parastream zoo`` (list the built-in models) and ``parastream calibrate`` (measure the
+local CPU into a device profile). Loaded by :mod:`parastream.cli`; torch is imported only
+when a command runs."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ..errors import InputError
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    """Add the ``zoo`` and ``calibrate`` subcommands."""
+    z = sub.add_parser("zoo", help="list the built-in models",
+                       description="List the built-in models, one line each: name, phases, "
+                                   "what it is. Use a name wherever a model is expected; "
+                                   "every model has the scales tiny, small and 7b.")
+    z.add_argument("--format", choices=("text", "json"), default="text")
+    z.set_defaults(func=cmd_zoo)
+
+    c = sub.add_parser("calibrate", help="measure this CPU and write a device profile",
+                       description="Measure the local CPU (matmul and vector throughput, "
+                                   "memory bandwidth, per-task hand-off overhead, cores) and "
+                                   "write a parastream.device/1 profile; use it with "
+                                   "--device FILE.")
+    c.add_argument("-o", "--output", metavar="FILE", default="cpu-calibrated.json",
+                   help="where to write the profile (default: cpu-calibrated.json)")
+    c.add_argument("--name", default="cpu-calibrated", help="the profile's name")
+    c.add_argument("--quick", action="store_true", help="shorter measurements (a few seconds)")
+    c.set_defaults(func=cmd_calibrate)
+
+
+def zoo_listing() -> list[dict]:
+    """The zoo as plain records: name, description, phases, scales."""
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is None:
+        raise InputError(None, "the built-in models need torch (pip install 'parastream[torch]')")
+    from .zoo import SCALES, ZOO
+
+    return [{"name": m.name, "description": m.description, "phases": list(m.phases),
+             "scales": list(SCALES)} for m in ZOO.values()]
+
+
+def cmd_zoo(args: argparse.Namespace) -> int:
+    rows = zoo_listing()
+    if args.format == "json":
+        import msgspec
+
+        sys.stdout.write(msgspec.json.format(msgspec.json.encode(rows), indent=2).decode() + "\n")
+        return 0
+    width = max(len(r["name"]) for r in rows)
+    pw = max(len("/".join(r["phases"])) for r in rows)
+    for r in rows:
+        sys.stdout.write(f"{r['name']:<{width}}  {'/'.join(r['phases']):<{pw}}  "
+                         f"{r['description']}\n")
+    return 0
+
+
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    from ..report.atomic import write_atomic
+    from .calibrate import calibrate, dumps
+
+    if not args.name.strip():
+        raise InputError(None, "--name must not be empty")
+    import os
+
+    directory = os.path.dirname(os.path.abspath(args.output))
+    if not os.path.isdir(directory):  # fail before spending seconds measuring
+        raise InputError(args.output, f"cannot write: no directory {directory}")
+    data = dumps(calibrate(quick=args.quick, name=args.name))
+    try:
+        write_atomic(args.output, data)
+    except OSError as exc:
+        raise InputError(args.output, f"cannot write: {exc.strerror or exc}") from None
+    sys.stdout.write(data.decode())
+    print(f"wrote {args.output}", file=sys.stderr)
+    return 0

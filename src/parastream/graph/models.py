@@ -1,0 +1,205 @@
+"""Name a model, get its operator graph: a zoo name or a user's ``path/to/file.py:factory``.
+
+The factory contract (docs/models.md): a callable that takes no arguments, or accepts the
+keyword ``scale`` (and optionally ``phase``), and returns ``(module, example_inputs)`` where
+``module`` is a ``torch.nn.Module`` and ``example_inputs`` a tuple of its positional inputs
+(a single tensor is accepted too). Build large models on the ``meta`` device so nothing
+real is allocated. Every failure is an :class:`~parastream.errors.InputError` that names the
+file (or the zoo name) and says what is wrong. Nothing is cached on disk.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import os
+import sys
+import uuid
+from typing import Any, Callable
+
+from ..errors import InputError
+from .ir import Graph
+
+SCALES = ("tiny", "small", "7b")
+
+
+def zoo_names() -> list[str]:
+    """Names of the built-in models (imports torch)."""
+    from .zoo import ZOO
+
+    return list(ZOO)
+
+
+def _need_torch(what: str) -> None:
+    if importlib.util.find_spec("torch") is None:
+        raise InputError(what, "importing a torch model needs torch "
+                               "(pip install 'parastream[torch]')")
+
+
+def resolve(spec: str, scale: str = "small", phase: str | None = None,
+            device: str | None = None) -> Graph:
+    """The operator graph of a zoo model (``"moe_layer"``) or a user factory
+    (``"path/to/file.py:factory"``) at ``scale`` (tiny/small/7b) and ``phase``.
+
+    ``phase`` picks the zoo model's shapes (``prefill``/``decode`` for transformer models;
+    None = the model's first phase) and is passed to a user factory that accepts it.
+    ``device`` names a device profile: it is checked and recorded in ``graph.meta["device"]``
+    for the cost model; the graph itself (shapes, FLOPs, bytes) does not depend on it.
+    """
+    if scale not in SCALES:
+        raise InputError(None, f"unknown scale {scale!r} (expected one of {', '.join(SCALES)})")
+    device_name = _check_device(device)
+    if _looks_like_file(spec):
+        graph = _resolve_file(spec, scale, phase)
+    else:
+        graph = _resolve_zoo(spec, scale, phase)
+    graph.meta.update({"scale": scale, "phase": phase or graph.meta.get("phase"),
+                       "spec": spec})
+    if device_name:
+        graph.meta["device"] = device_name
+    return graph
+
+
+def _check_device(device: str | None) -> str | None:
+    if not device:
+        return None
+    try:
+        from ..device.profile import load_profile
+    except ImportError:  # the device layer is optional here: keep the name as given
+        return device
+    return load_profile(device).name
+
+
+def _looks_like_file(spec: str) -> bool:
+    path = spec.rpartition(":")[0] if ":" in spec else spec
+    return path.endswith(".py") or os.sep in path or "/" in path
+
+
+def _resolve_zoo(name: str, scale: str, phase: str | None) -> Graph:
+    _need_torch(name)
+    from .torch_import import import_module
+    from .zoo import ZOO
+
+    model = ZOO.get(name)
+    if model is None:
+        raise InputError(None, f"unknown model {name!r} (built-in models: {', '.join(ZOO)}; "
+                               "or give path/to/file.py:factory)")
+    phase = phase or model.default_phase
+    if phase not in model.phases:
+        raise InputError(None, f"model {name!r} has no phase {phase!r} "
+                               f"(it has {', '.join(model.phases)})")
+    module, inputs = model.factory(scale, phase)
+    return import_module(module, inputs, name=name,
+                         meta={"zoo": name, "phase": phase, "description": model.description})
+
+
+def _resolve_file(spec: str, scale: str, phase: str | None) -> Graph:
+    path, sep, attr = spec.rpartition(":")
+    if not sep or not path:
+        raise InputError(spec, "name the factory after the file: path/to/file.py:factory")
+    if not attr.isidentifier():
+        raise InputError(path, f"{attr!r} is not a Python name; expected path/to/file.py:factory")
+    if not os.path.isfile(path):
+        raise InputError(path, "no such file" if not os.path.exists(path) else "not a file")
+    _need_torch(path)
+    mod = _load_file(path)
+    factory = getattr(mod, attr, None)
+    if factory is None:
+        defined = sorted(n for n, v in vars(mod).items()
+                         if callable(v) and not n.startswith("_")
+                         and getattr(v, "__module__", None) == mod.__name__)
+        raise InputError(path, f"no factory named {attr!r}"
+                               + (f" (callables defined there: {', '.join(defined[:8])})"
+                                  if defined else ""))
+    if not callable(factory):
+        raise InputError(path, f"{attr!r} is a {type(factory).__name__}, not a callable factory")
+    result = _call_factory(factory, path, attr, scale, phase)
+    module, inputs = _check_result(result, path, attr)
+    from .torch_import import import_module
+
+    name = os.path.splitext(os.path.basename(path))[0] + ":" + attr
+    try:
+        return import_module(module, inputs, name=name, meta={"file": path, "factory": attr})
+    except InputError as exc:  # re-anchor on the file the user named
+        raise InputError(path, f"model from {attr}() {exc.reason}") from None
+
+
+def _load_file(path: str) -> Any:
+    """Import a Python file as a fresh module (a unique name: nothing is cached or reused)."""
+    name = f"_parastream_user_{uuid.uuid4().hex[:12]}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise InputError(path, "cannot be imported as a Python file")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod  # dataclasses and pickling look modules up by name
+    directory = os.path.dirname(os.path.abspath(path))
+    added = directory not in sys.path
+    if added:  # let the file import its siblings
+        sys.path.insert(0, directory)
+    try:
+        spec.loader.exec_module(mod)
+    except SyntaxError as exc:
+        sys.modules.pop(name, None)
+        raise InputError(path, f"syntax error on line {exc.lineno}: {exc.msg}") from None
+    except Exception as exc:
+        sys.modules.pop(name, None)
+        raise InputError(path, f"failed to import: {type(exc).__name__}: "
+                               f"{(str(exc).strip().splitlines() or [''])[0]}") from None
+    finally:
+        if added:
+            try:
+                sys.path.remove(directory)
+            except ValueError:
+                pass
+    return mod
+
+
+def _call_factory(factory: Callable, path: str, attr: str, scale: str,
+                  phase: str | None) -> Any:
+    try:
+        params = inspect.signature(factory).parameters
+    except (TypeError, ValueError):
+        params = {}
+    var_kw = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    kwargs: dict[str, Any] = {}
+    if "scale" in params or var_kw:
+        kwargs["scale"] = scale
+    if phase is not None and ("phase" in params or var_kw):
+        kwargs["phase"] = phase
+    required = [n for n, p in params.items() if p.default is inspect.Parameter.empty
+                and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+                and n not in kwargs]
+    if required:
+        raise InputError(path, f"factory {attr}() needs arguments ({', '.join(required)}); "
+                               "it must take none, or the keywords scale/phase")
+    try:
+        return factory(**kwargs)
+    except Exception as exc:
+        raise InputError(path, f"factory {attr}() failed: {type(exc).__name__}: "
+                               f"{(str(exc).strip().splitlines() or [''])[0]}") from None
+
+
+def _check_result(result: Any, path: str, attr: str) -> tuple[Any, tuple]:
+    import torch
+
+    if not (isinstance(result, tuple) and len(result) == 2):
+        raise InputError(path, f"factory {attr}() must return (module, example_inputs), "
+                               f"got {_describe(result)}")
+    module, inputs = result
+    if not isinstance(module, torch.nn.Module):
+        raise InputError(path, f"factory {attr}() returned {_describe(module)} as the module; "
+                               "expected a torch.nn.Module")
+    if isinstance(inputs, torch.Tensor):
+        inputs = (inputs,)
+    if isinstance(inputs, list):
+        inputs = tuple(inputs)
+    if not isinstance(inputs, tuple):
+        raise InputError(path, f"factory {attr}() returned {_describe(inputs)} as example "
+                               "inputs; expected a tuple of tensors")
+    return module, inputs
+
+
+def _describe(v: Any) -> str:
+    if isinstance(v, tuple):
+        return f"a tuple of {len(v)}"
+    return f"a {type(v).__name__}"

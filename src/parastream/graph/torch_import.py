@@ -1,0 +1,769 @@
+"""Import a ``torch.nn.Module`` into the operator graph IR (:mod:`parastream.graph.ir`).
+
+How it works:
+
+1. ``torch.export.export(module, inputs, strict=False)`` traces the module into an aten-level
+   FX graph. Export runs on fake tensors, so a module built on the ``meta`` device (no real
+   weights) imports as cheaply as a tiny one: a 7B-like decoder layer costs no memory. The
+   exported graph is the *training IR*: in-place ops (``copy_``, ``index_copy_``, ``add_``)
+   are kept as they are, which is what tells us who writes a buffer.
+2. When export fails, ``torch.fx.symbolic_trace`` plus a shape-propagating interpreter on
+   fake tensors is tried (``method="auto"``); a module neither can trace raises
+   :class:`~parastream.errors.InputError` naming the model and the first line of the reason.
+3. Each remaining ``call_function`` node becomes an :class:`~parastream.graph.ir.Op` with
+   shapes from ``node.meta["val"]``, FLOPs and bytes from those shapes, the module path from
+   ``node.meta["nn_module_stack"]`` and a resource class.
+
+Choices worth knowing:
+
+* **Views are folded.** ``view``, ``reshape`` of a contiguous tensor, ``transpose``,
+  ``permute``, ``slice``, ``select``, ``expand``, ``split``, ``getitem``, ``detach``,
+  ``contiguous`` of a contiguous tensor, eval-mode ``dropout`` and ``wait_tensor`` move no
+  data, so they are not ops: their consumers are wired to the op that produced the
+  underlying tensor (the consumer's input Tensor keeps the viewed shape). A module table is
+  then never cut at a lone reshape, and a planner never puts a free op on a stream. A
+  ``reshape``/``contiguous`` that really copies (non-contiguous input) stays as a memory op.
+* **Edges.** ``data``: fx def-use through folded views. ``state``: per storage (a parameter,
+  buffer, user input or op output, tracked through views), read-after-write, write-after-read
+  and write-after-write between ops, for in-place ops and buffer mutations; granularity is
+  the whole buffer (two writes to disjoint slices of a KV cache still order). A state edge is
+  skipped where a data edge already orders the pair. ``collective_order``: collectives chain
+  in program order, as every rank must issue them in the same order.
+* **Resources.** matmul/conv/attention -> ``cube``; copies, non-casting ``_to_copy``,
+  ``clone``, ``cat``, ``index_copy``/``index_put``, gathers (``embedding``, ``index_select``)
+  and fills -> ``memory``; functional collectives (``_c10d_functional``, ``c10d``) and
+  ``parastream::`` collectives -> ``comm``; ops inside a module with the attribute
+  ``parastream_resource = "host"`` (or on the CPU while the model lives on another device)
+  -> ``host``; everything else (elementwise, norms, softmax, reductions) -> ``vector``.
+* **FLOPs.** ``2*M*K*N`` for matmuls (``linear``: ``2*tokens*in*out`` + bias), ``2 * out
+  elements * Cin/groups * kernel`` for convolutions, ``4*B*H*L*S*E`` for attention (full,
+  not halved for causal masks, as ``torch.utils.flop_counter`` counts; ``meta.causal`` says
+  so), a small per-element factor for vector ops, 0 for copies and collectives.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from ..errors import InputError
+from .ir import Edge, Graph, Op, Tensor
+
+# ----------------------------------------------------------------------------- op tables
+#: short op names that move no data (their consumers are wired to the producer)
+VIEW_OPS = frozenset({
+    "view", "_unsafe_view", "view_as", "transpose", "transpose_", "t", "permute", "expand",
+    "expand_as", "unsqueeze", "squeeze", "select", "slice", "narrow", "alias", "detach",
+    "unflatten", "split", "split_with_sizes", "chunk", "unbind", "as_strided", "movedim",
+    "swapaxes", "swapdims", "diagonal", "getitem", "wait_tensor", "lift_fresh_copy",
+    "real", "view_as_real", "view_as_complex", "size", "dim",
+})
+#: ops that may or may not copy: folded only when their input is already contiguous
+MAYBE_VIEW_OPS = frozenset({"reshape", "contiguous", "flatten"})
+CUBE_OPS = frozenset({
+    "linear", "mm", "bmm", "addmm", "baddbmm", "addbmm", "matmul", "einsum", "mv", "addmv",
+    "conv1d", "conv2d", "conv3d", "convolution", "_convolution", "conv_transpose1d",
+    "conv_transpose2d", "conv_transpose3d", "scaled_dot_product_attention",
+    "_scaled_dot_product_flash_attention", "_scaled_dot_product_efficient_attention",
+    "_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_cudnn_attention",
+    "multi_head_attention_forward", "_native_multi_head_attention",
+})
+MEMORY_OPS = frozenset({
+    "copy_", "copy", "_to_copy", "to", "clone", "contiguous", "reshape", "flatten", "cat",
+    "concat", "stack", "index_copy", "index_copy_", "index_put", "index_put_", "slice_scatter",
+    "select_scatter", "embedding", "index_select", "gather", "take", "fill_", "zero_", "zeros",
+    "zeros_like", "ones", "ones_like", "empty", "empty_like", "full", "full_like", "new_zeros",
+    "new_ones", "new_empty", "new_full", "repeat", "repeat_interleave", "pad",
+    "constant_pad_nd", "roll", "flip", "tile", "_pin_memory", "pin_memory",
+})
+#: collective name -> kind used in ``collective:<kind>``
+COLLECTIVES = {
+    "all_reduce": "all_reduce", "all_reduce_": "all_reduce", "allreduce_": "all_reduce",
+    "all_gather_into_tensor": "all_gather", "all_gather": "all_gather",
+    "allgather_": "all_gather", "all_gather_into_tensor_coalesced": "all_gather",
+    "reduce_scatter_tensor": "reduce_scatter", "reduce_scatter": "reduce_scatter",
+    "reduce_scatter_": "reduce_scatter", "all_to_all_single": "all_to_all",
+    "all_to_all": "all_to_all", "alltoall_": "all_to_all", "alltoall_base_": "all_to_all",
+    "broadcast": "broadcast", "broadcast_": "broadcast", "send": "send", "recv": "recv",
+    "send_": "send", "recv_": "recv", "all_reduce_coalesced": "all_reduce",
+}
+COMM_NAMESPACES = frozenset({"_c10d_functional", "c10d", "_c10d_functional_autograd",
+                             "c10d_functional", "_dtensor", "parastream"})
+#: approximate FLOPs per element for vector ops (default 1 per output element)
+VECTOR_FLOPS_PER_ELEM = {
+    "softmax": 5, "_softmax": 5, "log_softmax": 5, "_log_softmax": 5, "layer_norm": 8,
+    "native_layer_norm": 8, "rms_norm": 4, "_fused_rms_norm": 4, "group_norm": 8,
+    "batch_norm": 4, "_native_batch_norm_legit_no_training": 4, "instance_norm": 8,
+    "gelu": 8, "silu": 4, "sigmoid": 4, "tanh": 4, "softplus": 4, "erf": 4, "rsqrt": 2,
+    "pow": 2, "exp": 1, "log": 1, "relu": 1, "relu_": 1, "hardtanh": 1, "neg": 1,
+}
+#: reductions: FLOPs from the input's elements (the output is small)
+REDUCTIONS = frozenset({"sum", "mean", "amax", "amin", "max", "min", "argmax", "argmin",
+                        "norm", "var", "std", "var_mean", "prod", "logsumexp", "topk",
+                        "sort", "argsort", "cumsum", "all", "any"})
+#: gathers read only the rows they return from their (large) table argument
+GATHERS = frozenset({"embedding", "index_select", "gather", "take"})
+#: index writes touch only the rows of their source, not the whole destination
+INDEX_WRITES = {"index_copy": 3, "index_copy_": 3, "index_put": 2, "index_put_": 2,
+                "slice_scatter": 1, "select_scatter": 1}
+
+
+# ----------------------------------------------------------------------------- public API
+def import_module(module: Any, example_inputs: Sequence[Any] | Any, name: str = "model",
+                  meta: dict | None = None, method: str = "auto",
+                  kwargs: dict | None = None) -> Graph:
+    """Trace ``module`` on ``example_inputs`` and return its operator graph.
+
+    ``method``: ``"auto"`` (torch.export, then torch.fx on failure), ``"export"`` or ``"fx"``.
+    Inputs and weights may live on the ``meta`` device: nothing real is allocated or run.
+    Raises :class:`InputError` (path = ``name``) when the model cannot be traced.
+    """
+    import torch
+
+    if not isinstance(module, torch.nn.Module):
+        raise InputError(name, f"expected a torch.nn.Module, got {type(module).__name__}")
+    if not isinstance(example_inputs, (tuple, list)):
+        example_inputs = (example_inputs,)
+    example_inputs = tuple(example_inputs)
+    if method not in ("auto", "export", "fx"):
+        raise ValueError(f"method must be auto, export or fx, not {method!r}")
+    errors: list[str] = []
+    if method in ("auto", "export"):
+        try:
+            recs, labels, source = _trace_export(module, example_inputs, kwargs or {})
+        except Exception as exc:  # torch raises many types; the user needs the reason
+            if method == "export":
+                raise InputError(name, "cannot be traced by torch.export: "
+                                 + _first_line(exc)) from exc
+            errors.append("torch.export: " + _first_line(exc))
+        else:
+            return _build(recs, labels, module, name, source, meta)
+    try:
+        recs, labels, source = _trace_fx(module, example_inputs, kwargs or {})
+    except Exception as exc:
+        errors.append("torch.fx: " + _first_line(exc))
+        raise InputError(name, "cannot be traced (" + "; ".join(errors) + ")") from exc
+    g = _build(recs, labels, module, name, source, meta)
+    if errors:
+        g.meta["export_error"] = errors[0]
+    return g
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    line = text.splitlines()[0].strip()
+    return f"{type(exc).__name__}: {line}"[:300]
+
+
+# ----------------------------------------------------------------------------- normalised nodes
+@dataclass
+class _Rec:
+    """One traced node, independent of the tracer that produced it."""
+
+    node: Any                      # the fx node (args refer to other fx nodes)
+    short: str                     # "linear", "copy_", "all_reduce"
+    target: str                    # "aten.linear.default", "parastream.all_reduce.default"
+    namespace: str                 # "aten", "_c10d_functional", "parastream", "" (fx)
+    args: list                     # positional args (fx nodes or python values)
+    kwargs: dict
+    mutates: list[int] = field(default_factory=list)  # positions of args written in place
+    stack: list[tuple[str, str]] = field(default_factory=list)  # (module path, class) outer->inner
+    kind: str = "op"               # "op" | "view" | "skip"
+
+
+def _val(a: Any) -> Any:
+    """The example value of an fx node argument (a fake tensor), or the constant itself."""
+    meta = getattr(a, "meta", None)
+    if isinstance(meta, dict) and hasattr(a, "name"):  # an fx node or a parameter stand-in
+        return meta.get("val")
+    return a
+
+
+def _is_tensor(v: Any) -> bool:
+    import torch
+
+    return isinstance(v, torch.Tensor)
+
+
+def _module_stack(node: Any) -> list[tuple[str, str]]:
+    stack = node.meta.get("nn_module_stack") or {}
+    out = []
+    for v in stack.values():
+        path, cls = v[0], v[1]
+        cls = cls if isinstance(cls, str) else getattr(cls, "__qualname__", str(cls))
+        out.append((_clean_path(path), cls))
+    return out
+
+
+def _clean_path(path: str) -> str:
+    # export records paths of nested calls as "layers.0.attn" but sometimes
+    # "L['self'].layers[0]"-style for strict mode; normalise the common forms
+    path = str(path)
+    if path.startswith("L['self']"):
+        path = path[len("L['self']"):]
+    path = path.replace("[", ".").replace("]", "").replace("'", "").replace('"', "")
+    return path.strip(".")
+
+
+def _trace_export(module: Any, inputs: tuple, kwargs: dict) -> tuple[list[_Rec], dict, str]:
+    import torch
+
+    with torch.no_grad():
+        ep = torch.export.export(module, inputs, kwargs=kwargs or None, strict=False)
+    sig = ep.graph_signature
+    labels: dict[str, str] = {}
+    labels.update(sig.inputs_to_parameters)
+    labels.update(sig.inputs_to_buffers)
+    labels.update(getattr(sig, "inputs_to_lifted_tensor_constants", {}) or {})
+    kinds = {}
+    for k in sig.inputs_to_parameters:
+        kinds[k] = "param"
+    for k in sig.inputs_to_buffers:
+        kinds[k] = "buffer"
+    recs: list[_Rec] = []
+    user_inputs = [n for n in ep.graph.nodes if n.op == "placeholder" and n.name not in labels]
+    for n in user_inputs:
+        labels[n.name] = n.name
+        kinds[n.name] = "input"
+    for node in ep.graph.nodes:
+        if node.op != "call_function":
+            continue
+        tgt = node.target
+        if tgt is operator.getitem:
+            recs.append(_Rec(node, "getitem", "getitem", "", list(node.args), dict(node.kwargs),
+                             stack=_module_stack(node), kind="view"))
+            continue
+        schema = getattr(tgt, "_schema", None)
+        if schema is None:  # a python function left in the graph (sym ops, asserts)
+            recs.append(_Rec(node, getattr(tgt, "__name__", str(tgt)), str(tgt), "",
+                             list(node.args), dict(node.kwargs), kind="skip"))
+            continue
+        ns, _, rest = schema.name.partition("::")
+        short = rest or ns
+        overload = getattr(tgt, "_overloadname", "default") or "default"
+        mutates = [i for i, a in enumerate(schema.arguments)
+                   if a.alias_info is not None and a.alias_info.is_write]
+        if not mutates and not _flat_tensors(node.meta.get("val")):
+            # runtime checks (_assert_tensor_metadata, _assert_scalar) and size queries do
+            # no work on a device
+            recs.append(_Rec(node, short, schema.name, ns, list(node.args), dict(node.kwargs),
+                             kind="skip"))
+            continue
+        recs.append(_Rec(node, short, f"{ns}.{short}.{overload}", ns, list(node.args),
+                         dict(node.kwargs), mutates=mutates, stack=_module_stack(node)))
+    # functional IR (after run_decompositions) names buffer mutations in the signature
+    mutated = dict(getattr(sig, "buffers_to_mutate", {}) or {})
+    mutated.update(getattr(sig, "user_inputs_to_mutate", {}) or {})
+    return recs, {"labels": labels, "kinds": kinds, "mutated_outputs": mutated}, "torch.export"
+
+
+_MODULE_TYPES = {
+    "Linear": "linear", "Conv1d": "conv1d", "Conv2d": "conv2d", "Conv3d": "conv3d",
+    "ConvTranspose2d": "conv_transpose2d", "LayerNorm": "layer_norm", "RMSNorm": "rms_norm",
+    "BatchNorm1d": "batch_norm", "BatchNorm2d": "batch_norm", "GroupNorm": "group_norm",
+    "Embedding": "embedding", "ReLU": "relu", "GELU": "gelu", "SiLU": "silu",
+    "Sigmoid": "sigmoid", "Tanh": "tanh", "Softmax": "softmax", "Dropout": "dropout",
+    "MaxPool2d": "max_pool2d", "AvgPool2d": "avg_pool2d",
+    "AdaptiveAvgPool2d": "adaptive_avg_pool2d",
+    "Identity": "alias", "Flatten": "flatten", "MultiheadAttention": "multi_head_attention_forward",
+}
+
+
+def _trace_fx(module: Any, inputs: tuple, kwargs: dict) -> tuple[list[_Rec], dict, str]:
+    """torch.fx.symbolic_trace + shape propagation on fake tensors (no real compute)."""
+    import torch
+    import torch.fx
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    if kwargs:
+        raise ValueError("the torch.fx fallback takes positional example inputs only")
+    gm = torch.fx.symbolic_trace(module)
+
+    class _Prop(torch.fx.Interpreter):
+        def run_node(self, n):  # record each node's value, like export's meta["val"]
+            result = super().run_node(n)
+            n.meta["val"] = result
+            return result
+
+    mode = FakeTensorMode(allow_non_fake_inputs=True)
+    fake_inputs = [mode.from_tensor(t) if _is_tensor(t) else t for t in inputs]
+    with mode, torch.no_grad():
+        _Prop(gm).run(*fake_inputs)
+    labels: dict[str, str] = {}
+    kinds: dict[str, str] = {}
+    recs: list[_Rec] = []
+    params = dict(gm.named_parameters())
+    buffers = dict(gm.named_buffers())
+    for node in gm.graph.nodes:
+        if node.op == "placeholder":
+            labels[node.name] = node.target
+            kinds[node.name] = "input"
+        elif node.op == "get_attr":
+            labels[node.name] = node.target
+            kinds[node.name] = "param" if node.target in params else "buffer"
+            if node.meta.get("val") is None:
+                node.meta["val"] = params.get(node.target, buffers.get(node.target))
+        elif node.op in ("call_function", "call_method", "call_module"):
+            stack = _module_stack(node)
+            args = list(node.args)
+            if node.op == "call_module":
+                sub = gm.get_submodule(node.target)
+                cls = type(sub).__name__
+                short = _MODULE_TYPES.get(cls, cls.lower())
+                # the module's own weight/bias become pseudo inputs, as aten would see them
+                for pname, p in sub.named_parameters(recurse=False):
+                    pnode = _FakeNode(f"{node.target}.{pname}", p)
+                    labels[pnode.name] = pnode.name
+                    kinds[pnode.name] = "param"
+                    args.append(pnode)
+                stack = stack + [(str(node.target), cls)]
+                if short == "dropout" or (short == "alias"):
+                    kind = "view"
+                else:
+                    kind = "op"
+                recs.append(_Rec(node, short, f"module.{cls}", "", args, dict(node.kwargs),
+                                 stack=stack, kind=kind))
+                continue
+            if node.op == "call_method":
+                short = str(node.target)
+                mut = [0] if short.endswith("_") and not short.startswith("__") else []
+                recs.append(_Rec(node, short, f"Tensor.{short}", "", args, dict(node.kwargs),
+                                 mutates=mut, stack=stack))
+                continue
+            tgt = node.target
+            short = getattr(tgt, "__name__", str(tgt))
+            if tgt is operator.getitem:
+                short = "getitem"
+            mut = [0] if node.kwargs.get("inplace") else []
+            mod = getattr(tgt, "__module__", "") or ""
+            recs.append(_Rec(node, short.lstrip("_") if short.startswith("__") else short,
+                             f"{mod}.{short}".strip("."), "", args, dict(node.kwargs),
+                             mutates=mut, stack=stack))
+    for r in recs:  # python operators: operator.add -> add, operator.matmul -> matmul
+        if r.short in ("add__", "mul__"):
+            r.short = r.short[:-1]
+        if r.short in ("iadd", "imul", "isub"):
+            r.short, r.mutates = r.short[1:] + "_", [0]
+        if r.short == "getitem" or r.short in VIEW_OPS:
+            r.kind = "view"
+        if not _is_tensor(_val(r.node)) and not isinstance(_val(r.node), (tuple, list)):
+            if r.kind == "op" and not r.mutates:
+                r.kind = "skip"
+    return recs, {"labels": labels, "kinds": kinds, "mutated_outputs": {}}, "torch.fx"
+
+
+class _FakeNode:
+    """A parameter handed to an fx call_module as if it were an argument node."""
+
+    def __init__(self, name: str, value: Any) -> None:
+        self.name = name
+        self.meta = {"val": value}
+
+
+# ----------------------------------------------------------------------------- graph building
+@dataclass
+class _Ref:
+    """What a traced value is: its producing op (for data edges) and its storage (for state)."""
+
+    producer: str | None       # op name, or None for a graph input / parameter
+    tensor: str                # tensor name shown on edges and Tensors
+    storage: str               # storage key: an input label or "op:<name>:<i>"
+
+
+def _dtype_name(dt: Any) -> str:
+    return str(dt).replace("torch.", "")
+
+
+def _dim(s: Any) -> int:
+    try:
+        return int(s)
+    except Exception:  # an unbacked symbolic size: use its hint when there is one
+        hint = getattr(getattr(s, "node", None), "hint", None)
+        return int(hint) if hint is not None else 1
+
+
+def _shape(t: Any) -> list[int]:
+    return [_dim(s) for s in t.shape]
+
+
+def _nbytes(t: Any) -> int:
+    """Bytes a tensor really occupies: broadcast (stride-0) dimensions count once."""
+    try:
+        dims = [(_dim(s), _dim(st)) for s, st in zip(t.shape, t.stride())]
+        n = math.prod(s for s, st in dims if st != 0 or s == 0)
+    except Exception:
+        n = math.prod(_shape(t))
+    return int(n) * t.element_size()
+
+
+def _numel(t: Any) -> int:
+    return int(math.prod(_shape(t)))
+
+
+def _flat_tensors(v: Any) -> list[Any]:
+    if _is_tensor(v):
+        return [v]
+    if isinstance(v, (tuple, list)):
+        return [x for item in v for x in _flat_tensors(item)]
+    return []
+
+
+def _flat_nodes(a: Any) -> list[Any]:
+    """fx nodes (and pseudo nodes) inside an argument, in order."""
+    if hasattr(a, "meta") and hasattr(a, "name"):
+        return [a]
+    if isinstance(a, (tuple, list)):
+        return [x for item in a for x in _flat_nodes(item)]
+    if isinstance(a, dict):
+        return [x for item in a.values() for x in _flat_nodes(item)]
+    return []
+
+
+def _build(recs: list[_Rec], info: dict, module: Any, name: str, source: str,
+           meta: dict | None) -> Graph:
+    labels: dict[str, str] = info["labels"]
+    kinds: dict[str, str] = info["kinds"]
+    refs: dict[str, list[_Ref] | _Ref] = {}   # fx node name -> ref (list for multi-output)
+    for node_name, label in labels.items():
+        refs[node_name] = _Ref(None, label, "in:" + label)
+    host_paths = set(_module_attr(module, "parastream_resource", "host"))
+    copy_paths = _module_attr(module, "parastream_copy")
+    main_device = _main_device(recs)
+
+    ops: list[Op] = []
+    edges: list[Edge] = []
+    edge_set: set[tuple[str, str, str]] = set()
+    last_writer: dict[str, str] = {}
+    readers: dict[str, list[str]] = {}
+    collectives: list[str] = []
+    folded = 0
+
+    def add_edge(src: str, dst: str, typ: str, reason: str, tensor: str | None = None) -> None:
+        if src == dst or (src, dst, typ) in edge_set:
+            return
+        if typ == "state" and (src, dst, "data") in edge_set:
+            return  # a data edge already orders them
+        edge_set.add((src, dst, typ))
+        edges.append(Edge(src, dst, typ, reason, tensor))
+
+    def ref_of(a: Any) -> _Ref | None:
+        r = refs.get(getattr(a, "name", None))
+        return r if isinstance(r, _Ref) else None
+
+    for rec in recs:
+        node = rec.node
+        if rec.kind == "skip":
+            continue
+        view = rec.kind == "view" or rec.short in VIEW_OPS or _folds(rec)
+        if view:
+            folded += 1
+            src = rec.args[0] if rec.args else None
+            if rec.short == "getitem":
+                base = refs.get(getattr(src, "name", None))
+                idx = rec.args[1] if len(rec.args) > 1 else 0
+                if isinstance(base, list) and isinstance(idx, int) and idx < len(base):
+                    refs[node.name] = base[idx]
+                elif isinstance(base, _Ref):
+                    refs[node.name] = base
+                continue
+            base = ref_of(src)
+            if base is None:
+                continue
+            out = _val(node)
+            if isinstance(out, (tuple, list)):  # split/unbind: each piece views the base
+                refs[node.name] = [base] * len(out)
+            else:
+                refs[node.name] = base
+            continue
+
+        op_name = node.name
+        in_tensors: list[Tensor] = []
+        arg_refs: list[tuple[int, _Ref, Any]] = []   # (arg position, ref, value)
+        for pos, a in enumerate(list(rec.args) + list(rec.kwargs.values())):
+            for n in _flat_nodes(a):
+                r = ref_of(n)
+                v = _val(n)
+                if r is None or not _is_tensor(v):
+                    continue
+                arg_refs.append((pos, r, v))
+                in_tensors.append(Tensor(_shape(v), _dtype_name(v.dtype), _nbytes(v), r.tensor))
+        out_val = _val(node)
+        outs = _flat_tensors(out_val)
+        multi = isinstance(out_val, (tuple, list))
+        out_refs: list[_Ref] = []
+        written_storages = []
+        mutated_refs = [r for pos, r, _ in arg_refs if pos in rec.mutates]
+        for i, t in enumerate(outs):
+            tname = f"{op_name}:{i}" if multi else op_name
+            storage = f"op:{op_name}:{i}"
+            if rec.mutates and i < len(mutated_refs):
+                storage = mutated_refs[i].storage  # an in-place result aliases what it wrote
+            out_refs.append(_Ref(op_name, tname, storage))
+        if not out_refs:  # an in-place op returning nothing still orders its readers
+            out_refs = [_Ref(op_name, op_name, f"op:{op_name}:0")]
+        refs[node.name] = out_refs if multi else out_refs[0]
+        out_tensors = [Tensor(_shape(t), _dtype_name(t.dtype), _nbytes(t), r.tensor)
+                       for t, r in zip(outs, out_refs)]
+
+        # ---- costs and class
+        flops, bytes_read, bytes_written = _costs(rec, arg_refs, outs)
+        resource, op_meta = _classify(rec, arg_refs, outs, host_paths, main_device)
+        if resource == "memory" and "copy" not in op_meta:
+            for p, _ in reversed(rec.stack):
+                if p in copy_paths:  # the module says what this copy stands for (h2d/d2h)
+                    op_meta["copy"] = copy_paths[p]
+                    break
+        side: list[str] = []
+        for r in mutated_refs:
+            written_storages.append(r.storage)
+            if r.storage.startswith("in:"):
+                side.append(f"writes:{r.storage[3:]}")
+        for out_node, buf in info["mutated_outputs"].items():
+            if out_node == node.name:
+                side.append(f"writes:{buf}")
+        kind = COLLECTIVES.get(rec.short) if resource == "comm" else None
+        if kind:
+            side.append(f"collective:{kind}")
+        path = rec.stack[-1][0] if rec.stack else ""
+        op_meta["target"] = rec.target
+        if rec.stack:
+            op_meta["module_class"] = rec.stack[-1][1].rsplit(".", 1)[-1]
+        ops.append(Op(name=op_name, type=rec.short, module=path, inputs=in_tensors,
+                      outputs=out_tensors, flops=float(flops), bytes_read=int(bytes_read),
+                      bytes_written=int(bytes_written), resource=resource,
+                      side_effects=list(dict.fromkeys(side)), meta=op_meta))
+
+        # ---- edges: data first (so a state edge on the same pair is redundant)
+        for _, r, _ in arg_refs:
+            if r.producer is not None:
+                add_edge(r.producer, op_name, "data", f"{r.tensor} is an input", r.tensor)
+        written = set(written_storages)
+        for _, r, _ in arg_refs:
+            if r.storage in written:
+                continue
+            w = last_writer.get(r.storage)
+            if w is not None:
+                add_edge(w, op_name, "state", f"reads {_storage_label(r.storage)} after "
+                         f"{w} wrote it (read-after-write)", r.tensor)
+            readers.setdefault(r.storage, []).append(op_name)
+        for s in written:
+            prev_readers = [x for x in readers.get(s, []) if x != op_name]
+            for rd in prev_readers:
+                add_edge(rd, op_name, "state", f"writes {_storage_label(s)} that {rd} reads "
+                         "(write-after-read)", s[3:] if s.startswith("in:") else None)
+            w = last_writer.get(s)
+            if w is not None and not prev_readers:
+                add_edge(w, op_name, "state", f"writes {_storage_label(s)} after {w} wrote it "
+                         "(write-after-write)", s[3:] if s.startswith("in:") else None)
+            last_writer[s] = op_name
+            readers[s] = []
+        if kind:
+            if collectives:
+                add_edge(collectives[-1], op_name, "collective_order",
+                         f"collectives run in program order on every rank ({collectives[-1]} "
+                         f"before {op_name})")
+            collectives.append(op_name)
+
+    gmeta = {"source": source, "model": name, "folded_views": folded,
+             "params_bytes": _params_bytes(module),
+             "inputs": {lbl: k for lbl, k in ((labels[n], kinds.get(n)) for n in labels)
+                        if k == "input"}}
+    gmeta.update(meta or {})
+    return Graph(name=name, ops=ops, edges=edges, meta=gmeta)
+
+
+def _storage_label(s: str) -> str:
+    if s.startswith("in:"):
+        return s[3:]
+    return "the output of " + s.split(":")[1]
+
+
+def _folds(rec: _Rec) -> bool:
+    """Ops that are free here: reshape/contiguous of contiguous data, eval dropout, no-op to()."""
+    a0 = _val(rec.args[0]) if rec.args else None
+    if rec.short in MAYBE_VIEW_OPS:
+        try:
+            return _is_tensor(a0) and bool(a0.is_contiguous())
+        except Exception:
+            return True
+    if rec.short in ("dropout", "feature_dropout", "alpha_dropout"):
+        train = rec.args[2] if len(rec.args) > 2 else rec.kwargs.get("train", False)
+        return not bool(train)
+    if rec.short in ("_to_copy", "to") and _is_tensor(a0):
+        out = _val(rec.node)
+        if rec.short == "to" and _is_tensor(out):
+            copy = rec.kwargs.get("copy", False) or any(a is True for a in rec.args[1:])
+            return (not copy and out.dtype == a0.dtype and out.device == a0.device)
+    return False
+
+
+def _costs(rec: _Rec, arg_refs: list, outs: list) -> tuple[float, int, int]:
+    """FLOPs, bytes read, bytes written for one op from its shapes."""
+    short = rec.short
+    vals = [_val(a) for a in rec.args]
+    tensors = [v for _, _, v in arg_refs]
+    out_elems = sum(_numel(t) for t in outs)
+    bytes_read = sum(_nbytes(v) for v in tensors)
+    bytes_written = sum(_nbytes(t) for t in outs)
+    flops = 0.0
+    try:
+        if short == "linear":
+            x, w = vals[0], vals[1]
+            inf, outf = _dim(w.shape[-1]), _dim(w.shape[0])
+            tokens = _numel(x) // max(inf, 1)
+            flops = 2.0 * tokens * inf * outf
+            b = vals[2] if len(vals) > 2 else rec.kwargs.get("bias")
+            if _is_tensor(b):
+                flops += tokens * outf
+        elif short in ("mm", "bmm", "matmul", "mv", "dot"):
+            a = vals[0]
+            flops = 2.0 * out_elems * _dim(a.shape[-1])
+        elif short in ("addmm", "baddbmm", "addbmm", "addmv"):
+            a = vals[1]
+            flops = 2.0 * out_elems * _dim(a.shape[-1]) + out_elems
+        elif short == "einsum":
+            flops = _einsum_flops(vals[0], vals[1])
+        elif short in ("conv1d", "conv2d", "conv3d", "convolution", "_convolution"):
+            w = vals[1]
+            transposed = short in ("convolution", "_convolution") and len(vals) > 6 and vals[6]
+            if transposed:
+                flops = 2.0 * _numel(vals[0]) * math.prod(_shape(w)[1:])
+            else:
+                flops = 2.0 * out_elems * math.prod(_shape(w)[1:])
+            if len(vals) > 2 and _is_tensor(vals[2]):
+                flops += out_elems
+        elif short.startswith("conv_transpose"):
+            flops = 2.0 * _numel(vals[0]) * math.prod(_shape(vals[1])[1:])
+        elif "attention" in short and short in CUBE_OPS and len(vals) >= 3 \
+                and all(_is_tensor(v) for v in vals[:3]):
+            q, k, v = vals[0], vals[1], vals[2]
+            batch = math.prod(_shape(q)[:-2])
+            L, E = _dim(q.shape[-2]), _dim(q.shape[-1])
+            S, Ev = _dim(k.shape[-2]), _dim(v.shape[-1])
+            flops = 2.0 * batch * L * S * E + 2.0 * batch * L * S * Ev
+        elif short in COLLECTIVES or rec.namespace in COMM_NAMESPACES or short in MEMORY_OPS:
+            flops = 0.0
+        elif short in REDUCTIONS:
+            flops = float(sum(_numel(v) for v in tensors[:1]))
+        elif short in VECTOR_FLOPS_PER_ELEM:
+            flops = float(VECTOR_FLOPS_PER_ELEM[short] * out_elems)
+        else:
+            flops = float(out_elems)
+        if short in GATHERS and tensors:
+            # only the gathered rows of the table are read
+            table_pos = 0 if short == "embedding" else None
+            table = vals[table_pos] if table_pos is not None else vals[0]
+            if _is_tensor(table):
+                bytes_read = bytes_read - _nbytes(table) + bytes_written
+        if short in INDEX_WRITES:
+            src = rec.args[INDEX_WRITES[short]] if len(rec.args) > INDEX_WRITES[short] else None
+            srcv = _val(src)
+            if _is_tensor(srcv):
+                dst = vals[0]
+                bytes_read = bytes_read - (_nbytes(dst) if _is_tensor(dst) else 0)
+                bytes_written = _nbytes(srcv)
+        elif rec.mutates and tensors:
+            # an in-place op writes its target (the returned alias is the same bytes)
+            written = [v for pos, _, v in arg_refs if pos in rec.mutates]
+            bytes_written = sum(_nbytes(v) for v in written)
+            if short in ("copy_", "fill_", "zero_"):
+                bytes_read -= sum(_nbytes(v) for v in written)
+        if short in ("zeros", "ones", "empty", "full", "zeros_like", "ones_like",
+                     "empty_like", "full_like", "new_zeros", "new_ones", "new_empty",
+                     "new_full"):
+            bytes_read = 0
+            if "empty" in short:
+                bytes_written = 0
+    except (IndexError, AttributeError, TypeError):
+        pass  # odd argument forms: keep the byte counts, FLOPs stay an estimate
+    return flops, max(0, int(bytes_read)), max(0, int(bytes_written))
+
+
+def _einsum_flops(eq: Any, operands: Any) -> float:
+    try:
+        lhs = str(eq).replace(" ", "").split("->")[0].split(",")
+        sizes: dict[str, int] = {}
+        for spec, t in zip(lhs, operands):
+            for ch, s in zip(spec.replace("...", ""), _shape(t)[-len(spec.replace("...", "")):]):
+                sizes[ch] = _dim(s)
+        return 2.0 * math.prod(sizes.values())
+    except Exception:
+        return 0.0
+
+
+def _classify(rec: _Rec, arg_refs: list, outs: list, host_paths: set[str],
+              main_device: str | None) -> tuple[str, dict]:
+    short = rec.short
+    meta: dict = {}
+    if rec.namespace in COMM_NAMESPACES and (short in COLLECTIVES or rec.namespace != "parastream"):
+        return "comm", meta
+    if short in COLLECTIVES and rec.namespace in ("", "parastream"):
+        return "comm", meta
+    if short in ("scaled_dot_product_attention",):
+        causal = rec.kwargs.get("is_causal", rec.args[5] if len(rec.args) > 5 else False)
+        meta["causal"] = bool(causal)
+    in_dev = {str(v.device) for _, _, v in arg_refs}
+    out_dev = {str(t.device) for t in outs}
+    resource = "vector"
+    if short in CUBE_OPS:
+        resource = "cube"
+    elif short in MEMORY_OPS:
+        resource = "memory"
+        src = [v for _, _, v in arg_refs]
+        if short in ("_to_copy", "to", "copy_") and src and outs:
+            a, b = (src[-1], src[0]) if short == "copy_" else (src[0], outs[0])
+            if a.dtype != b.dtype and str(a.device) == str(b.device):
+                resource = "vector"   # a cast computes; it is not a DMA copy
+                meta["cast"] = f"{_dtype_name(a.dtype)}->{_dtype_name(b.dtype)}"
+            elif str(a.device) != str(b.device):
+                meta["copy"] = _direction(str(a.device), str(b.device))
+    # a module marked as host work, or CPU-only ops in a model living on another device
+    if resource != "comm":
+        paths = [p for p, _ in rec.stack]
+        if any(p in host_paths for p in paths):
+            if resource != "memory":
+                resource = "host"
+        elif (main_device and main_device != "cpu" and resource != "memory"
+              and (in_dev | out_dev) == {"cpu"}):
+            resource = "host"
+    return resource, meta
+
+
+def _direction(src: str, dst: str) -> str:
+    if src == "cpu":
+        return "h2d"
+    if dst == "cpu":
+        return "d2h"
+    return "d2d"
+
+
+def _module_attr(module: Any, attr: str, only: str | None = None) -> dict[str, str]:
+    """Paths of submodules that declare ``attr`` (``parastream_resource = "host"``,
+    ``parastream_copy = "d2h"``), with its value."""
+    out: dict[str, str] = {}
+    try:
+        for path, sub in module.named_modules():
+            v = getattr(sub, attr, None)
+            if isinstance(v, str) and (only is None or v == only):
+                out[path] = v
+    except Exception:
+        pass
+    return out
+
+
+def _main_device(recs: list[_Rec]) -> str | None:
+    counts: dict[str, int] = {}
+    for r in recs:
+        for t in _flat_tensors(_val(r.node)):
+            d = str(t.device).split(":")[0]
+            counts[d] = counts.get(d, 0) + 1
+    return max(counts, key=counts.get) if counts else None
+
+
+def _params_bytes(module: Any) -> int:
+    try:
+        return int(sum(p.numel() * p.element_size() for p in module.parameters()))
+    except Exception:
+        return 0

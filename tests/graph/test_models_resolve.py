@@ -1,0 +1,187 @@
+"""``resolve``: zoo names and ``path/to/file.py:factory``, with one clear error per mistake;
+and the ``parastream zoo`` command."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+pytest.importorskip("torch")
+
+from parastream.errors import InputError  # noqa: E402
+from parastream.graph.ir import validate  # noqa: E402
+from parastream.graph.models import resolve  # noqa: E402
+
+
+def write(tmp_path, body: str, name: str = "model.py") -> str:
+    p = tmp_path / name
+    p.write_text(textwrap.dedent(body))
+    return str(p)
+
+
+GOOD = """
+    import torch
+    from torch import nn
+
+    class Net(nn.Module):
+        def __init__(self, width):
+            super().__init__()
+            self.fc = nn.Linear(width, width)
+        def forward(self, x):
+            return torch.relu(self.fc(x))
+
+    def plain():
+        return Net(16), (torch.randn(2, 16),)
+
+    def scaled(scale="small"):
+        width = {"tiny": 8, "small": 32, "7b": 4096}[scale]
+        device = "meta" if scale == "7b" else "cpu"
+        with torch.device(device):
+            return Net(width), (torch.randn(4, width),)
+
+    def with_phase(scale="small", phase=None):
+        return Net(8), (torch.randn(1 if phase == "decode" else 4, 8),)
+
+    def single_tensor():
+        return Net(8), torch.randn(2, 8)
+
+    def wrong_shape():
+        return Net(8)
+
+    def not_module():
+        return "net", (torch.randn(2, 8),)
+
+    def bad_inputs():
+        return Net(8), 3
+
+    def raises():
+        raise RuntimeError("weights not found\\nmore detail")
+
+    def needs_args(path):
+        return Net(8), (torch.randn(2, 8),)
+
+    class Dyn(nn.Module):
+        def forward(self, x):
+            if x.sum() > 0:
+                return x * 2
+            return x
+
+    def untraceable():
+        return Dyn(), (torch.randn(3),)
+
+    NOT_CALLABLE = 3
+"""
+
+
+def test_zoo_name_resolves():
+    g = resolve("moe_layer", "tiny")
+    validate(g)
+    assert g.name == "moe_layer"
+    assert g.meta["scale"] == "tiny" and g.meta["phase"] == "prefill" and g.meta["zoo"] == "moe_layer"
+
+
+def test_zoo_phase_and_device():
+    g = resolve("llama_layer", "tiny", phase="decode", device="cpu")
+    assert g.meta["phase"] == "decode" and g.meta["device"] == "cpu"
+    assert any(o.type == "index_copy_" for o in g.ops)
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    ({"spec": "no_such_model"}, "unknown model 'no_such_model'.*llama_layer"),
+    ({"spec": "llama_layer", "scale": "70b"}, "unknown scale '70b'"),
+    ({"spec": "inception_block", "phase": "decode"}, "has no phase 'decode'.*infer"),
+    ({"spec": "llama_layer", "device": "no_such_device"}, "unknown device"),
+])
+def test_zoo_errors(kwargs, match):
+    with pytest.raises(InputError, match=match):
+        resolve(**kwargs)
+
+
+def test_factory_without_arguments(tmp_path):
+    path = write(tmp_path, GOOD)
+    g = resolve(f"{path}:plain")
+    validate(g)
+    assert [o.type for o in g.ops] == ["linear", "relu"]
+    assert g.name == "model:plain" and g.meta["file"] == path
+
+
+def test_factory_gets_scale_and_phase(tmp_path):
+    path = write(tmp_path, GOOD)
+    g = resolve(f"{path}:scaled", scale="7b")
+    assert g.ops[0].flops == 2 * 4 * 4096 * 4096 + 4 * 4096
+    g = resolve(f"{path}:with_phase", scale="tiny", phase="decode")
+    assert g.ops[0].inputs[0].shape == [1, 8]
+    g = resolve(f"{path}:single_tensor")
+    assert g.ops[0].inputs[0].shape == [2, 8]
+
+
+@pytest.mark.parametrize("factory,match", [
+    ("missing", r"no factory named 'missing' \(callables defined there: .*plain"),
+    ("NOT_CALLABLE", "'NOT_CALLABLE' is a int, not a callable factory"),
+    ("wrong_shape", r"must return \(module, example_inputs\), got a Net"),
+    ("not_module", "returned a str as the module; expected a torch.nn.Module"),
+    ("bad_inputs", "returned a int as example inputs; expected a tuple of tensors"),
+    ("raises", r"factory raises\(\) failed: RuntimeError: weights not found$"),
+    ("needs_args", r"needs arguments \(path\)"),
+    ("untraceable", r"model from untraceable\(\) cannot be traced \(torch.export: .*torch.fx: "),
+])
+def test_factory_errors(tmp_path, factory, match):
+    path = write(tmp_path, GOOD)
+    with pytest.raises(InputError, match=match) as info:
+        resolve(f"{path}:{factory}")
+    assert info.value.path == path and "\n" not in str(info.value)
+
+
+def test_file_errors(tmp_path):
+    with pytest.raises(InputError, match="no such file") as info:
+        resolve(f"{tmp_path}/nope.py:make")
+    assert info.value.path == f"{tmp_path}/nope.py"
+    with pytest.raises(InputError, match="path/to/file.py:factory"):
+        resolve(str(tmp_path / "model.py"))
+    with pytest.raises(InputError, match="syntax error on line 2"):
+        resolve(write(tmp_path, "x = 1\ndef f(:\n", "syn.py") + ":f")
+    with pytest.raises(InputError, match="failed to import: ModuleNotFoundError: No module named "
+                                         "'not_a_real_package'"):
+        resolve(write(tmp_path, "import not_a_real_package\n", "imp.py") + ":f")
+    with pytest.raises(InputError, match="not a Python name"):
+        resolve(write(tmp_path, GOOD) + ":1abc")
+
+
+def test_file_may_import_its_siblings(tmp_path):
+    write(tmp_path, "import torch\nWIDTH = 8\n", "helper_mod.py")
+    path = write(tmp_path, """
+        import torch
+        from helper_mod import WIDTH
+        def make():
+            return torch.nn.Linear(WIDTH, WIDTH), (torch.randn(1, WIDTH),)
+    """)
+    assert resolve(f"{path}:make").ops[0].type == "linear"
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "parastream", *args], capture_output=True,
+                          text=True, timeout=120)
+
+
+def test_cli_zoo_lists_every_model():
+    from parastream.graph.zoo import ZOO
+
+    r = run_cli("zoo")
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.strip().splitlines()
+    assert [ln.split()[0] for ln in lines] == list(ZOO)
+    r = run_cli("zoo", "--format", "json")
+    doc = json.loads(r.stdout)
+    assert [d["name"] for d in doc] == list(ZOO)
+    assert all(d["scales"] == ["tiny", "small", "7b"] and d["description"] for d in doc)
+
+
+def test_cli_zoo_does_not_import_torch_for_other_commands():
+    code = ("import sys; from parastream.cli import _parser; _parser(); "
+            "print('torch' in sys.modules)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.stdout.strip() == "False", r.stderr

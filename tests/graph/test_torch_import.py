@@ -1,0 +1,249 @@
+"""torch -> operator graph: op types, FLOPs, module paths, folded views, state and collective
+edges, the fx fallback, and clear errors for models that cannot be traced."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+from torch import nn  # noqa: E402
+
+from parastream.errors import InputError  # noqa: E402
+from parastream.graph.ir import validate  # noqa: E402
+from parastream.graph.torch_import import import_module  # noqa: E402
+
+
+def by_type(g, t):
+    return [o for o in g.ops if o.type == t]
+
+
+def reaches(g, src: str, dst: str) -> bool:
+    succ = g.successors()
+    seen, stack = set(), [src]
+    while stack:
+        n = stack.pop()
+        if n == dst:
+            return True
+        if n in seen:
+            continue
+        seen.add(n)
+        stack.extend(e.dst for e in succ.get(n, []))
+    return False
+
+
+def test_linear_flops_at_7b_shapes_on_meta():
+    with torch.device("meta"):
+        m = nn.Sequential(nn.Linear(4096, 4096, bias=False))
+        x = torch.randn(8, 1024, 4096, dtype=torch.float32)
+    g = import_module(m, (x,), name="lin")
+    validate(g)
+    (op,) = g.ops
+    tokens = 8 * 1024
+    assert op.type == "linear" and op.resource == "cube" and op.module == "0"
+    assert op.flops == 2 * tokens * 4096 * 4096
+    assert op.bytes_read == (tokens * 4096 + 4096 * 4096) * 4
+    assert op.bytes_written == tokens * 4096 * 4
+    assert op.meta["target"] == "aten.linear.default"
+    assert [t.name for t in op.inputs] == ["input", "0.weight"]  # Sequential names it input
+    assert op.outputs[0].shape == [8, 1024, 4096] and op.outputs[0].dtype == "float32"
+
+
+def test_multihead_attention_imports():
+    e, h, b, t = 4096, 32, 2, 128
+    with torch.device("meta"):
+        mha = nn.MultiheadAttention(e, h, batch_first=True).eval()
+        x = torch.randn(b, t, e)
+    g = import_module(mha, (x, x, x), name="mha")
+    validate(g)
+    lin = by_type(g, "linear")
+    assert len(lin) == 2                                   # packed in_proj and out_proj
+    assert {o.flops for o in lin} == {2 * b * t * e * 3 * e + b * t * 3 * e,
+                                      2 * b * t * e * e + b * t * e}
+    # need_weights=True (the default) computes attention with bmm + softmax
+    bmm = by_type(g, "bmm")
+    assert len(bmm) == 2 and all(o.resource == "cube" for o in bmm)
+    assert sum(o.flops for o in bmm) == 2 * (2 * b * h * t * t * (e // h))
+    assert by_type(g, "softmax")[0].resource == "vector"
+    assert not any(o.type in ("view", "transpose", "select", "unflatten") for o in g.ops)
+    assert reaches(g, lin[0].name, lin[1].name)
+
+
+def test_transformer_encoder_layer_imports():
+    layer = nn.TransformerEncoderLayer(64, 4, 128, batch_first=True).eval()
+    x = torch.randn(2, 10, 64)
+    g = import_module(layer, (x,), name="tel")
+    order = validate(g)
+    types = [o.type for o in g.ops]
+    assert types.count("linear") == 4 and types.count("layer_norm") == 2
+    assert types.count("scaled_dot_product_attention") == 1
+    assert "dropout" not in types                          # eval dropout is free: folded
+    mods = {o.module for o in g.ops if o.type == "linear"}
+    assert mods == {"self_attn", "linear1", "linear2"}
+    sdpa = by_type(g, "scaled_dot_product_attention")[0]
+    assert sdpa.resource == "cube" and sdpa.flops == 4 * 2 * 4 * 10 * 10 * 16
+    ffn1 = next(o for o in g.ops if o.module == "linear1")
+    assert ffn1.flops == 2 * 20 * 64 * 128 + 20 * 128
+    # one serial chain: the input projection comes first, the final norm last
+    assert order[0] == g.ops[0].name and g.ops[-1].type == "layer_norm"
+    assert reaches(g, g.ops[0].name, g.ops[-1].name)
+
+
+class Views(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Linear(16, 16)
+        self.b = nn.Linear(16, 16)
+
+    def forward(self, x):
+        y = self.a(x).view(4, 2, 16).transpose(0, 1).reshape(8, 16)   # the reshape copies
+        z = self.a(x).view(8, 2, 8)[:, 0]                               # pure views
+        return self.b(y) + z.sum()
+
+
+def test_views_are_folded_and_copying_reshape_is_kept():
+    g = import_module(Views(), (torch.randn(8, 16),), name="views")
+    validate(g)
+    types = [o.type for o in g.ops]
+    for view in ("view", "transpose", "slice", "select"):
+        assert view not in types
+    reshape = by_type(g, "reshape")
+    assert len(reshape) == 1 and reshape[0].resource == "memory"   # non-contiguous input
+    assert g.meta["folded_views"] >= 4
+    lin_a = [o for o in g.ops if o.module == "a"]
+    sum_op = by_type(g, "sum")[0]
+    # the sum consumes a select of a view of the second linear: wired straight to it
+    assert any(e.src == lin_a[1].name and e.dst == sum_op.name and e.type == "data"
+               for e in g.edges)
+    assert sum_op.inputs[0].shape == [8, 8] and sum_op.inputs[0].name == lin_a[1].name
+
+
+class Stateful(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("cache", torch.zeros(4, 8))
+        self.p = nn.Linear(8, 8)
+
+    def forward(self, x):
+        old = self.cache.sum()                 # reads the cache ...
+        self.cache[:2].copy_(self.p(x))        # ... before this write (write-after-read)
+        y = self.p(x)
+        y.add_(1.0)                            # in place on an activation
+        return (self.cache * 2)[:2] + old + y  # reads after the write (read-after-write)
+
+
+def test_buffer_writes_become_side_effects_and_state_edges():
+    g = import_module(Stateful(), (torch.randn(2, 8),), name="state")
+    validate(g)
+    copy = by_type(g, "copy_")[0]
+    assert copy.side_effects == ["writes:cache"] and copy.resource == "memory"
+    assert copy.bytes_written == 2 * 8 * 4
+    total = next(o for o in g.ops if o.type == "sum")
+    war = [e for e in g.edges if e.type == "state" and e.src == total.name and e.dst == copy.name]
+    assert war and "write-after-read" in war[0].reason
+    mul = next(o for o in g.ops if o.type == "mul")
+    assert reaches(g, copy.name, mul.name)
+    add_ = by_type(g, "add_")[0]
+    assert add_.side_effects == []            # an activation, not a named buffer
+    assert reaches(g, add_.name, g.ops[-1].name)
+
+
+def _all_reduce(x):
+    from parastream.graph.zoo import all_reduce
+
+    return all_reduce(x)
+
+
+class TwoCollectives(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Linear(8, 8)
+        self.b = nn.Linear(8, 8)
+
+    def forward(self, x, y):
+        return _all_reduce(self.a(x)), _all_reduce(self.b(y))
+
+
+def test_collectives_are_comm_with_program_order_edges():
+    g = import_module(TwoCollectives(), (torch.randn(2, 8), torch.randn(2, 8)), name="cc")
+    validate(g)
+    comm = [o for o in g.ops if o.resource == "comm"]
+    assert [o.type for o in comm] == ["all_reduce", "all_reduce"]
+    assert all(o.side_effects == ["collective:all_reduce"] for o in comm)
+    assert all(o.flops == 0 and o.bytes_read == 2 * 8 * 4 for o in comm)
+    order = [e for e in g.edges if e.type == "collective_order"]
+    assert [(e.src, e.dst) for e in order] == [(comm[0].name, comm[1].name)]
+
+
+def test_c10d_functional_collectives_are_recognised():
+    class M(nn.Module):
+        def forward(self, x):
+            y = torch.ops._c10d_functional.all_reduce(x * 2, "sum", "default")
+            y = torch.ops._c10d_functional.wait_tensor(y)
+            return y + 1
+
+    g = import_module(M(), (torch.randn(4),), name="c10d")
+    validate(g)
+    assert [o.type for o in g.ops] == ["mul", "all_reduce", "add"]   # wait_tensor folded
+    assert g.ops[1].resource == "comm" and g.ops[1].side_effects == ["collective:all_reduce"]
+
+
+class Simple(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(32, 64)
+        self.norm = nn.LayerNorm(64)
+
+    def forward(self, x):
+        return self.norm(torch.relu(self.fc(x)))
+
+
+def test_fx_fallback_matches_export():
+    x = torch.randn(4, 32)
+    ge = import_module(Simple(), (x,), name="s", method="export")
+    gf = import_module(Simple(), (x,), name="s", method="fx")
+    validate(gf)
+    assert ge.meta["source"] == "torch.export" and gf.meta["source"] == "torch.fx"
+    assert [o.type for o in ge.ops] == [o.type for o in gf.ops] == ["linear", "relu", "layer_norm"]
+    assert [o.flops for o in ge.ops] == [o.flops for o in gf.ops]
+    assert [o.module for o in gf.ops] == ["fc", "", "norm"]
+    assert len(gf.edges) == 2
+
+
+def test_auto_falls_back_to_fx_when_export_fails(monkeypatch):
+    def broken(*a, **k):
+        raise RuntimeError("export is broken here\nsecond line")
+
+    monkeypatch.setattr(torch.export, "export", broken)
+    g = import_module(Simple(), (torch.randn(4, 32),), name="s")
+    assert g.meta["source"] == "torch.fx"
+    assert g.meta["export_error"] == "torch.export: RuntimeError: export is broken here"
+
+
+class DataDependent(nn.Module):
+    def forward(self, x):
+        if x.sum() > 0:
+            return x * 2
+        return x - 1
+
+
+def test_untraceable_model_is_an_input_error():
+    with pytest.raises(InputError) as info:
+        import_module(DataDependent(), (torch.randn(3),), name="ddm")
+    msg = str(info.value)
+    assert msg.startswith("ddm: cannot be traced")
+    assert "torch.export" in msg and "torch.fx" in msg and "\n" not in msg
+
+
+def test_not_a_module_is_an_input_error():
+    with pytest.raises(InputError, match="expected a torch.nn.Module"):
+        import_module(lambda x: x, (torch.randn(2),), name="fn")
+
+
+def test_meta_module_imports_without_allocating():
+    from parastream.graph.zoo import llama_layer
+
+    m, inputs = llama_layer("7b", "prefill")
+    assert all(p.device.type == "meta" for p in m.parameters())
+    g = import_module(m, inputs, name="llama")
+    assert g.meta["params_bytes"] == sum(p.numel() * 2 for p in m.parameters())
+    assert g.meta["params_bytes"] > 400e6     # ~200M parameters in bf16, none allocated
