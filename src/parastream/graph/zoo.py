@@ -366,7 +366,7 @@ class KVPath(nn.Module):
         kv = self.kv_b_proj(latent).view(b, t, c.heads, c.nope + c.v_dim).transpose(1, 2)
         k_nope, v = kv.split([c.nope, c.v_dim], dim=-1)
         k = torch.cat([k_nope, k_pe.expand(b, c.heads, t, c.rope)], dim=-1)
-        return k, v
+        return k, v, latent
 
 
 class AttentionProlog(nn.Module):
@@ -380,15 +380,20 @@ class AttentionProlog(nn.Module):
         self.q_path = QPath(c, rotary)
         self.kv_path = KVPath(c, rotary, cache_tokens)
         self.o_proj = nn.Linear(c.heads * c.v_dim, c.hidden, bias=False)
+        self.gate_proj = nn.Linear(c.kv_lora, c.hidden, bias=False)
         self.heads, self.v_dim = c.heads, c.v_dim
 
     def forward(self, x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
         b, t, _ = x.shape
         h = self.input_layernorm(x)
         q = self.q_path(h, pos)
-        k, v = self.kv_path(h, pos)
+        k, v, z = self.kv_path(h, pos)
         o = F.scaled_dot_product_attention(q, k, v, is_causal=t > 1)
-        return self.o_proj(o.transpose(1, 2).reshape(b, t, self.heads * self.v_dim))
+        out = self.o_proj(o.transpose(1, 2).reshape(b, t, self.heads * self.v_dim))
+        # the seed's GE trap: silu(z) = Swish(Cast(z)) of a side-path output, consumed on the
+        # main path; a compiler may hoist this cheap precompute ahead of the main dominator
+        gate = F.silu(z.float()).to(out.dtype)
+        return out * self.gate_proj(gate)
 
 
 def attention_prolog(scale: str = "small", phase: str | None = None) -> tuple[nn.Module, tuple]:

@@ -62,37 +62,122 @@ def load_graph(spec: str, scale: str, phase: str | None, device: str | None) -> 
 
 
 def pattern(graph: Graph, ops: list[str]) -> str:
-    """The module path of a branch with layer numbers wildcarded (``layers.*.mlp``)."""
+    """The module path shared by a branch's ops, layer numbers wildcarded (``layers.*.mlp``)."""
     index = graph.index()
     paths = [index[n].module for n in ops if n in index and index[n].module]
     if not paths:
         return ops[0] if ops else "?"
-    return re.sub(r"\.\d+(?=\.|$)", ".*", min(paths, key=len))
+    common = _common_prefix(paths) or min(paths, key=len)
+    return re.sub(r"\.\d+(?=\.|$)", ".*", common)
 
 
-def points_from(graph: Graph, dec) -> list[Point]:
-    """Op-level points for the planner from the decomposition's points (module-level ones
-    expanded to their modules' ops); the same point in every layer shares a name."""
+def points_from(graph: Graph, dec, dur: dict[str, float] | None = None) -> list[Point]:
+    """Op-level points for the planner from the decomposition's points.
+
+    Branches are regrouped at op level: two branches that meet before the point's overall
+    join (the first op every branch reaches) are one branch (the gate and up projections
+    of an MLP meet at their product long before the MLP meets the routed experts); each
+    branch then holds every op only it reaches before the join. The same point in every
+    layer shares a name.
+    """
+    from ..graph.ir import validate
+    from .lints import reach_sets
+
+    order = validate(graph)
+    idx = {n: i for i, n in enumerate(order)}
+    reach = reach_sets(graph, order)
     modules = {m.module_id: m for m in dec.modules}
-    out = []
+    dur = dur or {}
+    out: list[Point] = []
+    succ: dict[str, list[str]] = {}
+    for e in graph.edges:
+        succ.setdefault(e.src, []).append(e.dst)
     for pp in dec.parallel_points:
-        branches = []
-        for b in pp.branches:
-            ops: list[str] = []
-            for node in b.nodes:
-                ops.extend(modules[node].ops if node in modules else [node])
-            branches.append(ops)
-        if sum(1 for b in branches if b) < 2:
+        seeds: list[list[str]] = []
+        fork_ops = set(modules[pp.fork].ops) if pp.fork in modules else (
+            {pp.fork} if pp.fork in idx else set())
+        if fork_ops:  # every consumer of the fork starts a branch
+            firsts = sorted({v for o in fork_ops for v in succ.get(o, ()) if v not in fork_ops},
+                            key=idx.__getitem__)
+            seeds = [[v] for v in firsts]
+        else:  # a shared external input: the decomposition's branches
+            for b in pp.branches:
+                ops: list[str] = []
+                for node in b.nodes:
+                    ops.extend(modules[node].ops if node in modules else [node])
+                ops = [o for o in ops if o in idx]
+                if ops:
+                    seeds.append(ops)
+        if len(seeds) < 2:
             continue
+        desc = []
+        for ops in seeds:
+            m = 0
+            for o in ops:
+                m |= (1 << idx[o]) | reach[o]
+            desc.append(m)
+        # the point's join: the last of the places where two branches first meet
+        meet = {}
+        for i in range(len(seeds)):
+            for j in range(i + 1, len(seeds)):
+                c = desc[i] & desc[j]
+                if c:
+                    meet[i, j] = (c & -c).bit_length() - 1
+        join_bit = max(meet.values()) if meet else len(order)
+        parent = list(range(len(seeds)))
+
+        def find(x: int) -> int:
+            while parent[x] != x:
+                parent[x] = parent[parent[x]]
+                x = parent[x]
+            return x
+
+        for (i, j), at in meet.items():
+            if at < join_bit:  # they meet before the join: one branch
+                parent[find(i)] = find(j)
+        groups: dict[int, int] = {}
+        for i in range(len(seeds)):
+            groups[find(i)] = groups.get(find(i), 0) | desc[i]
+        masks = list(groups.values())
+        if len(masks) < 2:
+            continue
+        branches = []
+        for k, m in enumerate(masks):
+            others = 0
+            for q, o in enumerate(masks):
+                if q != k:
+                    others |= o
+            own = m & ~others & ((1 << join_bit) - 1)
+            branches.append([order[i] for i in range(len(order)) if (own >> i) & 1])
+        branches = [b for b in branches if b]
+        if len(branches) < 2:
+            continue
+        join = order[join_bit] if join_bit < len(order) else None
+        dominant = max(range(len(branches)), key=lambda k: sum(dur.get(n, 0.0) for n in branches[k]))
         pats = [pattern(graph, b) for b in branches]
         uniq = list(dict.fromkeys(pats))
         name = (f"{uniq[0]} ({len(pats)} branches)" if len(uniq) == 1
                 else " || ".join(uniq[:3]) + (" || ..." if len(uniq) > 3 else ""))
-        name = f"{name} @ {pattern(graph, [pp.join]) if pp.join in graph.index() else pp.join}"
-        out.append(Point(name=name, fork=pp.fork, join=pp.join, branches=branches,
-                         dominant=pp.dominating_branch, meta={"id": pp.id, "level": pp.level,
-                                                              "verdict": pp.verdict}))
+        name = (f"{name} @ {pattern(graph, [join]) if join else 'end'} "
+                f"[{'+'.join(str(len(b)) for b in branches)} ops]")
+        if any(p.name == name and p.branches == branches for p in out):
+            continue
+        out.append(Point(name=name, fork=pp.fork, join=join, branches=branches, dominant=dominant,
+                         meta={"id": pp.id, "level": pp.level, "verdict": pp.verdict}))
     return out
+
+
+def _common_prefix(paths: list[str]) -> str:
+    if not paths:
+        return ""
+    parts = [p.split(".") for p in paths]
+    out = []
+    for seg in zip(*parts):
+        if all(x == seg[0] for x in seg):
+            out.append(seg[0])
+        else:
+            break
+    return ".".join(out)
 
 
 def build(graph: Graph, profile, *, algorithm: str | None, mapping: dict | None,
@@ -108,7 +193,7 @@ def build(graph: Graph, profile, *, algorithm: str | None, mapping: dict | None,
     dur = {n: c.dur_us for n, c in costs.items()}
     bound = {n: ("comm" if c.unit == "comm" else c.bound) for n, c in costs.items()}
     dec = decompose(graph, profile, costs)
-    points = points_from(graph, dec)
+    points = points_from(graph, dec, dur)
     cap = max_streams or profile.hw_queues
     algos = [algorithm] if algorithm else ["matching", "critical-path", "resource-split"]
     global_plans = [assign(graph, "single", durations=dur)]
@@ -125,7 +210,18 @@ def build(graph: Graph, profile, *, algorithm: str | None, mapping: dict | None,
         from ..plan.model import Estimate
         from ..sim.run import simulate_plan
 
-        walls = {p.name: simulate_plan(graph, p, profile, costs=costs).result.wall_us for p in plans}
+        walls = {}
+        for p in plans:
+            walls[p.name] = simulate_plan(graph, p, profile, costs=costs).result.wall_us
+            if p.core_limits:
+                # the ladder: keep C2 core limits only where they beat plain C1 in simulation
+                limits, p.core_limits = p.core_limits, {}
+                c1 = simulate_plan(graph, p, profile, costs=costs).result.wall_us
+                if c1 <= walls[p.name]:
+                    walls[p.name], p.strength = c1, "C1"
+                    p.meta["c2_rejected"] = {"limits": limits, "reason": "did not beat C1 in simulation"}
+                else:
+                    p.core_limits = limits
         base = walls.get("single") or max(walls.values())
         for p in plans:
             w = walls[p.name]
