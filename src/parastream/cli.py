@@ -78,7 +78,8 @@ def _parser() -> argparse.ArgumentParser:
 #: modules that add their own subcommands with ``add_parser(subparsers)``; each lives with
 #: the layer it drives, so this file stays a thin dispatcher
 _COMMAND_MODULES = ("parastream.graph.cli_graph", "parastream.graph.cli_zoo",
-                    "parastream.plan.cli", "parastream.sim.cli", "parastream.pipeline.cli")
+                    "parastream.plan.cli", "parastream.sim.cli", "parastream.runtime.cli",
+                    "parastream.emit.cli", "parastream.pipeline.cli")
 
 
 def _load_commands(module: str, sub) -> None:

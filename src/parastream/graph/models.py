@@ -37,7 +37,7 @@ def _need_torch(what: str) -> None:
 
 
 def resolve(spec: str, scale: str = "small", phase: str | None = None,
-            device: str | None = None) -> Graph:
+            device: str | None = None, batch: int | None = None, seq: int | None = None) -> Graph:
     """The operator graph of a zoo model (``"moe_layer"``) or a user factory
     (``"path/to/file.py:factory"``) at ``scale`` (tiny/small/7b) and ``phase``.
 
@@ -45,6 +45,8 @@ def resolve(spec: str, scale: str = "small", phase: str | None = None,
     None = the model's first phase) and is passed to a user factory that accepts it.
     ``device`` names a device profile: it is checked and recorded in ``graph.meta["device"]``
     for the cost model; the graph itself (shapes, FLOPs, bytes) does not depend on it.
+    ``batch`` / ``seq`` override a zoo model's batch size and sequence length (prefill: the
+    prompt length; decode: the tokens already cached), for sweeps over shapes.
     """
     if scale not in SCALES:
         raise InputError(None, f"unknown scale {scale!r} (expected one of {', '.join(SCALES)})")
@@ -52,9 +54,11 @@ def resolve(spec: str, scale: str = "small", phase: str | None = None,
     if _looks_like_file(spec):
         graph = _resolve_file(spec, scale, phase)
     else:
-        graph = _resolve_zoo(spec, scale, phase)
+        graph = _resolve_zoo(spec, scale, phase, batch, seq)
     graph.meta.update({"scale": scale, "phase": phase or graph.meta.get("phase"),
                        "spec": spec})
+    if batch is not None or seq is not None:
+        graph.meta.update({"batch": batch, "seq": seq})
     if device_name:
         graph.meta["device"] = device_name
     return graph
@@ -75,7 +79,8 @@ def _looks_like_file(spec: str) -> bool:
     return path.endswith(".py") or os.sep in path or "/" in path
 
 
-def _resolve_zoo(name: str, scale: str, phase: str | None) -> Graph:
+def _resolve_zoo(name: str, scale: str, phase: str | None, batch: int | None = None,
+                 seq: int | None = None) -> Graph:
     _need_torch(name)
     from .torch_import import import_module
     from .zoo import ZOO
@@ -88,7 +93,10 @@ def _resolve_zoo(name: str, scale: str, phase: str | None) -> Graph:
     if phase not in model.phases:
         raise InputError(None, f"model {name!r} has no phase {phase!r} "
                                f"(it has {', '.join(model.phases)})")
-    module, inputs = model.factory(scale, phase)
+    from .zoo import overrides
+
+    with overrides(phase, batch=batch, seq=seq):
+        module, inputs = model.factory(scale, phase)
     return import_module(module, inputs, name=name,
                          meta={"zoo": name, "phase": phase, "description": model.description})
 

@@ -208,10 +208,17 @@ def _clean_path(path: str) -> str:
 
 
 def _trace_export(module: Any, inputs: tuple, kwargs: dict) -> tuple[list[_Rec], dict, str]:
+    return _recs_from_program(_export_program(module, inputs, kwargs))
+
+
+def _export_program(module: Any, inputs: tuple, kwargs: dict) -> Any:
     import torch
 
     with torch.no_grad():
-        ep = torch.export.export(module, inputs, kwargs=kwargs or None, strict=False)
+        return torch.export.export(module, inputs, kwargs=kwargs or None, strict=False)
+
+
+def _recs_from_program(ep: Any) -> tuple[list[_Rec], dict, str]:
     sig = ep.graph_signature
     labels: dict[str, str] = {}
     labels.update(sig.inputs_to_parameters)
@@ -767,3 +774,168 @@ def _params_bytes(module: Any) -> int:
         return int(sum(p.numel() * p.element_size() for p in module.parameters()))
     except Exception:
         return 0
+
+
+# ----------------------------------------------------------------------------- runnable import
+@dataclass
+class Runnable:
+    """A traced module that runs on real tensors, with the operator graph traced from the
+    same FX graph, so the executor runs exactly the nodes a plan names.
+
+    ``node_op`` maps every ``call_*`` node name of ``graph_module`` to the plan op it belongs
+    to: itself for an op of ``graph``, the op it was folded into for a view (``None`` when
+    it views a graph input, a parameter, or does no work). ``node_kind`` says ``op``,
+    ``view`` (folded: moves no data) or ``skip`` (runtime asserts, size queries).
+    """
+
+    graph_module: Any
+    graph: Graph
+    node_op: dict[str, str | None]
+    node_kind: dict[str, str]
+    source: str                    # "torch.export" | "torch.fx"
+    state: dict[str, Any]          # placeholder name -> bound parameter/buffer/constant
+    user_inputs: list[str]         # placeholder names fed from the call's inputs, in order
+    out_spec: Any = None           # pytree spec of the user outputs (export), None for fx
+    user_output_index: list[int] = field(default_factory=list)
+    buffer_writes: dict[int, Any] = field(default_factory=dict)  # output index -> buffer
+
+    def bind(self, inputs: Sequence[Any]) -> list[Any]:
+        """Values of the graph's placeholders, in order, for one call with ``inputs``."""
+        if len(inputs) != len(self.user_inputs):
+            raise TypeError(f"expected {len(self.user_inputs)} input(s), got {len(inputs)}")
+        feed = dict(zip(self.user_inputs, inputs))
+        return [self.state[n.name] if n.name in self.state else feed[n.name]
+                for n in self.graph_module.graph.nodes if n.op == "placeholder"]
+
+    def outputs(self, flat: Any) -> Any:
+        """The module's outputs from the graph's raw output (export: user outputs only, in
+        the module's structure; functional buffer updates are copied back)."""
+        if self.out_spec is None:
+            return flat
+        import torch.utils._pytree as pytree
+
+        flat = list(flat) if isinstance(flat, (tuple, list)) else [flat]
+        for i, buf in self.buffer_writes.items():
+            buf.copy_(flat[i])
+        return pytree.tree_unflatten([flat[i] for i in self.user_output_index], self.out_spec)
+
+
+def import_runnable(module: Any, example_inputs: Sequence[Any] | Any, name: str = "model",
+                    meta: dict | None = None, method: str = "auto") -> Runnable:
+    """Like :func:`import_module`, but also return the runnable FX graph module.
+
+    The graph and the graph module come from one trace: op names are FX node names. With
+    ``torch.export`` the parameters, buffers and constants are bound to the module's own
+    tensors (in-place buffer writes change the module's state, as the module itself would).
+    Inputs must be real tensors here, since the graph module is meant to run.
+    """
+    import torch
+
+    if not isinstance(module, torch.nn.Module):
+        raise InputError(name, f"expected a torch.nn.Module, got {type(module).__name__}")
+    if not isinstance(example_inputs, (tuple, list)):
+        example_inputs = (example_inputs,)
+    inputs = tuple(example_inputs)
+    if method not in ("auto", "export", "fx"):
+        raise ValueError(f"method must be auto, export or fx, not {method!r}")
+    errors: list[str] = []
+    if method in ("auto", "export"):
+        try:
+            ep = _export_program(module, inputs, {})
+            recs, labels, source = _recs_from_program(ep)
+        except Exception as exc:
+            if method == "export":
+                raise InputError(name, "cannot be traced by torch.export: "
+                                 + _first_line(exc)) from exc
+            errors.append("torch.export: " + _first_line(exc))
+        else:
+            g = _build(recs, labels, module, name, source, meta)
+            return _runnable_export(ep, module, g, recs)
+    try:
+        recs, labels, source = _trace_fx(module, inputs, {})
+    except Exception as exc:
+        errors.append("torch.fx: " + _first_line(exc))
+        raise InputError(name, "cannot be traced (" + "; ".join(errors) + ")") from exc
+    g = _build(recs, labels, module, name, source, meta)
+    if errors:
+        g.meta["export_error"] = errors[0]
+    gm = recs[0].node.graph.owning_module if recs else torch.fx.symbolic_trace(module)
+    user = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
+    node_op, node_kind = _node_ops(gm, g)
+    return Runnable(gm, g, node_op, node_kind, source, {}, user)
+
+
+def _runnable_export(ep: Any, module: Any, g: Graph, recs: list[_Rec]) -> Runnable:
+    from torch.export.graph_signature import InputKind, OutputKind
+
+    gm = ep.graph_module
+    sig = ep.graph_signature
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    state: dict[str, Any] = {}
+    user: list[str] = []
+    for node, spec in zip(placeholders, sig.input_specs):
+        if spec.kind == InputKind.USER_INPUT:
+            user.append(node.name)
+            continue
+        state[node.name] = _state_tensor(ep, module, spec.kind, spec.target)
+    buffer_writes: dict[int, Any] = {}
+    user_out: list[int] = []
+    for i, spec in enumerate(sig.output_specs):
+        if spec.kind == OutputKind.USER_OUTPUT:
+            user_out.append(i)
+        elif spec.kind in (OutputKind.BUFFER_MUTATION, getattr(OutputKind, "USER_INPUT_MUTATION",
+                                                                None)) and spec.target:
+            try:
+                buffer_writes[i] = _state_tensor(ep, module, InputKind.BUFFER, spec.target)
+            except KeyError:
+                pass
+    node_op, node_kind = _node_ops(gm, g)
+    return Runnable(gm, g, node_op, node_kind, "torch.export", state, user,
+                    out_spec=ep.call_spec.out_spec, user_output_index=user_out,
+                    buffer_writes=buffer_writes)
+
+
+def _state_tensor(ep: Any, module: Any, kind: Any, target: str) -> Any:
+    """The module's own parameter/buffer for ``target``, else the exported copy."""
+    from torch.export.graph_signature import InputKind
+
+    try:
+        if kind == InputKind.PARAMETER:
+            return module.get_parameter(target)
+        if kind == InputKind.BUFFER:
+            return module.get_buffer(target)
+    except (AttributeError, KeyError):
+        pass
+    if target in ep.constants:
+        return ep.constants[target]
+    if target in ep.state_dict:
+        return ep.state_dict[target]
+    raise KeyError(target)
+
+
+def _node_ops(gm: Any, g: Graph) -> tuple[dict[str, str | None], dict[str, str]]:
+    """Plan op of every call node: itself, the producer a view folds into, or None."""
+    ops = {o.name for o in g.ops}
+    node_op: dict[str, str | None] = {}
+    node_kind: dict[str, str] = {}
+    for n in gm.graph.nodes:
+        if n.op not in ("call_function", "call_method", "call_module"):
+            continue
+        if n.name in ops:
+            node_op[n.name], node_kind[n.name] = n.name, "op"
+            continue
+        src = next((a for a in _flat_fx_nodes(n.args) + _flat_fx_nodes(n.kwargs)), None)
+        out = n.meta.get("val")
+        if src is not None and (_is_tensor(out) or isinstance(out, (tuple, list))):
+            node_op[n.name], node_kind[n.name] = node_op.get(src.name), "view"
+        else:
+            node_op[n.name], node_kind[n.name] = None, "skip"
+    return node_op, node_kind
+
+
+def _flat_fx_nodes(a: Any) -> list[Any]:
+    import torch.fx
+
+    out: list[Any] = []
+    torch.fx.node.map_arg(a, lambda n: out.append(n) or n)
+    return out

@@ -15,7 +15,8 @@ This module imports torch when it is imported; ``parastream`` itself never impor
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
 from typing import Callable
 
 import torch
@@ -49,12 +50,35 @@ _SHAPES = {
 }
 
 
+#: batch / sequence overrides in force (see :func:`overrides`), for sweeps over shapes
+_OVERRIDE: dict = {}
+
+
 def shapes(scale: str) -> Shapes:
-    """The :class:`Shapes` of a scale; ValueError for an unknown one."""
+    """The :class:`Shapes` of a scale (with any overrides); ValueError for an unknown one."""
     try:
-        return _SHAPES[scale]
+        base = _SHAPES[scale]
     except KeyError:
         raise ValueError(f"unknown scale {scale!r} (expected one of {', '.join(SCALES)})") from None
+    return replace(base, **_OVERRIDE) if _OVERRIDE else base
+
+
+@contextmanager
+def overrides(phase: str, batch: int | None = None, seq: int | None = None):
+    """Build models with another batch size / sequence length: at prefill ``seq`` is the
+    prompt length, at decode the number of tokens already in the KV cache."""
+    changes = {}
+    if batch is not None:
+        changes["batch" if phase == "prefill" else "decode_batch"] = int(batch)
+    if seq is not None:
+        changes["seq" if phase == "prefill" else "cache_len"] = int(seq)
+    old = dict(_OVERRIDE)
+    _OVERRIDE.update(changes)
+    try:
+        yield
+    finally:
+        _OVERRIDE.clear()
+        _OVERRIDE.update(old)
 
 
 def _tokens(s: Shapes, phase: str) -> tuple[int, int]:

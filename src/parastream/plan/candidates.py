@@ -156,6 +156,15 @@ def _early_join(graph: Graph, order: list[str], assignment: dict[str, int], even
     return out if moved else events
 
 
+#: on a tie, the plainer orchestration first: late join (most overlap), then the variants
+KIND_ORDER = ("side-serial", "side-each", "pinned", "early-join", "dominant-on-side")
+
+
+def kind_rank(plan: Plan) -> int:
+    kind = plan.name.rsplit("/", 1)[-1]
+    return KIND_ORDER.index(kind) if kind in KIND_ORDER else len(KIND_ORDER)
+
+
 def core_limits(plan: Plan, block_dims: dict[str, int], cores: int | None) -> tuple[dict, str]:
     """C2 core limits so the side streams' block dims fit next to the main stream's."""
     if not cores or len(set(plan.assignment.values())) < 2:
@@ -260,5 +269,5 @@ def candidates(graph: Graph, points: list[Point], dur: dict[str, float], *,
     # ties: the plan that moves less work off stream 0 (fewer cross-stream risks) first
     plans.sort(key=lambda p: (p.estimate.wall_us if p.estimate else 0.0,
                               sum(dur[n] for n, s in p.assignment.items() if s != 0),
-                              p.streams, p.name))
+                              p.streams, kind_rank(p), p.name))
     return plans

@@ -9,7 +9,7 @@ import sys
 
 from ..errors import InputError
 from ..graph.ir import Graph, GraphError
-from .candidates import DeviceFacts, Point, candidates
+from .candidates import DeviceFacts, Point, candidates, kind_rank
 from .io import PlanDoc, dumps
 from .model import Plan, PlanError
 from .report import render_markdown, render_text
@@ -228,7 +228,7 @@ def build(graph: Graph, profile, *, algorithm: str | None, mapping: dict | None,
             p.estimate = Estimate(wall_us=round(w, 3), single_stream_wall_us=round(base, 3),
                                   speedup=round(base / w, 4) if w else 1.0,
                                   source=f"simulated on {profile.name}")
-        plans.sort(key=lambda p: (p.estimate.wall_us, p.streams, p.name))
+        plans.sort(key=lambda p: (p.estimate.wall_us, p.streams, kind_rank(p), p.name))
     best = next((p for p in plans if p.algorithm != "single"), None)
     recommended = best.name if best and best.estimate and best.estimate.speedup >= 1.05 else "single"
     seen, pts = set(), []

@@ -24,6 +24,8 @@ def add_parser(sub) -> None:
     p.add_argument("--streams", default="1,2,3,4", help="stream counts to try (default 1,2,3,4)")
     p.add_argument("--scale", default="small")
     p.add_argument("--phase", choices=("prefill", "decode"))
+    p.add_argument("--batch", help="zoo batch sizes to sweep, e.g. 1,8,32")
+    p.add_argument("--seq", help="zoo sequence lengths to sweep, e.g. 512,1024,2048")
     p.add_argument("--ge", action="store_true", help="emulate GE's auto-reorder of cheap "
                    "precomputes (Ascend graph mode)")
     p.add_argument("--jitter", type=float, default=0.0, help="relative duration jitter (e.g. 0.1)")
@@ -122,6 +124,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         graph = load_graph(src["model"], src.get("scale", "small"), src.get("phase"), None)
         plans = doc.candidates
         counts = sorted({c.streams for c in plans})
+    elif args.batch or args.seq:
+        return _shape_sweep(args, profile, counts)
     else:
         graph = load_graph(spec, args.scale, args.phase, args.device)
     out = sweep(graph, profile, counts, ge=args.ge, jitter=args.jitter, seed=args.seed, plans=plans)
@@ -150,3 +154,45 @@ def render(out: dict) -> str:
                      f"  {r['plan']}")
     lines += ["", f"recommended: {out['recommendation']} ({out['label']})", ""]
     return "\n".join(lines)
+
+
+def _ints(text: str | None, what: str) -> list[int | None]:
+    if not text:
+        return [None]
+    try:
+        vals = [int(x) for x in text.split(",") if x.strip()]
+        assert vals and min(vals) > 0
+        return vals
+    except (ValueError, AssertionError):
+        raise InputError(None, f"{what} wants positive integers like 1,8,32, not {text!r}") from None
+
+
+def _shape_sweep(args: argparse.Namespace, profile, counts: list[int]) -> int:
+    """A table like seed 003's (batch x sequence -> streams), derived from the model."""
+    import msgspec
+
+    from ..graph.models import resolve
+
+    rows = []
+    for b in _ints(args.batch, "--batch"):
+        for q in _ints(args.seq, "--seq"):
+            graph = resolve(args.model, scale=args.scale, phase=args.phase, batch=b, seq=q)
+            out = sweep(graph, profile, counts, ge=args.ge, jitter=args.jitter, seed=args.seed)
+            out.pop("_runs")
+            best = min(out["rows"], key=lambda r: r["wall_us"])
+            rows.append({"batch": b, "seq": q, "single_wall_us": out["rows"][0]["wall_us"],
+                         "best_wall_us": best["wall_us"], "best_speedup": best["speedup"],
+                         "recommended_streams": out["recommended_streams"],
+                         "recommendation": out["recommendation"], "rows": out["rows"]})
+    doc = {"schema": "parastream.simulation-sweep/1", "model": args.model, "device": profile.name,
+           "label": LABEL.format(device=profile.name), "sweep": rows}
+    if args.format == "json":
+        sys.stdout.write(msgspec.json.format(msgspec.json.encode(doc), indent=2).decode() + "\n")
+        return 0
+    lines = [f"{args.model} ({args.scale}, {args.phase or 'default phase'}): {doc['label']}", "",
+             f"{'batch':>6s} {'seq':>6s} {'1-stream us':>12s} {'best us':>10s} {'speedup':>8s}  recommendation"]
+    for r in rows:
+        lines.append(f"{r['batch'] or '-':>6} {r['seq'] or '-':>6} {r['single_wall_us']:12.1f} "
+                     f"{r['best_wall_us']:10.1f} {r['best_speedup']:7.2f}x  {r['recommendation']}")
+    sys.stdout.write("\n".join(lines) + "\n")
+    return 0
