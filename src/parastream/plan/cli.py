@@ -9,7 +9,7 @@ import sys
 
 from ..errors import InputError
 from ..graph.ir import Graph, GraphError
-from .candidates import DeviceFacts, Point, candidates, kind_rank
+from .candidates import DeviceFacts, Point, candidates, describe, kind_rank
 from .io import PlanDoc, dumps
 from .model import Plan, PlanError
 from .report import render_markdown, render_text
@@ -229,6 +229,9 @@ def build(graph: Graph, profile, *, algorithm: str | None, mapping: dict | None,
                                   speedup=round(base / w, 4) if w else 1.0,
                                   source=f"simulated on {profile.name}")
         plans.sort(key=lambda p: (p.estimate.wall_us, p.streams, kind_rank(p), p.name))
+        by_name = {pt.name: pt for pt in points}
+        for p in plans:  # the descriptions quote the estimate: say what was simulated
+            p.description = describe(graph, p, by_name.get(p.parallel_point or ""))
     best = next((p for p in plans if p.algorithm != "single"), None)
     recommended = best.name if best and best.estimate and best.estimate.speedup >= 1.05 else "single"
     seen, pts = set(), []

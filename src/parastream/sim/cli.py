@@ -55,8 +55,10 @@ def sweep(graph, profile, stream_counts: list[int], *, ge: bool = False, jitter:
         elif k == 1:
             cands = [assign(graph, "single", durations=dur)]
         else:
-            doc = build(graph, profile, algorithm=None, mapping=None, max_streams=k, simulate=False)
-            cands = [c for c in doc.candidates if c.streams <= k and c.algorithm != "single"]
+            # the planner simulates every candidate (and keeps C2 limits only where they pay);
+            # take its best few within k streams and rerun them under this sweep's options
+            doc = build(graph, profile, algorithm=None, mapping=None, max_streams=k)
+            cands = [c for c in doc.candidates if c.streams <= k and c.algorithm != "single"][:3]
         if not cands:
             continue
         runs = [simulate_plan(graph, c, profile, ge=ge, jitter=jitter, seed=seed, costs=costs)
