@@ -79,7 +79,7 @@ def _parser() -> argparse.ArgumentParser:
 #: the layer it drives, so this file stays a thin dispatcher
 _COMMAND_MODULES = ("parastream.graph.cli_graph", "parastream.graph.cli_zoo",
                     "parastream.plan.cli", "parastream.sim.cli", "parastream.runtime.cli",
-                    "parastream.emit.cli", "parastream.pipeline.cli")
+                    "parastream.emit.cli", "parastream.pipeline.cli", "parastream.demo")
 
 
 def _load_commands(module: str, sub) -> None:

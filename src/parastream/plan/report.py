@@ -30,8 +30,30 @@ def _short(ops: list[str], k: int = 6) -> str:
     return ", ".join(f"`{o}`" for o in ops[:k]) + (f" and {len(ops) - k} more" if len(ops) > k else "")
 
 
-def fragment(plan: Plan, rank: int) -> str:
-    """The 8-field plan detail fragment of one candidate."""
+def measured_text(measured: dict | None) -> str:
+    """Field (6) from a run: the measured overlap per planned parallel point and the walls."""
+    if not measured:
+        return NOT_MEASURED
+    parts = []
+    for p in measured.get("parallel_points", []):
+        if p.get("found"):
+            d = p["dominator"]
+            parts.append(f"side_window [{p['side_window_us'][0]:.2f}, {p['side_window_us'][1]:.2f}] us, "
+                         f"dominator `{d['name']}` [{d['window_us'][0]:.2f}, {d['window_us'][1]:.2f}] us, "
+                         f"overlap {p['overlap_us']:.2f} us, overlap_pct {p['overlap_pct']:.3f} -> "
+                         f"{p['verdict']}")
+        else:
+            parts.append(f"{p.get('parallel_point')}: {p.get('reason')}")
+    w = measured.get("walls")
+    if w:
+        parts.append(f"measured wall {w['single_median_us']:.1f} us single vs {w['multi_median_us']:.1f} us "
+                     f"multi-stream ({w['speedup']:.2f}x, {w['label']})")
+    return "; ".join(parts) or NOT_MEASURED
+
+
+def fragment(plan: Plan, rank: int, measured: dict | None = None) -> str:
+    """The 8-field plan detail fragment of one candidate (``measured``: its run's
+    plan_check and walls, which fill field 6)."""
     streams = _streams(plan)
     side = {s: ops for s, ops in streams.items() if s != 0}
     est = plan.estimate
@@ -66,7 +88,7 @@ def fragment(plan: Plan, rank: int) -> str:
         "5. **GE auto-reorder risk.** " + ("; ".join(l.message + f" Fix: {l.fix}." for l in ge)
                                           if ge else "none found (no cheap main-stream consumer of a "
                                           "side output that could be hoisted ahead of the dominator)."),
-        f"6. **Measured overlap.** {NOT_MEASURED}. Estimated: "
+        f"6. **Measured overlap.** {measured_text(measured)}. Estimated: "
         + (f"{est.wall_us:.1f} us vs {est.single_stream_wall_us:.1f} us single stream, "
            f"{est.speedup:.2f}x ({est.source})." if est else "no estimate."),
         f"7. **Enable switch.** `{plan.switch}` (off = the original single-stream path, kept "
@@ -79,7 +101,8 @@ def fragment(plan: Plan, rank: int) -> str:
     return "\n".join(lines)
 
 
-def render_markdown(doc: PlanDoc) -> str:
+def render_markdown(doc: PlanDoc, measured: dict[str, dict] | None = None) -> str:
+    """The plan report; ``measured`` maps candidate names to their runs' results."""
     out = [f"# Multi-stream plan for `{doc.model}` on {doc.device}", "",
            f"Recommended: **{doc.recommended}**. Candidates are ranked by estimated wall time "
            f"(estimates, not measurements).", ""]
@@ -91,7 +114,7 @@ def render_markdown(doc: PlanDoc) -> str:
         out.append("")
     out += ["## Candidates", ""]
     for i, c in enumerate(doc.candidates, 1):
-        out.append(fragment(c, i))
+        out.append(fragment(c, i, (measured or {}).get(c.name)))
     return "\n".join(out)
 
 

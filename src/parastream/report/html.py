@@ -548,6 +548,8 @@ def _scalar(v: Any) -> str:
         return _esc(f"{v:,}" if abs(v) >= 10_000 else str(v))
     if str(v) in VERDICTS:
         return _verdict_badge(v)
+    if isinstance(v, str) and "\n" in v:  # multi-line text (a Mermaid DAG, code): keep lines
+        return f'<pre class="text">{_esc(v)}</pre>'
     return _esc(v)
 
 

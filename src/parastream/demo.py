@@ -1,0 +1,238 @@
+"""``parastream demo``: the whole loop on a built-in model, on this machine.
+
+import -> decompose (modules, parallel points, headroom) -> calibrate the local CPU ->
+plan candidates -> simulate them -> run the best candidates and the single-stream baseline
+on real streams (the cpu backend) -> analyse the captured timeline (placement, overlap_pct
+per parallel point, triage) -> a report folder:
+
+- ``report.html``: one self-contained page: the measured run's Gantt chart with side windows
+  and dominators, the verdicts, and a summary with the module table and DAG, the candidates
+  and predicted vs measured wall;
+- ``plan.json`` / ``plan.md`` (the 8-field fragments, field 6 filled from the run);
+- ``analysis.json`` (measured analysis, plan check, triage) and ``trace.json`` (the
+  measured multi-stream run, readable by ``parastream analyze`` and Perfetto).
+
+Every figure says where it comes from: "simulated on <profile>" or "measured, CPU".
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+DEFAULT_MODEL = "inception_block"
+DEFAULT_SCALE = "small"
+
+
+@dataclass
+class DemoResult:
+    out_dir: str
+    model: str
+    recommended: str
+    measured: list[dict] = field(default_factory=list)
+    files: list[str] = field(default_factory=list)
+    verdict: str = ""
+    seconds: float = 0.0
+
+
+@contextmanager
+def _steps(enabled: bool, total: int):
+    import sys
+
+    if not enabled or not sys.stderr.isatty():
+        yield lambda msg: print(f"  {msg}", file=sys.stderr)
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
+                  console=Console(stderr=True), transient=False) as prog:
+        task = prog.add_task("parastream demo", total=total)
+
+        def step(msg: str) -> None:
+            prog.update(task, description=msg)
+            prog.advance(task)
+
+        yield step
+
+
+def run_demo(out_dir: str = "out/demo", model: str = DEFAULT_MODEL, scale: str = DEFAULT_SCALE,
+             phase: str | None = None, runs: int = 7, candidates_to_run: int = 2,
+             progress: bool = True, profile_path: str | None = None) -> DemoResult:
+    """Run the whole loop and write the report folder; returns what was measured."""
+    import msgspec
+    import torch
+
+    from .device.profile import load_profile, loads_profile
+    from .graph.calibrate import calibrate, dumps as dump_profile
+    from .graph.headroom import analyze_graph
+    from .graph.render import analysis_document, module_mermaid
+    from .graph.torch_import import import_runnable
+    from .graph.zoo import ZOO
+    from .plan.cli import build
+    from .plan.io import dumps as dump_plan
+    from .plan.report import render_markdown
+    from .report.atomic import write_atomic
+    from .report.html import write_html
+    from .report.kineto import write_kineto
+    from .runtime.measure import analyse, measure
+    from .sim.run import simulate_plan
+    from .timeline.analyze import Options, analyze_capture
+
+    t_start = time.perf_counter()
+    os.makedirs(out_dir, exist_ok=True)
+    with _steps(progress, 8) as step:
+        step(f"importing {model} ({scale})")
+        zm = ZOO[model]
+        phase = phase or zm.default_phase
+        module, inputs = zm.factory(scale, phase)
+        runnable = import_runnable(module, inputs, name=model)
+        graph = runnable.graph
+
+        step("calibrating the local CPU")
+        if profile_path:
+            profile = load_profile(profile_path)
+        else:
+            prof_dict = calibrate(quick=True, name="cpu-calibrated")
+            profile = loads_profile(dump_profile(prof_dict))
+            write_atomic(os.path.join(out_dir, "cpu-profile.json"), dump_profile(prof_dict))
+
+        step("decomposing the model")
+        analysis = analyze_graph(graph, profile)
+        graph_doc = analysis_document(analysis, graph, profile, source=model, scale=scale,
+                                      phase=phase)
+        graph_doc["module_dag_mermaid"] = module_mermaid(analysis.decomposition)
+
+        step("planning and simulating candidates")
+        doc = build(graph, profile, algorithm=None, mapping=None, max_streams=None,
+                    source={"model": model, "scale": scale, "phase": phase})
+        write_atomic(os.path.join(out_dir, "plan.json"), dump_plan(doc))
+        multi = [c for c in doc.candidates if c.algorithm != "single"][:candidates_to_run]
+
+        measured: list[dict] = []
+        runs_by_name = {}
+        for k, cand in enumerate(multi, 1):
+            step(f"running candidate {k}/{len(multi)}: {cand.name[:50]}")
+            m = measure(module, inputs, cand, runs=runs, runnable=runnable)
+            res = analyse(m, doc, cand.name)
+            predicted = simulate_plan(graph, cand, profile).result.wall_us
+            single_pred = cand.estimate.single_stream_wall_us if cand.estimate else None
+            runs_by_name[cand.name] = (m, res)
+            measured.append({
+                "candidate": cand.name, "streams": cand.streams,
+                "predicted_multi_us": round(predicted, 1),
+                "predicted_single_us": round(single_pred, 1) if single_pred else None,
+                "predicted_speedup": cand.estimate.speedup if cand.estimate else None,
+                "measured_single_us": round(m.single_median_us, 1),
+                "measured_multi_us": round(m.multi_median_us, 1),
+                "measured_speedup": round(m.speedup, 3),
+                "prediction_error_pct": round(100 * (predicted - m.multi_median_us) / m.multi_median_us, 1),
+                "runs_kept": len(m.multi_walls_us),
+            })
+        step("analysing the measured timeline")
+        best = max(measured, key=lambda r: r["measured_speedup"]) if measured else None
+        rec = "single stream"
+        if best and best["measured_speedup"] >= 1.05:
+            rec = best["candidate"]
+        m, res = runs_by_name[best["candidate"]] if best else (None, {})
+        plan_check = res.get("plan_check")
+        tl = m.multi_timeline if m else None
+        cap = analyze_capture(tl, Options(main_stream="0")) if tl is not None else None
+        if cap is not None and plan_check is not None:
+            cap["plan_check"] = plan_check
+
+        step("writing the report")
+        measured_by_name = {}
+        for r in measured:
+            mm, rr = runs_by_name[r["candidate"]]
+            entry = dict(rr.get("plan_check") or {})
+            entry["walls"] = {"single_median_us": mm.single_median_us, "multi_median_us": mm.multi_median_us,
+                              "speedup": mm.speedup, "label": "measured, CPU"}
+            measured_by_name[r["candidate"]] = entry
+        write_atomic(os.path.join(out_dir, "plan.md"), render_markdown(doc, measured_by_name))
+        analysis_json = {"schema": "parastream.demo/1", "model": model, "scale": scale, "phase": phase,
+                         "device_profile": profile.name, "recommended": rec, "measured": measured,
+                         "headroom": graph_doc.get("headroom"),
+                         "triage": res.get("triage"), "plan_check": plan_check,
+                         "capture": cap}
+        write_atomic(os.path.join(out_dir, "analysis.json"),
+                     msgspec.json.format(msgspec.json.encode(analysis_json), indent=1))
+        files = ["report.html", "plan.json", "plan.md", "analysis.json"]
+        if tl is not None:
+            write_kineto(os.path.join(out_dir, "trace.json"), tl, label=f"{model}: {best['candidate']}")
+            files.append("trace.json")
+            summary = _summary(model, scale, phase, profile.name, rec, measured, graph_doc, doc,
+                               res.get("triage"))
+            write_html(os.path.join(out_dir, "report.html"), [(tl, cap)], summary,
+                       title=f"parastream demo: {model} ({scale}) on this CPU")
+        step("done")
+    torch.set_num_threads(os.cpu_count() or 1)
+    verdict = (res.get("triage") or {}).get("verdict", "")
+    return DemoResult(out_dir, model, rec, measured, files, verdict,
+                      round(time.perf_counter() - t_start, 1))
+
+
+def _summary(model, scale, phase, device, rec, measured, graph_doc, doc, triage) -> dict:
+    """What the report's summary section shows (rendered as tables by the HTML report)."""
+    mods = [{k: m.get(k) for k in ("module_id", "module_name", "module_type", "side_effect",
+                                   "resource_hint")} for m in graph_doc.get("modules", [])][:40]
+    cands = [{"candidate": c.name, "streams": c.streams, "waits": len(c.events),
+              "strength": c.strength,
+              "estimate": f"{c.estimate.wall_us:.1f} us, {c.estimate.speedup:.2f}x ({c.estimate.source})"
+              if c.estimate else "-",
+              "lints": sum(1 for l in c.lints if l.severity in ("error", "warning"))}
+             for c in doc.candidates[:12]]
+    out = {"model": f"{model} ({scale}, {phase})", "recommendation": rec,
+           "figures": f"measured: CPU ({os.cpu_count()} cores), median of the kept runs; "
+                      f"predicted: simulated on {device}",
+           "predicted_vs_measured": measured, "headroom": graph_doc.get("headroom"),
+           "candidates": cands, "modules": mods,
+           "module_dag_mermaid": graph_doc.get("module_dag_mermaid", "")}
+    if triage:
+        out["triage"] = {k: triage[k] for k in ("verdict", "summary", "wall_change_pct", "evidence")}
+    return out
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("demo", help="the whole loop on a built-in model: plan, simulate, run, verify",
+                       description="Import a zoo model, decompose it, calibrate this CPU, plan and "
+                       "simulate candidates, run the best ones and the single-stream baseline on "
+                       "real CPU streams, analyse the captured timeline, and write a report folder.")
+    p.add_argument("--out", default="out/demo", help="report folder (default out/demo)")
+    p.add_argument("--model", default=DEFAULT_MODEL, help=f"zoo model (default {DEFAULT_MODEL})")
+    p.add_argument("--scale", default=DEFAULT_SCALE, help=f"zoo scale (default {DEFAULT_SCALE})")
+    p.add_argument("--phase", choices=("prefill", "decode", "infer"))
+    p.add_argument("--runs", type=int, default=7, help="timed runs per configuration (default 7, "
+                   "first 2 dropped)")
+    p.add_argument("--candidates", type=int, default=2, help="candidates to run (default 2)")
+    p.add_argument("--profile", help="a device profile from 'parastream calibrate' (default: "
+                   "calibrate quickly now)")
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(func=cmd_demo)
+
+
+def cmd_demo(args) -> int:
+    import sys
+
+    from .errors import InputError
+    from .graph.zoo import ZOO
+
+    if args.model not in ZOO:
+        raise InputError(None, f"unknown model {args.model!r} (built-in: {', '.join(ZOO)})")
+    if args.runs < 5:
+        raise InputError(None, "--runs must be at least 5 (the first 2 are dropped as cold)")
+    r = run_demo(args.out, args.model, args.scale, args.phase, args.runs, args.candidates,
+                 progress=not args.no_progress, profile_path=args.profile)
+    print(f"\nparastream demo: {r.model} on this CPU ({os.cpu_count()} cores) in {r.seconds} s")
+    print(f"{'candidate':58s} {'pred. single':>12s} {'pred. multi':>11s} {'meas. single':>12s} "
+          f"{'meas. multi':>11s} {'speedup':>8s}")
+    for m in r.measured:
+        print(f"{m['candidate'][:58]:58s} {m['predicted_single_us'] or 0:12.1f} {m['predicted_multi_us']:11.1f} "
+              f"{m['measured_single_us']:12.1f} {m['measured_multi_us']:11.1f} {m['measured_speedup']:7.2f}x")
+    print("(predicted = simulated on the calibrated CPU profile; measured = median of the kept runs, CPU)")
+    print(f"recommendation: {r.recommended}" + (f"   triage: {r.verdict}" if r.verdict else ""))
+    print(f"report: {os.path.join(r.out_dir, 'report.html')} (+ {', '.join(r.files[1:])})")
+    sys.stdout.flush()
+    return 0
