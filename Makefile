@@ -5,14 +5,14 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 OUT    ?= out
 
-.PHONY: run test setup setup-test bench clean
+.PHONY: run analyze test setup setup-test clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 
 $(VENV)/.core: pyproject.toml | $(BIN)/python
-	$(BIN)/pip install -q -e .
+	$(BIN)/pip install -q -e '.[torch]'
 	touch $@
 
 $(VENV)/.test: pyproject.toml $(VENV)/.core
@@ -22,17 +22,18 @@ $(VENV)/.test: pyproject.toml $(VENV)/.core
 setup: $(VENV)/.core
 setup-test: $(VENV)/.test
 
-# The main job: analyse the real multi-stream CUDA trace shipped in the package and write
-# an HTML report (terminal report on stdout).
+# The main job: the whole loop on the built-in default model on this machine.
 run: setup
+	$(BIN)/parastream demo --out $(OUT)/demo
+
+# The verifier alone on the real multi-stream CUDA trace shipped in the package.
+analyze: setup
 	@mkdir -p $(OUT)
 	$(BIN)/parastream analyze --html $(OUT)/report.html --perfetto $(OUT)/trace.perfetto.json
 
 test: setup-test
 	$(BIN)/python -m pytest -n 2 -p no:cacheprovider
 
-bench: setup
-	bash benchmarks/run_all.sh
 
 clean:
 	rm -rf $(VENV) $(OUT) .pytest_cache .hypothesis
