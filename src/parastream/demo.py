@@ -22,7 +22,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-DEFAULT_MODEL = "inception_block"
+DEFAULT_MODEL = "two_chains"
 DEFAULT_SCALE = "small"
 
 

@@ -737,6 +737,41 @@ def inference_pipeline(scale: str = "small", phase: str | None = None) -> tuple[
     return mod, (img,)
 
 
+# ----------------------------------------------------------------------------- two chains
+class TwoChains(nn.Module):
+    """Two independent chains of ``relu(x @ w)`` meeting at an add: the smallest model whose
+    branches are long enough (a few hundred microseconds per op on a CPU core) for two
+    streams to overlap on a 2-core machine — the demo's default."""
+
+    def __init__(self, width: int, depth: int) -> None:
+        super().__init__()
+        self.left = nn.ParameterList([nn.Parameter(torch.randn(width, width) / width ** 0.5)
+                                      for _ in range(depth)])
+        self.right = nn.ParameterList([nn.Parameter(torch.randn(width, width) / width ** 0.5)
+                                       for _ in range(depth)])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        a, b = x, x
+        for w in self.left:
+            a = torch.relu(a @ w)
+        for w in self.right:
+            b = torch.relu(b @ w)
+        return a + b
+
+
+_TWO_CHAINS = {"tiny": (64, 16, 4), "small": (256, 64, 8), "7b": (4096, 4096, 8)}
+
+
+def two_chains(scale: str = "small", phase: str | None = None) -> tuple[nn.Module, tuple]:
+    """Two independent matmul chains joined by an add (width x batch, depth per chain)."""
+    s = shapes(scale)
+    _phase(phase, ("infer",))
+    width, batch, depth = _TWO_CHAINS[scale]
+    torch.manual_seed(0)
+    mod = _build(s, lambda: TwoChains(width, depth))
+    return mod, (_randn(s, batch, width),)
+
+
 # ----------------------------------------------------------------------------- registry
 @dataclass(frozen=True)
 class ZooModel:
@@ -769,4 +804,6 @@ ZOO: dict[str, ZooModel] = {m.name: m for m in (
              "all_reduce after attention and MLP of each", two_microbatch_prefill, ("prefill",)),
     ZooModel("inference_pipeline", "seed 000's five stages: preprocess (host) -> H2D -> "
              "conv net -> D2H -> postprocess (host)", inference_pipeline, ("infer",)),
+    ZooModel("two_chains", "two independent chains of relu(x @ w) meeting at an add: real "
+             "overlap on CPU streams (the demo's default)", two_chains, ("infer",)),
 )}

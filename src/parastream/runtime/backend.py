@@ -113,6 +113,8 @@ class Backend(Protocol):
 _REGISTRY: dict[str, str | Callable[..., Backend]] = {
     "cpu": "parastream.runtime.cpu:CpuBackend",
     "null": "parastream.runtime.null:NullBackend",
+    "cuda": "parastream.runtime.cuda:CudaBackend",
+    "npu": "parastream.runtime.cuda:NpuBackend",
 }
 
 

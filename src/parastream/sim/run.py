@@ -53,6 +53,12 @@ def tasks_for(graph: Graph, plan: Plan, profile: DeviceProfile, *, costs: dict[s
     idx = {n: i for i, n in enumerate(order)}
     limits = {int(s): int(v.get("aicore_num", 0)) for s, v in (plan.core_limits or {}).items()
               if isinstance(v, dict)}
+    streams = sorted(set(plan.assignment.values()))
+    if profile.kind == "cpu" and len(streams) > 1:
+        # CPU streams are worker threads that split the cores (intra-op threads per stream)
+        share = max(1, profile.cores.cube // len(streams))
+        for st in streams:
+            limits.setdefault(st, share)
     waits: dict[str, list[int]] = {}
     for e in plan.events:
         if e.wait_before is not None:

@@ -1,0 +1,167 @@
+"""Benchmarks of issue 6 (parastream run), CPU backend. Results go to docs/benchmarks-run.md.
+
+1. Executor overhead per operator over plain ``torch.fx.Interpreter``: a chain of tiny ops
+   (``x + 1`` on 16 floats), all on one stream; (executor wall - interpreter wall) / ops.
+2. Best plan vs the best single-stream setting (plain module, intra-op threads = all
+   cores) for the zoo models at small scale and for a two-chain model (two independent
+   chains of relu(x @ w), ~1 ms per op: the shape DOMAIN.md §8 measured 1.5x on).
+3. Predicted (simulator, calibrated profile) vs measured wall, zoo models at tiny/small.
+
+Medians of >= 5 kept runs (first 2 dropped), same process, alternating. Usage:
+    .venv/bin/python benchmarks/bench_run.py [--runs 9] [--models a,b] [--skip-predict]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+import warnings
+
+import torch
+
+warnings.filterwarnings("ignore")
+
+
+class Chain(torch.nn.Module):
+    def __init__(self, n: int) -> None:
+        super().__init__()
+        self.n = n
+
+    def forward(self, x):
+        for _ in range(self.n):
+            x = x + 1
+        return x
+
+
+class TwoChains(torch.nn.Module):
+    """Two independent chains of relu(x @ w) meeting at an add."""
+
+    def __init__(self, width: int = 512, depth: int = 6) -> None:
+        super().__init__()
+        self.a = torch.nn.ParameterList([torch.nn.Parameter(torch.randn(width, width) / width ** 0.5)
+                                         for _ in range(depth)])
+        self.b = torch.nn.ParameterList([torch.nn.Parameter(torch.randn(width, width) / width ** 0.5)
+                                         for _ in range(depth)])
+
+    def forward(self, x):
+        ya, yb = x, x
+        for w in self.a:
+            ya = torch.relu(ya @ w)
+        for w in self.b:
+            yb = torch.relu(yb @ w)
+        return ya + yb
+
+
+def overhead(ops: int = 200, runs: int = 9) -> dict:
+    from parastream.graph.torch_import import import_runnable
+    from parastream.plan.model import Plan
+    from parastream.runtime.executor import MultiStreamExecutor
+
+    m, x = Chain(ops).eval(), torch.randn(16)
+    rn = import_runnable(m, (x,))
+    plan = Plan(name="single", algorithm="single", assignment={o.name: 0 for o in rn.graph.ops})
+    interp = torch.fx.Interpreter(rn.graph_module)
+    ex = MultiStreamExecutor(m, (x,), plan, runnable=rn)
+    a, b = [], []
+    with torch.no_grad():
+        for _ in range(2):
+            interp.run(*rn.bind((x,)))
+            ex(x)
+        for _ in range(runs):
+            t = time.perf_counter_ns()
+            interp.run(*rn.bind((x,)))
+            a.append((time.perf_counter_ns() - t) / 1e3)
+            t = time.perf_counter_ns()
+            ex(x)
+            b.append((time.perf_counter_ns() - t) / 1e3)
+    ex.close()
+    n = len(rn.graph.ops)
+    ia, eb = statistics.median(a[2:]), statistics.median(b[2:])
+    return {"ops": n, "interpreter_us": ia, "executor_us": eb, "per_op_us": (eb - ia) / n,
+            "interpreter_per_op_us": ia / n}
+
+
+def candidates_of(module, inputs, name, profile, top=3):
+    from parastream.graph.torch_import import import_runnable
+    from parastream.plan.cli import build
+
+    rn = import_runnable(module, inputs, name=name)
+    doc = build(rn.graph, profile, algorithm=None, mapping=None, max_streams=None)
+    multi = [c for c in doc.candidates if len(set(c.assignment.values())) > 1][:top]
+    return rn, doc, multi
+
+
+def speedups(models, profile, runs: int) -> list[dict]:
+    from parastream.runtime.measure import analyse, measure
+
+    rows = []
+    for name, (module, inputs) in models.items():
+        rn, doc, multi = candidates_of(module, inputs, name, profile)
+        if not multi:
+            rows.append({"model": name, "candidate": "-", "note": "no multi-stream candidate"})
+        for c in multi:
+            m = measure(module, inputs, c, runs=runs, drop=2, runnable=rn)
+            an = analyse(m, doc, c.name)
+            pts = [p for p in an.get("plan_check", {}).get("parallel_points", []) if p.get("found")]
+            rows.append({"model": name, "candidate": c.name, "single_us": m.single_median_us,
+                         "single_exec_us": m.single_executor_median_us,
+                         "multi_us": m.multi_median_us, "speedup": m.speedup,
+                         "overlap_pct": [p["overlap_pct"] for p in pts],
+                         "triage": an["triage"]["verdict"]})
+            print(rows[-1], flush=True)
+    return rows
+
+
+def predictions(models, profile, runs: int) -> list[dict]:
+    from parastream.plan.model import Plan
+    from parastream.runtime.measure import measure
+    from parastream.sim.run import simulate_plan
+
+    rows = []
+    for name, (module, inputs) in models.items():
+        rn, doc, multi = candidates_of(module, inputs, name, profile, top=1)
+        single = Plan(name="single", algorithm="single",
+                      assignment={o.name: 0 for o in rn.graph.ops})
+        for plan in [single] + multi:
+            pred = simulate_plan(rn.graph, plan, profile).result.wall_us
+            m = measure(module, inputs, plan, runs=runs, drop=2, runnable=rn,
+                        single_executor=False)
+            meas = m.multi_median_us
+            rows.append({"model": name, "plan": plan.name, "predicted_us": pred,
+                         "measured_us": meas, "error": (pred - meas) / meas})
+            print(rows[-1], flush=True)
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--runs", type=int, default=9)
+    ap.add_argument("--models", default="")
+    ap.add_argument("--skip-predict", action="store_true")
+    ap.add_argument("--skip-speedup", action="store_true")
+    args = ap.parse_args()
+    import msgspec
+
+    from parastream.device.profile import loads_profile
+    from parastream.graph.calibrate import calibrate
+    from parastream.graph.zoo import ZOO
+
+    print("CPU, 2 cores; torch", torch.__version__, flush=True)
+    print("overhead", overhead(runs=args.runs), flush=True)
+    profile = loads_profile(msgspec.json.encode(calibrate(quick=False)))
+    print("profile", profile.description, flush=True)
+    names = [n for n in (args.models.split(",") if args.models else ZOO) if n]
+    if not args.skip_speedup:
+        models = {n: ZOO[n].factory("small", ZOO[n].phases[0]) for n in names}
+        torch.manual_seed(0)
+        models["two_chains (512x512, depth 6, batch 256)"] = (TwoChains().eval(), (torch.randn(256, 512),))
+        speedups(models, profile, args.runs)
+    if not args.skip_predict:
+        for scale in ("tiny", "small"):
+            models = {f"{n}/{scale}": ZOO[n].factory(scale, ZOO[n].phases[0]) for n in names}
+            predictions(models, profile, args.runs)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,345 @@
+"""``parastream run MODEL (--plan FILE | --auto)``: execute plans on real streams.
+
+Prints the single- vs multi-stream median wall, the speedup, the simulator's predicted
+wall next to the measured one, the overlap verdicts of the captured timeline and the
+recommendation (keep, change candidate, stay single-stream) with its evidence.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Any
+
+from ..errors import InputError
+
+DEVICE_PROFILES = {"cuda": "h100", "npu": "ascend910b"}
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("run", help="run a model's multi-stream plan on real streams and measure it",
+                       description="Execute plan candidates on real streams (cpu worker threads, "
+                       "cuda or npu streams), measure them against the single-stream model in the "
+                       "same process (warm-up, N runs, first ones dropped, medians), compare with "
+                       "the simulator's prediction, check overlap, and recommend.")
+    p.add_argument("model", metavar="MODEL", help="zoo name or path/to/file.py:factory")
+    g = p.add_mutually_exclusive_group(required=True)
+    g.add_argument("--plan", metavar="FILE", help="a parastream.plan/1 document (parastream plan --out)")
+    g.add_argument("--auto", action="store_true", help="plan, simulate the candidates, run the "
+                   "best few and keep the measured winner")
+    p.add_argument("--candidate", metavar="NAME", help="with --plan: run this candidate "
+                   "(default: the document's recommended one)")
+    p.add_argument("--device", choices=("cpu", "cuda", "npu"), default="cpu")
+    p.add_argument("--runs", type=int, default=7, metavar="N", help="timed runs per variant (>= 5; "
+                   "default 7)")
+    p.add_argument("--warmup", type=int, default=2, metavar="N", help="untimed warm-up runs (default 2)")
+    p.add_argument("--drop", type=int, default=2, metavar="N", help="first timed runs dropped as "
+                   "cold (default 2)")
+    p.add_argument("--top", type=int, default=3, metavar="K", help="with --auto: candidates run "
+                   "(default 3)")
+    p.add_argument("--margin", type=float, default=0.05, help="speedup margin a candidate must "
+                   "beat single stream by (default 0.05)")
+    p.add_argument("--trace", metavar="DIR", help="write the captured timelines (Kineto JSON, "
+                   "read by parastream analyze) and the plan document here")
+    p.add_argument("--check", action="store_true", help="compare every candidate's outputs with "
+                   "the single-stream model (bitwise on cpu, tolerance on devices); exit 1 on a "
+                   "mismatch")
+    p.add_argument("--jitter", type=int, default=0, metavar="RUNS", help="with --check: also run "
+                   "RUNS times with random per-op delays and stream interleavings")
+    p.add_argument("--profile", metavar="FILE", help="device profile for the prediction (from "
+                   "parastream calibrate -o FILE); default on cpu: a quick in-process calibration")
+    p.add_argument("--scale", default="small", help="zoo scale: tiny or small (7b is meta-only)")
+    p.add_argument("--phase", help="zoo phase where it applies")
+    p.add_argument("--json", metavar="FILE", help="also write the result as JSON")
+    p.set_defaults(func=cmd_run)
+
+
+# ----------------------------------------------------------------------------- loading
+def load_model(spec: str, scale: str, phase: str | None) -> tuple[Any, tuple, str]:
+    """(module, inputs, name) of a zoo model or a ``file.py:factory``."""
+    from ..graph import models
+
+    if scale not in models.SCALES:
+        raise InputError(None, f"unknown scale {scale!r} (expected one of {', '.join(models.SCALES)})")
+    if models._looks_like_file(spec):
+        path, sep, attr = spec.rpartition(":")
+        if not sep or not path or not attr.isidentifier():
+            raise InputError(spec, "name the factory after the file: path/to/file.py:factory")
+        if not os.path.isfile(path):
+            raise InputError(path, "no such file")
+        mod = models._load_file(path)
+        factory = getattr(mod, attr, None)
+        if not callable(factory):
+            raise InputError(path, f"no factory named {attr!r}")
+        module, inputs = models._check_result(
+            models._call_factory(factory, path, attr, scale, phase), path, attr)
+        name = os.path.splitext(os.path.basename(path))[0] + ":" + attr
+    else:
+        from ..graph.zoo import ZOO
+
+        zm = ZOO.get(spec)
+        if zm is None:
+            raise InputError(None, f"unknown model {spec!r} (built-in models: {', '.join(ZOO)}; "
+                             "or give path/to/file.py:factory)")
+        phase = phase or zm.default_phase
+        if phase not in zm.phases:
+            raise InputError(None, f"model {spec!r} has no phase {phase!r} (it has "
+                             f"{', '.join(zm.phases)})")
+        module, inputs = zm.factory(scale, phase)
+        name = spec
+    import torch
+
+    for t in inputs:
+        if isinstance(t, torch.Tensor) and t.device.type == "meta":
+            raise InputError(None, f"{spec} at scale {scale} lives on the meta device (no real "
+                             "weights): run it at tiny or small")
+    return module, tuple(inputs), name
+
+
+def load_profile_for(args: argparse.Namespace) -> tuple[Any, str]:
+    """The device profile and a sentence saying which one it is."""
+    from ..device.profile import load_profile, loads_profile
+
+    if args.profile:
+        try:
+            return load_profile(args.profile), f"profile {args.profile}"
+        except (OSError, ValueError, KeyError) as exc:
+            raise InputError(args.profile, f"not a device profile: {exc}") from None
+    if args.device == "cpu":
+        import msgspec
+
+        from ..graph.calibrate import calibrate
+
+        prof = loads_profile(msgspec.json.encode(calibrate(quick=True, name="cpu-quick")))
+        return prof, ("profile: calibrated in-process (quick mode); pass --profile FILE from "
+                      "'parastream calibrate -o FILE' for a steadier prediction")
+    name = DEVICE_PROFILES[args.device]
+    return load_profile(name), (f"profile: built-in {name!r} (not measured on this device; pass "
+                                "--profile)")
+
+
+def _move(module: Any, inputs: tuple, device: str) -> tuple[Any, tuple]:
+    if device == "cpu":
+        return module, inputs
+    import torch
+
+    if device == "npu":
+        from .cuda import import_torch_npu
+
+        import_torch_npu()
+    dev = torch.device(device)
+    return module.to(dev), tuple(t.to(dev) if isinstance(t, torch.Tensor) else t for t in inputs)
+
+
+# ----------------------------------------------------------------------------- the command
+def cmd_run(args: argparse.Namespace) -> int:
+    from ..plan.hb import check as hb_check
+    from ..plan.io import PlanDoc, dumps, loads
+    from ..plan.model import PlanError
+    from ..report.atomic import write_atomic
+
+    if args.runs < 5:
+        raise InputError(None, "--runs must be at least 5 (the first runs are dropped as cold)")
+    if not 0 <= args.drop < args.runs:
+        raise InputError(None, "--drop must be >= 0 and below --runs")
+    if args.warmup < 0 or args.top < 1 or args.margin < 0:
+        raise InputError(None, "--warmup, --top and --margin must be positive")
+    doc_in: PlanDoc | None = None
+    if args.plan:
+        try:
+            with open(args.plan, "rb") as f:
+                doc_in = loads(f.read())
+        except OSError as exc:
+            raise InputError(args.plan, exc.strerror or str(exc)) from None
+        except ValueError as exc:
+            raise InputError(args.plan, str(exc)) from None
+        if args.candidate:
+            try:
+                doc_in.candidate(args.candidate)
+            except KeyError:
+                raise InputError(args.plan, f"no candidate {args.candidate!r} (candidates: "
+                                 f"{', '.join(c.name for c in doc_in.candidates)})") from None
+    if args.device != "cpu":
+        from .cuda import device_available
+
+        if not device_available(args.device):
+            raise InputError(None, f"--device {args.device}: no {args.device} device available "
+                             "to torch here")
+    module, inputs, name = load_model(args.model, args.scale, args.phase)
+    module, inputs = _move(module, inputs, args.device)
+    from ..graph.torch_import import import_runnable
+
+    runnable = import_runnable(module, inputs, name=name,
+                               meta={"scale": args.scale, "phase": args.phase})
+    graph = runnable.graph
+    profile, profile_note = load_profile_for(args)
+    out = sys.stdout
+    out.write(f"model {name} (scale {args.scale}): {len(graph.ops)} ops; device {args.device}\n")
+    out.write(profile_note + "\n")
+
+    from ..plan.cli import build
+
+    if doc_in is not None:
+        doc = doc_in
+        chosen = [doc.candidate(args.candidate or doc.recommended)]
+        if chosen[0].algorithm == "single" or len(set(chosen[0].assignment.values())) <= 1:
+            multi = [c for c in doc.candidates if len(set(c.assignment.values())) > 1]
+            if multi:
+                out.write(f"the plan recommends {chosen[0].name!r} (single stream); also running "
+                          f"its best multi-stream candidate {multi[0].name!r}\n")
+                chosen.append(multi[0])
+        current = chosen[0].name
+    else:
+        try:
+            doc = build(graph, profile, algorithm=None, mapping=None, max_streams=None,
+                        source={"model": args.model, "scale": args.scale, "phase": args.phase})
+        except PlanError as exc:
+            raise InputError(args.model, str(exc)) from None
+        multi = [c for c in doc.candidates if len(set(c.assignment.values())) > 1]
+        chosen = multi[:args.top]
+        current = doc.recommended if doc.recommended != "single" else None
+        out.write(f"--auto: {len(doc.candidates)} candidates simulated; running the best "
+                  f"{len(chosen)}\n")
+    for c in chosen:
+        try:
+            hb_check(graph, c)
+        except PlanError as exc:
+            raise InputError(args.plan or args.model, f"candidate {c.name!r} does not fit this "
+                             f"model: {exc}") from None
+
+    result = run_candidates(module, inputs, runnable, doc, chosen, profile, args)
+    from .recommend import recommend
+
+    rec = recommend(result["candidates"], current=current, margin=args.margin)
+    result["recommendation"] = rec.to_dict()
+    result["profile"] = profile_note
+    _print(out, result, rec)
+    if args.trace:
+        os.makedirs(args.trace, exist_ok=True)
+        from ..report.kineto import write_kineto
+
+        for label, tl in result.pop("_timelines"):
+            write_kineto(os.path.join(args.trace, _safe(label) + ".json"), tl, label)
+        write_atomic(os.path.join(args.trace, "plan.json"), dumps(doc))
+        out.write(f"timelines written to {args.trace}/ (parastream analyze DIR/<candidate>.json "
+                  f"--baseline DIR/single.json --plan DIR/plan.json)\n")
+    else:
+        result.pop("_timelines", None)
+    if args.json:
+        write_atomic(args.json, json.dumps(_jsonable(result), indent=1))
+    if args.check and any(c.outputs_ok is False for c in result["candidates"]):
+        return 1
+    return 0
+
+
+def run_candidates(module: Any, inputs: tuple, runnable: Any, doc: Any, chosen: list,
+                   profile: Any, args: argparse.Namespace) -> dict:
+    """Measure each chosen candidate against single stream; predict, analyse, check."""
+    from ..sim.run import simulate_plan
+    from ..plan.model import Plan
+    from .executor import Jitter, MultiStreamExecutor
+    from .measure import analyse, measure
+    from .recommend import CandidateResult
+
+    graph = runnable.graph
+    single_plan = Plan(name="single", algorithm="single",
+                       assignment={o.name: 0 for o in graph.ops}, streams=1)
+    pred_single = simulate_plan(graph, single_plan, profile).result.wall_us
+    results: list[CandidateResult] = []
+    details: list[dict] = []
+    timelines: list[tuple[str, Any]] = []
+    for c in chosen:
+        pred = simulate_plan(graph, c, profile).result.wall_us
+        ok = None
+        check_note = None
+        if args.check:
+            with MultiStreamExecutor(module, inputs, c, backend=args.device,
+                                     runnable=runnable) as ex:
+                cmp = ex.check(*inputs, runs=2)
+            if cmp.ok and args.jitter:
+                with MultiStreamExecutor(module, inputs, c, backend=args.device, runnable=runnable,
+                                         jitter=Jitter(seed=1)) as ex:
+                    cmp = ex.check(*inputs, runs=args.jitter)
+            ok, check_note = cmp.ok, cmp.describe() if cmp.ok else (cmp.error or cmp.describe())
+        m = measure(module, inputs, c, backend=args.device, runs=args.runs, warmup=args.warmup,
+                    drop=args.drop, runnable=runnable)
+        an = analyse(m, doc, c.name)
+        pts = an.get("plan_check", {}).get("parallel_points", [])
+        found = [p for p in pts if p.get("found")]
+        results.append(CandidateResult(
+            name=c.name, speedup=m.speedup, single_median_us=m.single_median_us,
+            multi_median_us=m.multi_median_us, predicted_wall_us=pred,
+            predicted_single_us=pred_single,
+            overlap_pcts=[p["overlap_pct"] for p in found], verdicts=[p["verdict"] for p in found],
+            triage=an.get("triage", {}).get("verdict"), outputs_ok=ok))
+        tri = an.get("triage", {})
+        details.append({"candidate": c.name, "algorithm": c.algorithm, "streams": m.streams,
+                        "measurement": m.summary(), "predicted_wall_us": round(pred, 3),
+                        "predicted_single_us": round(pred_single, 3),
+                        "prediction_error": round((pred - m.multi_median_us) / m.multi_median_us, 4)
+                        if m.multi_median_us else None,
+                        "parallel_points": found,
+                        "placement": {k: an.get("plan_check", {}).get(k) for k in
+                                      ("misplaced_count", "side_stream_never_ran", "stream_mapping")},
+                        "triage": {"verdict": tri.get("verdict"), "summary": tri.get("summary"),
+                                   "evidence": tri.get("evidence", [])},
+                        "check": check_note})
+        if m.multi_timeline is not None:
+            timelines.append((c.name, m.multi_timeline))
+        if m.single_timeline is not None and not any(l == "single" for l, _ in timelines):
+            timelines.append(("single", m.single_timeline))
+    return {"model": graph.name, "device": args.device, "runs": args.runs, "drop": args.drop,
+            "candidates": results, "details": details, "_timelines": timelines}
+
+
+def _print(out, result: dict, rec) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(file=out, width=160)
+    t = Table(title=f"single vs multi-stream, medians of {result['runs'] - result['drop']} runs "
+              f"(first {result['drop']} dropped)")
+    for col in ("candidate", "streams", "single us", "multi us", "speedup", "predicted us",
+                "pred. speedup", "overlap_pct", "verdicts", "triage", "outputs"):
+        t.add_column(col)
+    for r, d in zip(result["candidates"], result["details"]):
+        pred_sp = (r.predicted_single_us / r.predicted_wall_us) if r.predicted_wall_us else 0.0
+        t.add_row(r.name[:48], str(d["streams"]), f"{r.single_median_us:,.0f}",
+                  f"{r.multi_median_us:,.0f}", f"{r.speedup:.2f}x",
+                  f"{r.predicted_wall_us:,.0f}" if r.predicted_wall_us is not None else "-",
+                  f"{pred_sp:.2f}x", ", ".join(f"{p:.2f}" for p in r.overlap_pcts[:3]) or "-",
+                  ", ".join(r.verdicts[:3]) or "-", r.triage or "-",
+                  "-" if r.outputs_ok is None else ("identical" if r.outputs_ok else "DIFFER"))
+    console.print(t)
+    for d in result["details"]:
+        m = d["measurement"]
+        console.print(f"{d['candidate'][:60]}: single-stream executor {m['single_executor_median_us']:,.0f} us "
+                      f"(plain module {m['single_median_us']:,.0f} us, {m['single_threads']} threads); "
+                      f"multi {m['multi_threads_per_stream']} thread(s)/stream; triage "
+                      f"{d['triage']['verdict']}: {d['triage']['summary']}", markup=False)
+    word = {"keep": "KEEP", "change": "CHANGE CANDIDATE", "single": "STAY SINGLE-STREAM"}[rec.action]
+    console.print(f"recommendation: {word} - {rec.summary}", markup=False)
+    for e in rec.evidence:
+        console.print(f"  evidence: {e}", markup=False)
+
+
+def _safe(label: str) -> str:
+    keep = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in label)
+    return keep.strip("_")[:80] or "candidate"
+
+
+def _jsonable(x: Any) -> Any:
+    from dataclasses import asdict, is_dataclass
+
+    if is_dataclass(x):
+        return asdict(x)
+    if isinstance(x, dict):
+        return {k: _jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_jsonable(v) for v in x]
+    return x
+
+
+__all__ = ["add_parser", "cmd_run", "load_model", "run_candidates"]

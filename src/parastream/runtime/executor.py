@@ -1,0 +1,521 @@
+"""Run a torch model on the streams a plan names: an ``torch.fx.Interpreter`` subclass.
+
+How a call runs (DESIGN.md: override ``run_node``: switch stream, wait, run, record):
+
+* The module is traced once (:func:`parastream.graph.torch_import.import_runnable`): the
+  operator graph the plan was made for and the runnable FX graph come from the same trace,
+  so plan op names are FX node names.
+* The host thread walks the op nodes in program order. ``run_node`` of an op waits on the
+  events the plan puts before it (``wait_before``), hands the op to its stream, and records
+  the events the plan puts after it (``record_after``). The plan's events are the contract:
+  none are derived here (the validator, :func:`parastream.plan.hb.check`, proved them
+  sufficient). After the last op, stream 0 waits on the plan's end-join events.
+* Folded views (and asserts / size queries) are not ops of the plan: they run lazily, on
+  the worker of the first op that reads them, after that op's waits, so a view of a
+  side-stream tensor is never taken before the tensor exists.
+* cpu backend: each plan stream is a persistent worker thread with a FIFO; torch's intra-op
+  thread count is set once from the main thread before the workers start (DOMAIN.md §8:
+  worker threads keep the count they first saw). cuda/npu: the same walk launches kernels
+  under ``torch.cuda.stream`` / ``torch.npu.stream``; tensors read on another stream than
+  the one that made them are ``record_stream``-ed, and the caller's current stream is
+  joined at the start and at the end.
+* ``enable=False`` runs the original module untouched (the enable switch, DOMAIN.md §3).
+* Jitter (:class:`Jitter`) adds random per-op delays and a random issue interleaving of
+  the streams (keeping each stream's FIFO order and every record before its waits): a
+  missing synchronisation then shows up as a value read before it was produced
+  (:class:`MissingSyncError`) or as outputs that differ from the single-stream run.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import torch
+import torch.fx
+from torch.fx.node import map_arg
+
+from ..plan.io import PlanDoc
+from ..plan.model import Plan
+from ..timeline.model import Timeline
+from .backend import Backend, StreamError, get_backend
+
+_MISSING = object()
+
+
+class MissingSyncError(RuntimeError):
+    """An op read a value that was not produced yet: a missing event between streams."""
+
+
+@dataclass
+class Jitter:
+    """Random per-op delays and stream interleavings to flush missing synchronisation.
+
+    ``prob``: chance that an op sleeps first; ``max_delay_us``: the longest sleep (uniform);
+    ``shuffle_issue``: issue ops in a random interleaving of the streams instead of program
+    order (each stream's order and record-before-wait are kept). Reproducible by ``seed``.
+    """
+
+    seed: int = 0
+    prob: float = 0.5
+    max_delay_us: float = 200.0
+    shuffle_issue: bool = True
+
+
+@dataclass
+class Comparison:
+    """Outputs of the multi-stream run against the single-stream run."""
+
+    ok: bool
+    exact: bool
+    max_abs_diff: float = 0.0
+    mismatched: list[str] = field(default_factory=list)
+    error: str | None = None
+
+    def __bool__(self) -> bool:
+        return self.ok
+
+    def describe(self) -> str:
+        if self.error:
+            return f"failed: {self.error}"
+        how = "bitwise" if self.exact else "within tolerance"
+        if self.ok:
+            return f"outputs identical ({how})"
+        return (f"outputs differ ({how}): {', '.join(self.mismatched[:5])}; "
+                f"max |diff| {self.max_abs_diff:.3g}")
+
+
+def compare(expected: Any, actual: Any, *, exact: bool = True, rtol: float = 1e-4,
+            atol: float = 1e-5) -> Comparison:
+    """Compare two output structures leaf by leaf: bitwise (``exact``) or ``allclose``."""
+    import torch.utils._pytree as pytree
+
+    e_leaves, e_spec = pytree.tree_flatten(expected)
+    a_leaves, a_spec = pytree.tree_flatten(actual)
+    if e_spec != a_spec:
+        return Comparison(False, exact, error=f"output structure differs: {e_spec} vs {a_spec}")
+    bad: list[str] = []
+    worst = 0.0
+    for i, (e, a) in enumerate(zip(e_leaves, a_leaves)):
+        if isinstance(e, torch.Tensor) and isinstance(a, torch.Tensor):
+            if e.shape != a.shape or e.dtype != a.dtype:
+                bad.append(f"output {i}: {tuple(a.shape)} {a.dtype} vs {tuple(e.shape)} {e.dtype}")
+                continue
+            a_c, e_c = a.detach().cpu(), e.detach().cpu()
+            same = torch.equal(a_c, e_c) if exact else torch.allclose(
+                a_c.double(), e_c.double(), rtol=rtol, atol=atol, equal_nan=True)
+            if exact and not same and torch.equal(torch.isnan(a_c), torch.isnan(e_c)):
+                same = torch.equal(torch.nan_to_num(a_c), torch.nan_to_num(e_c))
+            if not same:
+                bad.append(f"output {i}")
+                if a_c.numel() and a_c.is_floating_point():
+                    worst = max(worst, float((a_c.double() - e_c.double()).abs().nan_to_num().max()))
+        elif e != a:
+            bad.append(f"output {i}: {a!r} vs {e!r}")
+    return Comparison(not bad, exact, worst, bad)
+
+
+def default_threads(streams: int, cores: int | None = None) -> int:
+    """Intra-op threads per stream so that streams x threads <= cores (C2-like core limit)."""
+    cores = cores or _cores()
+    return max(1, cores // max(1, streams))
+
+
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def _plan_of(plan: Plan | PlanDoc, candidate: str | None = None) -> Plan:
+    if isinstance(plan, PlanDoc):
+        return plan.candidate(candidate or plan.recommended)
+    return plan
+
+
+class MultiStreamExecutor(torch.fx.Interpreter):
+    """Runs ``module`` with every op on its planned stream (see the module docstring).
+
+    ``plan``: a :class:`Plan` (or a :class:`PlanDoc`: its recommended candidate).
+    ``backend``: ``"cpu"``, ``"cuda"``, ``"npu"``, ``"null"`` or a backend instance.
+    ``intra_op_threads`` (cpu): torch threads of each stream worker; default
+    ``cores // streams``. ``validate``: check the plan with the happens-before validator
+    first (turn off only to test that jitter catches a broken plan).
+    ``runnable``: a pre-traced :class:`~parastream.graph.torch_import.Runnable`.
+    """
+
+    def __init__(self, module: torch.nn.Module, example_inputs: Sequence[Any] | Any,
+                 plan: Plan | PlanDoc, backend: str | Backend = "cpu", enable: bool = True,
+                 jitter: Jitter | None = None, intra_op_threads: int | None = None, *,
+                 validate: bool = True, runnable: Any = None, name: str = "model") -> None:
+        from ..graph.torch_import import import_runnable
+
+        if not isinstance(example_inputs, (tuple, list)):
+            example_inputs = (example_inputs,)
+        self.original = module
+        self.plan = _plan_of(plan)
+        self.enable = enable
+        self.jitter = jitter
+        self._rng = random.Random(jitter.seed if jitter else 0)
+        self.runnable = runnable or import_runnable(module, tuple(example_inputs), name=name)
+        super().__init__(self.runnable.graph_module, garbage_collect_values=False)
+        self.graph_ir = self.runnable.graph
+        if validate:
+            from ..plan.hb import check
+
+            check(self.graph_ir, self.plan)
+        assignment = self.plan.assignment
+        missing = [o.name for o in self.graph_ir.ops if o.name not in assignment]
+        if missing:
+            from ..plan.model import PlanError
+
+            raise PlanError(f"op(s) without a stream: {', '.join(missing[:10])}")
+        self.stream_ids = sorted(set(assignment.values()) | {0})
+        self.intra_op_threads = intra_op_threads or default_threads(len(self.stream_ids))
+        self._backend_spec = backend
+        self.backend: Any = None
+        self.streams: dict[int, Any] = {}
+        self._prepare()
+        self._last_timeline: Timeline | None = None
+
+    # ------------------------------------------------------------------ set-up
+    def _prepare(self) -> None:
+        """Per op node: stream, plan op name, waits, records; lazy nodes; cross-stream reads."""
+        rn = self.runnable
+        assignment = self.plan.assignment
+        waits: dict[str, list[int]] = {}
+        records: dict[str, list[int]] = {}
+        self.end_waits: list[int] = []
+        for k, e in enumerate(self.plan.events):
+            records.setdefault(e.record_after, []).append(k)
+            if e.wait_before is None:
+                self.end_waits.append(k)
+            else:
+                waits.setdefault(e.wait_before, []).append(k)
+        self.op_nodes: list[tuple] = []  # (node, stream id, op name, waits, records)
+        self.lazy: set[torch.fx.Node] = set()
+        self.placeholders: list[torch.fx.Node] = []
+        self.output_node: torch.fx.Node | None = None
+        stream_of_node: dict[torch.fx.Node, int | None] = {}
+        for n in self.graph.nodes:
+            if n.op == "placeholder":
+                self.placeholders.append(n)
+                stream_of_node[n] = None
+            elif n.op == "output":
+                self.output_node = n
+            elif n.op == "get_attr":
+                self.lazy.add(n)
+                stream_of_node[n] = None
+            elif rn.node_kind.get(n.name) == "op":
+                s = assignment[n.name]
+                self.op_nodes.append((n, s, n.name, waits.get(n.name, []),
+                                      records.get(n.name, [])))
+                stream_of_node[n] = s
+            else:
+                self.lazy.add(n)
+                op = rn.node_op.get(n.name)
+                stream_of_node[n] = assignment.get(op) if op else None
+        # tensors read on another stream than their producer's (record_stream on devices)
+        self.cross: dict[torch.fx.Node, list[torch.fx.Node]] = {}
+        for n, s, _, _, _ in self.op_nodes:
+            reads = []
+            for a in _direct_inputs(n, self.lazy):
+                src = stream_of_node.get(a)
+                if src is not None and src != s:
+                    reads.append(a)
+            if reads:
+                self.cross[n] = reads
+        self.program_index = {n: i for i, (n, *_rest) in enumerate(self.op_nodes)}
+        # GIL-releasing torch.* bindings for pure aten ops, validated on first use
+        self._fast: dict[torch.fx.Node, Any] = {}
+        self._fast_pending: set[torch.fx.Node] = {
+            n for n, *_rest in self.op_nodes
+            if n.op == "call_function" and _torch_binding(n.target) is not None}
+
+    def _ensure_backend(self) -> None:
+        if self.backend is not None:
+            return
+        spec = self._backend_spec
+        if isinstance(spec, str):
+            if spec == "cpu":
+                from .cpu import CpuBackend, set_intra_op_threads
+
+                main_threads = torch.get_num_threads()
+                set_intra_op_threads(self.intra_op_threads)
+                self.backend = CpuBackend()
+                self.streams = {s: self.backend.stream(str(s)) for s in self.stream_ids}
+                # each worker fixes its torch thread count at its first parallel call
+                works = [st.submit(torch.get_num_threads, name="init") for st in
+                         self.streams.values()]
+                for w in works:
+                    w.result()
+                set_intra_op_threads(main_threads)
+                for st in self.streams.values():
+                    st.recorder.ops.clear()
+                return
+            if spec in ("cuda", "npu"):
+                from .cuda import DeviceBackend
+
+                self.backend = DeviceBackend(spec)
+            else:
+                self.backend = get_backend(spec)
+        else:
+            self.backend = spec
+        self.streams = {s: self.backend.stream(str(s)) for s in self.stream_ids}
+
+    @property
+    def host_streams(self) -> bool:
+        """True when streams are host worker threads (values appear asynchronously)."""
+        self._ensure_backend()
+        return bool(getattr(self.backend, "host_synchronous", False))
+
+    def close(self) -> None:
+        """Stop the stream workers (a later call starts fresh ones)."""
+        if self.backend is not None:
+            self.backend.close()
+        self.backend, self.streams = None, {}
+
+    def __enter__(self) -> "MultiStreamExecutor":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ running
+    def __call__(self, *inputs: Any) -> Any:
+        if not self.enable:
+            return self.original(*inputs)
+        with torch.no_grad():
+            return self.run(*inputs)
+
+    def run(self, *inputs: Any, initial_env: Any = None, enable_io_processing: bool = True) -> Any:
+        """One multi-stream call; returns the module's outputs."""
+        self._ensure_backend()
+        host = bool(getattr(self.backend, "host_synchronous", False))
+        self.env = {}
+        for node, value in zip(self.placeholders, self.runnable.bind(inputs)):
+            self.env[node] = value
+        for st in self.streams.values():
+            rec = getattr(st, "recorder", None)
+            if rec is not None:
+                rec.ops.clear()
+                rec.waits.clear()
+        if hasattr(self.backend, "begin"):
+            self.backend.begin([self.streams[s] for s in self.stream_ids])
+        self._events = [self.backend.event() for _ in self.plan.events]
+        try:
+            for item in self._issue_order():
+                self.run_node(item[0])
+            main = self.streams[0]
+            for k in self.end_waits:
+                main.wait_event(self._events[k])
+            if host:
+                main.synchronize()
+                out = self._outputs()
+                for s in self.stream_ids[1:]:
+                    self.streams[s].synchronize()
+            else:
+                out = self._outputs()
+                if hasattr(self.backend, "end"):
+                    self.backend.end(main)
+        except StreamError as exc:
+            self.close()  # a stream error is sticky: start fresh workers next call
+            if isinstance(exc.cause, MissingSyncError):
+                raise exc.cause from None
+            raise
+        except BaseException:
+            self.close()
+            raise
+        self._last_timeline = None
+        return out
+
+    def run_node(self, n: torch.fx.Node) -> Any:
+        """Host side of one op: wait, hand to its stream, record (switch/wait/run/record)."""
+        _, s, name, waits, records = self._op_info[n]
+        stream = self.streams[s]
+        for k in waits:
+            stream.wait_event(self._events[k])
+        stream.submit(self._exec, n, name=name)
+        for k in records:
+            stream.record_event(self._events[k])
+
+    def _exec(self, n: torch.fx.Node) -> None:
+        """Stream side of one op: read its inputs, run it, store its value."""
+        j = self.jitter
+        if j is not None and self._rng.random() < j.prob:
+            time.sleep(self._rng.random() * j.max_delay_us * 1e-6)
+        args = map_arg(n.args, self._value)
+        kwargs = map_arg(n.kwargs, self._value)
+        if n in self.cross and hasattr(self.backend, "record_stream"):
+            stream = self.streams[self._op_info[n][1]]
+            for a in self.cross[n]:
+                self.backend.record_stream(self.env.get(a), stream)
+        if n.op == "call_function":
+            fast = self._fast.get(n)
+            if fast is not None:
+                self.env[n] = fast(*args, **kwargs)
+            elif n in self._fast_pending:
+                self.env[n] = self._try_fast(n, args, kwargs)
+            else:
+                self.env[n] = n.target(*args, **kwargs)
+        else:
+            self.env[n] = getattr(self, n.op)(n.target, args, kwargs)
+
+    def _try_fast(self, n: torch.fx.Node, args: tuple, kwargs: dict) -> Any:
+        """First call of an aten op: run the OpOverload and its ``torch.*`` binding and keep
+        the binding only when it gives a bitwise-identical result. The ``torch.*`` bindings
+        release the GIL while they compute; calling an ``OpOverload`` does not (measured:
+        two threads of 1.6 ms matmuls ran 1.81x faster than serial through ``torch.mm``,
+        1.08x through ``torch.ops.aten.mm.default``), so without this two cpu streams
+        cannot overlap."""
+        self._fast_pending.discard(n)
+        ref = n.target(*args, **kwargs)
+        fn = _torch_binding(n.target)
+        try:
+            got = fn(*args, **kwargs)
+            if compare(ref, got, exact=True).ok:
+                self._fast[n] = fn
+        except Exception:  # a different signature: keep the OpOverload
+            pass
+        return ref
+
+    def _value(self, a: torch.fx.Node) -> Any:
+        v = self.env.get(a, _MISSING)
+        if v is not _MISSING:
+            return v
+        if a in self.lazy:
+            args = map_arg(a.args, self._value)
+            kwargs = map_arg(a.kwargs, self._value)
+            if a.op == "call_function":
+                v = a.target(*args, **kwargs)
+            else:
+                v = getattr(self, a.op)(a.target, args, kwargs)
+            self.env[a] = v
+            return v
+        raise MissingSyncError(f"{a.name!r} was read before it was produced: an event is "
+                               "missing between its stream and the reader's")
+
+    def _outputs(self) -> Any:
+        flat = map_arg(self.output_node.args[0], self._value)
+        return self.runnable.outputs(flat)
+
+    @property
+    def _op_info(self) -> dict:
+        info = self.__dict__.get("_op_info_cache")
+        if info is None:
+            info = self.__dict__["_op_info_cache"] = {t[0]: t for t in self.op_nodes}
+        return info
+
+    def _issue_order(self) -> list[tuple]:
+        """Program order, or under jitter a random interleaving of the streams' FIFOs in which
+        every event is recorded before it is waited on."""
+        if self.jitter is None or not self.jitter.shuffle_issue:
+            return self.op_nodes
+        rec_op = [e.record_after for e in self.plan.events]
+        queues: dict[int, list[tuple]] = {}
+        for item in self.op_nodes:
+            queues.setdefault(item[1], []).append(item)
+        heads = {s: 0 for s in queues}
+        issued: set[str] = set()
+        out: list[tuple] = []
+        rng = self._rng
+        while len(out) < len(self.op_nodes):
+            ready = [s for s, q in queues.items() if heads[s] < len(q)
+                     and all(rec_op[k] in issued for k in q[heads[s]][3])]
+            s = rng.choice(ready)
+            item = queues[s][heads[s]]
+            heads[s] += 1
+            issued.add(item[2])
+            out.append(item)
+        return out
+
+    # ------------------------------------------------------------------ references and checks
+    def reference(self, *inputs: Any) -> Any:
+        """The single-stream output: the original module. On the cpu backend it runs on
+        stream 0's worker, with the same intra-op thread count as the streams, so a
+        bitwise comparison is fair (some kernels round differently with other counts)."""
+        with torch.no_grad():
+            if self.host_streams:
+                return self.streams[0].submit(_no_grad_call, self.original, inputs,
+                                              name="reference").result()
+            return self.original(*inputs)
+
+    def check(self, *inputs: Any, runs: int = 1, exact: bool | None = None,
+              rtol: float = 1e-4, atol: float = 1e-5) -> Comparison:
+        """Run ``runs`` times and compare each output with :meth:`reference`: bitwise on
+        host backends, within tolerance on devices (``exact`` overrides)."""
+        exact = self.host_streams if exact is None else exact
+        expected = _clone(self.reference(*inputs))
+        for i in range(runs):
+            try:
+                got = self(*inputs)
+            except (MissingSyncError, StreamError) as exc:
+                return Comparison(False, exact, error=f"run {i}: {exc}")
+            c = compare(expected, got, exact=exact, rtol=rtol, atol=atol)
+            if not c.ok:
+                c.error = c.error or (f"run {i}: " + c.describe())
+                return c
+        return Comparison(True, exact)
+
+    # ------------------------------------------------------------------ timeline
+    def timeline(self, source: str | None = None) -> Timeline:
+        """The last run's timeline: op names = plan op names, streams "0", "1", ..."""
+        if self.backend is None:
+            raise RuntimeError("no run yet")
+        tl = self.backend.timeline(source or f"{self.graph_ir.name}: {self.plan.name}")
+        tl.meta.setdefault("label", self.plan.name)
+        return tl
+
+
+_BINDING_MODULES = ("_VariableFunctions", "_nn", "_linalg", "_special", "_fft")
+
+
+def _torch_binding(target: Any) -> Any:
+    """The ``torch.*`` python binding of a pure (non-mutating) aten OpOverload, or None."""
+    if not isinstance(target, torch._ops.OpOverload) or target.namespace != "aten":
+        return None
+    schema = target._schema
+    if schema.is_mutable or any(a.alias_info is not None for a in schema.returns):
+        return None
+    name = target.overloadpacket.__name__
+    for mod in _BINDING_MODULES:
+        fn = getattr(getattr(torch._C, mod, None), name, None)
+        if callable(fn):
+            return fn
+    return None
+
+
+def _no_grad_call(module: Any, inputs: tuple) -> Any:
+    with torch.no_grad():
+        return module(*inputs)
+
+
+def _clone(v: Any) -> Any:
+    import torch.utils._pytree as pytree
+
+    return pytree.tree_map(lambda t: t.clone() if isinstance(t, torch.Tensor) else t, v)
+
+
+def _direct_inputs(n: torch.fx.Node, lazy: set) -> list[torch.fx.Node]:
+    """Non-lazy nodes an op reads, looking through lazy views."""
+    out: list[torch.fx.Node] = []
+    seen: set = set()
+    stack = list(n.all_input_nodes)
+    while stack:
+        a = stack.pop()
+        if a in seen:
+            continue
+        seen.add(a)
+        if a in lazy:
+            stack.extend(a.all_input_nodes)
+        else:
+            out.append(a)
+    return out
+
+
+__all__ = ["Comparison", "Jitter", "MissingSyncError", "MultiStreamExecutor", "compare",
+           "default_threads"]

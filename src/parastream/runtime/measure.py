@@ -1,0 +1,183 @@
+"""Single-stream vs multi-stream, measured side by side in one process.
+
+Discipline (DOMAIN.md §4): warm-up calls first, then ``runs`` (>= 5) timed calls of each
+variant, alternating (single, single-stream executor, multi, single, ...), the first
+``drop`` timed runs dropped, the median reported. The baseline is the best single-stream
+setting: the plain module with torch's intra-op threads = all cores. The multi-stream
+executor runs with ``cores // streams`` threads per stream (set once per worker). A
+single-stream executor run (all ops on stream 0, all cores) gives the single-stream
+*timeline* the triage compares against, and shows the executor's own hand-off cost.
+
+Timelines: on the cpu backend each executor run records its own (integer ns, per-stream
+op intervals, waits); the run with the median wall is the representative one.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from ..plan.model import Plan
+from ..timeline.model import Timeline
+
+
+@dataclass
+class Measurement:
+    """Walls in microseconds of the kept (warm) runs and the representative timelines."""
+
+    plan: str
+    single_walls_us: list[float]
+    multi_walls_us: list[float]
+    single_executor_walls_us: list[float]
+    dropped: int
+    single_threads: int
+    multi_threads: int
+    streams: int
+    multi_timeline: Timeline | None = None
+    single_timeline: Timeline | None = None
+    multi_timelines: list[Timeline] = field(default_factory=list)
+    single_timelines: list[Timeline] = field(default_factory=list)
+
+    @property
+    def single_median_us(self) -> float:
+        return statistics.median(self.single_walls_us)
+
+    @property
+    def multi_median_us(self) -> float:
+        return statistics.median(self.multi_walls_us)
+
+    @property
+    def single_executor_median_us(self) -> float:
+        return statistics.median(self.single_executor_walls_us) if self.single_executor_walls_us else float("nan")
+
+    @property
+    def speedup(self) -> float:
+        """Single-stream median wall / multi-stream median wall."""
+        return self.single_median_us / self.multi_median_us if self.multi_median_us else 0.0
+
+    def summary(self) -> dict:
+        return {"plan": self.plan, "streams": self.streams, "runs_kept": len(self.multi_walls_us),
+                "dropped": self.dropped, "single_threads": self.single_threads,
+                "multi_threads_per_stream": self.multi_threads,
+                "single_median_us": round(self.single_median_us, 3),
+                "single_executor_median_us": round(self.single_executor_median_us, 3),
+                "multi_median_us": round(self.multi_median_us, 3),
+                "speedup": round(self.speedup, 4),
+                "single_walls_us": [round(x, 3) for x in self.single_walls_us],
+                "multi_walls_us": [round(x, 3) for x in self.multi_walls_us]}
+
+
+def _median_index(walls: list[float]) -> int:
+    order = sorted(range(len(walls)), key=walls.__getitem__)
+    return order[(len(order) - 1) // 2]
+
+
+def measure(module: Any, inputs: Sequence[Any], plan: Plan, *, backend: str = "cpu",
+            runs: int = 7, warmup: int = 2, drop: int = 2, cores: int | None = None,
+            multi_threads: int | None = None, runnable: Any = None,
+            single_executor: bool = True, executor: Any = None) -> Measurement:
+    """Measure ``plan`` against the single-stream module, alternating in this process."""
+    import torch
+
+    from .cpu import set_intra_op_threads
+    from .executor import MultiStreamExecutor, _cores, default_threads
+
+    if runs < 5:
+        raise ValueError("measure at least 5 timed runs (the first few are dropped)")
+    if not 0 <= drop < runs:
+        raise ValueError("drop must be >= 0 and less than runs")
+    inputs = tuple(inputs)
+    cores = cores or _cores()
+    device = backend != "cpu"
+    from ..graph.torch_import import import_runnable
+
+    runnable = runnable or import_runnable(module, inputs)
+    streams = len(set(plan.assignment.values()) | {0})
+    multi_threads = multi_threads or default_threads(streams, cores)
+    multi = executor or MultiStreamExecutor(module, inputs, plan, backend=backend,
+                                            intra_op_threads=multi_threads, runnable=runnable)
+    single = None
+    if single_executor:
+        single_plan = Plan(name="single", algorithm="single",
+                           assignment={o.name: 0 for o in runnable.graph.ops}, streams=1)
+        single = MultiStreamExecutor(module, inputs, single_plan, backend=backend,
+                                     intra_op_threads=cores, runnable=runnable)
+
+    def sync() -> None:
+        if device and multi.backend is not None and hasattr(multi.backend, "synchronize"):
+            multi.backend.synchronize()
+
+    def timed(fn) -> float:
+        sync()
+        t0 = time.perf_counter_ns()
+        fn(*inputs)
+        sync()
+        return (time.perf_counter_ns() - t0) / 1000.0
+
+    def plain(*a):
+        with torch.no_grad():
+            return module(*a)
+
+    s_walls, m_walls, e_walls = [], [], []
+    m_tls, e_tls = [], []
+    try:
+        set_intra_op_threads(cores)
+        for _ in range(warmup):
+            plain(*inputs)
+            if single is not None:
+                single(*inputs)
+            multi(*inputs)
+        for _ in range(runs):
+            s_walls.append(timed(plain))
+            if single is not None:
+                e_walls.append(timed(single))
+                e_tls.append(single.timeline(f"{runnable.graph.name}: single stream"))
+            m_walls.append(timed(multi))
+            m_tls.append(multi.timeline(f"{runnable.graph.name}: {plan.name}"))
+    finally:
+        if single is not None:
+            single.close()
+        if executor is None:
+            multi.close()
+    keep = slice(drop, None)
+    m_walls, s_walls, e_walls = m_walls[keep], s_walls[keep], e_walls[keep]
+    m_tls, e_tls = m_tls[keep], e_tls[keep]
+    m = Measurement(plan.name, s_walls, m_walls, e_walls, drop, cores, multi_threads, streams,
+                    multi_timelines=m_tls, single_timelines=e_tls)
+    if m_tls:
+        m.multi_timeline = m_tls[_median_index(m_walls)]
+    if e_tls:
+        m.single_timeline = e_tls[_median_index(e_walls)]
+    return m
+
+
+def analyse(m: Measurement, doc: Any = None, candidate: str | None = None) -> dict:
+    """The captured timelines through the analysis: per-capture metrics of the multi runs,
+    the plan's placement check and overlap_pct per planned parallel point (when ``doc``,
+    a PlanDoc, is given), and the triage against the single-stream captures."""
+    from ..timeline.analyze import Options, analyze
+    from ..timeline.triage import triage
+
+    out: dict = {}
+    opts = Options(main_stream="0", cold=0)
+    multi_doc = analyze(m.multi_timelines, opts) if m.multi_timelines else None
+    single_doc = analyze(m.single_timelines, opts) if m.single_timelines else None
+    if multi_doc is not None:
+        # the measured medians, not the executor timelines' own spans, decide "faster"
+        multi_doc["summary"]["median_wall_us"] = round(m.multi_median_us, 3)
+        out["multi"] = multi_doc
+    if single_doc is not None:
+        single_doc["summary"]["median_wall_us"] = round(m.single_median_us, 3)
+        out["single"] = single_doc
+    if multi_doc is not None and single_doc is not None:
+        out["triage"] = triage(single_doc, multi_doc)
+    if doc is not None and m.multi_timeline is not None:
+        from ..plan.verify import verify
+
+        out["plan_check"] = verify(m.multi_timeline, doc, candidate or m.plan)
+    return out
+
+
+__all__ = ["Measurement", "analyse", "measure"]

@@ -1,0 +1,82 @@
+"""Keep, change candidate, or stay single-stream: the decision from measured runs.
+
+Rules: a candidate whose measured median wall does not beat the single-stream median by
+``margin`` (default 5%) is never recommended. Among those that do, the fastest measured
+one wins; the current candidate (the plan file's recommendation, or the simulator's pick)
+is kept when it is within ``margin`` of the winner. Every decision comes with the numbers:
+medians, speedup, predicted wall, overlap verdicts and the triage verdict.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+#: multi-stream must be this much faster than single-stream to be recommended
+MARGIN = 0.05
+
+
+@dataclass
+class CandidateResult:
+    """One measured candidate."""
+
+    name: str
+    speedup: float                     # single median / multi median
+    single_median_us: float
+    multi_median_us: float
+    predicted_wall_us: float | None = None
+    predicted_single_us: float | None = None
+    overlap_pcts: list[float] = field(default_factory=list)
+    verdicts: list[str] = field(default_factory=list)
+    triage: str | None = None
+    outputs_ok: bool | None = None
+
+
+@dataclass
+class Recommendation:
+    action: str                        # "keep" | "change" | "single"
+    candidate: str | None              # the recommended candidate (None = single stream)
+    summary: str
+    evidence: list[str]
+
+    def to_dict(self) -> dict:
+        return {"action": self.action, "candidate": self.candidate, "summary": self.summary,
+                "evidence": list(self.evidence)}
+
+
+def _line(r: CandidateResult) -> str:
+    pred = (f", predicted {r.predicted_wall_us:,.0f} us" if r.predicted_wall_us is not None
+            else "")
+    pcts = ", ".join(f"{p:.2f}" for p in r.overlap_pcts[:4]) or "-"
+    tri = f", triage {r.triage}" if r.triage else ""
+    ok = "" if r.outputs_ok is None else (", outputs identical" if r.outputs_ok
+                                          else ", OUTPUTS DIFFER")
+    return (f"{r.name}: multi {r.multi_median_us:,.0f} us vs single {r.single_median_us:,.0f} us "
+            f"= {r.speedup:.2f}x{pred}; overlap_pct [{pcts}]{tri}{ok}")
+
+
+def recommend(results: list[CandidateResult], current: str | None = None,
+              margin: float = MARGIN) -> Recommendation:
+    """Decide from measured candidates (see the module docstring)."""
+    evidence = [_line(r) for r in results]
+    usable = [r for r in results if r.outputs_ok is not False]
+    bad = [r.name for r in results if r.outputs_ok is False]
+    if bad:
+        evidence.append(f"excluded (outputs differ from single stream): {', '.join(bad)}")
+    winners = [r for r in usable if r.speedup >= 1.0 + margin]
+    if not winners:
+        best = max(usable, key=lambda r: r.speedup, default=None)
+        why = (f"the best candidate {best.name} measured {best.speedup:.2f}x, below the "
+               f"{1 + margin:.2f}x margin" if best else "no candidate ran correctly")
+        return Recommendation("single", None, f"stay single-stream: {why}", evidence)
+    best = max(winners, key=lambda r: r.speedup)
+    cur = next((r for r in winners if r.name == current), None)
+    if cur is not None and cur.speedup >= best.speedup * (1.0 - margin):
+        return Recommendation("keep", cur.name, f"keep {cur.name}: {cur.speedup:.2f}x measured"
+                              + (f" (best {best.name} {best.speedup:.2f}x is within the margin)"
+                                 if best is not cur else ""), evidence)
+    was = f" instead of {current}" if current else ""
+    return Recommendation("change", best.name, f"use {best.name}{was}: {best.speedup:.2f}x "
+                          "measured", evidence)
+
+
+__all__ = ["MARGIN", "CandidateResult", "Recommendation", "recommend"]

@@ -1,0 +1,147 @@
+"""The cuda/npu backend's code path against a stand-in for ``torch.cuda`` that records
+every call (no GPU here). Tensors stay on the CPU; launches run at once."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+
+from parastream.graph.torch_import import import_runnable
+from parastream.graph.zoo import ZOO
+from parastream.plan.assign import assign
+from parastream.runtime import Event, Stream
+from parastream.runtime.cuda import DeviceBackend, device_available
+from parastream.runtime.executor import MultiStreamExecutor
+
+
+class FakeCuda:
+    """Records (call, stream ids) like torch.cuda would see them."""
+
+    def __init__(self):
+        self.log: list[tuple] = []
+        self.ids = itertools.count(1)
+        self.clock = itertools.count()
+        self._current = self.Stream(_id=0)
+        self._stack: list = []
+
+    def __getattr__(self, item):
+        raise AttributeError(item)
+
+    # classes bound to this fake
+    def Stream(self, device=None, _id=None):  # noqa: N802 - mirrors torch.cuda.Stream
+        fake = self
+
+        class S:
+            def __init__(s):
+                s.id = next(fake.ids) if _id is None else _id
+
+            def wait_event(s, ev):
+                fake.log.append(("wait_event", s.id, ev.id))
+
+            def synchronize(s):
+                fake.log.append(("stream_sync", s.id))
+
+            def query(s):
+                return True
+
+        return S()
+
+    def Event(self, enable_timing=False):  # noqa: N802
+        fake = self
+
+        class E:
+            def __init__(e):
+                e.id = next(fake.ids)
+                e.t = None
+
+            def record(e, stream=None):
+                e.t = next(fake.clock)
+                fake.log.append(("record", (stream or fake._current).id, e.id))
+
+            def wait(e, stream=None):
+                fake.log.append(("wait_event", (stream or fake._current).id, e.id))
+
+            def synchronize(e):
+                pass
+
+            def query(e):
+                return True
+
+            def elapsed_time(e, end):
+                return float(end.t - e.t) * 1e-3  # 1 us per tick, in ms
+
+        return E()
+
+    def stream(self, s):
+        fake = self
+
+        class Ctx:
+            def __enter__(c):
+                fake._stack.append(fake._current)
+                fake._current = s
+                fake.log.append(("enter", s.id))
+
+            def __exit__(c, *a):
+                fake._current = fake._stack.pop()
+
+        return Ctx()
+
+    def current_stream(self):
+        return self._current
+
+    def synchronize(self):
+        self.log.append(("device_sync",))
+
+
+@pytest.fixture
+def fake():
+    return FakeCuda()
+
+
+def test_protocol_objects(fake):
+    b = DeviceBackend("cuda", mod=fake)
+    s = b.stream("x")
+    assert isinstance(s, Stream) and isinstance(b.event(), Event)
+    w = s.submit(lambda a: a + 1, 1, name="inc")
+    assert w.done() and w.result() == 2
+    assert ("enter", s.raw.id) in fake.log
+    with pytest.raises(ValueError):
+        b.stream("x")
+
+
+def test_executor_on_standin_joins_records_and_matches(fake, monkeypatch):
+    module, inputs = ZOO["inception_block"].factory("tiny", "infer")
+    rn = import_runnable(module, inputs)
+    plan = assign(rn.graph, "matching", max_streams=2)
+    backend = DeviceBackend("cuda", mod=fake)
+    recorded: list[tuple[int, int]] = []
+    monkeypatch.setattr(backend, "record_stream",
+                        lambda value, stream: recorded.append((id(value), stream.raw.id)))
+    ex = MultiStreamExecutor(module, inputs, plan, backend=backend, runnable=rn)
+    assert not ex.host_streams
+    c = ex.check(*inputs, runs=2)
+    assert c.ok and not c.exact  # devices compare within tolerance
+    ids = {int(k): s.raw.id for k, s in ex.streams.items()}
+    log = fake.log
+    # begin: every plan stream waits on an event recorded on the caller's stream (id 0)
+    start_ev = next(e for op, s, e in (x for x in log if len(x) == 3) if op == "record" and s == 0)
+    assert all(("wait_event", ids[k], start_ev) in log for k in ids)
+    # every plan event is recorded on its producer's stream and waited on by the consumer's
+    waits = [x for x in log if x[0] == "wait_event"]
+    assert sum(1 for x in waits if x[1] in ids.values()) >= len(plan.events)
+    # end: the caller's stream waits on stream 0
+    assert any(x[0] == "wait_event" and x[1] == 0 for x in log)
+    # a tensor read across streams is record_stream-ed on the reader's stream
+    assert recorded and all(sid in ids.values() for _, sid in recorded)
+    tl = ex.timeline()
+    assert sorted(tl.op_name(i) for i in range(len(tl))) == sorted(plan.assignment)
+    assert set(tl.streams) <= {"0", "1"}
+
+
+def test_device_available_is_false_without_devices():
+    assert device_available("cuda") is torch.cuda.is_available()
+    assert device_available("npu") is False or device_available("npu") is True
+    with pytest.raises(ValueError):
+        DeviceBackend("tpu")

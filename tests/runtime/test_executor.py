@@ -1,0 +1,141 @@
+"""The multi-stream executor: outputs identical to single stream for every zoo model and
+planner algorithm (also under jitter), broken plans caught, enable switch, timelines."""
+
+from __future__ import annotations
+
+import msgspec
+import pytest
+import torch
+
+from parastream.graph.torch_import import import_runnable
+from parastream.graph.zoo import ZOO
+from parastream.plan.assign import assign
+from parastream.plan.hb import check as hb_check
+from parastream.plan.model import PlanError
+from parastream.runtime.executor import Jitter, MissingSyncError, MultiStreamExecutor, compare
+
+ALGOS = ("single", "matching", "critical-path", "resource-split")
+
+
+@pytest.fixture(scope="module")
+def tiny_models():
+    out = {}
+    for name, zm in ZOO.items():
+        module, inputs = zm.factory("tiny", zm.phases[0])
+        out[name] = (module, inputs, import_runnable(module, inputs, name=name))
+    return out
+
+
+@pytest.mark.parametrize("name", list(ZOO))
+def test_every_model_and_algorithm_bitwise_also_under_200_jittered_runs(tiny_models, name):
+    module, inputs, rn = tiny_models[name]
+    for k, algo in enumerate(ALGOS):
+        plan = assign(rn.graph, algo, max_streams=2)
+        with MultiStreamExecutor(module, inputs, plan, runnable=rn) as ex:
+            c = ex.check(*inputs, runs=2)
+            assert c.ok and c.exact, (algo, c.describe())
+        # 4 algorithms x 50 jittered runs = 200 per model
+        jit = Jitter(seed=k, prob=0.5, max_delay_us=60)
+        with MultiStreamExecutor(module, inputs, plan, runnable=rn, jitter=jit) as ex:
+            c = ex.check(*inputs, runs=50)
+            assert c.ok, (algo, c.error)
+
+
+def _plan_without_wait(rn, index=4):
+    plan = assign(rn.graph, "matching", max_streams=2)
+    waits = [i for i, e in enumerate(plan.events) if e.wait_before is not None]
+    k = waits[index % len(waits)]
+    return plan, msgspec.structs.replace(
+        plan, events=[e for i, e in enumerate(plan.events) if i != k])
+
+
+def test_removed_wait_is_caught_by_validator_and_by_jitter(tiny_models):
+    module, inputs, rn = tiny_models["llama_layer"]
+    _, broken = _plan_without_wait(rn)
+    with pytest.raises(PlanError):
+        hb_check(rn.graph, broken)
+    with pytest.raises(PlanError):
+        MultiStreamExecutor(module, inputs, broken, runnable=rn)
+    # without the validator, jitter exposes the race (not silently accepted)
+    with MultiStreamExecutor(module, inputs, broken, runnable=rn, validate=False,
+                             jitter=Jitter(seed=3, prob=0.7, max_delay_us=300)) as ex:
+        c = ex.check(*inputs, runs=100)
+    assert not c.ok
+    assert "read before it was produced" in (c.error or "") or c.mismatched
+
+
+def test_missing_sync_error_type(tiny_models):
+    module, inputs, rn = tiny_models["llama_layer"]
+    _, broken = _plan_without_wait(rn)
+    ex = MultiStreamExecutor(module, inputs, broken, runnable=rn, validate=False,
+                             jitter=Jitter(seed=5, prob=1.0, max_delay_us=500))
+    with pytest.raises(MissingSyncError):
+        for _ in range(100):
+            ex(*inputs)
+    ex.close()
+
+
+def test_enable_switch_off_runs_the_original_module(tiny_models):
+    module, inputs, rn = tiny_models["moe_layer"]
+    plan = assign(rn.graph, "matching", max_streams=2)
+    calls = []
+    h = module.register_forward_hook(lambda *a: calls.append(1))
+    try:
+        ex = MultiStreamExecutor(module, inputs, plan, runnable=rn, enable=False)
+        out = ex(*inputs)
+        assert calls == [1] and ex.backend is None  # no stream was ever created
+        with torch.no_grad():
+            assert compare(module(*inputs), out).ok
+    finally:
+        h.remove()
+
+
+def test_timeline_names_plan_ops_and_streams(tiny_models):
+    module, inputs, rn = tiny_models["inception_block"]
+    plan = assign(rn.graph, "matching", max_streams=2)
+    with MultiStreamExecutor(module, inputs, plan, runnable=rn) as ex:
+        ex(*inputs)
+        ex(*inputs)
+        tl = ex.timeline()
+    names = sorted(tl.op_name(i) for i in range(len(tl)))
+    assert names == sorted(plan.assignment)  # exactly the last run, each op once
+    for i in range(len(tl)):
+        assert tl.streams[int(tl.stream[i])] == str(plan.assignment[tl.op_name(i)])
+    assert set(tl.streams) == {"0", "1"}
+
+
+def test_worker_threads_keep_their_intra_op_count(tiny_models):
+    module, inputs, rn = tiny_models["inception_block"]
+    plan = assign(rn.graph, "matching", max_streams=2)
+    before = torch.get_num_threads()
+    with MultiStreamExecutor(module, inputs, plan, runnable=rn, intra_op_threads=1) as ex:
+        ex(*inputs)
+        seen = [s.submit(torch.get_num_threads).result() for s in ex.streams.values()]
+    assert seen == [1, 1] and torch.get_num_threads() == before
+
+
+def test_fx_fallback_runnable_maps_nodes():
+    class Two(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = torch.nn.Linear(8, 8)
+            self.b = torch.nn.Linear(8, 8)
+
+        def forward(self, x):
+            return torch.relu(self.a(x)).view(-1) + self.b(x).view(-1)
+
+    m, x = Two().eval(), torch.randn(4, 8)
+    rn = import_runnable(m, (x,), method="fx")
+    assert rn.source == "torch.fx"
+    assert {k for k, v in rn.node_kind.items() if v == "op"} == {o.name for o in rn.graph.ops}
+    plan = assign(rn.graph, "matching", max_streams=2)
+    with MultiStreamExecutor(m, (x,), plan, runnable=rn) as ex:
+        assert ex.check(x, runs=3).ok
+
+
+def test_compare_tolerance_and_structure():
+    a = (torch.ones(3), torch.zeros(2))
+    assert compare(a, (torch.ones(3), torch.zeros(2))).ok
+    b = (torch.ones(3) + 1e-7, torch.zeros(2))
+    assert not compare(a, b).ok and compare(a, b, exact=False).ok
+    assert not compare(a, (torch.ones(3),)).ok

@@ -1,0 +1,83 @@
+"""``parastream run``: --auto and --plan end to end at tiny scale, JSON and traces, errors."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+
+import pytest
+
+from parastream.errors import InputError
+from parastream.runtime import cli
+
+
+def run(*argv: str) -> int:
+    p = argparse.ArgumentParser()
+    sub = p.add_subparsers()
+    cli.add_parser(sub)
+    a = p.parse_args(["run", *argv])
+    return a.func(a)
+
+
+@pytest.fixture(scope="module")
+def profile(tmp_path_factory):
+    from parastream.device.profile import dumps_profile, load_profile
+
+    path = tmp_path_factory.mktemp("prof") / "cpu.json"
+    path.write_bytes(dumps_profile(load_profile("cpu")))
+    return str(path)
+
+
+def test_auto_with_check_trace_and_json(tmp_path, capsys, profile):
+    rc = run("inception_block", "--auto", "--scale", "tiny", "--runs", "5", "--warmup", "1",
+             "--top", "2", "--check", "--jitter", "5", "--profile", profile,
+             "--trace", str(tmp_path / "tr"), "--json", str(tmp_path / "r.json"))
+    assert rc == 0
+    out = capsys.readouterr().out
+    assert "recommendation:" in out and "speedup" in out and "predicted" in out
+    doc = json.loads((tmp_path / "r.json").read_text())
+    assert doc["recommendation"]["action"] in ("keep", "change", "single")
+    assert len(doc["candidates"]) == 2
+    assert all(c["outputs_ok"] for c in doc["candidates"])
+    files = os.listdir(tmp_path / "tr")
+    assert "single.json" in files and "plan.json" in files and len(files) >= 3
+    # the trace is what 'parastream analyze' reads
+    from parastream.timeline.readers import read_path
+
+    tl = read_path(str(tmp_path / "tr" / "single.json"))[0]
+    assert len(tl) > 0 and set(tl.streams) == {"0"}
+
+
+def test_plan_file_round_trip(tmp_path, capsys, profile):
+    from parastream.device.profile import load_profile
+    from parastream.graph.models import resolve
+    from parastream.plan.cli import build
+    from parastream.plan.io import dumps
+
+    g = resolve("moe_layer", scale="tiny")
+    doc = build(g, load_profile("cpu"), algorithm="matching", mapping=None, max_streams=2)
+    path = tmp_path / "plan.json"
+    path.write_bytes(dumps(doc))
+    assert run("moe_layer", "--plan", str(path), "--scale", "tiny", "--runs", "5",
+               "--profile", profile) == 0
+    assert "recommendation:" in capsys.readouterr().out
+    with pytest.raises(InputError, match="no candidate"):
+        run("moe_layer", "--plan", str(path), "--candidate", "nope", "--scale", "tiny")
+    with pytest.raises(InputError, match="does not fit"):
+        run("inception_block", "--plan", str(path), "--scale", "tiny", "--profile", profile)
+
+
+def test_bad_inputs_are_one_line_errors(tmp_path):
+    with pytest.raises(InputError, match="at least 5"):
+        run("moe_layer", "--auto", "--runs", "3")
+    with pytest.raises(InputError, match="unknown model"):
+        run("no_such_model", "--auto", "--scale", "tiny")
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    with pytest.raises(InputError, match="invalid JSON"):
+        run("moe_layer", "--plan", str(bad))
+    with pytest.raises(InputError, match="meta device"):
+        run("moe_layer", "--auto", "--scale", "7b")
+    with pytest.raises(SystemExit):
+        run("moe_layer")  # --plan or --auto is required
