@@ -738,6 +738,20 @@ def inference_pipeline(scale: str = "small", phase: str | None = None) -> tuple[
 
 
 # ----------------------------------------------------------------------------- two chains
+class MatmulChain(nn.Module):
+    """``depth`` steps of ``relu(x @ w)``."""
+
+    def __init__(self, width: int, depth: int) -> None:
+        super().__init__()
+        self.weights = nn.ParameterList([nn.Parameter(torch.randn(width, width) / width ** 0.5)
+                                         for _ in range(depth)])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for w in self.weights:
+            x = torch.relu(x @ w)
+        return x
+
+
 class TwoChains(nn.Module):
     """Two independent chains of ``relu(x @ w)`` meeting at an add: the smallest model whose
     branches are long enough (a few hundred microseconds per op on a CPU core) for two
@@ -745,18 +759,11 @@ class TwoChains(nn.Module):
 
     def __init__(self, width: int, depth: int) -> None:
         super().__init__()
-        self.left = nn.ParameterList([nn.Parameter(torch.randn(width, width) / width ** 0.5)
-                                      for _ in range(depth)])
-        self.right = nn.ParameterList([nn.Parameter(torch.randn(width, width) / width ** 0.5)
-                                       for _ in range(depth)])
+        self.left = MatmulChain(width, depth)
+        self.right = MatmulChain(width, depth)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        a, b = x, x
-        for w in self.left:
-            a = torch.relu(a @ w)
-        for w in self.right:
-            b = torch.relu(b @ w)
-        return a + b
+        return self.left(x) + self.right(x)
 
 
 _TWO_CHAINS = {"tiny": (64, 16, 4), "small": (256, 64, 8), "7b": (4096, 4096, 8)}
