@@ -1,0 +1,19 @@
+"""``parastream emit``: a model's forward as Python source with a plan applied, in the
+target's own stream API (TorchAir GE graph mode, npugraph_ex/aclgraph, or CUDA).
+
+* :mod:`parastream.emit.codegen` traces the model the way the importer does (so node names
+  are the plan's op names) and writes the module: an ``nn.Module`` wrapper whose forward runs
+  every node in program order inside the target's stream contexts, with the plan's events,
+  guarded by the plan's enable switch (off by default: the original forward runs).
+* :mod:`parastream.emit.standins` provides recording stand-ins for the three stream APIs,
+  so the same generated file runs on a CPU, and checks the recorded calls against the plan.
+* :mod:`parastream.emit.cli` adds ``parastream emit PLAN --target ...``.
+
+Nothing here imports torch until it is used.
+"""
+
+from __future__ import annotations
+
+TARGETS = ("torchair", "npugraph_ex", "cuda")
+
+__all__ = ["TARGETS"]

@@ -1,0 +1,158 @@
+"""``parastream emit PLAN --target torchair|npugraph_ex|cuda``: the model's forward as Python
+source with a plan candidate applied. Loaded by :mod:`parastream.cli`; torch is imported
+only when the command runs."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ..errors import InputError
+from . import TARGETS
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    """Add the ``emit`` subcommand."""
+    p = sub.add_parser(
+        "emit", help="generate the model's forward with a plan applied (TorchAir, npugraph_ex "
+                     "or CUDA stream API)",
+        description="Rebuild the model a plan was made for (the plan's source: model, scale, "
+                    "phase), trace it as the importer does and write a Python module whose "
+                    "forward runs every op in program order on its planned stream, with the "
+                    "plan's events, in the target's own API: torchair.scope.npu_stream_switch "
+                    "/ npu_wait_tensor (GE graph mode), torch.npu.Stream / Event / "
+                    "record_stream (npugraph_ex), torch.cuda streams (cuda). The plan's enable "
+                    "switch guards it: off, the original forward runs. 'python FILE' checks "
+                    "the generated code on recording stand-ins and compares outputs.")
+    p.add_argument("plan", metavar="PLAN",
+                   help="plan.json written by 'parastream plan MODEL --out'")
+    p.add_argument("--target", required=True, choices=TARGETS,
+                   help="torchair (GE graph mode), npugraph_ex (aclgraph / eager torch_npu) "
+                        "or cuda")
+    p.add_argument("--candidate", metavar="NAME",
+                   help="the plan candidate to apply (default: the recommended one)")
+    p.add_argument("-o", "--output", metavar="FILE", help="write the module here "
+                   "(default: stdout)")
+    p.add_argument("--model", metavar="MODEL", help="the model, when the plan does not name "
+                   "one it can rebuild: zoo name or path/to/file.py:factory")
+    p.add_argument("--scale", help="zoo scale (default: the plan's)")
+    p.add_argument("--phase", help="zoo phase (default: the plan's)")
+    p.add_argument("--class-name", default="MultiStreamForward", metavar="NAME",
+                   help="name of the generated nn.Module (default MultiStreamForward)")
+    p.set_defaults(func=cmd_emit)
+
+
+def _vector_per_cube(device: str | None) -> float:
+    """Vector cores per AI core for C2 limits that name only aicore_num: from the plan's
+    device profile (0 on Ascend parts without separate vector cores), else Atlas A2/A3's 2."""
+    from .codegen import DEFAULT_VECTOR_PER_CUBE
+
+    if not device or device == "?":
+        return DEFAULT_VECTOR_PER_CUBE
+    try:
+        from ..device.profile import load_profile
+
+        prof = load_profile(device)
+    except Exception:
+        return DEFAULT_VECTOR_PER_CUBE
+    if prof.kind != "npu":
+        return DEFAULT_VECTOR_PER_CUBE
+    if prof.cores.cube == prof.cores.vector:  # coupled cube and vector units (910)
+        return 0.0
+    return prof.cores.vector / max(1, prof.cores.cube)
+
+
+def emit_plan(plan_path: str, target: str, *, candidate: str | None = None,
+              model: str | None = None, scale: str | None = None, phase: str | None = None,
+              class_name: str = "MultiStreamForward"):
+    """Load ``plan_path``, rebuild its model and emit ``target`` code. Returns
+    :class:`~parastream.emit.codegen.Emitted`; bad input raises :class:`InputError`."""
+    from ..plan.io import loads
+
+    try:
+        with open(plan_path, "rb") as f:
+            data = f.read()
+    except OSError as exc:
+        raise InputError(plan_path, f"cannot read: {exc.strerror or exc}") from None
+    try:
+        doc = loads(data)
+    except ValueError as exc:
+        raise InputError(plan_path, str(exc)) from None
+    name = candidate or doc.recommended
+    suffix = [c for c in doc.candidates if c.name.endswith("/" + name)]
+    try:
+        plan = doc.candidate(name) if not (len(suffix) == 1 and all(
+            c.name != name for c in doc.candidates)) else suffix[0]
+    except KeyError:
+        names = ", ".join(c.name for c in doc.candidates[:12])
+        raise InputError(plan_path, f"no candidate named {name!r} (candidates: {names})") from None
+    source = dict(doc.source or {})
+    if model:
+        source["model"] = model
+    if scale:
+        source["scale"] = scale
+    if phase:
+        source["phase"] = phase
+    if not source.get("model"):
+        raise InputError(plan_path, "the plan does not say which model it was made for; "
+                                    "pass --model (and --scale/--phase)")
+    source.setdefault("scale", "small")
+    source.setdefault("phase", None)
+    from .codegen import EmitError, build_model, emit, trace
+
+    module, inputs = build_model(source)
+    try:
+        traced = trace(module, inputs)
+    except EmitError as exc:
+        raise InputError(source["model"], str(exc)) from None
+    _check_plan(module, inputs, plan, plan_path, source)
+    try:
+        return emit(traced, plan, target, source=source, model_name=doc.model,
+                    device_name=doc.device if doc.device != "?" else None,
+                    class_name=class_name, vector_per_cube=_vector_per_cube(doc.device))
+    except EmitError as exc:
+        raise InputError(plan_path, str(exc)) from None
+
+
+def _check_plan(module, inputs, plan, plan_path: str, source: dict) -> None:
+    """Refuse a plan whose events do not order every cross-stream dependency of the model."""
+    from ..graph.torch_import import import_module
+    from ..plan.hb import check
+    from ..plan.model import PlanError
+
+    graph = import_module(module, inputs, name=str(source.get("model")))
+    try:
+        check(graph, plan)
+    except PlanError as exc:
+        raise InputError(plan_path, f"candidate {plan.name!r} does not fit "
+                                    f"{source.get('model')} at scale {source.get('scale')}: "
+                                    f"{exc}") from None
+
+
+def cmd_emit(args: argparse.Namespace) -> int:
+    from ..report.atomic import write_atomic
+
+    if not args.class_name.isidentifier():
+        raise InputError(None, f"--class-name {args.class_name!r} is not a Python name")
+    emitted = emit_plan(args.plan, args.target, candidate=args.candidate, model=args.model,
+                        scale=args.scale, phase=args.phase, class_name=args.class_name)
+    summary = (f"{args.target}: {len(emitted.calls)} op calls, streams "
+               f"{(0,) + emitted.side_streams}, {emitted.waits} waits, {emitted.records} "
+               f"records, {emitted.record_streams} record_stream")
+    if args.output:
+        try:
+            write_atomic(args.output, emitted.source)
+        except OSError as exc:
+            raise InputError(args.output, f"cannot write: {exc.strerror or exc}") from None
+        sys.stderr.write(f"parastream: wrote {args.output} ({summary})\n")
+    else:
+        sys.stdout.write(emitted.source)
+    for ev in emitted.skipped_events:
+        sys.stderr.write(f"parastream: warning: event {ev} has no {args.target} form here\n")
+    if emitted.unplanned:
+        sys.stderr.write(f"parastream: warning: {len(emitted.unplanned)} op(s) the plan does not "
+                         f"name run on stream 0: {', '.join(emitted.unplanned[:6])}\n")
+    return 0
+
+
+__all__ = ["add_parser", "cmd_emit", "emit_plan"]

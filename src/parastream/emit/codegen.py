@@ -1,0 +1,1078 @@
+"""Generate a model's forward as Python source with a multi-stream plan applied.
+
+How it works:
+
+1. :func:`trace` traces the module exactly as :func:`parastream.graph.torch_import.import_module`
+   does (``torch.export.export(strict=False)`` under ``no_grad``, ``torch.fx.symbolic_trace``
+   when export fails), so the FX node names are the plan's op names.
+2. :func:`emit` walks the FX nodes in program order and writes one line per node
+   (``linear_2 = torch.ops.aten.linear.default(view, p_mlp_gate_weight)``), grouped into the
+   target's stream blocks, with the plan's events where the plan puts them (recorded right
+   after ``record_after``, waited right before ``wait_before``; the final joins at the end of
+   the origin stream), guarded by the plan's enable switch.
+
+Rules the generated code follows:
+
+* **Stream of a node.** A plan op runs on its planned stream. A node the plan does not name
+  (a folded view, ``getitem``, a size query) runs on the stream of the plan op that produced
+  the tensor it views (its *base producer*), right where it stands in program order: the
+  view of a side-stream output is taken inside the side-stream block. This pins cheap
+  reshapes of side outputs on the side stream, which is the fix DOMAIN.md §3 gives for GE's
+  precompute hoisting (a Reshape of a side output issued on the main stream can become a
+  barrier). A node that views a graph input, weight or buffer depends on no stream: it is
+  emitted in whatever block is open. Export's ``_assert_tensor_metadata`` checks are
+  dropped (they compute nothing and name the trace device).
+* **torchair** (GE graph mode): side ops inside ``torchair.scope.npu_stream_switch("s<k>", 0)``
+  (plus ``torchair.scope.limit_core_num(aicore, vectorcore)`` for a C2 core limit). Each plan
+  event becomes ``x_w = torchair.scope.npu_wait_tensor(x, dep)`` right before the waiting op,
+  where ``x`` is an input of that op (the one made from the recorded op's output when there
+  is one) and ``dep`` an output of the recorded op; the waiting op then reads ``x_w``. The
+  rebinding matters: TorchAir converts ``wait_tensor`` into an ``Identity`` of ``x`` with a
+  control edge from ``dep``, so only readers of the returned tensor are ordered. A final join
+  waits the returned output on the side stream's last op. No ``record_stream`` (GE owns the
+  memory of a graph); no Event objects.
+* **npugraph_ex** and **cuda**: side streams are created once (``torch.npu.Stream()`` /
+  ``torch.cuda.Stream()``); side ops run inside ``with npu.stream(S[k]):`` (plus
+  ``npu.npugraph_ex.scope.limit_core_num(aicore, vectorcore)``, a stream-level limit, for C2
+  limits; CUDA has no equivalent and says so in a comment). At the start every side stream
+  waits on a *fork* event recorded on the caller's current stream (work queued before the
+  forward, and graph capture, need it); per plan event an ``Event()`` is recorded on the
+  producer's stream right after ``record_after`` (one event per recorded op) and waited on the
+  consumer's stream right before ``wait_before``; joins wait on the origin stream at the end.
+  A tensor made by an op on one stream and read by an op on another gets
+  ``record_stream(t, S[reader])`` before the read; a side-stream tensor that the forward
+  returns gets ``record_stream(t, S[0])``. Inputs, weights and buffers (long-lived) do not.
+* **Switch.** ``MultiStreamForward(model)`` runs ``model`` itself unless the environment
+  variable named by ``plan.switch`` is 1/true/yes/on (or ``enabled=True`` is passed): the
+  original single-stream path is always there. The stream API is injectable
+  (``MultiStreamForward(model, api=...)``): by default it is imported lazily (``torchair``;
+  ``torch.npu`` after ``import torch_npu``; ``torch.cuda``), and
+  :func:`parastream.emit.standins.standin` gives recording stand-ins that run on a CPU.
+* Devices: a ``torch.device`` argument equal to the traced inputs' device is emitted as the
+  runtime device of the first input (``_dev``), so a model traced on the CPU runs on the NPU.
+"""
+
+from __future__ import annotations
+
+import keyword
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from ..plan.model import Plan
+from . import TARGETS
+
+DEFAULT_CLASS = "MultiStreamForward"
+#: vector cores per AI (cube) core when the plan gives no vectorcore_num (Atlas A2/A3: 24:48)
+DEFAULT_VECTOR_PER_CUBE = 2.0
+
+
+class EmitError(ValueError):
+    """The plan cannot be applied to this model, or the model cannot be emitted."""
+
+
+# ----------------------------------------------------------------------------- tracing
+@dataclass
+class Traced:
+    """A traced model: the runnable FX graph whose node names are the plan's op names."""
+
+    method: str                                  # "torch.export" | "torch.fx"
+    graph: Any                                   # torch.fx.Graph
+    #: placeholder name -> (kind, what): ("param"|"buffer"|"attr", fqn), ("input", index),
+    #: ("value", tensor) for a constant created inside forward
+    placeholders: dict[str, tuple[str, Any]]
+    outputs: list[Any]                           # user outputs: fx nodes or constants
+    out_spec: Any = None                         # pytree spec of the user outputs (export)
+    fx_output: Any = None                        # fx: the output node's argument as is
+    mutations: list[tuple[str, Any, Any]] = field(default_factory=list)  # (kind, target, node)
+    device: Any = None                           # device of the first tensor input
+
+    def nodes(self) -> list[Any]:
+        return list(self.graph.nodes)
+
+
+def trace(module: Any, inputs: Sequence[Any] | Any, *, kwargs: dict | None = None,
+          method: str = "auto") -> Traced:
+    """Trace ``module`` on ``inputs`` the way the importer does (same tracer, same names)."""
+    import torch
+
+    if not isinstance(inputs, (tuple, list)):
+        inputs = (inputs,)
+    inputs = tuple(inputs)
+    if method not in ("auto", "export", "fx"):
+        raise ValueError(f"method must be auto, export or fx, not {method!r}")
+    device = next((t.device for t in inputs if isinstance(t, torch.Tensor)), None)
+    errors = []
+    if method in ("auto", "export"):
+        try:
+            with torch.no_grad():
+                ep = torch.export.export(module, inputs, kwargs=kwargs or None, strict=False)
+        except Exception as exc:  # same fallback rule as the importer
+            if method == "export":
+                raise EmitError(f"cannot be traced by torch.export: {exc}") from exc
+            errors.append(exc)
+        else:
+            return _from_export(ep, module, device)
+    if kwargs:
+        raise EmitError("the torch.fx fallback takes positional example inputs only")
+    try:
+        return _from_fx(module, inputs, device)
+    except Exception as exc:
+        raise EmitError(f"cannot be traced ({'; '.join(map(str, errors + [exc]))})") from exc
+
+
+def _from_export(ep: Any, module: Any, device: Any) -> Traced:
+    sig = ep.graph_signature
+    ph: dict[str, tuple[str, Any]] = {}
+    user = 0
+    for spec in sig.input_specs:
+        kind = spec.kind.name
+        name = spec.arg.name
+        if kind == "PARAMETER":
+            ph[name] = ("param", spec.target)
+        elif kind == "BUFFER":
+            ph[name] = ("buffer", spec.target)
+        elif kind == "CONSTANT_TENSOR":
+            if _has_tensor_attr(module, spec.target):
+                ph[name] = ("attr", spec.target)
+            else:
+                ph[name] = ("value", ep.constants[spec.target])
+        elif kind == "USER_INPUT":
+            ph[name] = ("input", user)
+            user += 1
+        else:
+            raise EmitError(f"unsupported export input {name!r} of kind {kind}")
+    by_name = {n.name: n for n in ep.graph.nodes}
+    outputs: list[Any] = []
+    mutations: list[tuple[str, Any, Any]] = []
+    for spec in sig.output_specs:
+        kind = spec.kind.name
+        arg = spec.arg
+        value = by_name[arg.name] if hasattr(arg, "name") and arg.name in by_name else \
+            getattr(arg, "value", None)
+        if kind == "USER_OUTPUT":
+            outputs.append(value)
+        elif kind == "BUFFER_MUTATION":
+            mutations.append(("buffer", spec.target, value))
+        elif kind == "USER_INPUT_MUTATION":
+            mutations.append(("input", spec.target, value))
+        else:
+            raise EmitError(f"unsupported export output of kind {kind}")
+    return Traced("torch.export", ep.graph, ph, outputs, out_spec=ep.call_spec.out_spec,
+                  mutations=mutations, device=device)
+
+
+def _from_fx(module: Any, inputs: tuple, device: Any) -> Traced:
+    import torch
+    import torch.fx
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    gm = torch.fx.symbolic_trace(module)
+
+    class _Prop(torch.fx.Interpreter):  # node values on fake tensors, as the importer does
+        def run_node(self, n):
+            result = super().run_node(n)
+            n.meta["val"] = result
+            return result
+
+    mode = FakeTensorMode(allow_non_fake_inputs=True)
+    fake = [mode.from_tensor(t) if isinstance(t, torch.Tensor) else t for t in inputs]
+    with mode, torch.no_grad():
+        _Prop(gm).run(*fake)
+    ph: dict[str, tuple[str, Any]] = {}
+    user = 0
+    out = None
+    for n in gm.graph.nodes:
+        if n.op == "placeholder":
+            ph[n.name] = ("input", user)
+            user += 1
+        elif n.op == "output":
+            out = n.args[0]
+    return Traced("torch.fx", gm.graph, ph, [], fx_output=out, device=device)
+
+
+def _has_tensor_attr(module: Any, fqn: str) -> bool:
+    import torch
+
+    obj = module
+    for part in fqn.split("."):
+        obj = getattr(obj, part, None)
+        if obj is None:
+            return False
+    return isinstance(obj, torch.Tensor)
+
+
+# ----------------------------------------------------------------------------- model sources
+def build_model(source: dict) -> tuple[Any, tuple]:
+    """(module, example_inputs) of a plan's ``source`` ({"model", "scale", "phase"}): a zoo
+    name or ``path/to/file.py:factory``, as :func:`parastream.graph.models.resolve` builds it.
+    Raises :class:`~parastream.errors.InputError` for a model it cannot rebuild."""
+    from ..errors import InputError
+    from ..graph import models
+
+    spec = source.get("model")
+    scale = source.get("scale") or "small"
+    phase = source.get("phase")
+    if not spec:
+        raise InputError(None, "the plan does not say which model it was made for "
+                               "(no source.model); pass --model")
+    if scale not in models.SCALES:
+        raise InputError(None, f"unknown scale {scale!r}")
+    if spec.endswith(".json"):
+        raise InputError(spec, "the plan was made from a graph file, which holds no model to "
+                               "run; pass --model with the torch model (zoo name or "
+                               "path/to/file.py:factory)")
+    if models._looks_like_file(spec):
+        path, sep, attr = spec.rpartition(":")
+        if not sep or not path or not attr.isidentifier():
+            raise InputError(spec, "name the factory after the file: path/to/file.py:factory")
+        import os
+
+        if not os.path.isfile(path):
+            raise InputError(path, "no such file")
+        mod = models._load_file(path)
+        factory = getattr(mod, attr, None)
+        if not callable(factory):
+            raise InputError(path, f"no factory named {attr!r}")
+        result = models._call_factory(factory, path, attr, scale, phase)
+        return models._check_result(result, path, attr)
+    models._need_torch(spec)
+    from ..graph.zoo import ZOO
+
+    model = ZOO.get(spec)
+    if model is None:
+        raise InputError(None, f"unknown model {spec!r} (built-in models: {', '.join(ZOO)})")
+    phase = phase or model.default_phase
+    if phase not in model.phases:
+        raise InputError(None, f"model {spec!r} has no phase {phase!r}")
+    module, inputs = model.factory(scale, phase)
+    if not isinstance(inputs, tuple):
+        inputs = tuple(inputs) if isinstance(inputs, list) else (inputs,)
+    return module, inputs
+
+
+# ----------------------------------------------------------------------------- emission
+@dataclass
+class Emitted:
+    """The generated module and what it contains."""
+
+    source: str
+    target: str
+    calls: tuple[tuple[str, str], ...]  # (node, op) emitted as torch.ops calls, in issue order
+    side_streams: tuple[int, ...]
+    waits: int                        # plan events emitted (npu_wait_tensor / Event.wait)
+    records: int                      # Event.record calls (npugraph_ex / cuda)
+    record_streams: int               # record_stream calls
+    unplanned: list[str] = field(default_factory=list)  # real ops the plan does not name
+    skipped_events: list[str] = field(default_factory=list)
+
+
+_RESERVED = {
+    "self", "args", "kwargs", "m", "S", "torch", "pytree", "functools", "os", "operator",
+    "collections", "TRACE", "math", "record_stream", "fork", "npu", "cuda", "torchair", "api", "_get", "_dev",
+    "_resolve", "_OUT_SPEC", "ENABLED", "SWITCH", "TARGET", "PLAN", "CALLS", "EVENTS",
+    "ASSIGNMENT", "CORE_LIMITS", "SIDE_STREAMS", "SOURCE", "switch_on", "load_model",
+    "print", "len", "float", "int", "list", "tuple", "dict", "slice", "getattr", "range",
+}
+
+_VIEW_LIKE = None  # filled lazily from the importer's tables
+
+
+def _view_like() -> frozenset:
+    global _VIEW_LIKE
+    if _VIEW_LIKE is None:
+        from ..graph.torch_import import MAYBE_VIEW_OPS, VIEW_OPS
+
+        _VIEW_LIKE = frozenset(VIEW_OPS | MAYBE_VIEW_OPS | {"dropout", "feature_dropout",
+                                                             "alpha_dropout", "to",
+                                                             "getitem"})
+    return _VIEW_LIKE
+
+
+def _short(node: Any) -> str:
+    tgt = node.target
+    schema = getattr(tgt, "_schema", None)
+    if schema is not None:
+        return schema.name.partition("::")[2] or schema.name
+    if node.op in ("call_method",):
+        return str(tgt)
+    return getattr(tgt, "__name__", str(tgt))
+
+
+def _is_assert(node: Any) -> bool:
+    return node.op == "call_function" and _short(node).startswith("_assert") and not node.users
+
+
+def _tensor_val(node: Any) -> bool:
+    import torch
+
+    v = node.meta.get("val") if hasattr(node, "meta") else None
+    return isinstance(v, torch.Tensor)
+
+
+def _multi_val(node: Any) -> bool:
+    v = node.meta.get("val") if hasattr(node, "meta") else None
+    return isinstance(v, (tuple, list))
+
+
+def _arg_nodes(a: Any) -> list[Any]:
+    import torch.fx
+
+    if isinstance(a, torch.fx.Node):
+        return [a]
+    if isinstance(a, (tuple, list)):
+        return [x for item in a for x in _arg_nodes(item)]
+    if isinstance(a, dict):
+        return [x for item in a.values() for x in _arg_nodes(item)]
+    return []
+
+
+class _Names:
+    """Python variable names for FX nodes (clashes with the generated code's own names are
+    suffixed) and fresh names for events and waited tensors."""
+
+    def __init__(self, nodes: list[Any]) -> None:
+        self.taken = set(_RESERVED)
+        self.var: dict[str, str] = {}
+        for n in nodes:
+            name = n.name if n.name.isidentifier() else re.sub(r"\W", "_", n.name)
+            if keyword.iskeyword(name) or name in self.taken or name[0].isdigit():
+                name = self.fresh(name + "_")
+            self.taken.add(name)
+            self.var[n.name] = name
+
+    def fresh(self, base: str) -> str:
+        name, i = base, 1
+        while name in self.taken or keyword.iskeyword(name):
+            name = f"{base}{i}"
+            i += 1
+        self.taken.add(name)
+        return name
+
+
+class _Writer:
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def __call__(self, depth: int, text: str = "") -> None:
+        self.lines.append(("    " * depth + text) if text else "")
+
+
+def emit(traced: Traced, plan: Plan, target: str, *, source: dict | None = None,
+         model_name: str | None = None, device_name: str | None = None,
+         class_name: str = DEFAULT_CLASS,
+         vector_per_cube: float = DEFAULT_VECTOR_PER_CUBE) -> Emitted:
+    """The Python module applying ``plan`` to the traced model on ``target``.
+
+    ``source`` ({"model", "scale", "phase"}) lets the generated file rebuild the model for
+    its self-check (``python generated.py``); ``vector_per_cube`` gives the vector-core count
+    of a C2 limit that names only ``aicore_num`` (0 on parts without separate vector cores).
+    """
+    if target not in TARGETS:
+        raise EmitError(f"unknown target {target!r} (expected one of {', '.join(TARGETS)})")
+    return _Emitter(traced, plan, target, source or {}, model_name, device_name, class_name,
+                    vector_per_cube).run()
+
+
+class _Emitter:
+    def __init__(self, traced: Traced, plan: Plan, target: str, source: dict,
+                 model_name: str | None, device_name: str | None, class_name: str,
+                 vector_per_cube: float) -> None:
+        self.t = traced
+        self.plan = plan
+        self.target = target
+        self.source = source
+        self.model_name = model_name or source.get("model") or "model"
+        self.device_name = device_name
+        self.class_name = class_name
+        self.vpc = vector_per_cube
+        self.nodes = [n for n in traced.nodes() if not _is_assert(n)]
+        self.names = _Names(self.nodes)
+        self.by_name = {n.name: n for n in self.nodes}
+        self.api_name = {"torchair": "torchair", "npugraph_ex": "npu", "cuda": "cuda"}[target]
+
+    # ------------------------------------------------------------------ analysis
+    def _analyse(self) -> None:
+        plan = self.plan
+        known = set(self.by_name)
+        unknown = sorted(set(plan.assignment) - known)
+        if unknown:
+            raise EmitError(
+                f"the plan names {len(unknown)} op(s) that the traced model does not have "
+                f"({', '.join(unknown[:6])}{' ...' if len(unknown) > 6 else ''}): it was made "
+                "for another model, scale or phase")
+        for e in plan.events:
+            for op in (e.record_after, e.wait_before):
+                if op is not None and op not in plan.assignment:
+                    raise EmitError(f"plan event names op {op!r} that has no stream")
+        for s in plan.assignment.values():
+            if not isinstance(s, int) or s < 0:
+                raise EmitError(f"stream ids must be integers >= 0, not {s!r}")
+        view_like = _view_like()
+        self.base: dict[str, str | None] = {}
+        self.stream: dict[str, int | None] = {}
+        self.unplanned: list[str] = []
+        for n in self.nodes:
+            if n.op in ("placeholder", "output", "get_attr"):
+                self.base[n.name] = None
+                self.stream[n.name] = None
+                continue
+            if n.name in plan.assignment:
+                self.base[n.name] = n.name
+                self.stream[n.name] = plan.assignment[n.name]
+                continue
+            short = _short(n)
+            if plan.assignment and short not in view_like and (
+                    _tensor_val(n) or _multi_val(n)) and n.op != "call_module":
+                # a real op the plan does not name (a partial plan): the origin stream
+                self.unplanned.append(n.name)
+                self.base[n.name] = n.name
+                self.stream[n.name] = 0
+                continue
+            first = next(iter(_arg_nodes(list(n.args) + list(n.kwargs.values()))), None)
+            b = self.base.get(first.name) if first is not None else None
+            self.base[n.name] = b
+            self.stream[n.name] = self.stream.get(b) if b else None
+        used = sorted({s for n, s in plan.assignment.items()})
+        self.side = tuple(s for s in used if s != 0)
+        self.records: dict[str, list[int]] = {}
+        self.waits: dict[str | None, list[int]] = {}
+        for i, e in enumerate(plan.events):
+            self.records.setdefault(e.record_after, []).append(i)
+            self.waits.setdefault(e.wait_before, []).append(i)
+        self.limits: dict[int, tuple[int, int]] = {}
+        for key, spec in (plan.core_limits or {}).items():
+            try:
+                s = int(key)
+                a = int(spec["aicore_num"])
+            except (KeyError, TypeError, ValueError):
+                raise EmitError(f"core limit {key!r}: {spec!r} is not "
+                                '{"aicore_num": N[, "vectorcore_num": M]}') from None
+            v = spec.get("vectorcore_num")
+            v = int(v) if v is not None else int(round(a * self.vpc))
+            self.limits[s] = (a, v)
+
+    # ------------------------------------------------------------------ rendering helpers
+    def v(self, node: Any) -> str:
+        return self.subst.get(node.name, self.names.var[node.name])
+
+    def render(self, a: Any) -> str:
+        import torch
+        import torch.fx
+
+        if isinstance(a, torch.fx.Node):
+            return self.v(a)
+        if isinstance(a, tuple):
+            inner = ", ".join(self.render(x) for x in a)
+            return f"({inner},)" if len(a) == 1 else f"({inner})"
+        if isinstance(a, list):
+            return "[" + ", ".join(self.render(x) for x in a) + "]"
+        if isinstance(a, dict):
+            return "{" + ", ".join(f"{self.render(k)}: {self.render(x)}"
+                                   for k, x in a.items()) + "}"
+        if a is None or isinstance(a, (bool, str)):
+            return repr(a)
+        if isinstance(a, int):
+            return repr(int(a))
+        if isinstance(a, float):
+            if math.isnan(a):
+                return "float('nan')"
+            if math.isinf(a):
+                return "float('inf')" if a > 0 else "float('-inf')"
+            return repr(a)
+        if isinstance(a, torch.dtype):
+            return str(a)
+        if isinstance(a, torch.device):
+            if self.t.device is not None and a == self.t.device and self.has_dev:
+                return "_dev"
+            return f"torch.device({str(a)!r})"
+        if isinstance(a, (torch.layout, torch.memory_format)):
+            return str(a)
+        if isinstance(a, slice):
+            return f"slice({self.render(a.start)}, {self.render(a.stop)}, {self.render(a.step)})"
+        if a is Ellipsis:
+            return "..."
+        if isinstance(a, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+            raise EmitError("the traced graph has symbolic shapes; emit needs static shapes")
+        raise EmitError(f"cannot write a {type(a).__name__} argument into Python source")
+
+    def call(self, n: Any) -> str:
+        import operator
+
+        args = [self.render(a) for a in n.args]
+        args += [f"{k}={self.render(x)}" for k, x in n.kwargs.items()]
+        joined = ", ".join(args)
+        tgt = n.target
+        if n.op == "call_function":
+            if tgt is operator.getitem:
+                return f"{self.render(n.args[0])}[{self.render(n.args[1])}]"
+            schema = getattr(tgt, "_schema", None)
+            if schema is not None:
+                ns, _, op = schema.name.partition("::")
+                overload = getattr(tgt, "_overloadname", "default") or "default"
+                self.calls.append((n.name, f"{ns}.{op}.{overload}"))
+                return f"torch.ops.{ns}.{op}.{overload}({joined})"
+            return f"{self.qualname(tgt)}({joined})"
+        if n.op == "call_method":
+            rest = ", ".join(args[1:])
+            return f"{args[0]}.{tgt}({rest})"
+        if n.op == "call_module":
+            return f"_get(m, {str(tgt)!r})({joined})"
+        if n.op == "get_attr":
+            return f"_get(m, {str(tgt)!r})"
+        raise EmitError(f"cannot emit node {n.name} ({n.op})")
+
+    def qualname(self, fn: Any) -> str:
+        from torch.fx.node import _get_qualified_name
+
+        try:
+            q = _get_qualified_name(fn)
+        except Exception:
+            q = f"{getattr(fn, '__module__', '')}.{getattr(fn, '__qualname__', fn)}"
+        q = q.replace("_operator.", "operator.", 1) if q.startswith("_operator.") else q
+        if "." not in q:  # a builtin (getattr, len)
+            return q
+        root = q.split(".", 1)[0]
+        if root in ("torch", "operator", "math"):
+            self.imports.add(root)
+            return q
+        if root == "builtins":
+            return q.split(".", 1)[1]
+        mod, _, attr = q.rpartition(".")
+        self.resolves = True
+        return f"_resolve({mod!r}, {attr!r})"
+
+    def tensor_inputs(self, n: Any) -> list[Any]:
+        found = [a for a in _arg_nodes(list(n.args) + list(n.kwargs.values()))
+                 if _tensor_val(a)]
+        # activations first, weights and buffers last
+        return sorted(dict.fromkeys(found), key=lambda a: a.op in ("placeholder", "get_attr")
+                      and self.t.placeholders.get(a.name, ("input",))[0] != "input")
+
+    def home(self, node: Any) -> int | None:
+        b = self.base.get(node.name)
+        return self.stream.get(b) if b else None
+
+    # ------------------------------------------------------------------ target pieces
+    def open_block(self, s: int) -> str | None:
+        limit = self.limits.get(s)
+        parts = []
+        if self.target == "torchair":
+            if s != 0:
+                parts.append(f'torchair.scope.npu_stream_switch("s{s}", 0)')
+            if limit:
+                parts.append(f"torchair.scope.limit_core_num({limit[0]}, {limit[1]})")
+        else:
+            if s != 0:
+                parts.append(f"{self.api_name}.stream(S[{s}])")
+            if limit and self.target == "npugraph_ex":
+                parts.append(f"npu.npugraph_ex.scope.limit_core_num({limit[0]}, {limit[1]})")
+        return ("with " + ", ".join(parts) + ":") if parts else None
+
+    def event_comment(self, i: int) -> str:
+        e = self.plan.events[i]
+        src = f"{e.record_after} (stream {self.plan.assignment[e.record_after]})"
+        if e.wait_before is None:
+            return f"e{i}: {src} -> end of stream 0 (join)"
+        return f"e{i}: {src} -> {e.wait_before} (stream {self.plan.assignment[e.wait_before]})"
+
+    def event_var(self, op: str) -> str:
+        """The variable of the Event recorded after plan op ``op``."""
+        if op not in self.ev_names:
+            self.ev_names[op] = self.names.fresh(f"ev_{self.names.var[op]}")
+        return self.ev_names[op]
+
+    def dep_expr(self, op: str) -> str | None:
+        """An output tensor of plan op ``op`` as an expression."""
+        node = self.by_name[op]
+        var = self.names.var[op]
+        if _multi_val(node):
+            vals = node.meta["val"]
+            import torch
+
+            for i, x in enumerate(vals):
+                if isinstance(x, torch.Tensor):
+                    return f"{var}[{i}]"
+            return None
+        return var
+
+    # ------------------------------------------------------------------ main
+    def run(self) -> Emitted:
+        self._analyse()
+        self.subst: dict[str, str] = {}
+        self.ev_names: dict[str, str] = {}
+        self.calls: list[tuple[str, str]] = []
+        self.resolves = False
+        self.imports: set[str] = set()
+        self.n_waits = self.n_records = self.n_rs = 0
+        self.skipped: list[str] = []
+        first_input = next((n for n in self.nodes if n.op == "placeholder"
+                            and self.t.placeholders.get(n.name, ("",))[0] == "input"
+                            and _tensor_val(n)), None)
+        self.has_dev = first_input is not None and self.t.device is not None
+        w = _Writer()
+        body = self.forward_body(first_input)
+        self.body_text = "\n".join(body)
+        header = self.module_header()
+        w.lines.extend(header)
+        w.lines.extend(body)
+        w.lines.extend(self.module_footer())
+        src = "\n".join(w.lines).rstrip() + "\n"
+        return Emitted(src, self.target, tuple(self.calls), self.side, self.n_waits,
+                       self.n_records, self.n_rs, list(self.unplanned), list(self.skipped))
+
+    def forward_body(self, first_input: Any) -> list[str]:
+        w = _Writer()
+        t = self.target
+        w(1, "def forward(self, *args, **kwargs):")
+        w(2, "if not self.enabled:")
+        w(3, "return self.original(*args, **kwargs)  # the original single-stream path")
+        w(2, "m = self.original")
+        inputs = [n for n in self.nodes if n.op == "placeholder"
+                  and self.t.placeholders[n.name][0] == "input"]
+        inputs.sort(key=lambda n: self.t.placeholders[n.name][1])
+        names = [self.names.var[n.name] for n in inputs]
+        if names:
+            lhs = names[0] + "," if len(names) == 1 else ", ".join(names)
+            w(2, f"{lhs} = pytree.tree_leaves((args, kwargs))")
+        else:
+            w(2, "pytree.tree_leaves((args, kwargs))  # the traced forward takes no inputs")
+        if self.has_dev:
+            w(2, f"_dev = {self.names.var[first_input.name]}.device")
+        weights = [n for n in self.nodes if n.op == "placeholder"
+                   and self.t.placeholders[n.name][0] != "input"]
+        if weights:
+            w(2, "# weights, buffers and constants of the original module")
+        for n in weights:
+            kind, what = self.t.placeholders[n.name]
+            var = self.names.var[n.name]
+            if kind in ("param", "buffer", "attr"):
+                w(2, f"{var} = _get(m, {what!r})")
+            else:
+                w(2, f"{var} = {self.tensor_literal(what)}")
+        # ---- target prelude
+        api = self.api_name
+        w(2, f"{api} = self.api")
+        if t != "torchair":
+            w(2, "record_stream = self.record_stream")
+            w(2, f"S = {{0: {api}.current_stream(), **self.streams}}")
+            if self.side:
+                w(2, "# fork: each side stream starts after the work already queued on the "
+                     "origin stream")
+                w(2, f"fork = {api}.Event()")
+                w(2, "fork.record(S[0])")
+                for s in self.side:
+                    w(2, f"fork.wait(S[{s}])")
+        if t == "cuda" and self.limits:
+            w(2, f"# plan core limits {self.limits} have no torch.cuda equivalent: not applied")
+        # ---- body
+        cur: int | None = None       # the stream of the open block (0 = top level)
+        depth = 2
+        recorded_to: set[tuple[str, int]] = set()
+
+        def switch(s: int) -> None:
+            nonlocal cur, depth
+            if s == cur:
+                return
+            head = self.open_block(s)
+            cur = s
+            if head is None:
+                depth = 2
+                return
+            w(2, f"# ---- stream {s}" + (f" (tag s{s})" if t == "torchair" and s else ""))
+            w(2, head)
+            depth = 3
+
+        for n in self.nodes:
+            if n.op in ("placeholder", "output"):
+                continue
+            s = self.stream[n.name]
+            if s is None:
+                s = cur if cur is not None else 0
+            if cur is None or s != cur:
+                switch(s)
+            planned = n.name in self.plan.assignment
+            if planned:
+                self.before_op(w, depth, n, s, recorded_to)
+            w(depth, f"{self.names.var[n.name]} = {self.call(n)}")
+            self.subst = {}  # a waited tensor is read by the waiting op only
+            if planned and n.name in self.records:
+                self.after_op(w, depth, n, s)
+        # ---- joins at the end of the origin stream
+        if cur != 0:
+            switch(0)
+        out_exprs = self.join(w, depth)
+        # ---- buffer / input mutations export moved out of the graph
+        for kind, target, node in self.t.mutations:
+            src = self.render(node)
+            if kind == "buffer":
+                w(depth, f"_get(m, {target!r}).copy_({src})")
+            else:
+                ph = self.names.var.get(target, target)
+                w(depth, f"{ph}.copy_({src})")
+        w(depth, f"return {out_exprs}")
+        return w.lines
+
+    def before_op(self, w: _Writer, depth: int, n: Any, s: int,
+                  recorded_to: set[tuple[str, int]]) -> None:
+        waits = self.waits.get(n.name, [])
+        if self.target == "torchair":
+            ins = self.tensor_inputs(n)
+            for i in waits:
+                a = self.plan.events[i].record_after
+                dep = self.dep_expr(a)
+                if not ins or dep is None:
+                    self.skipped.append(self.event_comment(i))
+                    w(depth, f"# {self.event_comment(i)}: not expressible with npu_wait_tensor "
+                             f"({'no tensor input' if not ins else 'no tensor output'})")
+                    continue
+                made = [x for x in ins if self.base.get(x.name) == a]
+                x = (made or ins)[0]
+                cur = self.subst.get(x.name, self.names.var[x.name])
+                new = self.names.fresh(f"{self.names.var[x.name]}_w{i}")
+                w(depth, f"{new} = torchair.scope.npu_wait_tensor({cur}, {dep})  "
+                         f"# {self.event_comment(i)}")
+                self.subst[x.name] = new
+                self.n_waits += 1
+            return
+        for i in waits:
+            a = self.plan.events[i].record_after
+            w(depth, f"{self.event_var(a)}.wait(S[{s}])  # {self.event_comment(i)}")
+            self.n_waits += 1
+        for x in self.tensor_inputs(n):
+            h = self.home(x)
+            if h is None or h == s or (x.name, s) in recorded_to or not _tensor_val(x):
+                continue
+            recorded_to.add((x.name, s))
+            w(depth, f"record_stream({self.names.var[x.name]}, S[{s}])  # made on stream {h}")
+            self.n_rs += 1
+
+    def after_op(self, w: _Writer, depth: int, n: Any, s: int) -> None:
+        if self.target == "torchair":
+            return  # npu_wait_tensor needs no record: the dependency is the tensor itself
+        ev = self.event_var(n.name)
+        ids = ", ".join(f"e{i}" for i in self.records[n.name])
+        w(depth, f"{ev} = {self.api_name}.Event()")
+        w(depth, f"{ev}.record(S[{s}])  # {ids}: after {n.name}")
+        self.n_records += 1
+
+    def join(self, w: _Writer, depth: int) -> str:
+        """Emit the final joins; return the return expression."""
+        leaves: list[Any] = []
+        if self.t.method == "torch.export":
+            leaves = list(self.t.outputs)
+        else:
+            leaves = _arg_nodes(self.t.fx_output)
+        joins = self.waits.get(None, [])
+        if joins:
+            w(depth, "# join: the origin stream waits for every side stream's last op")
+        tensor_leaf = next((x for x in leaves if hasattr(x, "op") and _tensor_val(x)), None)
+        for i in joins:
+            a = self.plan.events[i].record_after
+            if self.target == "torchair":
+                dep = self.dep_expr(a)
+                if tensor_leaf is None or dep is None:
+                    self.skipped.append(self.event_comment(i))
+                    w(depth, f"# {self.event_comment(i)}: no tensor output to wait on; the "
+                             "graph ends after every stream's work")
+                    continue
+                cur = self.subst.get(tensor_leaf.name, self.names.var[tensor_leaf.name])
+                new = self.names.fresh(f"{self.names.var[tensor_leaf.name]}_w{i}")
+                w(depth, f"{new} = torchair.scope.npu_wait_tensor({cur}, {dep})  "
+                         f"# {self.event_comment(i)}")
+                self.subst[tensor_leaf.name] = new
+                self.n_waits += 1
+            else:
+                w(depth, f"{self.event_var(a)}.wait(S[0])  # {self.event_comment(i)}")
+                self.n_waits += 1
+        if self.target != "torchair":
+            done: set[str] = set()
+            for x in leaves:
+                if not hasattr(x, "op") or x.name in done:
+                    continue
+                h = self.home(x)
+                if h not in (None, 0) and _tensor_val(x):
+                    done.add(x.name)
+                    w(depth, f"record_stream({self.names.var[x.name]}, S[0])  "
+                             f"# returned; made on stream {h}")
+                    self.n_rs += 1
+        # ---- the return expression
+        if self.t.method == "torch.fx":
+            return self.render(self.t.fx_output)
+        rendered = iter([self.render(x) for x in leaves])
+        if self.t.out_spec is None:
+            return next(rendered, "None")
+        return self.spec_expr(self.t.out_spec, rendered)
+
+    def spec_expr(self, spec: Any, leaves: Any) -> str:
+        """The Python expression rebuilding the output structure ``spec`` from ``leaves``."""
+        import collections
+
+        if spec.is_leaf():
+            return next(leaves)
+        kids = [self.spec_expr(spec.child(i), leaves) for i in range(spec.num_children)]
+        typ = spec.type
+        if typ is tuple:
+            return f"({kids[0]},)" if len(kids) == 1 else "(" + ", ".join(kids) + ")"
+        if typ is list:
+            return "[" + ", ".join(kids) + "]"
+        if typ is type(None):
+            return "None"
+        if typ in (dict, collections.OrderedDict):
+            body = ", ".join(f"{self.render(k)}: {v}" for k, v in zip(spec.context, kids))
+            return "{" + body + "}" if typ is dict else f"collections.OrderedDict({{{body}}})"
+        if getattr(typ, "__module__", "") == "torch.return_types":  # topk, max, sort, ...
+            return f"torch.return_types.{typ.__name__}(({', '.join(kids)},))"
+        cls = spec.context if isinstance(spec.context, type) else typ
+        if isinstance(cls, type) and hasattr(cls, "_fields"):  # a namedtuple
+            self.resolves = True
+            return f"_resolve({cls.__module__!r}, {cls.__qualname__!r})({', '.join(kids)})"
+        raise EmitError(f"cannot write the model's output structure ({typ}) into Python source")
+
+    def tensor_literal(self, value: Any) -> str:
+        import torch
+
+        if not isinstance(value, torch.Tensor):
+            return self.render(value)
+        if value.numel() > 4096:
+            raise EmitError(f"the model creates a {tuple(value.shape)} tensor constant inside "
+                            "forward; register it as a buffer so the generated code can read it")
+        data = value.detach().cpu().tolist()
+        dev = "_dev" if self.has_dev else f"torch.device({str(value.device)!r})"
+        return f"torch.tensor({data!r}, dtype={value.dtype}, device={dev})"
+
+    # ------------------------------------------------------------------ module text
+    def module_header(self) -> list[str]:
+        plan, t = self.plan, self.target
+        counts: dict[int, list[str]] = {}
+        for op, s in plan.assignment.items():
+            counts.setdefault(s, []).append(op)
+        api_doc = {
+            "torchair": "TorchAir GE graph mode (torch.compile with torchair's npu backend, "
+                        "max-autotune): torchair.scope.npu_stream_switch / npu_wait_tensor / "
+                        "limit_core_num",
+            "npugraph_ex": "npugraph_ex / aclgraph (torch.compile(backend=\"npugraph_ex\") or "
+                           "eager torch_npu): torch.npu.Stream / stream / Event / "
+                           "Tensor.record_stream / npugraph_ex.scope.limit_core_num",
+            "cuda": "CUDA (eager or CUDA graphs): torch.cuda.Stream / stream / Event / "
+                    "Tensor.record_stream",
+        }[t]
+        src = self.source
+        where = ", ".join(f"{k} {src[k]}" for k in ("scale", "phase") if src.get(k))
+        doc = [
+            f'"""Multi-stream forward of {self.model_name}'
+            + (f" ({where})" if where else "") + f": plan candidate {plan.name!r}"
+            + (f" for {self.device_name}" if self.device_name else "") + ".",
+            "",
+            f"Target: {api_doc}.",
+            f"Generated by `parastream emit --target {t}`; regenerate it from the plan rather "
+            "than editing it.",
+            "",
+            "Use:",
+            f"    model = {self.class_name}(model)   # the original forward unless "
+            f"{plan.switch}=1",
+            f"    out = model(*inputs)",
+            "The stream API is injectable:",
+            f"    {self.class_name}(model, api=parastream.emit.standins.standin({t!r}))",
+            "runs this file on a CPU and records every stream call; `python <this file>` "
+            "checks it that way (needs parastream).",
+            "",
+            f"Algorithm {plan.algorithm}, strength {plan.strength}, {len(plan.events)} event(s).",
+        ]
+        for s in sorted(counts):
+            ops = counts[s]
+            label = "origin (the caller's current stream)" if s == 0 else (
+                f'tag "s{s}"' if t == "torchair" else "side stream")
+            lim = f", core limit {self.limits[s]}" if s in self.limits else ""
+            doc.append(f"Stream {s}: {len(ops)} op(s), {label}{lim}: "
+                       f"{', '.join(ops[:4])}{', ...' if len(ops) > 4 else ''}")
+        for i in range(min(len(plan.events), 40)):
+            doc.append("Event " + self.event_comment(i))
+        if len(plan.events) > 40:
+            doc.append(f"... and {len(plan.events) - 40} more events")
+        doc += [
+            "Nodes the plan does not name (folded views, getitem) run on the stream of the op "
+            "that produced the tensor they view; views of inputs and weights run where they "
+            "stand.",
+        ]
+        if self.unplanned:
+            doc.append("Ops missing from the plan run on stream 0: "
+                       + ", ".join(self.unplanned[:8]))
+        if self.skipped:
+            doc.append("Events not expressible here: " + "; ".join(self.skipped[:8]))
+        doc = [doc[0]] + [_doc_safe(x) for x in doc[1:]]
+        doc[0] = '"""' + _doc_safe(doc[0][3:])
+        doc.append('"""')
+        lines = [_wrap_doc(x) for x in doc]
+        lines += [
+            "",
+            *(["import collections"] if "collections.OrderedDict(" in self.body_text else []),
+            "import functools",
+            *[f"import {x}" for x in sorted(self.imports - {"torch"})],
+            "import os",
+            "",
+            "import torch",
+            "from torch.utils import _pytree as pytree",
+            "",
+            f"TARGET = {t!r}",
+            f"TRACE = {self.t.method!r}",
+            f"PLAN = {plan.name!r}",
+            f"SWITCH = {plan.switch!r}",
+            f"SIDE_STREAMS = {self.side!r}",
+            f"#: plan stream -> (aicore, vectorcore) of a C2 core limit",
+            f"CORE_LIMITS = {self.limits!r}",
+            "#: side-stream ops of the plan (every other op runs on stream 0)",
+            "ASSIGNMENT = " + _dict_literal({k: v for k, v in plan.assignment.items() if v}),
+            "#: the plan's events: (record_after, wait_before); None = join at the end",
+            "EVENTS = " + _tuple_literal([(e.record_after, e.wait_before)
+                                          for e in plan.events]),
+            "#: (node, op) issued as torch.ops calls, in order (checked by the stand-ins)",
+            "CALLS = " + _tuple_literal(self.calls),
+            f"SOURCE = {dict(self.source)!r}",
+        ]
+        lines += [
+            "",
+            "",
+            "def switch_on() -> bool:",
+            '    """True when the environment variable SWITCH turns the multi-stream path on."""',
+            '    return os.environ.get(SWITCH, "").strip().lower() in ("1", "true", "yes", "on")',
+            "",
+            "",
+            "ENABLED = switch_on()",
+            "",
+            "",
+            "def _streams_api():",
+            *self.api_function(),
+            "",
+            "",
+            "def _get(root, fqn):",
+            "    return functools.reduce(getattr, fqn.split(\".\"), root)",
+            "",
+        ]
+        if t != "torchair":
+            lines[-1:-1] = [
+                "",
+                "",
+                "def _tensor_record_stream(t, s):",
+                '    """t.record_stream(s): the caching allocator keeps t\'s memory until the work '
+                'queued on s is done."""',
+                "    t.record_stream(s)",
+            ]
+        if self.resolves:
+            lines += [
+                "",
+                "def _resolve(module, name):",
+                "    import importlib",
+                "",
+                "    return getattr(importlib.import_module(module), name)",
+                "",
+            ]
+        lines += [
+            "",
+            f"class {self.class_name}(torch.nn.Module):",
+            f'    """The plan applied to a model; the original forward when the switch is off."""',
+            "",
+            "    def __init__(self, original, api=None, enabled=None):",
+            "        super().__init__()",
+            "        self.original = original",
+            "        self.enabled = ENABLED if enabled is None else bool(enabled)",
+            "        self.api = None",
+            *(["        self.streams = {}",
+               "        self.record_stream = _tensor_record_stream"] if t != "torchair" else []),
+            "        if not self.enabled:",
+            "            return",
+            "        self.api = _streams_api() if api is None else api",
+        ]
+        if t != "torchair":
+            lines += [
+                "        # side streams are created once; stream 0 is the caller's current stream",
+                "        self.streams = {s: self.api.Stream() for s in SIDE_STREAMS}",
+                "        if getattr(self.api, \"PARASTREAM_STANDIN\", False):  # CPU tensors "
+                "cannot record_stream",
+                "            self.record_stream = self.api.record_stream",
+            ]
+        lines.append("")
+        return lines
+
+    def api_function(self) -> list[str]:
+        if self.target == "torchair":
+            return [
+                '    """torchair (GE graph mode); needs torch_npu and torchair."""',
+                "    try:",
+                "        import torch_npu  # noqa: F401",
+                "        import torchair",
+                "    except ImportError as exc:",
+                '        raise ImportError(f"{SWITCH} is on but torchair is not installed "',
+                '                          f"({exc}); "',
+                '                          f"unset {SWITCH} for the original path") from exc',
+                "    return torchair",
+            ]
+        if self.target == "npugraph_ex":
+            return [
+                '    """torch.npu, as registered by torch_npu."""',
+                "    try:",
+                "        import torch_npu  # noqa: F401",
+                "    except ImportError as exc:",
+                '        raise ImportError(f"{SWITCH} is on but torch_npu is not installed "',
+                '                          f"({exc}); "',
+                '                          f"unset {SWITCH} for the original path") from exc',
+                "    return torch.npu",
+            ]
+        return [
+            '    """torch.cuda."""',
+            "    if not torch.cuda.is_available():",
+            '        raise RuntimeError(f"{SWITCH} is on but CUDA is not available; "',
+            '                           f"unset {SWITCH} for the original path")',
+            "    return torch.cuda",
+        ]
+
+    def module_footer(self) -> list[str]:
+        return [
+            "",
+            "",
+            "def load_model():",
+            '    """(model, example_inputs) the plan was made for (needs parastream)."""',
+            "    from parastream.emit.codegen import build_model",
+            "",
+            "    return build_model(SOURCE)",
+            "",
+            "",
+            'if __name__ == "__main__":  # run on the stand-ins, check the calls and outputs',
+            "    import sys",
+            "",
+            "    from parastream.emit.standins import self_check",
+            "",
+            "    sys.exit(self_check(sys.modules[__name__]))",
+        ]
+
+
+def _doc_safe(text: str) -> str:
+    """Text that cannot end or escape the generated module's docstring."""
+    return text.replace("\\", "\\\\").replace('"""', '\\"\\"\\"')
+
+
+def _wrap_doc(line: str, width: int = 96) -> str:
+    import textwrap
+
+    if len(line) <= width or line.startswith("    "):
+        return line
+    indent = "    " if line.startswith(("Stream ", "Event ")) else ""
+    return "\n".join(textwrap.wrap(line, width, subsequent_indent=indent,
+                                   break_on_hyphens=False))
+
+
+def _dict_literal(d: dict) -> str:
+    if not d:
+        return "{}"
+    items = [f"    {k!r}: {v!r}," for k, v in d.items()]
+    return "{\n" + "\n".join(items) + "\n}"
+
+
+def _tuple_literal(items: Sequence) -> str:
+    if not items:
+        return "()"
+    return "(\n" + "\n".join(f"    {x!r}," for x in items) + "\n)"
+
+
+__all__ = ["EmitError", "Emitted", "Traced", "build_model", "emit", "trace", "TARGETS"]

@@ -1,0 +1,596 @@
+"""Recording stand-ins for the stream APIs that generated code uses, and checks on them.
+
+Code from :mod:`parastream.emit.codegen` takes its stream API from an injectable object
+(``MultiStreamForward(model, api=...)``). :func:`standin` returns one per target that offers
+exactly the names the real API offers to that code, records every call in order and runs
+nothing asynchronously (CPU tensors are used as they are), so the generated file runs on a
+machine without the hardware and its outputs can be compared with the original model:
+
+* ``standin("torchair")``: ``scope.npu_stream_switch(tag, stream_priority=0, ...)``,
+  ``scope.npu_wait_tensor(self, dependency)`` (returns an alias of ``self`` — a new tensor
+  object on the same memory — so a check can see that the waiting op reads the returned
+  tensor, as TorchAir's graph needs), ``scope.limit_core_num(aicore, vectorcore)`` and the
+  tagged-event ``ops``;
+* ``standin("npugraph_ex")``: ``Stream()``, ``Event()`` (``record``/``wait``/``query``),
+  ``stream(s)``, ``current_stream()``, ``npugraph_ex.scope.limit_core_num(aicore, vectorcore)``
+  and ``record_stream(t, s)`` (CPU tensors have no ``Tensor.record_stream``);
+* ``standin("cuda")``: the same without core limits.
+
+Nothing is patched globally. :func:`record_ops` (a ``TorchFunctionMode``) adds every
+``torch.ops`` call to the same record with the stream current at the time, which is what
+:func:`check` needs: each planned op ran on its planned stream, every cross-stream
+dependency of the graph is ordered by the recorded events (vector clocks over the recorded
+issue order), side streams fork from and rejoin the origin stream, tensors crossing streams
+were ``record_stream``-ed, TorchAir waits are one per plan event and are read by the op the
+plan names, and core limits cover their stream's ops.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Any, Iterator
+
+ORIGIN = 0            # the origin stream's id in a record (npugraph_ex / cuda)
+ORIGIN_TAG = "default"  # the origin stream in a torchair record
+
+
+@dataclass
+class Call:
+    """One recorded call: what it was, on which stream, and its details."""
+
+    kind: str
+    stream: Any
+    info: dict = field(default_factory=dict)
+
+    def __repr__(self) -> str:
+        shown = {k: v for k, v in self.info.items() if k not in ("args", "result", "tensor",
+                                                                  "waited", "returned", "dep")}
+        return f"Call({self.kind}, stream={self.stream!r}, {shown})"
+
+
+class Recorder:
+    """The calls of one run, in issue order, and the stream / core limit current now."""
+
+    def __init__(self, origin: Any = ORIGIN) -> None:
+        self.calls: list[Call] = []
+        self.origin = origin
+        self._streams: list[Any] = [origin]
+        self._limits: list[tuple[int, int]] = []
+
+    @property
+    def current(self) -> Any:
+        return self._streams[-1]
+
+    @property
+    def limit(self) -> tuple[int, int] | None:
+        return self._limits[-1] if self._limits else None
+
+    def log(self, kind: str, stream: Any = None, **info: Any) -> Call:
+        c = Call(kind, self.current if stream is None else stream, info)
+        self.calls.append(c)
+        return c
+
+    def count(self, kind: str) -> int:
+        return sum(1 for c in self.calls if c.kind == kind)
+
+    def kinds(self) -> list[str]:
+        return [c.kind for c in self.calls]
+
+    def summary(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for c in self.calls:
+            out[c.kind] = out.get(c.kind, 0) + 1
+        return out
+
+
+# ----------------------------------------------------------------------------- npu / cuda
+class StandinStream:
+    """A stream that only records: ``sid`` 0 is the origin (default) stream."""
+
+    def __init__(self, recorder: Recorder, sid: int, priority: int = 0) -> None:
+        self._rec = recorder
+        self.sid = sid
+        self.priority = priority
+
+    def wait_event(self, event: "StandinEvent") -> None:
+        event.wait(self)
+
+    def wait_stream(self, stream: "StandinStream") -> None:
+        self._rec.log("wait_stream", self.sid, other=stream.sid)
+
+    def record_event(self, event: "StandinEvent | None" = None) -> "StandinEvent":
+        event = event if event is not None else StandinEvent(self._rec)
+        event.record(self)
+        return event
+
+    def query(self) -> bool:
+        return True
+
+    def synchronize(self) -> None:
+        self._rec.log("stream_synchronize", self.sid)
+
+    def __repr__(self) -> str:
+        return f"StandinStream({self.sid})"
+
+
+class StandinEvent:
+    """An event that only records; ``wait`` before any ``record`` is recorded as such."""
+
+    _ids = itertools.count()
+
+    def __init__(self, recorder: Recorder, enable_timing: bool = False, **_: Any) -> None:
+        self._rec = recorder
+        self.eid = next(StandinEvent._ids)
+        self.recorded = False
+        recorder.log("event_create", event=self.eid)
+
+    def _sid(self, stream: StandinStream | None) -> Any:
+        return stream.sid if stream is not None else self._rec.current
+
+    def record(self, stream: StandinStream | None = None) -> None:
+        self.recorded = True
+        self._rec.log("event_record", self._sid(stream), event=self.eid)
+
+    def wait(self, stream: StandinStream | None = None) -> None:
+        self._rec.log("event_wait", self._sid(stream), event=self.eid, recorded=self.recorded)
+
+    def query(self) -> bool:
+        return True
+
+    def synchronize(self) -> None:
+        self._rec.log("event_synchronize", event=self.eid)
+
+    def elapsed_time(self, end: "StandinEvent") -> float:
+        return 0.0
+
+    def __repr__(self) -> str:
+        return f"StandinEvent({self.eid})"
+
+
+class _StreamApi:
+    """``torch.npu`` / ``torch.cuda`` as far as generated code uses them."""
+
+    PARASTREAM_STANDIN = True
+
+    def __init__(self, target: str, recorder: Recorder | None = None) -> None:
+        self.TARGET = target
+        self.recorder = recorder if recorder is not None else Recorder(ORIGIN)
+        self._default = StandinStream(self.recorder, ORIGIN)
+        self._by_sid = {ORIGIN: self._default}
+        self._next = itertools.count(1)
+        if target == "npugraph_ex":
+            self.npugraph_ex = SimpleNamespace(scope=SimpleNamespace(
+                limit_core_num=self._limit_core_num))
+
+    def Stream(self, device: Any = None, priority: int = 0,  # noqa: N802
+               **_: Any) -> StandinStream:
+        s = StandinStream(self.recorder, next(self._next), priority)
+        self._by_sid[s.sid] = s
+        self.recorder.log("stream_create", s.sid, priority=priority)
+        return s
+
+    def Event(self, enable_timing: bool = False, **kw: Any) -> StandinEvent:  # noqa: N802
+        return StandinEvent(self.recorder, enable_timing, **kw)
+
+    @contextlib.contextmanager
+    def stream(self, s: StandinStream | None) -> Iterator[None]:
+        if s is None:  # torch.cuda.stream(None) is a no-op
+            yield
+            return
+        rec = self.recorder
+        rec.log("stream_enter", s.sid)
+        rec._streams.append(s.sid)
+        try:
+            yield
+        finally:
+            rec._streams.pop()
+            rec.log("stream_exit", s.sid)
+
+    def current_stream(self, device: Any = None) -> StandinStream:
+        return self._by_sid[self.recorder.current]
+
+    def default_stream(self, device: Any = None) -> StandinStream:
+        return self._default
+
+    def synchronize(self, device: Any = None) -> None:
+        self.recorder.log("device_synchronize")
+
+    def record_stream(self, t: Any, s: StandinStream) -> None:
+        """Stands in for ``t.record_stream(s)``."""
+        self.recorder.log("record_stream", self.recorder.current, tensor=t, to=s.sid)
+
+    @contextlib.contextmanager
+    def _limit_core_num(self, op_aicore_num: int, op_vectorcore_num: int) -> Iterator[None]:
+        rec = self.recorder
+        rec.log("limit_enter", aicore=op_aicore_num, vectorcore=op_vectorcore_num)
+        rec._limits.append((op_aicore_num, op_vectorcore_num))
+        try:
+            yield
+        finally:
+            rec._limits.pop()
+            rec.log("limit_exit")
+
+
+# ----------------------------------------------------------------------------- torchair
+class _TorchairApi:
+    """``torchair`` as far as multi-stream code in GE graph mode uses it."""
+
+    PARASTREAM_STANDIN = True
+    TARGET = "torchair"
+
+    def __init__(self, recorder: Recorder | None = None) -> None:
+        self.recorder = recorder if recorder is not None else Recorder(ORIGIN_TAG)
+        self.scope = SimpleNamespace(npu_stream_switch=self._npu_stream_switch,
+                                     npu_wait_tensor=self._npu_wait_tensor,
+                                     limit_core_num=self._limit_core_num)
+        self.ops = SimpleNamespace(npu_create_tagged_event=self._create_tagged_event,
+                                   npu_tagged_event_record=self._tagged_event_record,
+                                   npu_tagged_event_wait=self._tagged_event_wait,
+                                   npu_record_tagged_stream=self._record_tagged_stream)
+
+    @contextlib.contextmanager
+    def _npu_stream_switch(self, stream_tag: str, stream_priority: int = 0,
+                           enable_inner_parallel: bool = True) -> Iterator[None]:
+        if not isinstance(stream_tag, str):
+            raise TypeError(f"npu_stream_switch takes a string tag, not {stream_tag!r}")
+        rec = self.recorder
+        rec.log("switch_enter", stream_tag, priority=stream_priority)
+        rec._streams.append(stream_tag)
+        try:
+            yield
+        finally:
+            rec._streams.pop()
+            rec.log("switch_exit", stream_tag)
+
+    def _npu_wait_tensor(self, self_: Any, dependency: Any) -> Any:
+        import torch
+
+        if not isinstance(self_, torch.Tensor) or not isinstance(dependency, torch.Tensor):
+            raise TypeError("npu_wait_tensor(self, dependency) takes two tensors")
+        returned = self_.view_as(self_)  # a new tensor object on the same memory
+        self.recorder.log("wait_tensor", waited=self_, dep=dependency, returned=returned)
+        return returned
+
+    @contextlib.contextmanager
+    def _limit_core_num(self, op_aicore_num: int, op_vectorcore_num: int) -> Iterator[None]:
+        rec = self.recorder
+        rec.log("limit_enter", aicore=op_aicore_num, vectorcore=op_vectorcore_num)
+        rec._limits.append((op_aicore_num, op_vectorcore_num))
+        try:
+            yield
+        finally:
+            rec._limits.pop()
+            rec.log("limit_exit")
+
+    def _create_tagged_event(self, tag: str) -> str:
+        self.recorder.log("tagged_event_create", tag=tag)
+        return tag
+
+    def _tagged_event_record(self, event: Any) -> None:
+        self.recorder.log("tagged_event_record", event=event)
+
+    def _tagged_event_wait(self, event: Any) -> None:
+        self.recorder.log("tagged_event_wait", event=event)
+
+    def _record_tagged_stream(self, input: Any, tagged_stream: str) -> None:  # noqa: A002
+        self.recorder.log("record_tagged_stream", tensor=input, to=tagged_stream)
+
+
+def standin(target: str, recorder: Recorder | None = None) -> Any:
+    """A recording stand-in for ``target``'s stream API (see the module docstring)."""
+    if target == "torchair":
+        return _TorchairApi(recorder)
+    if target in ("npugraph_ex", "cuda"):
+        return _StreamApi(target, recorder)
+    raise ValueError(f"unknown target {target!r} (expected torchair, npugraph_ex or cuda)")
+
+
+# ----------------------------------------------------------------------------- op recording
+@contextlib.contextmanager
+def record_ops(recorder: Recorder) -> Iterator[None]:
+    """Add every ``torch.ops`` call made inside to ``recorder`` with the current stream and
+    core limit (a ``TorchFunctionMode``; nothing global is patched)."""
+    import torch
+    from torch.overrides import TorchFunctionMode
+
+    class _Mode(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            result = func(*args, **(kwargs or {}))
+            if isinstance(func, torch._ops.OpOverload):
+                recorder.log("op", func=func, args=_tensors((args, kwargs)), result=result,
+                             limit=recorder.limit)
+            return result
+
+    with _Mode():
+        yield
+
+
+def _tensors(x: Any) -> list[Any]:
+    import torch
+
+    if isinstance(x, torch.Tensor):
+        return [x]
+    if isinstance(x, (tuple, list)):
+        return [t for item in x for t in _tensors(item)]
+    if isinstance(x, dict):
+        return [t for item in x.values() for t in _tensors(item)]
+    return []
+
+
+def _storage(t: Any) -> int | None:
+    try:
+        p = t.untyped_storage().data_ptr()
+    except Exception:
+        return None
+    return p or None
+
+
+# ----------------------------------------------------------------------------- run and check
+@dataclass
+class Run:
+    """One forward of a generated module on a stand-in."""
+
+    outputs: Any
+    recorder: Recorder
+    stream_ids: dict[int, Any]     # plan stream -> its id in the record
+    long_lived: set[int]           # storages of inputs, weights and buffers
+
+
+def run(gen: Any, model: Any, inputs: tuple, kwargs: dict | None = None) -> Run:
+    """Run ``gen.MultiStreamForward(model)`` once on the stand-in of ``gen.TARGET``, with the
+    multi-stream path on, recording the stream calls and every op."""
+    api = standin(gen.TARGET)
+    cls = getattr(gen, "MultiStreamForward")
+    wrapper = cls(model, api=api, enabled=True)
+    long_lived = {s for t in list(model.parameters()) + list(model.buffers())
+                  + _tensors((inputs, kwargs)) if (s := _storage(t)) is not None}
+    with record_ops(api.recorder):
+        out = wrapper(*inputs, **(kwargs or {}))
+    if gen.TARGET == "torchair":
+        ids = {0: ORIGIN_TAG, **{s: f"s{s}" for s in gen.SIDE_STREAMS}}
+    else:
+        ids = {0: ORIGIN, **{s: st.sid for s, st in wrapper.streams.items()}}
+    return Run(out, api.recorder, ids, long_lived)
+
+
+def check(r: Run, gen: Any, graph: Any = None) -> list[str]:
+    """Problems with a recorded run of generated module ``gen`` (empty = none).
+
+    ``graph`` (the :class:`~parastream.graph.ir.Graph` the plan was made from) adds the
+    happens-before check of every cross-stream edge and the placement of stream-0 ops."""
+    problems: list[str] = []
+    rec = r.recorder
+    target = gen.TARGET
+    allowed = {
+        "torchair": {"switch_enter", "switch_exit", "wait_tensor", "limit_enter", "limit_exit",
+                     "op"},
+        "npugraph_ex": {"stream_create", "stream_enter", "stream_exit", "event_create",
+                        "event_record", "event_wait", "wait_stream", "record_stream",
+                        "limit_enter", "limit_exit", "op"},
+        "cuda": {"stream_create", "stream_enter", "stream_exit", "event_create", "event_record",
+                 "event_wait", "wait_stream", "record_stream", "op"},
+    }[target]
+    odd = sorted({c.kind for c in rec.calls} - allowed)
+    if odd:
+        problems.append(f"calls outside the {target} API: {', '.join(odd)}")
+    ops = [c for c in rec.calls if c.kind == "op"]
+    calls = list(gen.CALLS)
+    if len(ops) != len(calls) or any(str(c.info["func"]) != op
+                                     for (_, op), c in zip(calls, ops)):
+        problems.append(f"the recorded torch.ops calls ({len(ops)}) are not the {len(calls)} "
+                        "the module issues")
+        return problems
+    entry = {name: c for (name, _), c in zip(calls, ops)}
+    assignment = dict(gen.ASSIGNMENT)
+    plan_ops = set(assignment)
+    if graph is not None:
+        plan_ops |= {o.name for o in graph.ops}
+    sid_of = r.stream_ids
+    plan_stream_of_sid = {v: k for k, v in sid_of.items()}
+    for name in plan_ops:
+        c = entry.get(name)
+        if c is None:
+            continue
+        want = assignment.get(name, 0)
+        got = plan_stream_of_sid.get(c.stream, c.stream)
+        if got != want:
+            problems.append(f"{name} ran on stream {got}, the plan says {want}")
+    limits = {int(k): tuple(v) for k, v in dict(gen.CORE_LIMITS).items()}
+    if target != "cuda":
+        for name in plan_ops:
+            c = entry.get(name)
+            s = assignment.get(name, 0)
+            if c is not None and s in limits and c.info.get("limit") != limits[s]:
+                problems.append(f"{name} on stream {s} ran with core limit "
+                                f"{c.info.get('limit')}, the plan says {limits[s]}")
+    outputs = _tensors(r.outputs)
+    if getattr(gen, "TRACE", "torch.export") != "torch.export":
+        # an fx-traced module calls submodules, not torch.ops: only the stream calls are known
+        if target == "torchair" and rec.count("wait_tensor") != len(gen.EVENTS):
+            problems.append(f"{rec.count('wait_tensor')} npu_wait_tensor calls for "
+                            f"{len(gen.EVENTS)} plan events")
+        if target != "torchair":
+            waits = rec.count("event_wait") - len(gen.SIDE_STREAMS)
+            if waits != len(gen.EVENTS):
+                problems.append(f"{waits} event waits for {len(gen.EVENTS)} plan events")
+        return problems
+    if target == "torchair":
+        problems += _check_torchair(rec, gen, entry, outputs)
+    else:
+        real = plan_ops if graph is not None else set(entry)
+        problems += _check_streams(r, gen, entry, graph, outputs, real)
+    return problems
+
+
+def _outputs_of(c: Call) -> list[Any]:
+    return _tensors(c.info.get("result"))
+
+
+def _check_torchair(rec: Recorder, gen: Any, entry: dict, outputs: list) -> list[str]:
+    problems = []
+    waits = [c for c in rec.calls if c.kind == "wait_tensor"]
+    if len(waits) != len(gen.EVENTS):
+        problems.append(f"{len(waits)} npu_wait_tensor calls for {len(gen.EVENTS)} plan events")
+    used: set[int] = set()
+    for a, b in gen.EVENTS:
+        produced = _outputs_of(entry[a]) if a in entry else []
+        if b is None:
+            readers = outputs
+        else:
+            readers = entry[b].info["args"] if b in entry else []
+        hit = None
+        for i, w in enumerate(waits):
+            if i in used:
+                continue
+            if any(w.info["dep"] is t for t in produced) and \
+                    any(w.info["returned"] is t for t in readers):
+                hit = i
+                break
+        if hit is None:
+            problems.append(f"event {a} -> {b or 'join'}: no npu_wait_tensor whose dependency is "
+                            f"an output of {a} and whose result {b or 'the forward'} reads")
+        else:
+            used.add(hit)
+    return problems
+
+
+def _check_streams(r: Run, gen: Any, entry: dict, graph: Any, outputs: list,
+                   real: set[str]) -> list[str]:
+    problems: list[str] = []
+    rec = r.recorder
+    origin = r.stream_ids[0]
+    sides = [r.stream_ids[s] for s in gen.SIDE_STREAMS]
+    # vector clocks over the recorded issue order
+    clock: dict[Any, dict[Any, int]] = {}
+    ev_clock: dict[int, dict[Any, int]] = {}
+    ev_stream: dict[int, Any] = {}
+    op_clock: dict[int, dict[Any, int]] = {}
+    forked: set[Any] = set()
+    first_op: dict[Any, int] = {}
+    rs_calls: list[tuple[int, int | None, Any]] = []   # (position, storage, to stream)
+    is_real = {id(c) for name, c in entry.items() if name in real}
+    last_real: dict[Any, int] = {}   # clock of each stream's last planned op (views are free)
+    for pos, c in enumerate(rec.calls):
+        s = c.stream
+        clk = clock.setdefault(s, {})
+        if c.kind == "op":
+            clk[s] = clk.get(s, 0) + 1
+            op_clock[id(c)] = dict(clk)
+            first_op.setdefault(s, pos)
+            if id(c) in is_real:
+                last_real[s] = clk[s]
+        elif c.kind == "event_record":
+            ev_clock[c.info["event"]] = dict(clk)
+            ev_stream[c.info["event"]] = s
+        elif c.kind == "event_wait":
+            e = c.info["event"]
+            if e not in ev_clock:
+                problems.append(f"stream {s} waits on event {e} before it is recorded")
+                continue
+            for k, v in ev_clock[e].items():
+                clk[k] = max(clk.get(k, 0), v)
+            if ev_stream[e] == origin and s not in first_op:
+                forked.add(s)
+        elif c.kind == "wait_stream":
+            for k, v in clock.setdefault(c.info["other"], {}).items():
+                clk[k] = max(clk.get(k, 0), v)
+            if c.info["other"] == origin and s not in first_op:
+                forked.add(s)
+        elif c.kind == "record_stream":
+            rs_calls.append((pos, _storage(c.info["tensor"]), c.info["to"]))
+    for s in sides:
+        if s in first_op and s not in forked:
+            problems.append(f"side stream {s} runs ops without first waiting on the origin "
+                            "stream (no fork)")
+        last = last_real.get(s, 0)
+        if last and clock.get(origin, {}).get(s, 0) < last:
+            problems.append(f"side stream {s} is not joined into the origin stream at the end")
+    # every cross-stream dependency of the graph is ordered
+    pos_of = {id(c): i for i, c in enumerate(rec.calls)}
+    if graph is not None:
+        for e in graph.edges:
+            cu, cv = entry.get(e.src), entry.get(e.dst)
+            if cu is None or cv is None or cu.stream == cv.stream:
+                continue
+            need = op_clock[id(cu)][cu.stream]
+            if op_clock[id(cv)].get(cu.stream, 0) < need:
+                problems.append(f"{e.type} edge {e.src} -> {e.dst} crosses streams "
+                                f"{cu.stream} -> {cv.stream} without an event ordering it")
+            if e.type != "data":
+                continue
+            made = {_storage(t) for t in _outputs_of(cu)} - {None} - r.long_lived
+            read = {_storage(t) for t in cv.info["args"]} & made
+            for st in read:
+                if not any(p < pos_of[id(cv)] and sto == st and to == cv.stream
+                           for p, sto, to in rs_calls):
+                    problems.append(f"{e.src} -> {e.dst}: a tensor made on stream {cu.stream} "
+                                    f"and read on stream {cv.stream} is not record_stream-ed")
+    # returned tensors made on a side stream are recorded onto the origin stream
+    producers: dict[int, Any] = {}
+    for c in rec.calls:
+        if c.kind == "op":
+            for t in _outputs_of(c):
+                st = _storage(t)
+                if st is not None:
+                    producers[st] = c.stream
+    for t in outputs:
+        st = _storage(t)
+        if st is None or st in r.long_lived:
+            continue
+        if producers.get(st, origin) != origin and not any(
+                sto == st and to == origin for _, sto, to in rs_calls):
+            problems.append("a returned tensor made on a side stream is not record_stream-ed "
+                            "onto the origin stream")
+    # the plan's events: one record after each recorded op, one wait per event
+    waits = rec.count("event_wait") - (len(sides) if sides else 0)
+    if waits != len(gen.EVENTS):
+        problems.append(f"{waits} event waits for {len(gen.EVENTS)} plan events")
+    return problems
+
+
+def outputs_equal(a: Any, b: Any) -> bool:
+    """Bitwise equality of two (nested) outputs."""
+    import torch
+
+    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
+        return a.shape == b.shape and a.dtype == b.dtype and torch.equal(a, b)
+    if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
+        return len(a) == len(b) and all(outputs_equal(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(outputs_equal(a[k], b[k]) for k in a)
+    return a == b
+
+
+def self_check(gen: Any) -> int:
+    """``python generated.py``: rebuild the model, run the original forward and the generated
+    one on the stand-ins, check the recorded calls against the plan and compare the outputs
+    bitwise. Prints a report; returns 0 when all holds."""
+    import copy
+
+    from ..graph.torch_import import import_module
+
+    module, inputs = gen.load_model()
+    graph = import_module(module, inputs, name=str(gen.SOURCE.get("model", "model")))
+    expected_model = copy.deepcopy(module)
+    expected = expected_model(*inputs)
+    r = run(gen, copy.deepcopy(module), inputs)
+    problems = check(r, gen, graph)
+    same = outputs_equal(expected, r.outputs)
+    print(f"{gen.TARGET} plan {gen.PLAN!r}: {len(gen.CALLS)} ops, streams "
+          f"{(0,) + tuple(gen.SIDE_STREAMS)}, {len(gen.EVENTS)} events")
+    counts = sorted(r.recorder.summary().items())
+    print("recorded calls: " + ", ".join(f"{k} {v}" for k, v in counts))
+    print("outputs: " + ("bitwise equal to the original forward" if same else
+                         "DIFFER from the original forward"))
+    for p in problems:
+        print("problem: " + p)
+    if not problems:
+        print("stream calls: consistent with the plan")
+    return 0 if same and not problems else 1
+
+
+__all__ = ["Call", "Recorder", "Run", "StandinEvent", "StandinStream", "check", "outputs_equal",
+           "record_ops", "run", "self_check", "standin"]
