@@ -59,7 +59,7 @@ def _steps(enabled: bool, total: int):
 
 
 def run_demo(out_dir: str = "out/demo", model: str = DEFAULT_MODEL, scale: str = DEFAULT_SCALE,
-             phase: str | None = None, runs: int = 7, candidates_to_run: int = 2,
+             phase: str | None = None, runs: int = 11, candidates_to_run: int = 2,
              progress: bool = True, profile_path: str | None = None) -> DemoResult:
     """Run the whole loop and write the report folder; returns what was measured."""
     import msgspec
@@ -204,7 +204,7 @@ def add_parser(sub) -> None:
     p.add_argument("--model", default=DEFAULT_MODEL, help=f"zoo model (default {DEFAULT_MODEL})")
     p.add_argument("--scale", default=DEFAULT_SCALE, help=f"zoo scale (default {DEFAULT_SCALE})")
     p.add_argument("--phase", choices=("prefill", "decode", "infer"))
-    p.add_argument("--runs", type=int, default=7, help="timed runs per configuration (default 7, "
+    p.add_argument("--runs", type=int, default=11, help="timed runs per configuration (default 11, "
                    "first 2 dropped)")
     p.add_argument("--candidates", type=int, default=2, help="candidates to run (default 2)")
     p.add_argument("--profile", help="a device profile from 'parastream calibrate' (default: "
