@@ -186,3 +186,17 @@ def test_inference_pipeline_stages():
     assert {"softmax", "topk"} <= {o.type for o in g.ops if stage[o.name] == "postprocess"}
     convs = [o for o in g.ops if stage[o.name] == "infer" and o.type == "conv2d"]
     assert [o.resource for o in convs] == ["cube"] * 3
+
+
+def test_decode_layer_at_batch_one_has_little_headroom():
+    # seed 003's "batch 1 gains nothing": at 7B-like shapes a decode step is a chain of
+    # memory-bound ops; the bound on any stream assignment stays below 1.1x
+    from parastream.device.profile import load_profile
+    from parastream.graph.headroom import analyze_graph
+    from parastream.graph.models import resolve
+
+    g = resolve("llama_layer", scale="7b", phase="decode", batch=1)
+    for device in ("ascend910b", "ascend910"):
+        h = analyze_graph(g, load_profile(device)).headroom
+        assert h.bound_speedup < 1.1, (device, h.bound_speedup)
+        assert h.verdict == "little"
