@@ -127,8 +127,8 @@ def _simulate(tasks: list[Task], device: Device, jitter: float, seed: int, name:
     # memory-bound tasks in flight, with remaining work in full-bandwidth microseconds
     mem_left: dict[int, float] = {}
     mem_mark = 0.0
-    version = [0] * n
-    heap: list[tuple[float, int, int, int]] = []  # (time, seq, task, version)
+    expect = [0] * n  # the sequence number of a task's live completion entry (older = stale)
+    heap: list[tuple[float, int, int]] = []  # (time, seq, task)
     seq = 0
     rr = 0  # round-robin start: the queue after the last one that dispatched
     blocked_cores: dict[str, set[int]] = {"cube": set(), "vector": set()}
@@ -148,9 +148,9 @@ def _simulate(tasks: list[Task], device: Device, jitter: float, seed: int, name:
         nonlocal seq
         k_n = len(mem_left)
         for k, left in mem_left.items():
-            version[k] += 1
             seq += 1
-            push(heap, (t + (left if left > 0 else 0.0) * k_n, seq, k, version[k]))
+            expect[k] = seq
+            push(heap, (t + (left if left > 0 else 0.0) * k_n, seq, k))
 
     def try_dispatch(qs, t: float) -> None:
         """Dispatch the ready heads of the queues ``qs`` (in round-robin order)."""
@@ -193,7 +193,8 @@ def _simulate(tasks: list[Task], device: Device, jitter: float, seed: int, name:
                 reschedule_mem(t)
             else:
                 seq += 1
-                push(heap, (begin + dur, seq, i, 0))
+                expect[i] = seq
+                push(heap, (begin + dur, seq, i))
             rr = (qi + 1) % q_count
 
     issued = 0
@@ -218,8 +219,8 @@ def _simulate(tasks: list[Task], device: Device, jitter: float, seed: int, name:
             continue
         if not heap:
             raise RuntimeError("simulation stalled: a wait can never be satisfied")
-        now, _, i, ver = pop(heap)
-        if ver != version[i] or done_at[i] >= 0:
+        now, sq, i = pop(heap)
+        if sq != expect[i]:
             continue
         if i in mem_left:
             settle_mem(now)
