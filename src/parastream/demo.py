@@ -70,7 +70,6 @@ def run_demo(out_dir: str = "out/demo", model: str = DEFAULT_MODEL, scale: str =
     from .graph.headroom import analyze_graph
     from .graph.render import analysis_document, module_mermaid
     from .graph.torch_import import import_runnable
-    from .graph.zoo import ZOO
     from .plan.cli import build
     from .plan.io import dumps as dump_plan
     from .plan.report import render_markdown
@@ -85,9 +84,10 @@ def run_demo(out_dir: str = "out/demo", model: str = DEFAULT_MODEL, scale: str =
     os.makedirs(out_dir, exist_ok=True)
     with _steps(progress, 8) as step:
         step(f"importing {model} ({scale})")
-        zm = ZOO[model]
-        phase = phase or zm.default_phase
-        module, inputs = zm.factory(scale, phase)
+        from .graph.models import load_model
+
+        module, inputs, _, meta = load_model(model, scale, phase)
+        phase = meta.get("phase", phase)
         runnable = import_runnable(module, inputs, name=model)
         graph = runnable.graph
 

@@ -223,30 +223,7 @@ def build_model(source: dict) -> tuple[Any, tuple]:
         raise InputError(spec, "the plan was made from a graph file, which holds no model to "
                                "run; pass --model with the torch model (zoo name or "
                                "path/to/file.py:factory)")
-    if models._looks_like_file(spec):
-        path, sep, attr = spec.rpartition(":")
-        if not sep or not path or not attr.isidentifier():
-            raise InputError(spec, "name the factory after the file: path/to/file.py:factory")
-        import os
-
-        if not os.path.isfile(path):
-            raise InputError(path, "no such file")
-        mod = models._load_file(path)
-        factory = getattr(mod, attr, None)
-        if not callable(factory):
-            raise InputError(path, f"no factory named {attr!r}")
-        result = models._call_factory(factory, path, attr, scale, phase)
-        return models._check_result(result, path, attr)
-    models._need_torch(spec)
-    from ..graph.zoo import ZOO
-
-    model = ZOO.get(spec)
-    if model is None:
-        raise InputError(None, f"unknown model {spec!r} (built-in models: {', '.join(ZOO)})")
-    phase = phase or model.default_phase
-    if phase not in model.phases:
-        raise InputError(None, f"model {spec!r} has no phase {phase!r}")
-    module, inputs = model.factory(scale, phase)
+    module, inputs, _, _ = models.load_model(spec, scale, phase)
     if not isinstance(inputs, tuple):
         inputs = tuple(inputs) if isinstance(inputs, list) else (inputs,)
     return module, inputs

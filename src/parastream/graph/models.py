@@ -79,29 +79,42 @@ def _looks_like_file(spec: str) -> bool:
     return path.endswith(".py") or os.sep in path or "/" in path
 
 
-def _resolve_zoo(name: str, scale: str, phase: str | None, batch: int | None = None,
-                 seq: int | None = None) -> Graph:
-    _need_torch(name)
-    from .torch_import import import_module
-    from .zoo import ZOO
+def load_model(spec: str, scale: str = "small", phase: str | None = None,
+               batch: int | None = None, seq: int | None = None) -> tuple[Any, tuple, str, dict]:
+    """The torch module and example inputs named by ``spec`` (a zoo name or
+    ``path/to/file.py:factory``): ``(module, inputs, name, meta)``. One place for every
+    command that needs the model itself (graph import, run, emit); InputError when it
+    cannot be built."""
+    if scale not in SCALES:
+        raise InputError(None, f"unknown scale {scale!r} (expected one of {', '.join(SCALES)})")
+    if _looks_like_file(spec):
+        return _load_from_file(spec, scale, phase)
+    _need_torch(spec)
+    from .zoo import ZOO, overrides
 
-    model = ZOO.get(name)
+    model = ZOO.get(spec)
     if model is None:
-        raise InputError(None, f"unknown model {name!r} (built-in models: {', '.join(ZOO)}; "
+        raise InputError(None, f"unknown model {spec!r} (built-in models: {', '.join(ZOO)}; "
                                "or give path/to/file.py:factory)")
     phase = phase or model.default_phase
     if phase not in model.phases:
-        raise InputError(None, f"model {name!r} has no phase {phase!r} "
+        raise InputError(None, f"model {spec!r} has no phase {phase!r} "
                                f"(it has {', '.join(model.phases)})")
-    from .zoo import overrides
-
     with overrides(phase, batch=batch, seq=seq):
         module, inputs = model.factory(scale, phase)
-    return import_module(module, inputs, name=name,
-                         meta={"zoo": name, "phase": phase, "description": model.description})
+    return module, tuple(inputs), spec, {"zoo": spec, "phase": phase,
+                                         "description": model.description}
 
 
-def _resolve_file(spec: str, scale: str, phase: str | None) -> Graph:
+def _resolve_zoo(name: str, scale: str, phase: str | None, batch: int | None = None,
+                 seq: int | None = None) -> Graph:
+    from .torch_import import import_module
+
+    module, inputs, name, meta = load_model(name, scale, phase, batch, seq)
+    return import_module(module, inputs, name=name, meta=meta)
+
+
+def _load_from_file(spec: str, scale: str, phase: str | None) -> tuple[Any, tuple, str, dict]:
     path, sep, attr = spec.rpartition(":")
     if not sep or not path:
         raise InputError(spec, "name the factory after the file: path/to/file.py:factory")
@@ -123,13 +136,18 @@ def _resolve_file(spec: str, scale: str, phase: str | None) -> Graph:
         raise InputError(path, f"{attr!r} is a {type(factory).__name__}, not a callable factory")
     result = _call_factory(factory, path, attr, scale, phase)
     module, inputs = _check_result(result, path, attr)
+    name = os.path.splitext(os.path.basename(path))[0] + ":" + attr
+    return module, tuple(inputs), name, {"file": path, "factory": attr}
+
+
+def _resolve_file(spec: str, scale: str, phase: str | None) -> Graph:
+    module, inputs, name, meta = _load_from_file(spec, scale, phase)
     from .torch_import import import_module
 
-    name = os.path.splitext(os.path.basename(path))[0] + ":" + attr
     try:
-        return import_module(module, inputs, name=name, meta={"file": path, "factory": attr})
+        return import_module(module, inputs, name=name, meta=meta)
     except InputError as exc:  # re-anchor on the file the user named
-        raise InputError(path, f"model from {attr}() {exc.reason}") from None
+        raise InputError(meta["file"], f"model from {meta['factory']}() {exc.reason}") from None
 
 
 def _load_file(path: str) -> Any:

@@ -6,8 +6,8 @@ Two checks from seed 002's "profile double verification":
    stream its logical stream maps to; logical streams map one-to-one onto trace streams.
    Side ops found on the main stream's trace id are the 3a case (the side stream never ran).
 2. **overlap_pct per parallel point** from the plan's own windows: the side window is the
-   envelope of the point's ops planned off stream 0, the dominator the longest of its ops
-   planned on stream 0.
+   envelope of the point's ops planned off stream 0, the dominator the op of the point
+   planned on stream 0 that the side window overlaps most.
 """
 
 from __future__ import annotations
@@ -67,7 +67,12 @@ def verify(tl: Timeline, doc: PlanDoc, candidate: str | None = None) -> dict:
             continue
         side_lo = int(np.min(tl.start_ns[side]))
         side_hi = int(np.max(tl.end_ns[side]))
-        dom = max(main, key=lambda i: int(tl.end_ns[i] - tl.start_ns[i]))
+        # the dominator: the planned main-stream op the side work overlaps most (the op it
+        # hides behind), the longest one on a tie or when nothing overlaps
+        def _ov(i: int) -> int:
+            return max(0, min(side_hi, int(tl.end_ns[i])) - max(side_lo, int(tl.start_ns[i])))
+
+        dom = max(main, key=lambda i: (_ov(i), int(tl.end_ns[i] - tl.start_ns[i])))
         ov, pct = overlap_pct((side_lo, side_hi), (int(tl.start_ns[dom]), int(tl.end_ns[dom])))
         points.append({"parallel_point": p.get("name"), "found": True,
                        "side_window_us": [round((side_lo - t0) / 1000, 3), round((side_hi - t0) / 1000, 3)],

@@ -61,34 +61,7 @@ def load_model(spec: str, scale: str, phase: str | None) -> tuple[Any, tuple, st
     """(module, inputs, name) of a zoo model or a ``file.py:factory``."""
     from ..graph import models
 
-    if scale not in models.SCALES:
-        raise InputError(None, f"unknown scale {scale!r} (expected one of {', '.join(models.SCALES)})")
-    if models._looks_like_file(spec):
-        path, sep, attr = spec.rpartition(":")
-        if not sep or not path or not attr.isidentifier():
-            raise InputError(spec, "name the factory after the file: path/to/file.py:factory")
-        if not os.path.isfile(path):
-            raise InputError(path, "no such file")
-        mod = models._load_file(path)
-        factory = getattr(mod, attr, None)
-        if not callable(factory):
-            raise InputError(path, f"no factory named {attr!r}")
-        module, inputs = models._check_result(
-            models._call_factory(factory, path, attr, scale, phase), path, attr)
-        name = os.path.splitext(os.path.basename(path))[0] + ":" + attr
-    else:
-        from ..graph.zoo import ZOO
-
-        zm = ZOO.get(spec)
-        if zm is None:
-            raise InputError(None, f"unknown model {spec!r} (built-in models: {', '.join(ZOO)}; "
-                             "or give path/to/file.py:factory)")
-        phase = phase or zm.default_phase
-        if phase not in zm.phases:
-            raise InputError(None, f"model {spec!r} has no phase {phase!r} (it has "
-                             f"{', '.join(zm.phases)})")
-        module, inputs = zm.factory(scale, phase)
-        name = spec
+    module, inputs, name, _ = models.load_model(spec, scale, phase)
     import torch
 
     for t in inputs:
