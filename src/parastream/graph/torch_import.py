@@ -120,15 +120,7 @@ def import_module(module: Any, example_inputs: Sequence[Any] | Any, name: str = 
     Inputs and weights may live on the ``meta`` device: nothing real is allocated or run.
     Raises :class:`InputError` (path = ``name``) when the model cannot be traced.
     """
-    import torch
-
-    if not isinstance(module, torch.nn.Module):
-        raise InputError(name, f"expected a torch.nn.Module, got {type(module).__name__}")
-    if not isinstance(example_inputs, (tuple, list)):
-        example_inputs = (example_inputs,)
-    example_inputs = tuple(example_inputs)
-    if method not in ("auto", "export", "fx"):
-        raise ValueError(f"method must be auto, export or fx, not {method!r}")
+    example_inputs = _check_call(module, example_inputs, name, method)
     errors: list[str] = []
     if method in ("auto", "export"):
         try:
@@ -829,15 +821,7 @@ def import_runnable(module: Any, example_inputs: Sequence[Any] | Any, name: str 
     tensors (in-place buffer writes change the module's state, as the module itself would).
     Inputs must be real tensors here, since the graph module is meant to run.
     """
-    import torch
-
-    if not isinstance(module, torch.nn.Module):
-        raise InputError(name, f"expected a torch.nn.Module, got {type(module).__name__}")
-    if not isinstance(example_inputs, (tuple, list)):
-        example_inputs = (example_inputs,)
-    inputs = tuple(example_inputs)
-    if method not in ("auto", "export", "fx"):
-        raise ValueError(f"method must be auto, export or fx, not {method!r}")
+    inputs = _check_call(module, example_inputs, name, method)
     errors: list[str] = []
     if method in ("auto", "export"):
         try:
@@ -939,3 +923,16 @@ def _flat_fx_nodes(a: Any) -> list[Any]:
     out: list[Any] = []
     torch.fx.node.map_arg(a, lambda n: out.append(n) or n)
     return out
+
+
+def _check_call(module: Any, example_inputs: Any, name: str, method: str) -> tuple:
+    """The example inputs as a tuple, after checking the module and the method."""
+    import torch
+
+    if not isinstance(module, torch.nn.Module):
+        raise InputError(name, f"expected a torch.nn.Module, got {type(module).__name__}")
+    if not isinstance(example_inputs, (tuple, list)):
+        example_inputs = (example_inputs,)
+    if method not in ("auto", "export", "fx"):
+        raise ValueError(f"method must be auto, export or fx, not {method!r}")
+    return tuple(example_inputs)
