@@ -821,6 +821,8 @@ def import_runnable(module: Any, example_inputs: Sequence[Any] | Any, name: str 
     tensors (in-place buffer writes change the module's state, as the module itself would).
     Inputs must be real tensors here, since the graph module is meant to run.
     """
+    import torch
+
     inputs = _check_call(module, example_inputs, name, method)
     errors: list[str] = []
     if method in ("auto", "export"):
