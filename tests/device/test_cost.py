@@ -92,3 +92,25 @@ def test_roofline_properties(m, k, n, cores, dev):
     assert limited.dur_us >= full.dur_us - 1e-9  # fewer cores never help
     # never faster than the compute or the memory roof at full occupancy
     assert full.dur_us >= max(full.compute_full_us, full.memory_full_us) - 1e-9
+
+
+def test_cpu_intra_op_efficiency_scales_core_limited_ops():
+    import msgspec
+
+    from parastream.device.cost import estimate
+    from parastream.device.profile import load_profile, loads_profile
+    from parastream.graph.ir import Op
+
+    base = msgspec.to_builtins(load_profile("cpu"))
+    base["intra_op_efficiency"] = 0.5
+    base["sources"]["intra_op_efficiency"] = "test"
+    cpu = loads_profile(msgspec.json.encode(base))
+    op = Op(name="mm", type="mm", resource="cube", flops=2e9)
+    full = estimate(op, cpu)
+    one = estimate(op, cpu, max_cores=1)
+    launch = cpu.launch_overhead_us
+    # one of two cores: 1.5x the all-core time (s(2) = 1.5), not 2x as with perfect scaling
+    assert (one.dur_us - launch) == __import__("pytest").approx((full.dur_us - launch) * 1.5, rel=1e-6)
+    base["intra_op_efficiency"] = 1.5
+    with __import__("pytest").raises(Exception):
+        loads_profile(msgspec.json.encode(base))

@@ -132,7 +132,9 @@ def estimate(op: Any, profile: DeviceProfile, max_cores: int | None = None) -> O
             measured = True
         else:
             frac = blocks / cores
-            compute_t = compute_full / frac
+            # the peak was measured on all cores: scale by how ops speed up with cores
+            # (linear on devices; the calibrated intra-op efficiency on a CPU)
+            compute_t = compute_full * profile.speedup_on(cores) / profile.speedup_on(blocks)
             memory_t = memory_full / min(1.0, SATURATION * frac)
             dur = max(compute_t, memory_t, 0.0 if on_host else MIN_KERNEL_US)
             bound = "memory" if memory_t >= compute_t and memory_t > 0 else "compute"

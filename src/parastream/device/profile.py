@@ -48,7 +48,17 @@ class DeviceProfile(msgspec.Struct, forbid_unknown_fields=True):
     scheduler_sweep_us: float
     sources: dict[str, str]
     description: str = ""
+    #: CPU only: how much each extra core speeds one op up, s(k) = 1 + (k - 1) * e; 1.0 is
+    #: perfect intra-op scaling. Small matmuls scale poorly, which is exactly when two CPU
+    #: streams with one thread each beat one stream with all threads.
+    intra_op_efficiency: float = 1.0
     schema: str = SCHEMA
+
+    def speedup_on(self, cores: int) -> float:
+        """How much faster one op runs on ``cores`` cores than on one (CPU profiles)."""
+        if self.kind != "cpu":
+            return float(cores)
+        return 1.0 + (max(1, cores) - 1) * self.intra_op_efficiency
 
     @property
     def shared_cores(self) -> bool:
@@ -103,6 +113,8 @@ def _check(p: DeviceProfile, where: str | None) -> DeviceProfile:
     for key in ("memory_bandwidth_gbps", "hw_queues", "max_streams"):
         if not getattr(p, key) > 0:
             raise bad(f"{key} must be positive")
+    if not 0.0 <= p.intra_op_efficiency <= 1.0:
+        raise bad("intra_op_efficiency must be between 0 and 1")
     for key in ("launch_overhead_us", "scheduler_sweep_us"):
         if not getattr(p, key) >= 0:
             raise bad(f"{key} must be zero or positive")

@@ -70,6 +70,32 @@ def measure_matmul(dtype: str = "fp32", n: int = 1024, budget_s: float = 1.0) ->
     return 2 * n ** 3 / t / 1e12
 
 
+def measure_intra_op_efficiency(rows: int = 64, width: int = 256, budget_s: float = 0.3) -> float:
+    """How much a second (third, ...) intra-op thread speeds up a small matmul, the op size
+    where CPU streams pay: e in s(k) = 1 + (k - 1) * e, from the best times on one thread
+    and on all cores. Sets torch's thread count from this (main) thread and restores it."""
+    cores = cpu_count()
+    try:
+        import torch
+    except ImportError:
+        return 1.0
+    if cores < 2:
+        return 1.0
+    a = torch.randn(rows, width)
+    b = torch.randn(width, width)
+    out = torch.empty(rows, width)
+    before = torch.get_num_threads()
+    try:
+        with torch.no_grad():
+            torch.set_num_threads(1)
+            t1 = _best_time(lambda: torch.mm(a, b, out=out), budget_s)
+            torch.set_num_threads(cores)
+            tk = _best_time(lambda: torch.mm(a, b, out=out), budget_s)
+    finally:
+        torch.set_num_threads(before)
+    return min(1.0, max(0.0, (t1 / tk - 1.0) / (cores - 1)))
+
+
 def measure_vector(elements: int = 1 << 16, budget_s: float = 0.5) -> float:
     """fp32 TFLOPS of an element-wise multiply-add on arrays that fit in cache."""
     try:
@@ -186,6 +212,7 @@ def calibrate(quick: bool = False, name: str = "cpu-calibrated") -> dict:
     rounds = 3 if quick else 5
     fp32 = bf16 = vec = bw = 0.0
     task_us = call_us = sweep_us = float("inf")
+    eff = 0.0
     for _ in range(rounds):
         fp32 = max(fp32, measure_matmul("fp32", n, 0.08 if quick else 0.3))
         bf16 = max(bf16, measure_matmul("bf16", n, 0.05 if quick else 0.3))
@@ -194,6 +221,7 @@ def calibrate(quick: bool = False, name: str = "cpu-calibrated") -> dict:
         task_us = min(task_us, measure_task_overhead(200 if quick else 1000))
         call_us = min(call_us, measure_call_overhead(30_000 if quick else 100_000))
         sweep_us = min(sweep_us, measure_sweep(cores, 3000 if quick else 10000))
+        eff = max(eff, measure_intra_op_efficiency(budget_s=0.05 if quick else 0.2))
 
     def r(x: float, digits: int = 4) -> float:
         return float(f"{x:.{digits}g}")
@@ -218,6 +246,7 @@ def calibrate(quick: bool = False, name: str = "cpu-calibrated") -> dict:
         "hw_queues": cores,
         "max_streams": cores,
         "scheduler_sweep_us": r(sweep_us),
+        "intra_op_efficiency": r(eff, 3),
         "sources": {
             "cores": f"{by}: os.sched_getaffinity (CPUs this process may use)",
             "peak_tflops": (f"{by}: {mode}best of {rounds} rounds; cube = best time of "
@@ -237,6 +266,9 @@ def calibrate(quick: bool = False, name: str = "cpu-calibrated") -> dict:
                             "(docs/DOMAIN.md section 8)"),
             "scheduler_sweep_us": (f"{by}: one pass over {cores} queues checking each for "
                                    "work (queue.Queue.empty)"),
+            "intra_op_efficiency": (f"{by}: best of {rounds} rounds; torch.mm of 64x256 by "
+                                    "256x256 on 1 thread and on all cores, "
+                                    "e = (t1 / tk - 1) / (k - 1)"),
         },
     }
     return profile
