@@ -175,7 +175,9 @@ def _simulate(tasks: list[Task], device: Device, jitter: float, seed: int, name:
                 blocked_cores[p].add(qi)
                 continue
             if p != "none":
-                blocked_cores[p].discard(qi)
+                bcp = blocked_cores[p]
+                if bcp:
+                    bcp.discard(qi)
                 free[p] -= need[i]
             if waiting_since[i] >= 0:
                 # the wait lasts until the last awaited event, not until cores were free
@@ -200,6 +202,7 @@ def _simulate(tasks: list[Task], device: Device, jitter: float, seed: int, name:
     issued = 0
     launch = device.launch_us
     finished = 0
+    has_mem = any(mem_bound)
     inf = float("inf")
     pop = heapq.heappop
     while finished < n:
@@ -222,7 +225,7 @@ def _simulate(tasks: list[Task], device: Device, jitter: float, seed: int, name:
         now, sq, i = pop(heap)
         if sq != expect[i]:
             continue
-        if i in mem_left:
+        if has_mem and i in mem_left:
             settle_mem(now)
             del mem_left[i]
             reschedule_mem(now)
@@ -230,7 +233,6 @@ def _simulate(tasks: list[Task], device: Device, jitter: float, seed: int, name:
         finished += 1
         p = pool_of[i]
         free[p] += need[i]
-        busy[p] += need[i] * (now - start_at[i])
         qi = queue_of[i]
         head[qi] += 1  # the head is the task that just finished (FIFO per queue)
         wl = waiters[i]
@@ -247,6 +249,12 @@ def _simulate(tasks: list[Task], device: Device, jitter: float, seed: int, name:
             check |= bc
         try_dispatch(check, now)
 
+    # core-microseconds each pool was busy, from the final start/end times
+    if n:
+        work = np.array(need, np.float64) * (np.array(done_at) - np.array(start_at))
+        pools = np.array(pool_of)
+        for p_name in ("cube", "vector"):
+            busy[p_name] = float(work[pools == p_name].sum())
     tl = build_timeline(tasks, start_at, done_at, pool_of, need, wait_iv, device, name)
     wall = max(done_at) if n else 0.0
     return Result(tl, wall, busy, n)
