@@ -22,9 +22,10 @@ limits sized so concurrent block dims fit the cores) and the enable switch.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable
 
 from ..graph.ir import Graph, validate
-from .estimate import estimate
+from .estimate import make_estimate, wall_us
 from .lints import is_cheap, lint
 from .model import Plan
 from .sync import minimal_events
@@ -242,13 +243,25 @@ def _label(name: str) -> str:
 
 def candidates(graph: Graph, points: list[Point], dur: dict[str, float], *,
                block_dims: dict[str, int] | None = None, device: DeviceFacts | None = None,
-               max_streams: int | None = None, global_plans: list[Plan] | None = None
-               ) -> list[Plan]:
+               max_streams: int | None = None, global_plans: list[Plan] | None = None,
+               wall: Callable[[Plan], float] | None = None, source: str | None = None,
+               ladder: bool = False) -> list[Plan]:
     """All candidates (per parallel point, plus whole-graph plans), estimated, linted,
-    described and ranked by estimated wall time (best first)."""
+    described and ranked by estimated wall time (best first).
+
+    ``wall`` estimates a plan's wall time (default: the critical-path estimate; the planner
+    passes the simulator) and ``source`` says where the figures come from. With ``ladder``
+    a candidate keeps its C2 core limits only when ``wall`` says they beat plain C1.
+    """
     device = device or DeviceFacts()
     cap = max_streams or device.hw_queues
     order = validate(graph)
+    if wall is None:
+        def wall(plan: Plan) -> float:
+            return wall_us(graph, plan, dur, launch_us=device.launch_us,
+                           hw_queues=device.hw_queues)
+        source = f"critical-path estimate on {device.name}"
+    source = source or f"estimate on {device.name}"
     plans: list[Plan] = []
     groups: dict[str, list[Point]] = {}
     for p in points:
@@ -257,13 +270,22 @@ def candidates(graph: Graph, points: list[Point], dur: dict[str, float], *,
         plans.extend(point_candidates(graph, order, instances, cap))
     plans.extend(global_plans or [])
     by_name = {p.name: p for p in points}
+    single = wall(Plan(name="single", algorithm="single", assignment={n: 0 for n in order}))
     for plan in plans:
-        plan.estimate = estimate(graph, plan, dur, launch_us=device.launch_us,
-                                 hw_queues=device.hw_queues, device=device.name)
+        plan.core_limits, plan.strength = core_limits(plan, block_dims or {}, device.cores)
+        w = wall(plan)
+        if ladder and plan.core_limits:
+            limits, plan.core_limits = plan.core_limits, {}
+            c1 = wall(plan)
+            if c1 <= w:
+                w, plan.strength = c1, "C1"
+                plan.meta["c2_rejected"] = {"limits": limits, "reason": "did not beat C1"}
+            else:
+                plan.core_limits = limits
+        plan.estimate = make_estimate(w, single, source)
         plan.lints = lint(graph, plan, dur, hw_queues=device.hw_queues,
                           max_streams=device.max_streams, launch_us=device.launch_us,
                           speedup=plan.estimate.speedup)
-        plan.core_limits, plan.strength = core_limits(plan, block_dims or {}, device.cores)
         plan.description = describe(graph, plan, by_name.get(plan.parallel_point or ""))
         plan.mermaid = mermaid(graph, plan)
     # ties: the plan that moves less work off stream 0 (fewer cross-stream risks) first

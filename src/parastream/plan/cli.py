@@ -9,7 +9,7 @@ import sys
 
 from ..errors import InputError
 from ..graph.ir import Graph, GraphError
-from .candidates import DeviceFacts, Point, candidates, describe, kind_rank
+from .candidates import DeviceFacts, Point, candidates
 from .io import PlanDoc, dumps
 from .model import Plan, PlanError
 from .report import render_markdown, render_text
@@ -204,34 +204,17 @@ def build(graph: Graph, profile, *, algorithm: str | None, mapping: dict | None,
                         max_streams=profile.max_streams, launch_us=profile.launch_overhead_us)
     # core limits are sized on the matrix (cube) cores, where two streams really collide
     cube_bd = {n: c.block_dim for n, c in costs.items() if c.unit == "cube"}
-    plans = candidates(graph, points, dur, block_dims=cube_bd,
-                       device=facts, max_streams=cap, global_plans=global_plans)
+    wall = source_label = None
     if simulate:
-        from ..plan.model import Estimate
         from ..sim.run import simulate_plan
 
-        walls = {}
-        for p in plans:
-            walls[p.name] = simulate_plan(graph, p, profile, costs=costs).result.wall_us
-            if p.core_limits:
-                # the ladder: keep C2 core limits only where they beat plain C1 in simulation
-                limits, p.core_limits = p.core_limits, {}
-                c1 = simulate_plan(graph, p, profile, costs=costs).result.wall_us
-                if c1 <= walls[p.name]:
-                    walls[p.name], p.strength = c1, "C1"
-                    p.meta["c2_rejected"] = {"limits": limits, "reason": "did not beat C1 in simulation"}
-                else:
-                    p.core_limits = limits
-        base = walls.get("single") or max(walls.values())
-        for p in plans:
-            w = walls[p.name]
-            p.estimate = Estimate(wall_us=round(w, 3), single_stream_wall_us=round(base, 3),
-                                  speedup=round(base / w, 4) if w else 1.0,
-                                  source=f"simulated on {profile.name}")
-        plans.sort(key=lambda p: (p.estimate.wall_us, p.streams, kind_rank(p), p.name))
-        by_name = {pt.name: pt for pt in points}
-        for p in plans:  # the descriptions quote the estimate: say what was simulated
-            p.description = describe(graph, p, by_name.get(p.parallel_point or ""))
+        def wall(plan: Plan) -> float:
+            return simulate_plan(graph, plan, profile, costs=costs).result.wall_us
+
+        source_label = f"simulated on {profile.name}"
+    plans = candidates(graph, points, dur, block_dims=cube_bd, device=facts, max_streams=cap,
+                       global_plans=global_plans, wall=wall, source=source_label,
+                       ladder=simulate)
     best = next((p for p in plans if p.algorithm != "single"), None)
     recommended = best.name if best and best.estimate and best.estimate.speedup >= 1.05 else "single"
     seen, pts = set(), []

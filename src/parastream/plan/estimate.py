@@ -34,15 +34,23 @@ def schedule(graph: Graph, plan: Plan, dur: dict[str, float], *, launch_us: floa
     return t
 
 
+def wall_us(graph: Graph, plan: Plan, dur: dict[str, float], *, launch_us: float = 0.0,
+            hw_queues: int | None = None) -> float:
+    """The estimated wall of ``plan``: when its last op ends."""
+    t = schedule(graph, plan, dur, launch_us=launch_us, hw_queues=hw_queues)
+    return max((e for _, e in t.values()), default=0.0)
+
+
+def make_estimate(wall: float, single: float, source: str) -> Estimate:
+    """An :class:`Estimate` from a plan's wall and the single-stream wall."""
+    return Estimate(wall_us=round(wall, 3), single_stream_wall_us=round(single, 3),
+                    speedup=round(single / wall, 4) if wall > 0 else 1.0, source=source)
+
+
 def estimate(graph: Graph, plan: Plan, dur: dict[str, float], *, launch_us: float = 0.0,
              hw_queues: int | None = None, device: str = "unit costs") -> Estimate:
     """Estimated wall of ``plan`` next to the single-stream wall of the same ops."""
-    multi = schedule(graph, plan, dur, launch_us=launch_us, hw_queues=hw_queues)
-    single_plan = Plan(name="single", algorithm="single",
-                       assignment={n: 0 for n in plan.assignment})
-    single = schedule(graph, single_plan, dur, launch_us=launch_us, hw_queues=hw_queues)
-    wall = max((e for _, e in multi.values()), default=0.0)
-    base = max((e for _, e in single.values()), default=0.0)
-    return Estimate(wall_us=round(wall, 3), single_stream_wall_us=round(base, 3),
-                    speedup=round(base / wall, 4) if wall > 0 else 1.0,
-                    source=f"critical-path estimate on {device}")
+    single = Plan(name="single", algorithm="single", assignment={n: 0 for n in plan.assignment})
+    kw = {"launch_us": launch_us, "hw_queues": hw_queues}
+    return make_estimate(wall_us(graph, plan, dur, **kw), wall_us(graph, single, dur, **kw),
+                         f"critical-path estimate on {device}")
