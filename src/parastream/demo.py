@@ -77,7 +77,6 @@ def run_demo(out_dir: str = "out/demo", model: str = DEFAULT_MODEL, scale: str =
     from .report.html import write_html
     from .report.kineto import write_kineto
     from .runtime.measure import analyse, measure
-    from .sim.run import simulate_plan
     from .timeline.analyze import Options, analyze_capture
 
     t_start = time.perf_counter()
@@ -117,14 +116,15 @@ def run_demo(out_dir: str = "out/demo", model: str = DEFAULT_MODEL, scale: str =
             step(f"running candidate {k}/{len(multi)}: {cand.name[:50]}")
             m = measure(module, inputs, cand, runs=runs, runnable=runnable)
             res = analyse(m, doc, cand.name)
-            predicted = simulate_plan(graph, cand, profile).result.wall_us
-            single_pred = cand.estimate.single_stream_wall_us if cand.estimate else None
+            # the planner already simulated every candidate on this profile
+            predicted = cand.estimate.wall_us
+            single_pred = cand.estimate.single_stream_wall_us
             runs_by_name[cand.name] = (m, res)
             measured.append({
                 "candidate": cand.name, "streams": cand.streams,
                 "predicted_multi_us": round(predicted, 1),
-                "predicted_single_us": round(single_pred, 1) if single_pred else None,
-                "predicted_speedup": cand.estimate.speedup if cand.estimate else None,
+                "predicted_single_us": round(single_pred, 1),
+                "predicted_speedup": cand.estimate.speedup,
                 "measured_single_us": round(m.single_median_us, 1),
                 "measured_multi_us": round(m.multi_median_us, 1),
                 "measured_speedup": round(m.speedup, 3),

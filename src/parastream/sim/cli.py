@@ -56,9 +56,11 @@ def sweep(graph, profile, stream_counts: list[int], *, ge: bool = False, jitter:
             cands = [assign(graph, "single", durations=dur)]
         else:
             # the planner simulates every candidate (and keeps C2 limits only where they pay);
-            # take its best few within k streams and rerun them under this sweep's options
+            # its best within k streams is the answer, unless GE reorder or jitter change the
+            # run: then the best few are rerun under those options
             doc = build(graph, profile, algorithm=None, mapping=None, max_streams=k)
-            cands = [c for c in doc.candidates if c.streams <= k and c.algorithm != "single"][:3]
+            cands = [c for c in doc.candidates if c.streams <= k and c.algorithm != "single"]
+            cands = cands[:3] if (ge or jitter) else cands[:1]
         if not cands:
             continue
         runs = [simulate_plan(graph, c, profile, ge=ge, jitter=jitter, seed=seed, costs=costs)

@@ -163,12 +163,6 @@ def find_dominators(cand_start: np.ndarray, cand_end: np.ndarray, lo: np.ndarray
     return out
 
 
-def _gap_to(cs: np.ndarray, ce: np.ndarray, j: np.ndarray, lo: np.ndarray, hi: np.ndarray
-            ) -> np.ndarray:
-    """Idle time between windows and non-overlapping candidates ``j``."""
-    return np.maximum(cs[j] - hi, lo - ce[j])
-
-
 def _nearest(cs: np.ndarray, ce: np.ndarray, dur: np.ndarray, lo: np.ndarray,
              hi: np.ndarray, rmq: "_RangeArgmax | None" = None) -> np.ndarray:
     """Dominator of windows that no candidate overlaps: the next candidate after the window

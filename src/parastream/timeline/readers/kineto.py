@@ -121,12 +121,6 @@ def _stream_label(v) -> str | None:
     return str(int(v))
 
 
-def _raw_text(r) -> str:
-    if isinstance(r, msgspec.Raw):
-        return bytes(r).decode("utf-8", "replace")
-    return "" if r is None else str(r)
-
-
 def _lenient_events(path: str, data: bytes, warnings: list[str]) -> _Trace:
     """Slow path for traces whose fields have unexpected types: decode generically, keep
     every event that converts, and say how many did not."""
