@@ -114,3 +114,20 @@ def test_cpu_intra_op_efficiency_scales_core_limited_ops():
     base["intra_op_efficiency"] = 1.5
     with __import__("pytest").raises(Exception):
         loads_profile(msgspec.json.encode(base))
+
+
+def test_scaling_a_cpu_cost_equals_re_estimating():
+    import msgspec
+
+    from parastream.device.cost import estimate, with_cores
+    from parastream.device.profile import load_profile, loads_profile
+    from parastream.graph.ir import Op
+
+    base = msgspec.to_builtins(load_profile("cpu"))
+    base["cores"] = {"cube": 8, "vector": 8}
+    base["intra_op_efficiency"] = 0.5
+    base["sources"]["intra_op_efficiency"] = "test"
+    cpu = loads_profile(msgspec.json.encode(base))
+    for op in (Op(name="mm", type="mm", resource="cube", flops=2e10, bytes_read=1 << 20),
+               Op(name="add", type="add", resource="vector", flops=1e3, bytes_read=4096)):
+        assert with_cores(estimate(op, cpu), cpu, 2) == with_cores(op, cpu, 2)

@@ -103,9 +103,28 @@ def _wanted_blocks(op: Any, unit: str, cores: int) -> int:
     return min(cores, want)
 
 
-def _device_us(compute_full: float, memory_full: float, blocks: int, cores: int) -> float:
+def _core_time(profile: DeviceProfile, compute_full: float, memory_full: float, blocks: int,
+               cores: int) -> tuple[float, str]:
+    """(device time, bound) of work that takes ``compute_full`` / ``memory_full`` on all
+    ``cores`` when it may use ``blocks`` of them: compute scales by how ops speed up with
+    cores (linear on devices, the calibrated intra-op efficiency on a CPU), memory by the
+    bandwidth share those cores can pull. One formula for :func:`estimate` and
+    :func:`with_cores`."""
     frac = blocks / cores
-    return max(compute_full / frac, memory_full / min(1.0, SATURATION * frac))
+    compute_t = compute_full * profile.speedup_on(cores) / profile.speedup_on(blocks)
+    memory_t = memory_full / min(1.0, SATURATION * frac)
+    dur = max(compute_t, memory_t, 0.0 if profile.kind == "cpu" else MIN_KERNEL_US)
+    bound = "memory" if memory_t >= compute_t and memory_t > 0 else "compute"
+    return dur, bound
+
+
+def _with_launch(profile: DeviceProfile, dur: float, bound: str) -> tuple[float, str]:
+    """On a CPU the host's hand-off is part of every op; anywhere, an op shorter than its
+    launch is launch-bound."""
+    launch = profile.launch_overhead_us
+    if profile.kind == "cpu":
+        return dur + launch, ("launch" if launch > dur else bound)
+    return dur, ("launch" if launch > dur else bound)
 
 
 def estimate(op: Any, profile: DeviceProfile, max_cores: int | None = None) -> OpCost:
@@ -131,18 +150,9 @@ def estimate(op: Any, profile: DeviceProfile, max_cores: int | None = None) -> O
             bound = "memory" if memory_full > compute_full else "compute"
             measured = True
         else:
-            frac = blocks / cores
-            # the peak was measured on all cores: scale by how ops speed up with cores
-            # (linear on devices; the calibrated intra-op efficiency on a CPU)
-            compute_t = compute_full * profile.speedup_on(cores) / profile.speedup_on(blocks)
-            memory_t = memory_full / min(1.0, SATURATION * frac)
-            dur = max(compute_t, memory_t, 0.0 if on_host else MIN_KERNEL_US)
-            bound = "memory" if memory_t >= compute_t and memory_t > 0 else "compute"
+            dur, bound = _core_time(profile, compute_full, memory_full, blocks, cores)
             measured = False
-        if on_host:
-            dur += launch
-        if launch > (dur - launch if on_host else dur):
-            bound = "launch"
+        dur, bound = _with_launch(profile, dur, bound)
         return OpCost(dur, blocks, bound, resource, compute_full, memory_full, measured)
 
     # memory copies, communication and host work use no compute cores
@@ -168,9 +178,8 @@ def with_cores(op_or_cost: Any, profile: DeviceProfile, cores: int) -> OpCost:
         return c
     total = profile.unit_cores(c.unit)
     if c.measured:
-        dur = c.dur_us * c.block_dim / cores
+        dur, bound = c.dur_us * c.block_dim / cores, c.bound
     else:
-        host = profile.launch_overhead_us if profile.kind == "cpu" else 0.0
-        dur = max(_device_us(c.compute_full_us, c.memory_full_us, cores, total),
-                  0.0 if host else MIN_KERNEL_US) + host
-    return msgspec.structs.replace(c, dur_us=dur, block_dim=cores)
+        dur, bound = _with_launch(profile, *_core_time(profile, c.compute_full_us,
+                                                        c.memory_full_us, cores, total))
+    return msgspec.structs.replace(c, dur_us=dur, block_dim=cores, bound=bound)
