@@ -10,8 +10,8 @@ import pytest
 
 from parastream.graph.ir import Edge, Graph, Op, validate
 from parastream.plan import Event, Plan, PlanError, assign, check
-from parastream.plan.assign import max_matching, successors, transitive_reduction
-from parastream.plan.hb import clocks, happens_before, layout
+from parastream.plan.assign import successors, transitive_reduction
+from parastream.plan.hb import clocks, layout
 from parastream.plan.sync import stream_clock_before
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 from parastream.device.profile import load_profile
 from parastream.graph.ir import Edge, Graph, Op, dumps

@@ -4,7 +4,6 @@ brute-force and per-nanosecond-grid oracles on small integer timelines."""
 from __future__ import annotations
 
 import numpy as np
-import pytest
 from hypothesis import given, settings, strategies as st
 
 from parastream.timeline.model import (COMM_LANE, KIND_COMM, KIND_COMPUTE, KIND_MEMCPY,

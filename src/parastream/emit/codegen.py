@@ -849,7 +849,7 @@ class _Emitter:
             "Use:",
             f"    model = {self.class_name}(model)   # the original forward unless "
             f"{plan.switch}=1",
-            f"    out = model(*inputs)",
+            "    out = model(*inputs)",
             "The stream API is injectable:",
             f"    {self.class_name}(model, api=parastream.emit.standins.standin({t!r}))",
             "runs this file on a CPU and records every stream call; `python <this file>` "
@@ -897,7 +897,7 @@ class _Emitter:
             f"PLAN = {plan.name!r}",
             f"SWITCH = {plan.switch!r}",
             f"SIDE_STREAMS = {self.side!r}",
-            f"#: plan stream -> (aicore, vectorcore) of a C2 core limit",
+            "#: plan stream -> (aicore, vectorcore) of a C2 core limit",
             f"CORE_LIMITS = {self.limits!r}",
             "#: side-stream ops of the plan (every other op runs on stream 0)",
             "ASSIGNMENT = " + _dict_literal({k: v for k, v in plan.assignment.items() if v}),
@@ -948,7 +948,7 @@ class _Emitter:
         lines += [
             "",
             f"class {self.class_name}(torch.nn.Module):",
-            f'    """The plan applied to a model; the original forward when the switch is off."""',
+            '    """The plan applied to a model; the original forward when the switch is off."""',
             "",
             "    def __init__(self, original, api=None, enabled=None):",
             "        super().__init__()",

@@ -9,10 +9,9 @@ or anything else :func:`parastream.graph.models.resolve` accepts (a zoo name, a
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
-from ..errors import InputError
+from .models import load_graph
 
 FORMATS = ("text", "json", "md", "mermaid")
 DEFAULT_DEVICE = "ascend910b"
@@ -42,58 +41,6 @@ def add_parser(subparsers) -> None:
     p.set_defaults(func=cmd_graph)
 
 
-def load_model(model: str, scale: str = "small", phase: str | None = None,
-               device: str | None = None):
-    """A :class:`Graph` from a graph JSON file, else from ``parastream.graph.models``.
-    Bad input raises :class:`InputError` (one line)."""
-    from .ir import SCHEMA, GraphError, loads
-
-    if os.path.isfile(model):
-        try:
-            with open(model, "rb") as f:
-                data = f.read()
-        except OSError as exc:
-            raise InputError(model, f"cannot read: {exc.strerror or exc}") from None
-        if data.lstrip()[:1] == b"{":
-            import msgspec
-
-            try:
-                head = msgspec.json.decode(data, type=dict)
-            except msgspec.DecodeError as exc:
-                raise InputError(model, f"invalid JSON: {exc}") from None
-            schema = head.get("schema")
-            if schema == SCHEMA:
-                try:
-                    return loads(data)
-                except GraphError as exc:
-                    raise InputError(model, str(exc)) from None
-            if schema == "parastream.graph-analysis/1":
-                raise InputError(model, "this is a graph analysis document, not a graph "
-                                        f"(expected \"schema\": \"{SCHEMA}\")")
-            raise InputError(model, f"not a parastream graph: \"schema\" is {schema!r}, "
-                                    f"expected {SCHEMA!r}")
-    try:
-        from . import models
-    except ModuleNotFoundError as exc:
-        if exc.name and exc.name.startswith("parastream"):
-            raise InputError(model, "not a graph JSON file, and model import / the zoo "
-                                    "(parastream.graph.models) is not available in this "
-                                    "installation") from None
-        raise InputError(model, f"model import needs {exc.name}: pip install "
-                                f"'parastream[torch]'") from None
-    try:
-        return models.resolve(model, scale=scale, phase=phase, device=device)
-    except (InputError, KeyboardInterrupt):
-        raise
-    except GraphError as exc:
-        raise InputError(model, str(exc)) from None
-    except ModuleNotFoundError as exc:
-        raise InputError(model, f"model import needs {exc.name}: pip install "
-                                f"'parastream[torch]'") from None
-    except (ValueError, KeyError, LookupError, OSError) as exc:
-        raise InputError(model, str(exc).strip("'\"") or type(exc).__name__) from None
-
-
 def cmd_graph(args: argparse.Namespace) -> int:
     from ..device.profile import load_profile
     from .headroom import analyze_graph
@@ -101,7 +48,7 @@ def cmd_graph(args: argparse.Namespace) -> int:
                          render_text)
 
     profile = load_profile(args.device)
-    g = load_model(args.model, scale=args.scale, phase=args.phase, device=args.device)
+    g = load_graph(args.model, scale=args.scale, phase=args.phase, device=args.device)
     a = analyze_graph(g, profile)
     source = args.model
     if args.format == "json":

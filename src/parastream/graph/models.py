@@ -23,13 +23,6 @@ from .ir import Graph
 SCALES = ("tiny", "small", "7b")
 
 
-def zoo_names() -> list[str]:
-    """Names of the built-in models (imports torch)."""
-    from .zoo import ZOO
-
-    return list(ZOO)
-
-
 def _need_torch(what: str) -> None:
     if importlib.util.find_spec("torch") is None:
         raise InputError(what, "importing a torch model needs torch "
@@ -48,13 +41,17 @@ def resolve(spec: str, scale: str = "small", phase: str | None = None,
     ``batch`` / ``seq`` override a zoo model's batch size and sequence length (prefill: the
     prompt length; decode: the tokens already cached), for sweeps over shapes.
     """
-    if scale not in SCALES:
-        raise InputError(None, f"unknown scale {scale!r} (expected one of {', '.join(SCALES)})")
     device_name = _check_device(device)
-    if _looks_like_file(spec):
-        graph = _resolve_file(spec, scale, phase)
-    else:
-        graph = _resolve_zoo(spec, scale, phase, batch, seq)
+    module, inputs, name, meta = load_model(spec, scale, phase, batch, seq)
+    from .torch_import import import_module
+
+    try:
+        graph = import_module(module, inputs, name=name, meta=meta)
+    except InputError as exc:
+        if "file" not in meta:
+            raise
+        # re-anchor on the file the user named
+        raise InputError(meta["file"], f"model from {meta['factory']}() {exc.reason}") from None
     graph.meta.update({"scale": scale, "phase": phase or graph.meta.get("phase"),
                        "spec": spec})
     if batch is not None or seq is not None:
@@ -106,14 +103,6 @@ def load_model(spec: str, scale: str = "small", phase: str | None = None,
                                          "description": model.description}
 
 
-def _resolve_zoo(name: str, scale: str, phase: str | None, batch: int | None = None,
-                 seq: int | None = None) -> Graph:
-    from .torch_import import import_module
-
-    module, inputs, name, meta = load_model(name, scale, phase, batch, seq)
-    return import_module(module, inputs, name=name, meta=meta)
-
-
 def _load_from_file(spec: str, scale: str, phase: str | None) -> tuple[Any, tuple, str, dict]:
     path, sep, attr = spec.rpartition(":")
     if not sep or not path:
@@ -138,16 +127,6 @@ def _load_from_file(spec: str, scale: str, phase: str | None) -> tuple[Any, tupl
     module, inputs = _check_result(result, path, attr)
     name = os.path.splitext(os.path.basename(path))[0] + ":" + attr
     return module, tuple(inputs), name, {"file": path, "factory": attr}
-
-
-def _resolve_file(spec: str, scale: str, phase: str | None) -> Graph:
-    module, inputs, name, meta = _load_from_file(spec, scale, phase)
-    from .torch_import import import_module
-
-    try:
-        return import_module(module, inputs, name=name, meta=meta)
-    except InputError as exc:  # re-anchor on the file the user named
-        raise InputError(meta["file"], f"model from {meta['factory']}() {exc.reason}") from None
 
 
 def _load_file(path: str) -> Any:
@@ -229,3 +208,47 @@ def _describe(v: Any) -> str:
     if isinstance(v, tuple):
         return f"a tuple of {len(v)}"
     return f"a {type(v).__name__}"
+
+
+def load_graph(model: str, scale: str = "small", phase: str | None = None,
+               device: str | None = None) -> Graph:
+    """The operator graph a command was given: a graph JSON file (recognised by its
+    content), else a zoo name or ``file.py:factory`` (:func:`resolve`). Bad input raises
+    :class:`InputError` (one line)."""
+    from .ir import SCHEMA, GraphError, loads
+
+    if os.path.isfile(model):
+        try:
+            with open(model, "rb") as f:
+                data = f.read()
+        except OSError as exc:
+            raise InputError(model, f"cannot read: {exc.strerror or exc}") from None
+        if data.lstrip()[:1] == b"{":
+            import msgspec
+
+            try:
+                head = msgspec.json.decode(data, type=dict)
+            except msgspec.DecodeError as exc:
+                raise InputError(model, f"invalid JSON: {exc}") from None
+            schema = head.get("schema")
+            if schema == SCHEMA:
+                try:
+                    return loads(data)
+                except GraphError as exc:
+                    raise InputError(model, str(exc)) from None
+            if schema == "parastream.graph-analysis/1":
+                raise InputError(model, "this is a graph analysis document, not a graph "
+                                        f"(expected \"schema\": \"{SCHEMA}\")")
+            raise InputError(model, f"not a parastream graph: \"schema\" is {schema!r}, "
+                                    f"expected {SCHEMA!r}")
+    try:
+        return resolve(model, scale=scale, phase=phase, device=device)
+    except (InputError, KeyboardInterrupt):
+        raise
+    except GraphError as exc:
+        raise InputError(model, str(exc)) from None
+    except ModuleNotFoundError as exc:
+        raise InputError(model, f"model import needs {exc.name}: pip install "
+                                f"'parastream[torch]'") from None
+    except (ValueError, KeyError, LookupError, OSError) as exc:
+        raise InputError(model, str(exc).strip("'\"") or type(exc).__name__) from None

@@ -8,7 +8,8 @@ import re
 import sys
 
 from ..errors import InputError
-from ..graph.ir import Graph, GraphError
+from ..graph.ir import Graph
+from ..graph.models import load_graph
 from .candidates import DeviceFacts, Point, candidates
 from .io import PlanDoc, dumps
 from .model import Plan, PlanError
@@ -39,26 +40,6 @@ def add_parser(sub) -> None:
     p.add_argument("--report", metavar="FILE", help="write the Markdown report here")
     p.add_argument("--format", choices=("text", "json", "md"), default="text")
     p.set_defaults(func=cmd_plan)
-
-
-def load_graph(spec: str, scale: str, phase: str | None, device: str | None) -> Graph:
-    """A graph JSON file (by content), else a zoo name or ``file.py:factory``."""
-    import os
-
-    from ..graph.ir import loads
-
-    if os.path.isfile(spec):
-        with open(spec, "rb") as f:
-            head = f.read(4096)
-        if b'"parastream.graph/1"' in head or spec.endswith(".json"):
-            try:
-                with open(spec, "rb") as f:
-                    return loads(f.read())
-            except GraphError as exc:
-                raise InputError(spec, str(exc)) from None
-    from ..graph.models import resolve
-
-    return resolve(spec, scale=scale, phase=phase, device=device)
 
 
 def pattern(graph: Graph, ops: list[str]) -> str:

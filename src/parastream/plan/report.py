@@ -71,7 +71,7 @@ def fragment(plan: Plan, rank: int, measured: dict | None = None) -> str:
         "",
         plan.description,
         "",
-        f"1. **Parallel objects and stream grouping.** " + ("; ".join(
+        "1. **Parallel objects and stream grouping.** " + ("; ".join(
             f"stream {s}: {_short(ops)}" for s, ops in sorted(side.items())) or "single stream")
         + f"; stream 0 keeps the rest ({len(streams.get(0, []))} ops). Tag granularity: "
         + ("one serial side stream." if len(side) == 1 else f"{len(side)} side streams."),

@@ -95,7 +95,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     import msgspec
 
     from ..device.profile import load_profile
-    from ..plan.cli import load_graph
+    from ..graph.models import load_graph
     from ..report.kineto import write_kineto
 
     try:

@@ -169,7 +169,6 @@ def _nearest(cs: np.ndarray, ce: np.ndarray, dur: np.ndarray, lo: np.ndarray,
     (main was idle, so the op that follows is the work the side stream should have hidden
     behind), else the previous one; big-enough candidates first; none (-1) when every
     candidate is farther than :func:`dominator_horizon`. Vectorised over windows."""
-    n = cs.size
     horizon = dominator_horizon(hi - lo)
     need = (hi - lo) * DOMINATOR_MIN_SHARE
     nxt = np.searchsorted(cs, hi, side="left")  # first candidate starting at/after hi

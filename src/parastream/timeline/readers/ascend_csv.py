@@ -24,7 +24,6 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
 from ...errors import InputError
-from ..timeparse import filled_numpy as _np
 from ..timeparse import trim_text as _trim
 from ..timeparse import us_column_to_ns
 from ..model import (
