@@ -124,7 +124,12 @@ def cmd_analyze(args: argparse.Namespace) -> int:
             raise InputError(None, f"{flag} must be positive")
     if args.window_gap is not None and not args.window_gap >= 0:
         raise InputError(None, "--window-gap must be a non-negative number of microseconds")
-    plan_doc = _load_plan(args.plan, args.candidate) if args.plan else None
+    plan_doc = None
+    if args.plan:
+        from .plan.io import load_doc
+
+        plan_doc, chosen = load_doc(args.plan, args.candidate)
+        args.candidate = chosen.name
     need_timelines = bool(args.html or args.perfetto or plan_doc)
     with _progress(not args.no_progress) as prog:
         doc, timelines = analyze_paths(paths, opts, jobs=args.jobs, keep_timelines=need_timelines,
@@ -172,23 +177,6 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         if path:
             print(f"wrote {path}", file=sys.stderr)
     return 0
-
-
-def _load_plan(path: str, candidate: str | None):
-    from .plan.io import loads
-
-    try:
-        with open(path, "rb") as f:
-            doc = loads(f.read())
-    except OSError as exc:
-        raise InputError(path, f"cannot read: {exc.strerror or exc}") from None
-    except ValueError as exc:
-        raise InputError(path, str(exc)) from None
-    name = candidate or doc.recommended
-    if name not in {c.name for c in doc.candidates}:
-        raise InputError(path, f"no candidate {name!r} (candidates: "
-                         f"{', '.join(c.name for c in doc.candidates)})")
-    return doc
 
 
 def _term_width() -> int:

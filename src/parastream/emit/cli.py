@@ -67,25 +67,9 @@ def emit_plan(plan_path: str, target: str, *, candidate: str | None = None,
               class_name: str = "MultiStreamForward"):
     """Load ``plan_path``, rebuild its model and emit ``target`` code. Returns
     :class:`~parastream.emit.codegen.Emitted`; bad input raises :class:`InputError`."""
-    from ..plan.io import loads
+    from ..plan.io import load_doc
 
-    try:
-        with open(plan_path, "rb") as f:
-            data = f.read()
-    except OSError as exc:
-        raise InputError(plan_path, f"cannot read: {exc.strerror or exc}") from None
-    try:
-        doc = loads(data)
-    except ValueError as exc:
-        raise InputError(plan_path, str(exc)) from None
-    name = candidate or doc.recommended
-    suffix = [c for c in doc.candidates if c.name.endswith("/" + name)]
-    try:
-        plan = doc.candidate(name) if not (len(suffix) == 1 and all(
-            c.name != name for c in doc.candidates)) else suffix[0]
-    except KeyError:
-        names = ", ".join(c.name for c in doc.candidates[:12])
-        raise InputError(plan_path, f"no candidate named {name!r} (candidates: {names})") from None
+    doc, plan = load_doc(plan_path, candidate)
     source = dict(doc.source or {})
     if model:
         source["model"] = model

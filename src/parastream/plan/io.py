@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import msgspec
 
+from ..errors import InputError
 from .model import SCHEMA, Plan
 
 
@@ -18,9 +19,14 @@ class PlanDoc(msgspec.Struct):
     schema: str = SCHEMA
 
     def candidate(self, name: str) -> Plan:
+        """The candidate called ``name``, or the only one whose name ends in ``/name``
+        (``side-serial`` for ``<point>/side-serial``); KeyError otherwise."""
         for c in self.candidates:
             if c.name == name:
                 return c
+        suffix = [c for c in self.candidates if c.name.endswith("/" + name)]
+        if len(suffix) == 1:
+            return suffix[0]
         raise KeyError(name)
 
 
@@ -47,3 +53,21 @@ def loads(data: bytes | str) -> PlanDoc:
     if doc.schema != SCHEMA:
         raise ValueError(f"unsupported schema {doc.schema!r} (this parastream reads {SCHEMA})")
     return doc
+
+
+def load_doc(path: str, candidate: str | None = None) -> tuple[PlanDoc, Plan]:
+    """Read a plan file: the document and the chosen candidate (default: the recommended
+    one). Every problem is an InputError naming the file."""
+    try:
+        with open(path, "rb") as f:
+            doc = loads(f.read())
+    except OSError as exc:
+        raise InputError(path, f"cannot read: {exc.strerror or exc}") from None
+    except ValueError as exc:
+        raise InputError(path, str(exc)) from None
+    name = candidate or doc.recommended
+    try:
+        return doc, doc.candidate(name)
+    except KeyError:
+        names = ", ".join(c.name for c in doc.candidates[:12])
+        raise InputError(path, f"no candidate named {name!r} (candidates: {names})") from None

@@ -109,7 +109,7 @@ def _move(module: Any, inputs: tuple, device: str) -> tuple[Any, tuple]:
 # ----------------------------------------------------------------------------- the command
 def cmd_run(args: argparse.Namespace) -> int:
     from ..plan.hb import check as hb_check
-    from ..plan.io import PlanDoc, dumps, loads
+    from ..plan.io import PlanDoc, dumps, load_doc
     from ..plan.model import PlanError
     from ..report.atomic import write_atomic
 
@@ -121,19 +121,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise InputError(None, "--warmup, --top and --margin must be positive")
     doc_in: PlanDoc | None = None
     if args.plan:
-        try:
-            with open(args.plan, "rb") as f:
-                doc_in = loads(f.read())
-        except OSError as exc:
-            raise InputError(args.plan, exc.strerror or str(exc)) from None
-        except ValueError as exc:
-            raise InputError(args.plan, str(exc)) from None
+        doc_in, chosen = load_doc(args.plan, args.candidate)
         if args.candidate:
-            try:
-                doc_in.candidate(args.candidate)
-            except KeyError:
-                raise InputError(args.plan, f"no candidate {args.candidate!r} (candidates: "
-                                 f"{', '.join(c.name for c in doc_in.candidates)})") from None
+            args.candidate = chosen.name
     if args.device != "cpu":
         from .cuda import device_available
 
