@@ -77,6 +77,7 @@ def run_demo(out_dir: str = "out/demo", model: str = DEFAULT_MODEL, scale: str =
     from .report.html import write_html
     from .report.kineto import write_kineto
     from .runtime.measure import analyse, measure
+    from .runtime.recommend import CandidateResult, recommend
     from .timeline.analyze import Options, analyze_capture
 
     t_start = time.perf_counter()
@@ -132,10 +133,13 @@ def run_demo(out_dir: str = "out/demo", model: str = DEFAULT_MODEL, scale: str =
                 "runs_kept": len(m.multi_walls_us),
             })
         step("analysing the measured timeline")
+        # the same decision as `parastream run`: never a plan under the speedup margin
+        decision = recommend([CandidateResult(
+            name=r["candidate"], speedup=runs_by_name[r["candidate"]][0].speedup,
+            single_median_us=r["measured_single_us"], multi_median_us=r["measured_multi_us"],
+            predicted_wall_us=r["predicted_multi_us"]) for r in measured])
+        rec = decision.candidate or "single stream"
         best = max(measured, key=lambda r: r["measured_speedup"]) if measured else None
-        rec = "single stream"
-        if best and best["measured_speedup"] >= 1.05:
-            rec = best["candidate"]
         m, res = runs_by_name[best["candidate"]] if best else (None, {})
         plan_check = res.get("plan_check")
         tl = m.multi_timeline if m else None

@@ -270,7 +270,7 @@ def candidates(graph: Graph, points: list[Point], dur: dict[str, float], *,
         plans.extend(point_candidates(graph, order, instances, cap))
     plans.extend(global_plans or [])
     by_name = {p.name: p for p in points}
-    single = wall(Plan(name="single", algorithm="single", assignment={n: 0 for n in order}))
+    single = wall(Plan.single(order))
     for plan in plans:
         plan.core_limits, plan.strength = core_limits(plan, block_dims or {}, device.cores)
         w = wall(plan)

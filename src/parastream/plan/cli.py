@@ -12,7 +12,7 @@ from ..graph.ir import Graph
 from ..graph.models import load_graph
 from .candidates import DeviceFacts, Point, candidates
 from .io import PlanDoc, dumps
-from .model import Plan, PlanError
+from .model import SPEEDUP_MARGIN, Plan, PlanError
 from .report import render_markdown, render_text
 
 DEFAULT_DEVICE = "cpu"
@@ -197,7 +197,7 @@ def build(graph: Graph, profile, *, algorithm: str | None, mapping: dict | None,
                        global_plans=global_plans, wall=wall, source=source_label,
                        ladder=simulate)
     best = next((p for p in plans if p.algorithm != "single"), None)
-    recommended = best.name if best and best.estimate and best.estimate.speedup >= 1.05 else "single"
+    recommended = best.name if best and best.estimate and best.estimate.speedup >= 1 + SPEEDUP_MARGIN else "single"
     seen, pts = set(), []
     for p in points:
         if p.name not in seen:

@@ -50,7 +50,7 @@ def make_estimate(wall: float, single: float, source: str) -> Estimate:
 def estimate(graph: Graph, plan: Plan, dur: dict[str, float], *, launch_us: float = 0.0,
              hw_queues: int | None = None, device: str = "unit costs") -> Estimate:
     """Estimated wall of ``plan`` next to the single-stream wall of the same ops."""
-    single = Plan(name="single", algorithm="single", assignment={n: 0 for n in plan.assignment})
+    single = Plan.single(plan.assignment)
     kw = {"launch_us": launch_us, "hw_queues": hw_queues}
     return make_estimate(wall_us(graph, plan, dur, **kw), wall_us(graph, single, dur, **kw),
                          f"critical-path estimate on {device}")

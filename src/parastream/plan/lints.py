@@ -19,7 +19,7 @@ from bisect import bisect_left
 
 from ..graph.ir import Graph, validate
 from .hb import Layout, clocks, layout
-from .model import Lint, Plan
+from .model import SPEEDUP_MARGIN, Lint, Plan
 
 #: op types a graph compiler treats as cheap precomputes it may hoist (lower-case, prefixes)
 CHEAP_PRECOMPUTE = ("cast", "_to_copy", "to", "reshape", "view", "_unsafe_view", "silu",
@@ -123,7 +123,7 @@ def lint(graph: Graph, plan: Plan, dur: dict[str, float], *, hw_queues: int | No
                         f"joined back to stream {su} (e.g. {src} -> {dst}, joined at {join}); "
                         f"any freed before the join needs record_stream",
                         "record_stream for short-lived tensors; nothing for weights and caches"))
-    if speedup is not None and speedup < 1.05 and n_streams > 1:
+    if speedup is not None and speedup < 1 + SPEEDUP_MARGIN and n_streams > 1:
         out.append(Lint("too-small", "warning", [],
                         f"estimated speedup {speedup:.3f}x: the parallel branches are too small "
                         f"or too serial to gain", "stay single stream (keep the switch off)"))

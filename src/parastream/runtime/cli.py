@@ -207,14 +207,24 @@ def run_candidates(module: Any, inputs: tuple, runnable: Any, doc: Any, chosen: 
     from .recommend import CandidateResult
 
     graph = runnable.graph
-    single_plan = Plan(name="single", algorithm="single",
-                       assignment={o.name: 0 for o in graph.ops}, streams=1)
-    pred_single = simulate_plan(graph, single_plan, profile).result.wall_us
+    label = f"simulated on {profile.name}"
+    single_wall: dict[str, float] = {}
+
+    def predicted(plan: Plan) -> tuple[float, float]:
+        """(multi, single) predicted walls: the plan's own estimate when the planner
+        simulated it on this profile, else a fresh simulation."""
+        if plan.estimate is not None and plan.estimate.source == label:
+            return plan.estimate.wall_us, plan.estimate.single_stream_wall_us
+        if "single" not in single_wall:
+            base = Plan.single(o.name for o in graph.ops)
+            single_wall["single"] = simulate_plan(graph, base, profile).result.wall_us
+        return simulate_plan(graph, plan, profile).result.wall_us, single_wall["single"]
+
     results: list[CandidateResult] = []
     details: list[dict] = []
     timelines: list[tuple[str, Any]] = []
     for c in chosen:
-        pred = simulate_plan(graph, c, profile).result.wall_us
+        pred, pred_single = predicted(c)
         ok = None
         check_note = None
         if args.check:

@@ -100,8 +100,7 @@ def measure(module: Any, inputs: Sequence[Any], plan: Plan, *, backend: str = "c
                                             intra_op_threads=multi_threads, runnable=runnable)
     single = None
     if single_executor:
-        single_plan = Plan(name="single", algorithm="single",
-                           assignment={o.name: 0 for o in runnable.graph.ops}, streams=1)
+        single_plan = Plan.single(o.name for o in runnable.graph.ops)
         single = MultiStreamExecutor(module, inputs, single_plan, backend=backend,
                                      intra_op_threads=cores, runnable=runnable)
 

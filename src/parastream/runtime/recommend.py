@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 #: multi-stream must be this much faster than single-stream to be recommended
-MARGIN = 0.05
+from ..plan.model import SPEEDUP_MARGIN as MARGIN
 
 
 @dataclass

@@ -10,6 +10,8 @@ import sys
 
 from ..errors import InputError
 
+from ..plan.model import SPEEDUP_MARGIN
+
 LABEL = "simulated on {device}"
 
 
@@ -81,7 +83,7 @@ def sweep(graph, profile, stream_counts: list[int], *, ge: bool = False, jitter:
         r["speedup"] = round(base / r["wall_us"], 4) if r["wall_us"] else None
     best = min(rows, key=lambda r: r["wall_us"]) if rows else None
     rec = 1
-    if best and best["speedup"] and best["speedup"] >= 1.05:
+    if best and best["speedup"] and best["speedup"] >= 1 + SPEEDUP_MARGIN:
         rec = min(r["streams"] for r in rows if r["wall_us"] <= best["wall_us"] * 1.02)
     return {"schema": "parastream.simulation/1", "model": graph.name, "device": profile.name,
             "label": LABEL.format(device=profile.name), "ge_reorder": ge, "rows": rows,
