@@ -139,3 +139,20 @@ def test_command_line_end_to_end(tmp_path, capsys):
                        env={"PATH": "/usr/bin:/bin"})
     assert r.returncode == 0, r.stdout + r.stderr
     assert "bitwise equal" in r.stdout and "consistent with the plan" in r.stdout
+
+
+def test_self_check_runs_with_a_custom_class_name(tmp_path, capsys):
+    plan = tmp_path / "plan.json"
+    assert main(["plan", "inception_block", "--scale", "tiny", "--out", str(plan),
+                 "--format", "json"]) == 0
+    capsys.readouterr()
+    gen = tmp_path / "foo.py"
+    r = subprocess.run([sys.executable, "-m", "parastream", "emit", str(plan), "--target", "cuda",
+                        "--class-name", "Foo", "-o", str(gen)], capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "class Foo" in gen.read_text()
+    r = subprocess.run([sys.executable, str(gen)], capture_output=True, text=True, timeout=300,
+                       env={"PATH": "/usr/bin:/bin"})
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "bitwise equal" in r.stdout

@@ -248,7 +248,7 @@ class Emitted:
 _RESERVED = {
     "self", "args", "kwargs", "m", "S", "torch", "pytree", "functools", "os", "operator",
     "collections", "TRACE", "math", "record_stream", "fork", "npu", "cuda", "torchair", "api", "_get", "_dev",
-    "_resolve", "_OUT_SPEC", "ENABLED", "SWITCH", "TARGET", "PLAN", "CALLS", "EVENTS",
+    "_resolve", "_OUT_SPEC", "ENABLED", "SWITCH", "TARGET", "CLASS_NAME", "PLAN", "CALLS", "EVENTS",
     "ASSIGNMENT", "CORE_LIMITS", "SIDE_STREAMS", "SOURCE", "switch_on", "load_model",
     "print", "len", "float", "int", "list", "tuple", "dict", "slice", "getattr", "range",
 }
@@ -893,6 +893,7 @@ class _Emitter:
             "from torch.utils import _pytree as pytree",
             "",
             f"TARGET = {t!r}",
+            f"CLASS_NAME = {self.class_name!r}",
             f"TRACE = {self.t.method!r}",
             f"PLAN = {plan.name!r}",
             f"SWITCH = {plan.switch!r}",

@@ -340,10 +340,10 @@ class Run:
 
 
 def run(gen: Any, model: Any, inputs: tuple, kwargs: dict | None = None) -> Run:
-    """Run ``gen.MultiStreamForward(model)`` once on the stand-in of ``gen.TARGET``, with the
-    multi-stream path on, recording the stream calls and every op."""
+    """Run the generated class (``gen.CLASS_NAME``) once on the stand-in of ``gen.TARGET``,
+    with the multi-stream path on, recording the stream calls and every op."""
     api = standin(gen.TARGET)
-    cls = getattr(gen, "MultiStreamForward")
+    cls = getattr(gen, gen.CLASS_NAME)
     wrapper = cls(model, api=api, enabled=True)
     long_lived = {s for t in list(model.parameters()) + list(model.buffers())
                   + _tensors((inputs, kwargs)) if (s := _storage(t)) is not None}
