@@ -241,32 +241,10 @@ def write_report(path: str, doc: dict, serial_tl: Any, pipe_tl: Any) -> None:
 
 
 def write_trace(path: str, tl: Any) -> None:
-    """The timeline as Kineto-style JSON (``kernel``/``gpu_memcpy`` ops, ``Stream Wait
-    Event`` waits), which ``parastream analyze`` reads back lane for lane."""
-    import msgspec
-    import numpy as np
+    """The timeline as Kineto-style JSON, which ``parastream analyze`` reads back lane for
+    lane (lane names kept)."""
+    from ..report.kineto import write_kineto
 
-    from ..report.atomic import write_atomic
-    from ..timeline.model import KIND_MEMCPY
+    write_kineto(path, tl, "pipelined")
 
-    t0 = tl.t0_ns
-    events: list[dict] = []
-    names = np.asarray(tl.names, dtype=object)
-    streams = np.asarray(tl.streams, dtype=object)
-    for s, n, k, a, b in zip(streams[tl.stream].tolist(), names[tl.name].tolist(),
-                             tl.kind.tolist(), (tl.start_ns - t0).tolist(),
-                             (tl.end_ns - tl.start_ns).tolist()):
-        events.append({"ph": "X", "cat": "gpu_memcpy" if k == KIND_MEMCPY else "kernel",
-                       "name": n, "pid": 0, "tid": s, "ts": a / 1000, "dur": b / 1000,
-                       "args": {"stream": s, "device": 0}})
-    for s, on, a, b in zip(streams[tl.wait_stream].tolist(), tl.wait_on.tolist(),
-                           (tl.wait_start_ns - t0).tolist(),
-                           (tl.wait_end_ns - tl.wait_start_ns).tolist()):
-        args: dict = {"stream": s}
-        if on >= 0:
-            args["wait_on_stream"] = tl.streams[on]
-        events.append({"ph": "X", "cat": "cuda_sync", "name": "Stream Wait Event", "pid": 0,
-                       "tid": s, "ts": a / 1000, "dur": b / 1000, "args": args})
-    doc = {"traceEvents": events, "displayTimeUnit": "ns",
-           "parastream": {"source": tl.source, "format": tl.format}}
-    write_atomic(path, msgspec.json.encode(doc))
+

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 
 import msgspec
+import numpy as np
 
 from ..timeline.model import KIND_COMM, KIND_MEMCPY, KIND_MEMSET, Timeline
 from .atomic import write_atomic
@@ -19,43 +20,52 @@ from .atomic import write_atomic
 _CAT = {KIND_MEMCPY: "gpu_memcpy", KIND_MEMSET: "gpu_memset"}
 
 
-def _us(ns: int) -> float:
-    return round(ns / 1000.0, 3)
-
-
 def to_kineto(tl: Timeline, label: str = "") -> dict:
-    """The Chrome-trace document of one timeline (stream labels must be integers or are
-    numbered in order of appearance)."""
+    """The Chrome-trace document of one timeline. Integer stream labels stay the stream ids;
+    other labels (pipeline lanes such as ``decode#0``) get a numeric track id and keep their
+    text in ``args.stream``, which the Kineto reader accepts."""
     t0 = tl.t0_ns
-    ids: dict[str, int] = {}
-    for s in tl.streams:
+    tids = []
+    for k, s in enumerate(tl.streams):
         try:
-            ids[s] = int(s)
+            tids.append(int(s))
         except ValueError:
-            ids[s] = 1000 + len(ids)
+            tids.append(1000 + k)
+    arg_ids = [t if str(t) == s else s for t, s in zip(tids, tl.streams)]
+    tid_arr = np.asarray(tids, dtype=np.int64)
+    arg_arr = np.asarray(arg_ids, dtype=object)
+    # communication ops get an hccl_ prefix once per distinct name, so every reader
+    # classifies them as communication
+    comm_codes = set(np.unique(tl.name[tl.kind == KIND_COMM]).tolist())
+    names = np.asarray([f"hccl_{n}" if c in comm_codes and not n.lower().startswith(("nccl", "hccl"))
+                        else n for c, n in enumerate(tl.names)], dtype=object)
+    cats = np.asarray(["kernel"] * 4, dtype=object)
+    for kind, cat in _CAT.items():
+        cats[kind] = cat
+    start = np.round((tl.start_ns - t0) / 1000.0, 3).tolist()
+    dur = np.round((tl.end_ns - tl.start_ns) / 1000.0, 3).tolist()
+    grid = tl.block_dim.tolist()
     events = []
-    for i in range(len(tl)):
-        s = ids[tl.streams[int(tl.stream[i])]]
-        name = tl.names[int(tl.name[i])]
-        kind = int(tl.kind[i])
-        if kind == KIND_COMM and not name.lower().startswith(("nccl", "hccl")):
-            name = f"hccl_{name}"  # so every reader classifies it as communication
-        args = {"stream": s, "device": 0, "correlation": i + 1}
-        if tl.block_dim[i] >= 0:
-            args["grid"] = [int(tl.block_dim[i]), 1, 1]
-        events.append({"ph": "X", "cat": _CAT.get(kind, "kernel"), "name": name, "pid": 0,
-                       "tid": s, "ts": _us(int(tl.start_ns[i]) - t0),
-                       "dur": _us(int(tl.end_ns[i] - tl.start_ns[i])), "args": args})
-    for k in range(tl.n_waits):
-        s = ids[tl.streams[int(tl.wait_stream[k])]]
-        on = int(tl.wait_on[k])
+    for i, (tid, sid, name, cat, ts, d, g) in enumerate(zip(
+            tid_arr[tl.stream].tolist(), arg_arr[tl.stream].tolist(), names[tl.name].tolist(),
+            cats[tl.kind].tolist(), start, dur, grid)):
+        args = {"stream": sid, "device": 0, "correlation": i + 1}
+        if g >= 0:
+            args["grid"] = [g, 1, 1]
+        events.append({"ph": "X", "cat": cat, "name": name, "pid": 0, "tid": tid, "ts": ts,
+                       "dur": d, "args": args})
+    wait_on = np.where(tl.wait_on >= 0, tl.wait_on, 0)
+    for tid, sid, on, known, ts, d in zip(
+            tid_arr[tl.wait_stream].tolist(), arg_arr[tl.wait_stream].tolist(),
+            arg_arr[wait_on].tolist(), (tl.wait_on >= 0).tolist(),
+            np.round((tl.wait_start_ns - t0) / 1000.0, 3).tolist(),
+            np.round((tl.wait_end_ns - tl.wait_start_ns) / 1000.0, 3).tolist()):
         events.append({"ph": "X", "cat": "cuda_sync", "name": "Stream Wait Event", "pid": 0,
-                       "tid": s, "ts": _us(int(tl.wait_start_ns[k]) - t0),
-                       "dur": _us(int(tl.wait_end_ns[k] - tl.wait_start_ns[k])),
-                       "args": {"stream": s, "wait_on_stream": ids[tl.streams[on]] if on >= 0 else -1,
+                       "tid": tid, "ts": ts, "dur": d,
+                       "args": {"stream": sid, "wait_on_stream": on if known else -1,
                                 "device": 0}})
-    for s, i in ids.items():
-        events.append({"ph": "M", "name": "thread_name", "pid": 0, "tid": i,
+    for s, t in zip(tl.streams, tids):
+        events.append({"ph": "M", "name": "thread_name", "pid": 0, "tid": t,
                        "args": {"name": f"stream {s}"}})
     props = [{"id": 0, "name": tl.device.name or "simulated device",
               "numSms": tl.device.sm_count or tl.device.ai_core_num or 0}]
