@@ -34,6 +34,18 @@ def read_head(path: str, n: int = HEAD_BYTES) -> bytes:
         raise InputError(path, f"cannot read: {exc}") from None
 
 
+def read_all(path: str) -> bytes:
+    """The whole file, decompressed when it is gzip; InputError when unreadable."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+        if data[:2] == GZIP_MAGIC:
+            data = gzip.decompress(data)
+    except (OSError, EOFError, zlib.error) as exc:
+        raise InputError(path, f"cannot read: {exc}") from None
+    return data
+
+
 def reader_modules() -> list[ModuleType]:
     """The file readers in the order they are tried."""
     from . import ascend_csv, ascend_db, kineto, trace_view

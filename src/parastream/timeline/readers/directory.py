@@ -93,9 +93,7 @@ def _read_source(label: str, path: str) -> Timeline:
     if label == "db":
         from . import ascend_db
 
-        if not ascend_db.has_task_table(path):
-            raise InputError(path, "sqlite database without a TASK table")
-        return ascend_db.read(path)
+        return ascend_db.read(path)  # a database without a TASK table is an InputError
     if label == "csv":
         from . import ascend_csv
 
@@ -196,7 +194,8 @@ def _rank_of(root: str, source: str) -> int | None:
     return None
 
 
-def _kineto_files(path: str) -> list[str]:
+def _kineto_files(path: str) -> list[tuple]:
+    """(reader module, path) of every trace file lying in ``path``, sniffed once."""
     from . import sniff_format
 
     out = []
@@ -207,8 +206,8 @@ def _kineto_files(path: str) -> list[str]:
             mod = sniff_format(e.path)
         except (InputError, ImportError):
             continue
-        if mod.FORMAT in ("kineto", "ascend_trace_view") or "kineto" in mod.__name__:
-            out.append(e.path)
+        if mod.FORMAT in ("kineto", "ascend_trace_view"):
+            out.append((mod, e.path))
     return out
 
 
@@ -234,7 +233,5 @@ def read_dir(path: str | os.PathLike[str]) -> list[Timeline]:
         return [tl]
     traces = _kineto_files(path)
     if traces:
-        from . import sniff_format
-
-        return [sniff_format(f).read(f) for f in traces]
+        return [mod.read(f) for mod, f in traces]
     raise InputError(path, f"no profiler data found (looked for {_LOOKED_FOR})")

@@ -14,10 +14,8 @@ dicts, and timestamps are kept as raw JSON text and parsed exactly to nanosecond
 from __future__ import annotations
 
 import gc
-import gzip
 import multiprocessing as mp
 import re
-import zlib
 from collections import Counter
 
 import msgspec
@@ -25,6 +23,7 @@ import numpy as np
 import pyarrow as pa
 
 from ...errors import InputError
+from . import read_all
 from .. import comm as comm_mod
 from ..model import (KIND_COMM, KIND_COMPUTE, KIND_MEMCPY, KIND_MEMSET, DeviceInfo,
                      Interner, Timeline, core_code, make_timeline)
@@ -98,18 +97,6 @@ def sniff(head: bytes) -> bool:
     """A JSON object whose start mentions ``traceEvents`` (Chrome trace)."""
     h = head.lstrip()
     return h[:1] == b"{" and b'"traceEvents"' in h
-
-
-def load_bytes(path: str) -> bytes:
-    """The file's bytes, decompressed when it is gzip; InputError when unreadable."""
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-        if data[:2] == b"\x1f\x8b":
-            data = gzip.decompress(data)
-    except (OSError, EOFError, zlib.error) as exc:
-        raise InputError(path, f"cannot read: {exc}") from None
-    return data
 
 
 def _stream_label(v) -> str | None:
@@ -430,7 +417,7 @@ def _decode(path: str, data: bytes, warnings: list[str]) -> tuple[list[dict], ob
 
 def read(path: str) -> Timeline:
     """Read a Kineto trace into a :class:`Timeline` (one device: the busiest one)."""
-    data = load_bytes(path)
+    data = read_all(path)
     warnings: list[str] = []
     try:
         parts, head = _decode(path, data, warnings)

@@ -27,9 +27,7 @@ What becomes what:
 from __future__ import annotations
 
 import gc
-import gzip
 import os
-import zlib
 from collections import Counter
 from typing import Any
 
@@ -38,11 +36,11 @@ import numpy as np
 import pyarrow as pa
 
 from ...errors import InputError
+from . import read_all
 from ..model import (
     COMM_LANE, KIND_COMM, KIND_COMPUTE, KIND_MEMCPY, KIND_MEMSET, Timeline, core_code,
     make_timeline,
 )
-from . import GZIP_MAGIC
 from ..timeparse import us_column_to_ns
 
 FORMAT = "ascend_trace_view"
@@ -104,17 +102,6 @@ def sniff(head: bytes) -> bool:
     """A JSON list of Chrome trace events (the torch_npu trace_view shape)."""
     h = head.lstrip(b"\xef\xbb\xbf \t\r\n")
     return h[:1] == b"[" and b'"ph"' in h
-
-
-def _load(path: str) -> bytes:
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-        if data[:2] == GZIP_MAGIC:
-            data = gzip.decompress(data)
-    except (OSError, EOFError, zlib.error) as exc:
-        raise InputError(path, f"cannot read: {exc}") from None
-    return data
 
 
 def _decode(path: str, data: bytes) -> list:
@@ -219,7 +206,7 @@ def read(path: str | os.PathLike[str]) -> Timeline:
 
 
 def _read(path: str) -> Timeline:
-    events = _decode(path, _load(path))
+    events = _decode(path, read_all(path))
 
     # metadata: which pid is which process, what each thread is called
     proc: dict[Any, str] = {}
