@@ -214,7 +214,8 @@ def _scan(events: list[_Event]) -> dict:
 
     Runs in worker processes for big traces, so it returns plain lists and arrays."""
     names: dict = {}
-    labels: dict = {}
+    stream_labels: dict = {}
+    device_labels: dict = {}
     d_name, d_cat, d_stream, d_dev, d_ts, d_dur, d_block, d_corr = ([] for _ in range(8))
     l_corr, l_ts, f_id, f_ts = [], [], [], []
     waits, steps = [], []
@@ -250,13 +251,13 @@ def _scan(events: list[_Event]) -> dict:
                     st, dv = ("tid", e.tid), ("pid", e.pid)
                     d_block.append(-1)
                     d_corr.append(-1)
-                sc = labels.get(st)
+                sc = stream_labels.get(st)
                 if sc is None:
-                    sc = labels[st] = len(labels)
+                    sc = stream_labels[st] = len(stream_labels)
                 d_stream.append(sc)
-                dc = labels.get(dv)
+                dc = device_labels.get(dv)
                 if dc is None:
-                    dc = labels[dv] = len(labels)
+                    dc = device_labels[dv] = len(device_labels)
                 d_dev.append(dc)
                 d_ts.append(e.ts)
                 d_dur.append(e.dur)
@@ -288,7 +289,8 @@ def _scan(events: list[_Event]) -> dict:
     lts, lok = _times_ns(l_ts)
     fts, fok = _times_ns(f_ts)
     return {
-        "count": len(events), "names": list(names), "labels": list(labels),
+        "count": len(events), "names": list(names), "stream_labels": list(stream_labels),
+        "device_labels": list(device_labels),
         "name": np.array(d_name, np.int32), "cat": np.array(d_cat, np.int8),
         "stream": np.array(d_stream, np.int32), "dev": np.array(d_dev, np.int32),
         "ts": ts, "dur": dur, "ok": ok1 & ok2, "block": np.array(d_block, np.int64),
@@ -454,20 +456,14 @@ def _build(path: str, parts: list[dict], trace, warnings: list[str]) -> Timeline
                                "in the trace; was it captured with ProfilerActivity.CUDA?")
     streams, names, devices = Interner(), Interner(), Interner()
     name = _merge_codes(parts, "name", "names", names, str)
-    stream = _merge_codes(parts, "stream", "labels", streams, _label_text)
-    dev = _merge_codes(parts, "dev", "labels", devices, _label_text)
+    stream = _merge_codes(parts, "stream", "stream_labels", streams, _label_text)
+    dev = _merge_codes(parts, "dev", "device_labels", devices, _label_text)
     cat = np.concatenate([p["cat"] for p in parts])
     starts = np.concatenate([p["ts"] for p in parts])
     durs = np.concatenate([p["dur"] for p in parts])
     ok = np.concatenate([p["ok"] for p in parts])
     block = np.concatenate([p["block"] for p in parts])
     corr = np.concatenate([p["corr"] for p in parts])
-    # the stream interner may hold device labels too; keep stream codes dense
-    used = np.unique(stream)
-    remap = np.full(len(streams.values), -1, np.int32)
-    remap[used] = np.arange(used.size, dtype=np.int32)
-    stream_names = [streams.values[i] for i in used]
-    stream = remap[stream]
 
     # One capture is one device: keep the device with the most device events.
     dev_count = np.bincount(dev, minlength=len(devices.values))
@@ -524,15 +520,14 @@ def _build(path: str, parts: list[dict], trace, warnings: list[str]) -> Timeline
                block_dim=np.clip(block[ok], -1, np.iinfo(np.int32).max).astype(np.int32),
                mix_block_dim=np.full(n_ok, -1, np.int32), step=step[ok], launch_ns=launch[ok])
 
-    stream_in = Interner(stream_names)
     w_stream, w_on, w_name, w_ts, w_dur = [], [], [], [], []
     for st, on, nm, ts, du, _ in (w for p in parts for w in p["waits"]):
         s = _stream_label(st)
         if s is None or s == "-1":
             continue
-        w_stream.append(stream_in.code(s))
+        w_stream.append(streams.code(s))
         o = _stream_label(on)
-        w_on.append(stream_in.code(o) if o is not None and o != "-1" else -1)
+        w_on.append(streams.code(o) if o is not None and o != "-1" else -1)
         w_name.append(names.code(nm))
         w_ts.append(ts)
         w_dur.append(du)
@@ -562,7 +557,7 @@ def _build(path: str, parts: list[dict], trace, warnings: list[str]) -> Timeline
     if syncs:
         meta["host_syncs"] = dict(syncs)
     meta["hta_comm_comp_overlap_pct"] = hta
-    return make_timeline(path, FORMAT, stream_in.values, names.values, types.values, ops,
+    return make_timeline(path, FORMAT, streams.values, names.values, types.values, ops,
                          wait_cols, device=device, warnings=warnings, meta=meta)
 
 
