@@ -3,6 +3,7 @@ busy-time overlap of parallel points, against brute force and a per-ns grid."""
 
 from __future__ import annotations
 
+import grid
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -18,16 +19,8 @@ SETTINGS = settings(max_examples=150, deadline=None)
 lat = st.integers(0, 200 // STEP)
 
 
-def grid_of(ivs, n=G) -> np.ndarray:
-    g = np.zeros(n, bool)
-    for s, e in ivs:
-        g[s:e] = True
-    return g
-
-
-def runs(g: np.ndarray):
-    d = np.diff(np.concatenate([[0], g.astype(np.int8), [0]]))
-    return np.flatnonzero(d == 1).tolist(), np.flatnonzero(d == -1).tolist()
+def grid_of(ivs) -> np.ndarray:
+    return grid.grid_of(ivs, G)
 
 
 def disjoint(raw, origin=0):
@@ -203,7 +196,7 @@ def windows_oracle(blocks_s, blocks_e, gap_ns):
 @given(st.lists(st.tuples(lat, lat), max_size=12), st.integers(0, 40))
 def test_windows_of_splits_exactly_at_gaps(raw, gap_ns):
     g = grid_of([(STEP * min(a, b), STEP * max(a, b)) for a, b in raw])
-    bs, be = runs(g)
+    bs, be = grid.runs(g)
     busy = (np.array(bs, np.int64), np.array(be, np.int64))
     lo, hi, first = windows_of(busy, gap_ns)
     assert (lo.tolist(), hi.tolist(), first.tolist()) == windows_oracle(bs, be, gap_ns)
@@ -211,7 +204,7 @@ def test_windows_of_splits_exactly_at_gaps(raw, gap_ns):
     for k in range(len(lo)):
         inner = ~g[lo[k]:hi[k]]
         if inner.any():
-            assert max(e - s for s, e in zip(*runs(inner))) <= gap_ns
+            assert max(e - s for s, e in zip(*grid.runs(inner))) <= gap_ns
         if k:
             assert lo[k] - hi[k - 1] > gap_ns
 
@@ -256,7 +249,7 @@ def test_parallel_points_busy_overlap_matches_grid(raw_main, raw_side, gap_ns):
         if not sg.any():
             # only zero-length ops: see test_zero_length_side_ops_have_no_busy_time
             continue
-        bs, be = runs(sg)
+        bs, be = grid.runs(sg)
         lo, hi, _ = windows_oracle(bs, be, gap_ns)
         assert [(p.side_lo, p.side_hi) for p in mine] == list(zip(lo, hi))
         for p in mine:

@@ -3,6 +3,7 @@ brute-force and per-nanosecond-grid oracles on small integer timelines."""
 
 from __future__ import annotations
 
+import grid
 import numpy as np
 from hypothesis import given, settings, strategies as st
 
@@ -73,15 +74,7 @@ def build(ops, waits=(), with_launch=False):
 
 
 def grid_of(ivs) -> np.ndarray:
-    g = np.zeros(G, bool)
-    for s, e in ivs:
-        g[s:e] = True
-    return g
-
-
-def runs(g: np.ndarray):
-    d = np.diff(np.concatenate([[0], g.astype(np.int8), [0]]))
-    return np.flatnonzero(d == 1).tolist(), np.flatnonzero(d == -1).tolist()
+    return grid.grid_of(ivs, G)
 
 
 def corrupt_bf(pairs) -> int:
@@ -117,7 +110,7 @@ def test_stream_stats_busy_span_and_corrupt(raw, hccl):
         assert x.ops == len(mine)
         g = grid_of([(s, e) for _, s, e, _, _ in mine])
         assert x.busy_ns == int(g.sum())
-        assert ([int(v) for v in x.busy[0]], [int(v) for v in x.busy[1]]) == runs(g)
+        assert ([int(v) for v in x.busy[0]], [int(v) for v in x.busy[1]]) == grid.runs(g)
         assert x.first_ns == min(s for _, s, _, _, _ in mine)
         assert x.last_ns == max(e for _, _, e, _, _ in mine)
         assert x.max_block_dim == max(i % 5 - 1 for i, op in enumerate(ops) if op[0] == x.id)
@@ -224,7 +217,7 @@ def gap_oracle(mine, waits, with_launch):
         # the op that ends a gap: the first op in (start, end, input) order starting at or
         # after the gap's end; the gap is host-bound until that op was launched
         order = sorted(range(len(mine)), key=lambda i: (mine[i][1], mine[i][2], i))
-        for g0, g1 in zip(*runs(gap)):
+        for g0, g1 in zip(*grid.runs(gap)):
             nxt = next(mine[i] for i in order if mine[i][1] >= g1)
             la = nxt[4]
             if la >= 0:
@@ -232,7 +225,7 @@ def gap_oracle(mine, waits, with_launch):
     host &= gap & ~wait
     gw = gap & wait
     idle = gap & ~wait & ~host
-    return len(runs(gap)[0]), int(gw.sum()), int(host.sum()), int(idle.sum()), int(gap.sum())
+    return len(grid.runs(gap)[0]), int(gw.sum()), int(host.sum()), int(idle.sum()), int(gap.sum())
 
 
 @SETTINGS

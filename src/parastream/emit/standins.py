@@ -76,8 +76,16 @@ class Recorder:
     def count(self, kind: str) -> int:
         return sum(1 for c in self.calls if c.kind == kind)
 
-    def kinds(self) -> list[str]:
-        return [c.kind for c in self.calls]
+    @contextlib.contextmanager
+    def limit_core_num(self, op_aicore_num: int, op_vectorcore_num: int) -> Iterator[None]:
+        """Stands in for ``limit_core_num`` of both APIs: logged, and current inside the block."""
+        self.log("limit_enter", aicore=op_aicore_num, vectorcore=op_vectorcore_num)
+        self._limits.append((op_aicore_num, op_vectorcore_num))
+        try:
+            yield
+        finally:
+            self._limits.pop()
+            self.log("limit_exit")
 
     def summary(self) -> dict[str, int]:
         out: dict[str, int] = {}
@@ -163,7 +171,7 @@ class _StreamApi:
         self._next = itertools.count(1)
         if target == "npugraph_ex":
             self.npugraph_ex = SimpleNamespace(scope=SimpleNamespace(
-                limit_core_num=self._limit_core_num))
+                limit_core_num=self.recorder.limit_core_num))
 
     def Stream(self, device: Any = None, priority: int = 0,  # noqa: N802
                **_: Any) -> StandinStream:
@@ -202,17 +210,6 @@ class _StreamApi:
         """Stands in for ``t.record_stream(s)``."""
         self.recorder.log("record_stream", self.recorder.current, tensor=t, to=s.sid)
 
-    @contextlib.contextmanager
-    def _limit_core_num(self, op_aicore_num: int, op_vectorcore_num: int) -> Iterator[None]:
-        rec = self.recorder
-        rec.log("limit_enter", aicore=op_aicore_num, vectorcore=op_vectorcore_num)
-        rec._limits.append((op_aicore_num, op_vectorcore_num))
-        try:
-            yield
-        finally:
-            rec._limits.pop()
-            rec.log("limit_exit")
-
 
 # ----------------------------------------------------------------------------- torchair
 class _TorchairApi:
@@ -225,7 +222,7 @@ class _TorchairApi:
         self.recorder = recorder if recorder is not None else Recorder(ORIGIN_TAG)
         self.scope = SimpleNamespace(npu_stream_switch=self._npu_stream_switch,
                                      npu_wait_tensor=self._npu_wait_tensor,
-                                     limit_core_num=self._limit_core_num)
+                                     limit_core_num=self.recorder.limit_core_num)
         self.ops = SimpleNamespace(npu_create_tagged_event=self._create_tagged_event,
                                    npu_tagged_event_record=self._tagged_event_record,
                                    npu_tagged_event_wait=self._tagged_event_wait,
@@ -253,17 +250,6 @@ class _TorchairApi:
         returned = self_.view_as(self_)  # a new tensor object on the same memory
         self.recorder.log("wait_tensor", waited=self_, dep=dependency, returned=returned)
         return returned
-
-    @contextlib.contextmanager
-    def _limit_core_num(self, op_aicore_num: int, op_vectorcore_num: int) -> Iterator[None]:
-        rec = self.recorder
-        rec.log("limit_enter", aicore=op_aicore_num, vectorcore=op_vectorcore_num)
-        rec._limits.append((op_aicore_num, op_vectorcore_num))
-        try:
-            yield
-        finally:
-            rec._limits.pop()
-            rec.log("limit_exit")
 
     def _create_tagged_event(self, tag: str) -> str:
         self.recorder.log("tagged_event_create", tag=tag)
