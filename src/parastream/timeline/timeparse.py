@@ -56,33 +56,6 @@ def us_to_ns(value: float | int | str) -> int:
     return us_text_to_ns(repr(value))
 
 
-def us_text_column_to_ns(col: pa.Array | pa.ChunkedArray) -> np.ndarray:
-    """Vectorised :func:`us_text_to_ns` for an Arrow string column (the 1M-row CSV path).
-
-    Quotes, tabs and spaces around the number are stripped; the integer part and the
-    first three decimals are parsed as integers. Raises ValueError when a value is not
-    a plain decimal number.
-    """
-    s = pc.utf8_trim(pc.cast(col, pa.string()), characters=' \t"\r\n')
-    parts = pc.split_pattern(s, ".", max_splits=1)
-    whole_txt = pc.list_element(parts, 0)
-    lens = pc.list_value_length(parts)
-    has_frac = pc.greater(lens, 1)
-    frac_txt = pc.if_else(has_frac, pc.list_element(pc.if_else(has_frac, parts, pa.scalar(["0", "0"], pa.list_(pa.string()))), 1), "")
-    whole_txt = pc.if_else(pc.equal(whole_txt, ""), "0", whole_txt)
-    frac3 = pc.utf8_slice_codeunits(pc.utf8_rpad(frac_txt, 4, "0"), 0, 3)
-    round_digit = pc.utf8_slice_codeunits(pc.utf8_rpad(frac_txt, 4, "0"), 3, 4)
-    try:
-        whole = pc.cast(whole_txt, pa.int64()).to_numpy(zero_copy_only=False)
-        ns = pc.cast(frac3, pa.int64()).to_numpy(zero_copy_only=False)
-        rd = pc.cast(round_digit, pa.int64()).to_numpy(zero_copy_only=False)
-    except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
-        raise ValueError(str(exc).splitlines()[0]) from None
-    neg = np.asarray(pc.starts_with(whole_txt, "-").to_numpy(zero_copy_only=False), bool)
-    mag = np.abs(whole) * 1000 + ns + (rd >= 5)
-    return np.where(neg, -mag, mag).astype(np.int64)
-
-
 def trim_text(col: pa.ChunkedArray | pa.Array) -> pa.ChunkedArray | pa.Array:
     """A text column without the quotes, tabs and spaces profilers put around values."""
     if not pa.types.is_string(col.type):
@@ -139,9 +112,9 @@ def us_column_to_ns(col: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, np.nda
     # some rows are not plain numbers: parse the plain ones in bulk, the rest one by one
     plain = pc.fill_null(pc.match_substring_regex(s, r"^(-?\d+\.?\d*|\.\d+)$"), False)
     try:
-        ns = us_text_column_to_ns(pc.if_else(plain, s, "0"))
+        ns = _plain_us_to_ns(pc.if_else(plain, s, "0"))
         ok = np.asarray(filled_numpy(plain, False), bool).copy()
-    except ValueError:  # e.g. a value too large for int64: everything row by row
+    except (pa.ArrowInvalid, ValueError):  # too large for int64, >18 decimals: row by row
         ns, ok = np.zeros(len(s), np.int64), np.zeros(len(s), bool)
     retry = np.flatnonzero(~ok & present)
     if len(retry):
