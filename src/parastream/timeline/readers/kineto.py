@@ -461,7 +461,8 @@ def _build(path: str, parts: list[dict], trace, warnings: list[str]) -> Timeline
     cat = np.concatenate([p["cat"] for p in parts])
     starts = np.concatenate([p["ts"] for p in parts])
     durs = np.concatenate([p["dur"] for p in parts])
-    ok = np.concatenate([p["ok"] for p in parts])
+    usable = np.concatenate([p["ok"] for p in parts])  # every device: HTA pools them
+    ok = usable.copy()  # the analysed device only
     block = np.concatenate([p["block"] for p in parts])
     corr = np.concatenate([p["corr"] for p in parts])
 
@@ -475,7 +476,7 @@ def _build(path: str, parts: list[dict], trace, warnings: list[str]) -> Timeline
                         f"skipped device(s) {', '.join(sorted(others))} "
                         f"({int(dev_count.sum() - dev_count[best])} ops)")
         ok &= dev == best
-    bad_time = ~np.concatenate([p["ok"] for p in parts])
+    bad_time = ~usable
     if bad_time.any():
         warnings.append(f"skipped {int(bad_time.sum())} device op(s) without a usable ts/dur")
 
@@ -496,13 +497,14 @@ def _build(path: str, parts: list[dict], trace, warnings: list[str]) -> Timeline
 
     step = np.full(starts.size, -1, np.int32)
     steps = [s for p in parts for s in p["steps"]]
+    st_ids = np.array([s for s, _, _ in steps], np.int32)
+    st_start, st_ok = _times_ns([t for _, t, _ in steps])
     if steps:
-        st_start, st_ok = _times_ns([t for _, t, _ in steps])
         st_dur, st_ok2 = _dur_ns([d for _, _, d in steps])
-        ids = np.array([s for s, _, _ in steps], np.int32)
         keep = st_ok & st_ok2
         order = np.argsort(st_start[keep])
-        lo, hi, ids = st_start[keep][order], (st_start + st_dur)[keep][order], ids[keep][order]
+        lo, hi = st_start[keep][order], (st_start + st_dur)[keep][order]
+        ids = st_ids[keep][order]
         if lo.size:
             # a kernel belongs to the step in which it was launched (GPU work lags the CPU)
             key = np.where(launch >= 0, launch, starts)
@@ -510,8 +512,18 @@ def _build(path: str, parts: list[dict], trace, warnings: list[str]) -> Timeline
             inside = (pos >= 0) & (key <= hi[np.clip(pos, 0, None)])
             step[inside] = ids[pos[inside]]
 
-    usable = np.concatenate([p["ok"] for p in parts])  # every device: HTA pools them
-    hta = _hta_figure(parts, names, name, starts, durs, usable, runtime_launch, l_corr, l_ts)
+    # Stream Wait Events: parsed once, for HTA's figure (all of them) and the timeline's waits
+    waits = [w for p in parts for w in p["waits"]]
+    w_name = np.array([names.code(w[2]) for w in waits], np.int32)
+    w_ts, w_ok = _times_ns([w[3] for w in waits])
+    w_dur, w_ok2 = _dur_ns([w[4] for w in waits])
+    w_good = w_ok & w_ok2
+    w_launch = _join(np.array([w[5] for w in waits], np.int64), l_corr, l_ts)
+    hta = _hta_figure(parts, names, np.concatenate([name[usable], w_name[w_good]]),
+                      np.concatenate([starts[usable], w_ts[w_good]]),
+                      np.concatenate([durs[usable], w_dur[w_good]]),
+                      np.concatenate([runtime_launch[usable], w_launch[w_good]]),
+                      st_ids, st_start[st_ok])
     types = Interner(_CATS)
     n_ok = int(ok.sum())
     ops = dict(stream=stream[ok], name=name[ok], type=cat[ok].astype(np.int32),
@@ -520,25 +532,22 @@ def _build(path: str, parts: list[dict], trace, warnings: list[str]) -> Timeline
                block_dim=np.clip(block[ok], -1, np.iinfo(np.int32).max).astype(np.int32),
                mix_block_dim=np.full(n_ok, -1, np.int32), step=step[ok], launch_ns=launch[ok])
 
-    w_stream, w_on, w_name, w_ts, w_dur = [], [], [], [], []
-    for st, on, nm, ts, du, _ in (w for p in parts for w in p["waits"]):
-        s = _stream_label(st)
+    w_stream = np.full(len(waits), -1, np.int32)
+    w_on = np.full(len(waits), -1, np.int32)
+    for i, w in enumerate(waits):  # interned in file order, as the op lanes were
+        s = _stream_label(w[0])
         if s is None or s == "-1":
-            continue
-        w_stream.append(streams.code(s))
-        o = _stream_label(on)
-        w_on.append(streams.code(o) if o is not None and o != "-1" else -1)
-        w_name.append(names.code(nm))
-        w_ts.append(ts)
-        w_dur.append(du)
+            continue  # a wait on no stream cannot be placed on a lane
+        w_stream[i] = streams.code(s)
+        o = _stream_label(w[1])
+        if o is not None and o != "-1":
+            w_on[i] = streams.code(o)
     wait_cols = None
-    if w_stream:
-        ws, wok = _times_ns(w_ts)
-        wd, wok2 = _dur_ns(w_dur)
-        wk = wok & wok2
-        wait_cols = dict(wait_stream=np.array(w_stream, np.int32)[wk],
-                         wait_on=np.array(w_on, np.int32)[wk], wait_start_ns=ws[wk],
-                         wait_end_ns=(ws + wd)[wk], wait_name=np.array(w_name, np.int32)[wk])
+    placed = w_stream >= 0
+    if placed.any():
+        wk = placed & w_good
+        wait_cols = dict(wait_stream=w_stream[wk], wait_on=w_on[wk], wait_start_ns=w_ts[wk],
+                         wait_end_ns=(w_ts + w_dur)[wk], wait_name=w_name[wk])
 
     device = DeviceInfo()
     props = trace.deviceProperties or []
@@ -574,27 +583,16 @@ def _join(keys: np.ndarray, table_keys: np.ndarray, table_vals: np.ndarray) -> n
     return out
 
 
-def _hta_figure(parts: list[dict], names: Interner, name: np.ndarray, starts: np.ndarray,
-                durs: np.ndarray, ok: np.ndarray, launch: np.ndarray, l_corr: np.ndarray,
-                l_ts: np.ndarray) -> float | None:
+def _hta_figure(parts: list[dict], names: Interner, sel_name: np.ndarray,
+                sel_start: np.ndarray, sel_dur: np.ndarray, sel_launch: np.ndarray,
+                step_ids: np.ndarray, step_starts: np.ndarray) -> float | None:
     """HTA's per-rank comm/comp overlap of this file, with HTA's loading rules: every
-    device of the file pooled, Stream Wait Events included, timestamps rounded for float
-    traces and, when there are two or more ProfilerStep annotations, only device work
-    launched before the last step begins."""
-    waits = [w for p in parts for w in p["waits"]]
-    w_name = np.array([names.code(w[2]) for w in waits], np.int32)
-    w_ts, w_ok = _times_ns([w[3] for w in waits])
-    w_dur, w_ok2 = _dur_ns([w[4] for w in waits])
-    w_launch = _join(np.array([w[5] for w in waits], np.int64), l_corr, l_ts)
-    sel_name = np.concatenate([name[ok], w_name[w_ok & w_ok2]])
-    sel_start = np.concatenate([starts[ok], w_ts[w_ok & w_ok2]])
-    sel_dur = np.concatenate([durs[ok], w_dur[w_ok & w_ok2]])
-    sel_launch = np.concatenate([launch[ok], w_launch[w_ok & w_ok2]])
+    device of the file pooled, Stream Wait Events included (the ``sel_*`` rows), timestamps
+    rounded for float traces and, when there are two or more ProfilerStep annotations, only
+    device work launched before the last step begins."""
     rounding = any(p["float_ts"] for p in parts)
-    steps = [s for p in parts for s in p["steps"]]
-    if len({s[0] for s in steps}) >= 2:
-        st, st_ok = _times_ns([s[1] for s in steps])
-        last = st[st_ok].max()
+    if len(set(step_ids.tolist())) >= 2:
+        last = step_starts.max()
         if rounding:
             last_us = comm_mod.hta_round(np.array([last]), np.zeros(1, np.int64))[0][0]
             la = comm_mod.hta_round(sel_launch, np.zeros(sel_launch.size, np.int64))[0]
