@@ -28,7 +28,7 @@ from ..timeparse import trim_text as _trim
 from ..timeparse import us_column_to_ns
 from ..model import (
     COMM_LANE, KIND_COMM, KIND_COMPUTE, KIND_MEMCPY, KIND_MEMSET, DeviceInfo, Timeline,
-    core_code, make_timeline,
+    core_code, drop_unused, make_timeline, value_flags,
 )
 
 FORMAT = "ascend_csv"
@@ -144,18 +144,6 @@ def _encode(col: pa.Array) -> tuple[np.ndarray, list[str]]:
     return codes, [str(v) for v in enc.dictionary.to_pylist()]
 
 
-def _compact(codes: np.ndarray, values: list[str]) -> tuple[np.ndarray, list[str]]:
-    """Drop values no code refers to any more (after rows were skipped)."""
-    used, inv = np.unique(codes, return_inverse=True)
-    if len(used) == len(values):
-        return codes, values
-    return inv.astype(np.int32), [values[i] for i in used]
-
-
-def _flags(values: list[str], test) -> np.ndarray:
-    return np.array([bool(test(v)) for v in values], dtype=bool)
-
-
 def _is_memcpy(v: str) -> bool:
     return "MEMCPY" in v.upper() or "MEMCOPY" in v.upper()
 
@@ -267,12 +255,12 @@ def read(path: str | os.PathLike[str]) -> Timeline:
 
     # kind and core from the (few) distinct values, then gathered per row
     core = np.array([core_code(c) for c in cores], np.int8)[core_codes]
-    comm = (_flags(cores, lambda v: "HCCL" in v.upper() or "COMMUNICATION" in v.upper())[core_codes]
-            | _flags(types, lambda v: "HCCL" in v.upper())[type_codes]
-            | _flags(names, _is_comm_name)[name_codes] | no_stream)
-    memset = (_flags(types, lambda v: "MEMSET" in v.upper())[type_codes]
-              | _flags(cores, lambda v: "MEMSET" in v.upper())[core_codes])
-    memcpy = (_flags(types, _is_memcpy)[type_codes] | _flags(cores, _is_memcpy)[core_codes])
+    comm = (value_flags(cores, lambda v: "HCCL" in v.upper() or "COMMUNICATION" in v.upper())[core_codes]
+            | value_flags(types, lambda v: "HCCL" in v.upper())[type_codes]
+            | value_flags(names, _is_comm_name)[name_codes] | no_stream)
+    memset = (value_flags(types, lambda v: "MEMSET" in v.upper())[type_codes]
+              | value_flags(cores, lambda v: "MEMSET" in v.upper())[core_codes])
+    memcpy = (value_flags(types, _is_memcpy)[type_codes] | value_flags(cores, _is_memcpy)[core_codes])
     kind = np.full(n, KIND_COMPUTE, np.int8)
     kind[memcpy] = KIND_MEMCPY
     kind[memset] = KIND_MEMSET
@@ -287,9 +275,9 @@ def read(path: str | os.PathLike[str]) -> Timeline:
     if skipped:
         keep_idx = np.flatnonzero(ok)
         ops = {k: v[keep_idx] for k, v in ops.items()}
-        ops["stream"], streams = _compact(ops["stream"], streams)
-        ops["name"], names = _compact(ops["name"], names)
-        ops["type"], types = _compact(ops["type"], types)
+        ops["stream"], streams = drop_unused(ops["stream"], streams)
+        ops["name"], names = drop_unused(ops["name"], names)
+        ops["type"], types = drop_unused(ops["type"], types)
     if "shapes" in cols:
         sh = pc.fill_null(pc.utf8_trim(_trim(col("shapes")), characters='"'), "")
         if skipped:

@@ -33,7 +33,7 @@ import numpy as np
 from ...errors import InputError
 from ..model import (
     COMM_LANE, KIND_COMM, KIND_COMPUTE, KIND_MEMCPY, KIND_MEMSET, DeviceInfo, Timeline,
-    core_code, make_timeline,
+    core_code, drop_unused, make_timeline, value_flags,
 )
 from . import SQLITE_MAGIC
 
@@ -244,11 +244,11 @@ def _read(con: sqlite3.Connection, path: str) -> Timeline:
     tt_codes, tt_txt = _codes(ttype_raw, strings)
     cit_codes, cit_txt = _codes(ci_ttype, strings)
     tt_up = [t.upper() for t in tt_txt]
-    is_wait = _flags(tt_up, lambda t: "EVENT_WAIT" in t)[tt_codes]
-    is_dma = _flags(tt_up, lambda t: "SDMA" in t or "MEMCPY" in t or "PCIE_DMA" in t)[tt_codes]
+    is_wait = value_flags(tt_up, lambda t: "EVENT_WAIT" in t)[tt_codes]
+    is_dma = value_flags(tt_up, lambda t: "SDMA" in t or "MEMCPY" in t or "PCIE_DMA" in t)[tt_codes]
     has_ci = _ints(has_ci_raw) > 0
     has_cm = _ints(has_cm_raw) > 0
-    ci_hccl = has_ci & _flags(cit_txt, lambda t: "HCCL" in t.upper())[cit_codes]
+    ci_hccl = has_ci & value_flags(cit_txt, lambda t: "HCCL" in t.upper())[cit_codes]
     compute = has_ci & ~ci_hccl & ~is_wait
     comm_small = (has_cm | ci_hccl) & ~is_wait
     dma = is_dma & ~has_ci & ~has_cm & ~is_wait
@@ -277,10 +277,10 @@ def _read(con: sqlite3.Connection, path: str) -> Timeline:
     core[src == 1] = core_code("HCCL")
     core[src == 2] = core_code("DMA")
     kind = np.full(len(idx), KIND_COMPUTE, np.int8)
-    memset = (_flags(name_txt, lambda t: "MEMSET" in t.upper())[name_c]
-              | _flags(type_txt, lambda t: "MEMSET" in t.upper())[type_c])
-    memcpy = (_flags(name_txt, lambda t: "MEMCPY" in t.upper() or "MEMCOPY" in t.upper())[name_c]
-              | _flags(type_txt, lambda t: "MEMCPY" in t.upper() or "MEMCOPY" in t.upper())[type_c])
+    memset = (value_flags(name_txt, lambda t: "MEMSET" in t.upper())[name_c]
+              | value_flags(type_txt, lambda t: "MEMSET" in t.upper())[type_c])
+    memcpy = (value_flags(name_txt, lambda t: "MEMCPY" in t.upper() or "MEMCOPY" in t.upper())[name_c]
+              | value_flags(type_txt, lambda t: "MEMCPY" in t.upper() or "MEMCOPY" in t.upper())[type_c])
     kind[memcpy] = KIND_MEMCPY
     kind[memset] = KIND_MEMSET
     kind[src == 2] = KIND_MEMCPY
@@ -306,11 +306,11 @@ def _read(con: sqlite3.Connection, path: str) -> Timeline:
         [(type_c, type_txt), _intern([r[1] for r in comm_rows], {})])
     # keep only the texts some op or wait uses
     all_names = np.concatenate([name_c, comm_name_c, wait_c]).astype(np.int32)
-    all_names, names = _dense(all_names, names)
+    all_names, names = drop_unused(all_names, names)
     n_ops = len(name_c)
     name_c, comm_name_c, wait_c = (all_names[:n_ops], all_names[n_ops:n_ops + n_comm],
                                    all_names[n_ops + n_comm:])
-    all_types, types = _dense(np.concatenate([type_c, comm_type_c]).astype(np.int32), types)
+    all_types, types = drop_unused(np.concatenate([type_c, comm_type_c]).astype(np.int32), types)
     type_c, comm_type_c = all_types[:n_ops], all_types[n_ops:]
 
     ops = dict(
@@ -377,17 +377,6 @@ def _merge(parts: list[tuple[np.ndarray, list[str]]]) -> tuple[list[str], list[n
     return list(index), out
 
 
-def _dense(codes: np.ndarray, texts: list[str]) -> tuple[np.ndarray, list[str]]:
-    """Drop texts no code refers to; codes renumbered to match."""
-    if not len(codes):
-        return codes.astype(np.int32), []
-    used = np.bincount(codes, minlength=len(texts)) > 0
-    lut = (np.cumsum(used) - 1).astype(np.int32)
-    return lut[codes], [t for t, u in zip(texts, used) if u]
-
-
-def _flags(values: list[str], test) -> np.ndarray:
-    return np.array([bool(test(v)) for v in values] or [False], dtype=bool)
 
 
 def _dims(raw, idx: np.ndarray, n_comm: int) -> np.ndarray:

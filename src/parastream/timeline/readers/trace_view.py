@@ -38,8 +38,8 @@ import pyarrow as pa
 from ...errors import InputError
 from . import read_all
 from ..model import (
-    COMM_LANE, KIND_COMM, KIND_COMPUTE, KIND_MEMCPY, KIND_MEMSET, Timeline, core_code,
-    make_timeline,
+    COMM_LANE, KIND_COMM, KIND_COMPUTE, KIND_MEMCPY, KIND_MEMSET, Interner, Timeline,
+    core_code, make_timeline,
 )
 from ..timeparse import us_column_to_ns
 
@@ -188,9 +188,8 @@ def _text(v: Any) -> str | None:
 
 
 def _intern(values: list[str]) -> tuple[np.ndarray, list[str]]:
-    index: dict[str, int] = {}
-    codes = np.fromiter((index.setdefault(v, len(index)) for v in values), np.int32, len(values))
-    return codes, list(index)
+    it = Interner()
+    return it.codes(values), it.values
 
 
 def read(path: str | os.PathLike[str]) -> Timeline:
