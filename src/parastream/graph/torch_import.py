@@ -121,26 +121,34 @@ def import_module(module: Any, example_inputs: Sequence[Any] | Any, name: str = 
     Raises :class:`InputError` (path = ``name``) when the model cannot be traced.
     """
     example_inputs = _check_call(module, example_inputs, name, method)
+    return _trace(module, example_inputs, kwargs or {}, name, meta, method)[0]
+
+
+def _trace(module: Any, inputs: tuple, kwargs: dict, name: str, meta: dict | None,
+           method: str) -> tuple[Graph, Any, list[_Rec]]:
+    """torch.export, then torch.fx when it fails (``method="auto"``): (graph, the exported
+    program or None after the fx fallback, the op records)."""
     errors: list[str] = []
     if method in ("auto", "export"):
         try:
-            recs, labels, source = _trace_export(module, example_inputs, kwargs or {})
+            ep = _export_program(module, inputs, kwargs)
+            recs, labels, source = _recs_from_program(ep)
         except Exception as exc:  # torch raises many types; the user needs the reason
             if method == "export":
                 raise InputError(name, "cannot be traced by torch.export: "
                                  + _first_line(exc)) from exc
             errors.append("torch.export: " + _first_line(exc))
         else:
-            return _build(recs, labels, module, name, source, meta)
+            return _build(recs, labels, module, name, source, meta), ep, recs
     try:
-        recs, labels, source = _trace_fx(module, example_inputs, kwargs or {})
+        recs, labels, source = _trace_fx(module, inputs, kwargs)
     except Exception as exc:
         errors.append("torch.fx: " + _first_line(exc))
         raise InputError(name, "cannot be traced (" + "; ".join(errors) + ")") from exc
     g = _build(recs, labels, module, name, source, meta)
     if errors:
         g.meta["export_error"] = errors[0]
-    return g
+    return g, None, recs
 
 
 def _first_line(exc: BaseException) -> str:
@@ -197,10 +205,6 @@ def _clean_path(path: str) -> str:
         path = path[len("L['self']"):]
     path = path.replace("[", ".").replace("]", "").replace("'", "").replace('"', "")
     return path.strip(".")
-
-
-def _trace_export(module: Any, inputs: tuple, kwargs: dict) -> tuple[list[_Rec], dict, str]:
-    return _recs_from_program(_export_program(module, inputs, kwargs))
 
 
 def _export_program(module: Any, inputs: tuple, kwargs: dict) -> Any:
@@ -651,9 +655,8 @@ def _costs(rec: _Rec, arg_refs: list, outs: list) -> tuple[float, int, int]:
         else:
             flops = float(out_elems)
         if short in GATHERS and tensors:
-            # only the gathered rows of the table are read
-            table_pos = 0 if short == "embedding" else None
-            table = vals[table_pos] if table_pos is not None else vals[0]
+            # only the gathered rows of the table (the first argument of all four) are read
+            table = vals[0]
             if _is_tensor(table):
                 bytes_read = bytes_read - _nbytes(table) + bytes_written
         if short in INDEX_WRITES:
@@ -824,31 +827,13 @@ def import_runnable(module: Any, example_inputs: Sequence[Any] | Any, name: str 
     import torch
 
     inputs = _check_call(module, example_inputs, name, method)
-    errors: list[str] = []
-    if method in ("auto", "export"):
-        try:
-            ep = _export_program(module, inputs, {})
-            recs, labels, source = _recs_from_program(ep)
-        except Exception as exc:
-            if method == "export":
-                raise InputError(name, "cannot be traced by torch.export: "
-                                 + _first_line(exc)) from exc
-            errors.append("torch.export: " + _first_line(exc))
-        else:
-            g = _build(recs, labels, module, name, source, meta)
-            return _runnable_export(ep, module, g, recs)
-    try:
-        recs, labels, source = _trace_fx(module, inputs, {})
-    except Exception as exc:
-        errors.append("torch.fx: " + _first_line(exc))
-        raise InputError(name, "cannot be traced (" + "; ".join(errors) + ")") from exc
-    g = _build(recs, labels, module, name, source, meta)
-    if errors:
-        g.meta["export_error"] = errors[0]
+    g, ep, recs = _trace(module, inputs, {}, name, meta, method)
+    if ep is not None:
+        return _runnable_export(ep, module, g, recs)
     gm = recs[0].node.graph.owning_module if recs else torch.fx.symbolic_trace(module)
     user = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
     node_op, node_kind = _node_ops(gm, g)
-    return Runnable(gm, g, node_op, node_kind, source, {}, user)
+    return Runnable(gm, g, node_op, node_kind, "torch.fx", {}, user)
 
 
 def _runnable_export(ep: Any, module: Any, g: Graph, recs: list[_Rec]) -> Runnable:
