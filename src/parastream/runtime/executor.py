@@ -229,7 +229,6 @@ class MultiStreamExecutor(torch.fx.Interpreter):
                     reads.append(a)
             if reads:
                 self.cross[n] = reads
-        self.program_index = {n: i for i, (n, *_rest) in enumerate(self.op_nodes)}
         # GIL-releasing torch.* bindings for pure aten ops, validated on first use
         self._fast: dict[torch.fx.Node, Any] = {}
         self._fast_pending: set[torch.fx.Node] = {
@@ -240,32 +239,23 @@ class MultiStreamExecutor(torch.fx.Interpreter):
         if self.backend is not None:
             return
         spec = self._backend_spec
-        if isinstance(spec, str):
-            if spec == "cpu":
-                from .cpu import CpuBackend, set_intra_op_threads
+        cpu = spec == "cpu"
+        if cpu:
+            from .cpu import set_intra_op_threads
 
-                main_threads = torch.get_num_threads()
-                set_intra_op_threads(self.intra_op_threads)
-                self.backend = CpuBackend()
-                self.streams = {s: self.backend.stream(str(s)) for s in self.stream_ids}
-                # each worker fixes its torch thread count at its first parallel call
-                works = [st.submit(torch.get_num_threads, name="init") for st in
-                         self.streams.values()]
-                for w in works:
-                    w.result()
-                set_intra_op_threads(main_threads)
-                for st in self.streams.values():
-                    st.recorder.ops.clear()
-                return
-            if spec in ("cuda", "npu"):
-                from .cuda import DeviceBackend
-
-                self.backend = DeviceBackend(spec)
-            else:
-                self.backend = get_backend(spec)
-        else:
-            self.backend = spec
+            main_threads = torch.get_num_threads()
+            set_intra_op_threads(self.intra_op_threads)
+        self.backend = get_backend(spec) if isinstance(spec, str) else spec
         self.streams = {s: self.backend.stream(str(s)) for s in self.stream_ids}
+        if cpu:
+            # each worker fixes its torch thread count at its first parallel call
+            works = [st.submit(torch.get_num_threads, name="init") for st in
+                     self.streams.values()]
+            for w in works:
+                w.result()
+            set_intra_op_threads(main_threads)
+            for st in self.streams.values():
+                st.recorder.ops.clear()
 
     @property
     def host_streams(self) -> bool:
