@@ -222,44 +222,44 @@ class CpuStream:
     def _loop(self) -> None:
         rec = self.recorder
         while True:
+            # one lock round per command: the next one is taken where the last one is finished
             with self._cond:
                 while not self._queue:
+                    self._running = False
                     self._cond.wait()
                 cmd = self._queue.popleft()
                 self._running = True
-            try:
-                tag = cmd[0]
-                if tag == "work":
-                    _, fn, args, kwargs, name, work = cmd
-                    t0 = now_ns()
-                    if self._error is not None:  # sticky: skip work after a failure
+            tag = cmd[0]
+            if tag == "work":
+                _, fn, args, kwargs, name, work = cmd
+                t0 = now_ns()
+                if self._error is not None:  # sticky: skip work after a failure
+                    work._error = self._error
+                else:
+                    try:
+                        work._value = fn(*args, **kwargs)
+                    except BaseException as exc:  # noqa: BLE001 - reported via the stream
+                        self._error = StreamError(self.name, name, exc)
                         work._error = self._error
-                    else:
-                        try:
-                            work._value = fn(*args, **kwargs)
-                        except BaseException as exc:  # noqa: BLE001 - reported via the stream
-                            self._error = StreamError(self.name, name, exc)
-                            work._error = self._error
-                        rec.op(name, t0, now_ns())
-                    work._flag.set()
-                elif tag == "record":
-                    mark = cmd[1]
-                    mark.t_ns = now_ns()
-                    mark.error = self._error
-                    mark.flag.set()
-                elif tag == "wait":
-                    mark = cmd[1]
-                    if not mark.flag.is_set():
-                        t0 = now_ns()
-                        mark.flag.wait()
-                        rec.wait(t0, now_ns(), on=mark.stream.name)
-                    if mark.error is not None and self._error is None:
-                        self._error = mark.error  # do not compute on a failed producer's data
-                else:  # stop
-                    return
-            finally:
+                    rec.op(name, t0, now_ns())
+                work._flag.set()
+            elif tag == "record":
+                mark = cmd[1]
+                mark.t_ns = now_ns()
+                mark.error = self._error
+                mark.flag.set()
+            elif tag == "wait":
+                mark = cmd[1]
+                if not mark.flag.is_set():
+                    t0 = now_ns()
+                    mark.flag.wait()
+                    rec.wait(t0, now_ns(), on=mark.stream.name)
+                if mark.error is not None and self._error is None:
+                    self._error = mark.error  # do not compute on a failed producer's data
+            else:  # stop
                 with self._cond:
                     self._running = False
+                return
 
 
 class CpuBackend:
