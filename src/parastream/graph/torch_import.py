@@ -523,9 +523,9 @@ def _build(recs: list[_Rec], info: dict, module: Any, name: str, source: str,
             written_storages.append(r.storage)
             if r.storage.startswith("in:"):
                 side.append(f"writes:{r.storage[3:]}")
-        for out_node, buf in info["mutated_outputs"].items():
-            if out_node == node.name:
-                side.append(f"writes:{buf}")
+        buf = info["mutated_outputs"].get(node.name)
+        if buf is not None:
+            side.append(f"writes:{buf}")
         kind = COLLECTIVES.get(rec.short) if resource == "comm" else None
         if kind:
             side.append(f"collective:{kind}")
