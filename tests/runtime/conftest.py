@@ -1,16 +1,11 @@
-"""A watchdog for every pipeline test: a hang dumps all thread stacks and ends the process
-instead of blocking the suite (pytest-timeout is not a dependency)."""
+"""Every runtime test runs under the suite's watchdog (tests/conftest.py): these tests start
+threads, and a hang must end the process rather than block the suite."""
 
 from __future__ import annotations
-
-import faulthandler
-import sys
 
 import pytest
 
 
 @pytest.fixture(autouse=True)
-def watchdog():
-    faulthandler.dump_traceback_later(60, exit=True, file=sys.stderr)
+def _watchdog(watchdog):
     yield
-    faulthandler.cancel_dump_traceback_later()

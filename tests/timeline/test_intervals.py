@@ -7,6 +7,7 @@ histogram. Strategies favour ties, zero-length and touching intervals.
 
 from __future__ import annotations
 
+import grid
 import numpy as np
 from hypothesis import given, settings, strategies as st
 
@@ -33,20 +34,11 @@ intervals_ = st.lists(interval(), max_size=12)
 
 # ------------------------------------------------------------------ oracles
 def grid_of(ivs) -> np.ndarray:
-    g = np.zeros(G, bool)
-    for s, e in ivs:
-        g[s:e] = True
-    return g
-
-
-def runs(g: np.ndarray) -> tuple[list[int], list[int]]:
-    """Maximal runs of True cells as half-open [start, end) intervals."""
-    d = np.diff(np.concatenate([[0], g.astype(np.int8), [0]]))
-    return np.flatnonzero(d == 1).tolist(), np.flatnonzero(d == -1).tolist()
+    return grid.grid_of(ivs, G)
 
 
 def oracle_union(ivs):
-    s, e = runs(grid_of(ivs))
+    s, e = grid.runs(grid_of(ivs))
     return np.array(s, np.int64), np.array(e, np.int64)
 
 
@@ -74,7 +66,7 @@ def assert_canonical(u):
 def test_union_matches_grid(ivs):
     u = iv.union(*arrays(ivs))
     assert_canonical(u)
-    assert as_lists(u) == runs(grid_of(ivs))
+    assert as_lists(u) == grid.runs(grid_of(ivs))
 
 
 @SETTINGS
@@ -122,7 +114,7 @@ def test_intersect_matches_grid(a, b):
     ua, ub = oracle_union(a), oracle_union(b)
     got = iv.intersect(ua, ub)
     assert_canonical(got)
-    assert as_lists(got) == runs(grid_of(a) & grid_of(b))
+    assert as_lists(got) == grid.runs(grid_of(a) & grid_of(b))
 
 
 @SETTINGS
@@ -131,7 +123,7 @@ def test_subtract_matches_grid(a, b):
     ua, ub = oracle_union(a), oracle_union(b)
     got = iv.subtract(ua, ub)
     assert_canonical(got)
-    assert as_lists(got) == runs(grid_of(a) & ~grid_of(b))
+    assert as_lists(got) == grid.runs(grid_of(a) & ~grid_of(b))
 
 
 @SETTINGS
@@ -143,7 +135,7 @@ def test_covered_at_least_matches_grid(groups, k):
         level += grid_of(g)
     got = iv.covered_at_least(unions, k)
     assert_canonical(got)
-    assert as_lists(got) == runs(level >= k)
+    assert as_lists(got) == grid.runs(level >= k)
 
 
 @SETTINGS
