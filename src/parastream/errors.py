@@ -16,3 +16,11 @@ class InputError(Exception):
         self.path = None if path is None else os.fspath(path)
         self.reason = reason
         super().__init__(f"{self.path}: {reason}" if self.path else reason)
+
+
+def one_line(exc: BaseException) -> str:
+    """``"Type: first line of the message"`` (at most 300 characters): how a library's
+    multi-line exception is quoted inside a one-line error."""
+    text = str(exc).strip() or type(exc).__name__
+    line = text.splitlines()[0].strip()
+    return f"{type(exc).__name__}: {line}"[:300]

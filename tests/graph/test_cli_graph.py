@@ -106,3 +106,19 @@ def test_model_import_without_torch_is_one_line():
     # graph JSON works without torch (test_no_torch); a zoo model says what it needs
     line = bad("moe_layer", pre="import sys; sys.modules['torch'] = None; ")
     assert "moe_layer" in line and "torch" in line
+
+
+def test_untraceable_model_is_one_line(tmp_path):
+    # data-dependent control flow: torch.export prints its partial graph to stderr and fx
+    # refuses the branch; the user gets both reasons on one line and nothing else
+    f = tmp_path / "branchy.py"
+    f.write_text("import torch\n"
+                 "class M(torch.nn.Module):\n"
+                 "    def forward(self, x):\n"
+                 "        if x.sum() > 0:\n"
+                 "            return x.item()\n"
+                 "        return x\n"
+                 "def build():\n"
+                 "    return M(), (torch.randn(3),)\n")
+    line = bad(f"{f}:build")
+    assert "cannot be traced (torch.export: " in line and "torch.fx: " in line

@@ -60,6 +60,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
+from ..errors import one_line
 from ..plan.model import Plan
 from . import TARGETS
 
@@ -97,6 +98,8 @@ def trace(module: Any, inputs: Sequence[Any] | Any, *, kwargs: dict | None = Non
     """Trace ``module`` on ``inputs`` the way the importer does (same tracer, same names)."""
     import torch
 
+    from ..graph.torch_import import export_program
+
     if not isinstance(inputs, (tuple, list)):
         inputs = (inputs,)
     inputs = tuple(inputs)
@@ -106,12 +109,11 @@ def trace(module: Any, inputs: Sequence[Any] | Any, *, kwargs: dict | None = Non
     errors = []
     if method in ("auto", "export"):
         try:
-            with torch.no_grad():
-                ep = torch.export.export(module, inputs, kwargs=kwargs or None, strict=False)
+            ep = export_program(module, inputs, kwargs or {})
         except Exception as exc:  # same fallback rule as the importer
             if method == "export":
-                raise EmitError(f"cannot be traced by torch.export: {exc}") from exc
-            errors.append(exc)
+                raise EmitError("cannot be traced by torch.export: " + one_line(exc)) from exc
+            errors.append("torch.export: " + one_line(exc))
         else:
             return _from_export(ep, module, device)
     if kwargs:
@@ -119,7 +121,8 @@ def trace(module: Any, inputs: Sequence[Any] | Any, *, kwargs: dict | None = Non
     try:
         return _from_fx(module, inputs, device)
     except Exception as exc:
-        raise EmitError(f"cannot be traced ({'; '.join(map(str, errors + [exc]))})") from exc
+        errors.append("torch.fx: " + one_line(exc))
+        raise EmitError("cannot be traced (" + "; ".join(errors) + ")") from exc
 
 
 def _from_export(ep: Any, module: Any, device: Any) -> Traced:

@@ -43,12 +43,15 @@ Choices worth knowing:
 
 from __future__ import annotations
 
+import contextlib
+import io
+import logging
 import math
 import operator
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from ..errors import InputError
+from ..errors import InputError, one_line
 from .ir import Edge, Graph, Op, Tensor
 
 # ----------------------------------------------------------------------------- op tables
@@ -131,30 +134,24 @@ def _trace(module: Any, inputs: tuple, kwargs: dict, name: str, meta: dict | Non
     errors: list[str] = []
     if method in ("auto", "export"):
         try:
-            ep = _export_program(module, inputs, kwargs)
+            ep = export_program(module, inputs, kwargs)
             recs, labels, source = _recs_from_program(ep)
         except Exception as exc:  # torch raises many types; the user needs the reason
             if method == "export":
                 raise InputError(name, "cannot be traced by torch.export: "
-                                 + _first_line(exc)) from exc
-            errors.append("torch.export: " + _first_line(exc))
+                                 + one_line(exc)) from exc
+            errors.append("torch.export: " + one_line(exc))
         else:
             return _build(recs, labels, module, name, source, meta), ep, recs
     try:
         recs, labels, source = _trace_fx(module, inputs, kwargs)
     except Exception as exc:
-        errors.append("torch.fx: " + _first_line(exc))
+        errors.append("torch.fx: " + one_line(exc))
         raise InputError(name, "cannot be traced (" + "; ".join(errors) + ")") from exc
     g = _build(recs, labels, module, name, source, meta)
     if errors:
         g.meta["export_error"] = errors[0]
     return g, None, recs
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip() or type(exc).__name__
-    line = text.splitlines()[0].strip()
-    return f"{type(exc).__name__}: {line}"[:300]
 
 
 # ----------------------------------------------------------------------------- normalised nodes
@@ -207,11 +204,23 @@ def _clean_path(path: str) -> str:
     return path.strip(".")
 
 
-def _export_program(module: Any, inputs: tuple, kwargs: dict) -> Any:
+def export_program(module: Any, inputs: tuple, kwargs: dict) -> Any:
+    """``torch.export.export(strict=False)`` under ``no_grad``: the importer's and the code
+    generator's one tracer, so both see the same graph and node names."""
     import torch
 
-    with torch.no_grad():
-        return torch.export.export(module, inputs, kwargs=kwargs or None, strict=False)
+    # A failed export prints its partial graph to stderr and logs warnings; the reason
+    # reaches the user in our one-line error (or g.meta["export_error"] after the fx
+    # fallback), so the dump is held back. Python-level stderr only: the process is not
+    # silenced, and other threads' output in this window is held back too.
+    torch_log = logging.getLogger("torch")
+    level = torch_log.level
+    torch_log.setLevel(logging.ERROR)
+    try:
+        with torch.no_grad(), contextlib.redirect_stderr(io.StringIO()):
+            return torch.export.export(module, inputs, kwargs=kwargs or None, strict=False)
+    finally:
+        torch_log.setLevel(level)
 
 
 def _recs_from_program(ep: Any) -> tuple[list[_Rec], dict, str]:
