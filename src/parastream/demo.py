@@ -84,11 +84,12 @@ def run_demo(out_dir: str = "out/demo", model: str = DEFAULT_MODEL, scale: str =
     os.makedirs(out_dir, exist_ok=True)
     with _steps(progress, 8) as step:
         step(f"importing {model} ({scale})")
-        from .graph.models import load_model
+        from .graph.models import anchored, load_model
 
         module, inputs, _, meta = load_model(model, scale, phase)
         phase = meta.get("phase", phase)
-        runnable = import_runnable(module, inputs, name=model)
+        with anchored(meta):
+            runnable = import_runnable(module, inputs, name=model)
         graph = runnable.graph
 
         step("calibrating the local CPU")

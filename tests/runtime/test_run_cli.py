@@ -81,3 +81,16 @@ def test_bad_inputs_are_one_line_errors(tmp_path):
         run("moe_layer", "--auto", "--scale", "7b")
     with pytest.raises(SystemExit):
         run("moe_layer")  # --plan or --auto is required
+
+
+def test_untraceable_model_names_its_file(tmp_path):
+    f = tmp_path / "branchy.py"
+    f.write_text("import torch\n"
+                 "class M(torch.nn.Module):\n"
+                 "    def forward(self, x):\n"
+                 "        return x.item() if x.sum() > 0 else x\n"
+                 "def build():\n"
+                 "    return M(), (torch.randn(3),)\n")
+    with pytest.raises(InputError, match=r"model from build\(\) cannot be traced") as info:
+        run(f"{f}:build", "--auto")
+    assert info.value.path == str(f) and "\n" not in str(info.value)

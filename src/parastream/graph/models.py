@@ -10,12 +10,13 @@ file (or the zoo name) and says what is wrong. Nothing is cached on disk.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import inspect
 import os
 import sys
 import uuid
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from ..errors import InputError
 from .ir import Graph
@@ -45,13 +46,8 @@ def resolve(spec: str, scale: str = "small", phase: str | None = None,
     module, inputs, name, meta = load_model(spec, scale, phase, batch, seq)
     from .torch_import import import_module
 
-    try:
+    with anchored(meta):
         graph = import_module(module, inputs, name=name, meta=meta)
-    except InputError as exc:
-        if "file" not in meta:
-            raise
-        # re-anchor on the file the user named
-        raise InputError(meta["file"], f"model from {meta['factory']}() {exc.reason}") from None
     graph.meta.update({"scale": scale, "phase": phase or graph.meta.get("phase"),
                        "spec": spec})
     if batch is not None or seq is not None:
@@ -74,6 +70,18 @@ def _check_device(device: str | None) -> str | None:
 def _looks_like_file(spec: str) -> bool:
     path = spec.rpartition(":")[0] if ":" in spec else spec
     return path.endswith(".py") or os.sep in path or "/" in path
+
+
+@contextlib.contextmanager
+def anchored(meta: dict) -> Iterator[None]:
+    """Errors from tracing a model that :func:`load_model` loaded from ``file.py:factory``
+    name the file the user gave (and the factory), not the model's internal name."""
+    try:
+        yield
+    except InputError as exc:
+        if "file" not in meta:
+            raise
+        raise InputError(meta["file"], f"model from {meta['factory']}() {exc.reason}") from None
 
 
 def load_model(spec: str, scale: str = "small", phase: str | None = None,

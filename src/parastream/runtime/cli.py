@@ -57,18 +57,18 @@ def add_parser(sub) -> None:
 
 
 # ----------------------------------------------------------------------------- loading
-def load_model(spec: str, scale: str, phase: str | None) -> tuple[Any, tuple, str]:
-    """(module, inputs, name) of a zoo model or a ``file.py:factory``."""
+def load_model(spec: str, scale: str, phase: str | None) -> tuple[Any, tuple, str, dict]:
+    """(module, inputs, name, meta) of a zoo model or a ``file.py:factory``, on real tensors."""
     from ..graph import models
 
-    module, inputs, name, _ = models.load_model(spec, scale, phase)
+    module, inputs, name, meta = models.load_model(spec, scale, phase)
     import torch
 
     for t in inputs:
         if isinstance(t, torch.Tensor) and t.device.type == "meta":
             raise InputError(None, f"{spec} at scale {scale} lives on the meta device (no real "
                              "weights): run it at tiny or small")
-    return module, tuple(inputs), name
+    return module, tuple(inputs), name, meta
 
 
 def load_profile_for(args: argparse.Namespace) -> tuple[Any, str]:
@@ -130,12 +130,14 @@ def cmd_run(args: argparse.Namespace) -> int:
         if not device_available(args.device):
             raise InputError(None, f"--device {args.device}: no {args.device} device available "
                              "to torch here")
-    module, inputs, name = load_model(args.model, args.scale, args.phase)
+    module, inputs, name, meta = load_model(args.model, args.scale, args.phase)
     module, inputs = _move(module, inputs, args.device)
+    from ..graph.models import anchored
     from ..graph.torch_import import import_runnable
 
-    runnable = import_runnable(module, inputs, name=name,
-                               meta={"scale": args.scale, "phase": args.phase})
+    with anchored(meta):
+        runnable = import_runnable(module, inputs, name=name,
+                                   meta={"scale": args.scale, "phase": args.phase})
     graph = runnable.graph
     profile, profile_note = load_profile_for(args)
     out = sys.stdout
