@@ -80,17 +80,6 @@ def value_flags(values: Sequence[str], test) -> np.ndarray:
     return np.array([bool(test(v)) for v in values] or [False], dtype=bool)
 
 
-def drop_unused(codes: np.ndarray, values: Sequence[str]) -> tuple[np.ndarray, list[str]]:
-    """Drop values no code refers to (after rows were skipped); codes renumbered, order kept."""
-    if not len(codes):
-        return codes.astype(np.int32), []
-    used = np.bincount(codes, minlength=len(values)) > 0
-    if used.all():
-        return codes, list(values)
-    lut = (np.cumsum(used) - 1).astype(np.int32)
-    return lut[codes], [v for v, u in zip(values, used) if u]
-
-
 @dataclass
 class Timeline:
     """One capture of device work, column-wise; ops sorted by (start, end, stream).

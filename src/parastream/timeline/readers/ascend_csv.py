@@ -28,7 +28,7 @@ from ..timeparse import trim_text as _trim
 from ..timeparse import us_column_to_ns
 from ..model import (
     COMM_LANE, KIND_COMM, KIND_COMPUTE, KIND_MEMCPY, KIND_MEMSET, DeviceInfo, Timeline,
-    core_code, drop_unused, make_timeline, value_flags,
+    core_code, make_timeline, value_flags,
 )
 
 FORMAT = "ascend_csv"
@@ -238,6 +238,9 @@ def read(path: str | os.PathLike[str]) -> Timeline:
     if skipped:
         warnings.append(f"skipped {skipped} row(s) with a missing, NaN or negative duration "
                         "or an unparseable start time")
+        # drop them before the text columns are encoded, so no table holds unused values
+        table = table.filter(pa.array(ok))
+        start_ns, dur_ns, n = start_ns[ok], dur_ns[ok], n_ok
 
     stream_txt = _trim(col("stream"))
     no_stream = pc.fill_null(pc.equal(pc.utf8_upper(stream_txt), "N/A"), True)
@@ -272,16 +275,7 @@ def read(path: str | os.PathLike[str]) -> Timeline:
                block_dim=_int_column(col("block"), n), mix_block_dim=_int_column(col("mix"), n),
                step=_int_column(col("step"), n))
     shapes = None
-    if skipped:
-        keep_idx = np.flatnonzero(ok)
-        ops = {k: v[keep_idx] for k, v in ops.items()}
-        ops["stream"], streams = drop_unused(ops["stream"], streams)
-        ops["name"], names = drop_unused(ops["name"], names)
-        ops["type"], types = drop_unused(ops["type"], types)
     if "shapes" in cols:
-        sh = pc.fill_null(pc.utf8_trim(_trim(col("shapes")), characters='"'), "")
-        if skipped:
-            sh = sh.filter(pa.array(ok))
-        shapes = sh.to_numpy(zero_copy_only=False)
+        shapes = pc.fill_null(_trim(col("shapes")), "").to_numpy(zero_copy_only=False)
     return make_timeline(path, fmt, streams, names, types, ops, shapes=shapes,
                          device=DeviceInfo(), warnings=warnings, meta=meta)

@@ -33,7 +33,7 @@ import numpy as np
 from ...errors import InputError
 from ..model import (
     COMM_LANE, KIND_COMM, KIND_COMPUTE, KIND_MEMCPY, KIND_MEMSET, DeviceInfo, Timeline,
-    core_code, drop_unused, make_timeline, value_flags,
+    core_code, make_timeline, value_flags,
 )
 from . import SQLITE_MAGIC
 
@@ -306,11 +306,11 @@ def _read(con: sqlite3.Connection, path: str) -> Timeline:
         [(type_c, type_txt), _intern([r[1] for r in comm_rows], {})])
     # keep only the texts some op or wait uses
     all_names = np.concatenate([name_c, comm_name_c, wait_c]).astype(np.int32)
-    all_names, names = drop_unused(all_names, names)
+    all_names, names = _drop_unused(all_names, names)
     n_ops = len(name_c)
     name_c, comm_name_c, wait_c = (all_names[:n_ops], all_names[n_ops:n_ops + n_comm],
                                    all_names[n_ops + n_comm:])
-    all_types, types = drop_unused(np.concatenate([type_c, comm_type_c]).astype(np.int32), types)
+    all_types, types = _drop_unused(np.concatenate([type_c, comm_type_c]).astype(np.int32), types)
     type_c, comm_type_c = all_types[:n_ops], all_types[n_ops:]
 
     ops = dict(
@@ -460,3 +460,14 @@ def _npu_name(con, tables, device) -> str | None:
         if device is None or i == device:
             return str(name) if name else None
     return None
+
+
+def _drop_unused(codes: np.ndarray, values: list[str]) -> tuple[np.ndarray, list[str]]:
+    """Drop values no code refers to (after rows were skipped); codes renumbered, order kept."""
+    if not len(codes):
+        return codes.astype(np.int32), []
+    used = np.bincount(codes, minlength=len(values)) > 0
+    if used.all():
+        return codes, list(values)
+    lut = (np.cumsum(used) - 1).astype(np.int32)
+    return lut[codes], [v for v, u in zip(values, used) if u]
