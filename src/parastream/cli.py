@@ -64,8 +64,8 @@ def _parser() -> argparse.ArgumentParser:
     a.add_argument("--perfetto", metavar="FILE", help="also write Chrome-trace JSON for Perfetto")
     a.add_argument("--plan", metavar="PLAN", help="plan.json from 'parastream plan': check each op "
                    "ran on its planned stream and compute overlap_pct per planned parallel point")
-    a.add_argument("--candidate", metavar="NAME", help="the plan candidate to check (default: "
-                   "the recommended one)")
+    a.add_argument("--candidate", metavar="NAME", help="the plan candidate to check: its name or "
+                   "a unique suffix such as side-serial (default: the recommended one)")
     a.add_argument("-j", "--jobs", type=int, default=0, metavar="N",
                    help="worker processes for many files (default: one per core, 1 = serial)")
     a.add_argument("--no-progress", action="store_true", help="no progress display")

@@ -30,7 +30,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="torchair (GE graph mode), npugraph_ex (aclgraph / eager torch_npu) "
                         "or cuda")
     p.add_argument("--candidate", metavar="NAME",
-                   help="the plan candidate to apply (default: the recommended one)")
+                   help="the plan candidate to apply, by name or unique suffix (default: the "
+                   "recommended one)")
     p.add_argument("-o", "--output", metavar="FILE", help="write the module here "
                    "(default: stdout)")
     p.add_argument("--model", metavar="MODEL", help="the model, when the plan does not name "

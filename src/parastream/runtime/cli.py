@@ -29,8 +29,8 @@ def add_parser(sub) -> None:
     g.add_argument("--plan", metavar="FILE", help="a parastream.plan/1 document (parastream plan --out)")
     g.add_argument("--auto", action="store_true", help="plan, simulate the candidates, run the "
                    "best few and keep the measured winner")
-    p.add_argument("--candidate", metavar="NAME", help="with --plan: run this candidate "
-                   "(default: the document's recommended one)")
+    p.add_argument("--candidate", metavar="NAME", help="with --plan: run this candidate, by "
+                   "name or unique suffix (default: the document's recommended one)")
     p.add_argument("--device", choices=("cpu", "cuda", "npu"), default="cpu")
     p.add_argument("--runs", type=int, default=7, metavar="N", help="timed runs per variant (>= 5; "
                    "default 7)")
