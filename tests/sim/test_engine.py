@@ -94,3 +94,25 @@ def test_same_timeline_including_waits_as_simpy(seed):
     assert a.n_waits == b.n_waits
     assert (a.wait_start_ns == b.wait_start_ns).all() and (a.wait_end_ns == b.wait_end_ns).all()
     assert (a.wait_on == b.wait_on).all()
+
+
+@pytest.mark.parametrize("launch_us", [0.0, 8.0, 30.0])
+@pytest.mark.parametrize("seed", range(6))
+def test_host_bound_and_instant_issue_match_simpy(seed, launch_us):
+    """Tasks issued after their queue drained (host slower than the device) start at their
+    issue time, and a zero launch cost issues everything at once; both as in SimPy."""
+    from parastream.sim.oracle import simpy_simulate
+
+    rng = random.Random(900 + seed)
+    dev = Device("t", 1000, 1000, 3, launch_us=launch_us, sweep_us=0.5)
+    tasks = random_tasks(rng, 60, 5)
+    a, b = simulate(tasks, dev).timeline, simpy_simulate(tasks, dev).timeline
+    assert list(a.start_ns) == list(b.start_ns) and list(a.end_ns) == list(b.end_ns)
+    assert list(a.wait_start_ns) == list(b.wait_start_ns) and list(a.wait_end_ns) == list(b.wait_end_ns)
+    if launch_us == 30.0:  # host-bound: the wall is the last issue plus its task
+        assert simulate(tasks, dev).wall_us >= (len(tasks) - 1) * launch_us
+
+
+def test_a_wait_on_a_later_task_stalls_with_an_error():
+    with pytest.raises(RuntimeError, match="stalled"):
+        simulate([Task("a", 0, 10, "cube", 1, waits=[1]), Task("b", 0, 10, "cube", 1)], DEV)

@@ -13,13 +13,15 @@
   becomes an EVENT_WAIT interval on its stream.
 - Optional seeded jitter scales each task's duration.
 
-The loop is a hand-rolled heap keyed by (time, priority, sequence), as in SimPy, without
-its per-event generator overhead. The result is a :class:`parastream.timeline.Timeline`, so
+The loop is a hand-rolled heap keyed by (time, sequence), as in SimPy, without its
+per-event generator overhead; the host's issue is an event only for a task that reaches the
+head of an empty queue, since every queue's FIFO is fixed by program order. The result is a :class:`parastream.timeline.Timeline`, so
 ``parastream analyze`` reads a simulated run like a captured one.
 """
 
 from __future__ import annotations
 
+import array
 import gc
 import heapq
 import random
@@ -29,10 +31,11 @@ import numpy as np
 
 from ..timeline.model import KIND_COMPUTE, DeviceInfo, Interner, Timeline, core_code, make_timeline
 
-POOLS = ("cube", "vector")
+# pool codes: 0 = no cores (DMA, comm, host), 1 = cube / SM / CPU cores, 2 = vector
+POOL_CODE = {"cube": 1, "vector": 2}
 
 
-@dataclass
+@dataclass(slots=True)
 class Task:
     """One op as the device sees it."""
 
@@ -86,41 +89,45 @@ def simulate(tasks: list[Task], device: Device, *, jitter: float = 0.0, seed: in
 def _simulate(tasks: list[Task], device: Device, jitter: float, seed: int, name: str,
               shared_pool: bool) -> Result:
     n = len(tasks)
-    rng = random.Random(seed)
-    scale = [1.0 + jitter * (2 * rng.random() - 1) for _ in range(n)] if jitter else None
     q_count = max(1, device.hw_queues)
-    queues: list[list[int]] = [[] for _ in range(q_count)]
     head = [0] * q_count
-    cap = {"cube": device.cube_cores, "vector": device.vector_cores, "none": 0}
-    free = dict(cap)
-    done_at = [-1.0] * n
-    start_at = [0.0] * n
-    started = [False] * n
-    pending = [0] * n  # waits not yet satisfied
-    waiters: list[list[int] | None] = [None] * n  # tasks waiting for task i
+    running = [False] * q_count  # the queue's head task has been dispatched
+    free = [0, device.cube_cores, device.vector_cores]  # indexed by pool code
     dur_of = [t.dur_us for t in tasks]
-    if scale:
-        dur_of = [d * f for d, f in zip(dur_of, scale)]
+    if jitter:
+        rng = random.Random(seed)
+        dur_of = [d * (1.0 + jitter * (2 * rng.random() - 1)) for d in dur_of]
     mem_bound = [t.memory_bound for t in tasks]
-    streams_of = [t.stream for t in tasks]
-    raw_pool = [t.pool for t in tasks]
+    code = POOL_CODE
     if shared_pool:
-        pool_of = ["cube" if p in POOLS else "none" for p in raw_pool]
+        pool_of = [1 if t.pool in code else 0 for t in tasks]
     else:
-        pool_of = [p if p in POOLS else "none" for p in raw_pool]
-    pool_cap = np.array([cap[p] for p in pool_of], np.int64) if n else np.zeros(0, np.int64)
+        pool_of = [code.get(t.pool, 0) for t in tasks]
+    pools = np.array(pool_of, np.int8) if n else np.zeros(0, np.int8)
+    pool_cap = np.array(free, np.int64)[pools]
     blocks = np.array([t.block_dim for t in tasks], np.int64) if n else np.zeros(0, np.int64)
     need = np.where(pool_cap > 0, np.clip(np.minimum(blocks, pool_cap), 1, None), 0).tolist()
-    queue_of = (np.array(streams_of, np.int64) % q_count).tolist() if n else []
-    for i, t in enumerate(tasks):
-        if t.waits:
-            pending[i] = len(t.waits)
-            for w in t.waits:
+    streams = np.array([t.stream for t in tasks], np.int64) if n else np.zeros(0, np.int64)
+    q_arr = streams % q_count
+    queue_of = q_arr.tolist()
+    # The host issues tasks in program order, so every queue's FIFO is known up front; a task
+    # has been issued at time t when index * launch <= t.
+    q_split = np.cumsum(np.bincount(q_arr, minlength=q_count))[:-1]
+    queues = [x.tolist() for x in np.split(np.argsort(q_arr, kind="stable"), q_split)]
+    pending = [0] * n  # waits not yet satisfied
+    waiters: list[list[int] | None] = [None] * n  # tasks waiting for task i
+    for i, ws in enumerate([t.waits for t in tasks]):
+        if ws:
+            pending[i] = len(ws)
+            for w in ws:
                 lst = waiters[w]
                 if lst is None:
                     waiters[w] = [i]
                 else:
                     lst.append(i)
+    # C doubles, not float objects: the result arrays are then views, not 2M scattered boxes
+    done_at = array.array("d", bytes(8 * n))
+    start_at = array.array("d", bytes(8 * n))
     waiting_since = [-1.0] * n  # when a head task started waiting for an event
     wait_iv: list[tuple[int, float, float, int]] = []  # (task, start, end, waited-on task)
     last_done: list[int] = [-1] * n  # the wait that was satisfied last
@@ -131,8 +138,9 @@ def _simulate(tasks: list[Task], device: Device, jitter: float, seed: int, name:
     heap: list[tuple[float, int, int]] = []  # (time, seq, task)
     seq = 0
     rr = 0  # round-robin start: the queue after the last one that dispatched
-    blocked_cores: dict[str, set[int]] = {"cube": set(), "vector": set()}
-    busy = {"cube": 0.0, "vector": 0.0, "none": 0.0}
+    # queues in sweep order for each round-robin start
+    rr_order = [[(r + k) % q_count for k in range(q_count)] for r in range(q_count)]
+    blocked: list[set[int]] = [set(), set(), set()]  # per pool: queues whose head lacks cores
     sweep_us = device.sweep_us
     push = heapq.heappush
 
@@ -144,159 +152,188 @@ def _simulate(tasks: list[Task], device: Device, jitter: float, seed: int, name:
                 mem_left[k] -= d
         mem_mark = t
 
-    def reschedule_mem(t: float) -> None:
-        nonlocal seq
+    def reschedule_mem(t: float, seq: int) -> int:
         k_n = len(mem_left)
         for k, left in mem_left.items():
             seq += 1
             expect[k] = seq
             push(heap, (t + (left if left > 0 else 0.0) * k_n, seq, k))
+        return seq
 
-    def try_dispatch(qs, t: float) -> None:
-        """Dispatch the ready heads of the queues ``qs`` (in round-robin order)."""
-        nonlocal rr, seq
-        if len(qs) > 1:
-            qs = sorted(qs, key=lambda q: (q - rr) % q_count)
-        qlist = queues
+    launch = device.launch_us
+    # tasks at the head of their queue that the host has not issued yet, by index (= issue time)
+    wake = [qq[0] for qq in queues if qq]
+    heapq.heapify(wake)
+    has_mem = any(mem_bound)
+    pop = heapq.heappop
+    # One event per iteration: the host issues a task that heads its queue (issues that come
+    # no later than the next completion go first), or a task completes; then the queues that
+    # may have become ready are swept. Tasks issued behind others need no event of their own.
+    # The sweep is inlined: it runs at least once per task, and a call per sweep costs more
+    # than the rest of it.
+    while True:
+        if wake and (not heap or wake[0] * launch <= heap[0][0]):
+            i = pop(wake)
+            t = i * launch
+            qs = (queue_of[i],)
+        else:
+            if not heap:
+                if any(h < len(qq) for h, qq in zip(head, queues)):
+                    raise RuntimeError("simulation stalled: a wait can never be satisfied")
+                break
+            t, sq, i = pop(heap)
+            if has_mem:
+                if sq != expect[i]:
+                    continue  # superseded when bandwidth shares changed
+                if i in mem_left:
+                    settle_mem(t)
+                    del mem_left[i]
+                    seq = reschedule_mem(t, seq)
+            done_at[i] = t
+            p = pool_of[i]
+            qi = queue_of[i]
+            h = head[qi] + 1  # the head is the task that just finished (FIFO per queue)
+            head[qi] = h
+            running[qi] = False
+            qq = queues[qi]
+            if h < len(qq) and qq[h] * launch > t:
+                push(wake, qq[h])
+            wl = waiters[i]
+            if p:
+                free[p] += need[i]
+                bc = blocked[p]
+            else:
+                bc = None
+            if not bc and (not wl or len(wl) == 1):
+                if not wl:
+                    qs = (qi,)
+                else:  # the common wait: one task released, at most two queues to sweep
+                    w = wl[0]
+                    pending[w] -= 1
+                    last_done[w] = i
+                    qw = queue_of[w]
+                    if qw == qi:
+                        qs = (qi,)
+                    elif (qi - rr) % q_count < (qw - rr) % q_count:
+                        qs = (qi, qw)
+                    else:
+                        qs = (qw, qi)
+            else:
+                check = {qi}
+                for w in wl or ():
+                    pending[w] -= 1
+                    last_done[w] = i
+                    check.add(queue_of[w])
+                if bc:
+                    check |= bc
+                qs = filter(check.__contains__, rr_order[rr]) if len(check) > 1 else check
         for qi in qs:
+            # start queue qi's head task at t if its events are recorded and its cores free
+            qq = queues[qi]
             h = head[qi]
-            qq = qlist[qi]
-            if h >= len(qq):
+            if running[qi] or h >= len(qq):
                 continue
             i = qq[h]
-            if started[i]:
-                continue
+            if i * launch > t:
+                continue  # not issued yet: its wake-up comes
             if pending[i]:
                 if waiting_since[i] < 0:
                     waiting_since[i] = t
                 continue
             p = pool_of[i]
-            if need[i] > free[p]:
-                blocked_cores[p].add(qi)
-                continue
-            if p != "none":
-                bcp = blocked_cores[p]
-                if bcp:
-                    bcp.discard(qi)
-                free[p] -= need[i]
-            if waiting_since[i] >= 0:
+            if p:
+                k = need[i]
+                if k > free[p]:
+                    blocked[p].add(qi)
+                    continue
+                bp = blocked[p]
+                if bp:
+                    bp.discard(qi)
+                free[p] -= k
+            ws = waiting_since[i]
+            if ws >= 0:
                 # the wait lasts until the last awaited event, not until cores were free
                 end = done_at[last_done[i]]
-                if end > waiting_since[i]:
-                    wait_iv.append((i, waiting_since[i], end, last_done[i]))
-            started[i] = True
+                if end > ws:
+                    wait_iv.append((i, ws, end, last_done[i]))
+            running[qi] = True
             begin = t + sweep_us
             start_at[i] = begin
             dur = dur_of[i]
-            if mem_bound[i] and dur > 0:
+            seq += 1
+            if has_mem and mem_bound[i] and dur > 0:
                 # the sweep is folded into the shared work so memory bookkeeping stays at t
                 settle_mem(t)
                 mem_left[i] = dur + sweep_us
-                reschedule_mem(t)
+                seq = reschedule_mem(t, seq)
             else:
-                seq += 1
-                expect[i] = seq
+                if has_mem:
+                    expect[i] = seq
                 push(heap, (begin + dur, seq, i))
-            rr = (qi + 1) % q_count
+            rr = qi + 1 if qi + 1 < q_count else 0
 
-    issued = 0
-    launch = device.launch_us
-    finished = 0
-    has_mem = any(mem_bound)
-    inf = float("inf")
-    pop = heapq.heappop
-    while finished < n:
-        t_heap = heap[0][0] if heap else inf
-        if issued < n and issued * launch <= t_heap:
-            # issue every task the host launches before the next completion, in one go
-            while issued < n and issued * launch <= t_heap:
-                t_issue = issued * launch
-                qi = queue_of[issued]
-                qq = queues[qi]
-                qq.append(issued)
-                issued += 1
-                if head[qi] == len(qq) - 1:
-                    try_dispatch((qi,), t_issue)
-                    if heap and heap[0][0] < t_heap:
-                        t_heap = heap[0][0]
-            continue
-        if not heap:
-            raise RuntimeError("simulation stalled: a wait can never be satisfied")
-        now, sq, i = pop(heap)
-        if sq != expect[i]:
-            continue
-        if has_mem and i in mem_left:
-            settle_mem(now)
-            del mem_left[i]
-            reschedule_mem(now)
-        done_at[i] = now
-        finished += 1
-        p = pool_of[i]
-        free[p] += need[i]
-        qi = queue_of[i]
-        head[qi] += 1  # the head is the task that just finished (FIFO per queue)
-        wl = waiters[i]
-        bc = blocked_cores[p] if p != "none" else None
-        if not wl and not bc:
-            try_dispatch((qi,), now)
-            continue
-        check = {qi}
-        for w in wl or ():
-            pending[w] -= 1
-            last_done[w] = i
-            check.add(queue_of[w])
-        if bc:
-            check |= bc
-        try_dispatch(check, now)
-
-    # core-microseconds each pool was busy, from the final start/end times
+    busy = {"cube": 0.0, "vector": 0.0, "none": 0.0}
+    start = np.frombuffer(start_at, np.float64) if n else np.zeros(0)
+    done = np.frombuffer(done_at, np.float64) if n else np.zeros(0)
     if n:
-        work = np.array(need, np.float64) * (np.array(done_at) - np.array(start_at))
-        pools = np.array(pool_of)
-        for p_name in ("cube", "vector"):
-            busy[p_name] = float(work[pools == p_name].sum())
-    tl = build_timeline(tasks, start_at, done_at, pool_of, need, wait_iv, device, name)
-    wall = max(done_at) if n else 0.0
+        # core-microseconds each pool was busy, from the final start/end times
+        work = np.array(need, np.float64) * (done - start)
+        for c, p_name in ((1, "cube"), (2, "vector")):
+            busy[p_name] = float(work[pools == c].sum())
+    tl = build_timeline(tasks, start, done, pools, need, wait_iv, device, name, streams)
+    wall = float(done.max()) if n else 0.0
     return Result(tl, wall, busy, n)
 
 
 def build_timeline(tasks: list[Task], start_at: list[float], done_at: list[float],
-                   pool_of: list[str], need: list[int],
+                   pools: np.ndarray, need: list[int],
                    wait_iv: list[tuple[int, float, float, int]], device: Device,
-                   name: str) -> Timeline:
+                   name: str, stream: np.ndarray | None = None) -> Timeline:
     """The simulated run as a Timeline (shared with the SimPy oracle, so both give the same
-    output); times in us become integer ns."""
+    output); ``pools`` holds each task's pool code (0 none, 1 cube, 2 vector); times in us
+    become integer ns; ``stream`` is the tasks' stream column when the caller has it."""
     n = len(tasks)
-    streams_of = [t.stream for t in tasks]
-    pool_cap = np.array([device.cube_cores if p == "cube" else device.vector_cores
-                         if p == "vector" else 0 for p in pool_of], np.int64)
-    b_names = [t.name for t in tasks]
-    stream_ids = sorted(set(streams_of))
-    code = {s: k for k, s in enumerate(stream_ids)}
-    core_of = {"cube": core_code("AI_CORE"), "vector": core_code("AI_VECTOR_CORE"), "none": 0}
+    if stream is None:
+        stream = np.array([t.stream for t in tasks], np.int64) if n else np.zeros(0, np.int64)
+    if n and stream.min() >= 0 and stream.max() < 1 << 16:
+        # few small stream ids: a lookup table instead of sorting a million ids
+        stream_ids = np.flatnonzero(np.bincount(stream))
+        lut = np.zeros(int(stream_ids[-1]) + 1, np.int32)
+        lut[stream_ids] = np.arange(len(stream_ids), dtype=np.int32)
+        s_code = lut[stream]
+    else:
+        stream_ids = np.unique(stream)
+        s_code = np.searchsorted(stream_ids, stream).astype(np.int32)
+    pools = np.asarray(pools, np.int64)
+    pool_cap = np.array([0, device.cube_cores, device.vector_cores], np.int64)[pools]
+    core_of = np.array([0, core_code("AI_CORE"), core_code("AI_VECTOR_CORE")], np.int8)
     types = Interner()
     type_code: dict[str, int] = {}
     ops = dict(
-        stream=np.array([code[x] for x in streams_of], np.int32),
+        stream=s_code,
         name=np.arange(n, dtype=np.int32),
         type=np.array([type_code[x] if x in type_code else type_code.setdefault(x, types.code(x))
-                       for x in (t.type for t in tasks)], np.int32),
-        start_ns=np.rint(np.array(start_at) * 1000).astype(np.int64),
-        end_ns=np.rint(np.array(done_at) * 1000).astype(np.int64),
+                       for x in [t.type for t in tasks]], np.int32),
+        start_ns=np.rint(np.array(start_at, np.float64) * 1000).astype(np.int64),
+        end_ns=np.rint(np.array(done_at, np.float64) * 1000).astype(np.int64),
         kind=np.array([t.kind for t in tasks], np.int8),
-        core=np.array([core_of[p] for p in pool_of], np.int8),
+        core=core_of[pools],
         block_dim=np.where(pool_cap > 0, np.array(need, np.int64), -1).astype(np.int32),
         mix_block_dim=np.full(n, -1, np.int32), step=np.full(n, -1, np.int32))
-    wait_name = len(b_names)
+    wait_name = n
     waits = None
     if wait_iv:
+        iv = np.array(wait_iv, np.float64)  # (task, start, end, waited-on task)
+        task = iv[:, 0].astype(np.int64)
+        on = iv[:, 3].astype(np.int64)
         waits = dict(
-            wait_stream=np.array([code[tasks[i].stream] for i, _, _, _ in wait_iv], np.int32),
-            wait_on=np.array([code[tasks[w].stream] if w >= 0 else -1 for _, _, _, w in wait_iv], np.int32),
-            wait_start_ns=np.rint(np.array([a for _, a, _, _ in wait_iv]) * 1000).astype(np.int64),
-            wait_end_ns=np.rint(np.array([e for _, _, e, _ in wait_iv]) * 1000).astype(np.int64),
+            wait_stream=s_code[task],
+            wait_on=np.where(on >= 0, s_code[np.maximum(on, 0)], -1).astype(np.int32),
+            wait_start_ns=np.rint(iv[:, 1] * 1000).astype(np.int64),
+            wait_end_ns=np.rint(iv[:, 2] * 1000).astype(np.int64),
             wait_name=np.full(len(wait_iv), wait_name, np.int32))
     dev = DeviceInfo(name=device.name, ai_core_num=device.cube_cores,
                      vector_core_num=device.vector_cores)
-    return make_timeline(name, "simulated", [str(s) for s in stream_ids], b_names + ["EVENT_WAIT"],
-                       types.values, ops, waits, device=dev, meta={"label": name})
+    return make_timeline(name, "simulated", [str(s) for s in stream_ids.tolist()],
+                         [t.name for t in tasks] + ["EVENT_WAIT"], types.values, ops, waits,
+                         device=dev, meta={"label": name})

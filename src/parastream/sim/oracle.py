@@ -8,7 +8,9 @@ no two queues tie for cores both give the same timeline. Needs ``simpy`` (test d
 
 from __future__ import annotations
 
-from .engine import POOLS, Device, Result, Task, build_timeline
+import numpy as np
+
+from .engine import POOL_CODE, Device, Result, Task, build_timeline
 
 
 def simpy_model(tasks: list[Task], dev: Device) -> dict[str, tuple[float, float]]:
@@ -24,14 +26,14 @@ def simpy_simulate(tasks: list[Task], dev: Device, name: str = "simpy") -> Resul
     import simpy
 
     env = simpy.Environment()
-    cores = {"cube": simpy.Container(env, dev.cube_cores, init=dev.cube_cores),
-             "vector": simpy.Container(env, dev.vector_cores, init=dev.vector_cores)}
+    cores = [None, simpy.Container(env, dev.cube_cores, init=dev.cube_cores),
+             simpy.Container(env, dev.vector_cores, init=dev.vector_cores)]
     n = len(tasks)
     done = [env.event() for _ in tasks]
     done_at = [0.0] * n
     start_at = [0.0] * n
-    pool_of = [t.pool if t.pool in POOLS else "none" for t in tasks]
-    need = [max(1, min(t.block_dim, cores[p].capacity)) if p != "none" else 0
+    pool_of = [POOL_CODE.get(t.pool, 0) for t in tasks]
+    need = [max(1, min(t.block_dim, cores[p].capacity)) if p else 0
             for t, p in zip(tasks, pool_of)]
     wait_iv: list[tuple[int, float, float, int]] = []
     queues: dict[int, list[int]] = {}
@@ -64,5 +66,6 @@ def simpy_simulate(tasks: list[Task], dev: Device, name: str = "simpy") -> Resul
         env.process(worker(q))
     env.run()
     busy = {"cube": 0.0, "vector": 0.0, "none": 0.0}
-    tl = build_timeline(tasks, start_at, done_at, pool_of, need, wait_iv, dev, name)
+    tl = build_timeline(tasks, start_at, done_at, np.array(pool_of, np.int8), need, wait_iv, dev,
+                        name)
     return Result(tl, max(done_at) if n else 0.0, busy, n)
