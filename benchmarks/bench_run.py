@@ -5,7 +5,8 @@
 2. Best plan vs the best single-stream setting (plain module, intra-op threads = all
    cores) for the zoo models at small scale and for a two-chain model (two independent
    chains of relu(x @ w), ~1 ms per op: the shape DOMAIN.md §8 measured 1.5x on).
-3. Predicted (simulator, calibrated profile) vs measured wall, zoo models at tiny/small.
+3. Predicted (simulator, calibrated profile) vs measured wall, zoo models at tiny/small;
+   also predicted from the model's op times in a separate single-stream capture.
 
 Medians of >= 5 kept runs (first 2 dropped), same process, alternating. Usage:
     .venv/bin/python benchmarks/bench_run.py [--runs 9] [--models a,b] [--skip-predict]
@@ -114,22 +115,29 @@ def speedups(models, profile, runs: int) -> list[dict]:
 
 
 def predictions(models, profile, runs: int) -> list[dict]:
+    """Two predictions per plan: from the profile alone, and from this model's op times in
+    a separate single-stream capture (the calibration runs are not the measured runs)."""
     from parastream.plan.model import Plan
     from parastream.runtime.measure import measure
-    from parastream.sim.run import simulate_plan
+    from parastream.sim.run import measured_costs, simulate_plan
 
     rows = []
     for name, (module, inputs) in models.items():
         rn, doc, multi = candidates_of(module, inputs, name, profile, top=1)
         single = Plan(name="single", algorithm="single",
                       assignment={o.name: 0 for o in rn.graph.ops})
+        cal = measure(module, inputs, single, runs=runs, drop=2, runnable=rn,
+                      single_executor=False)
+        costs = measured_costs(rn.graph, profile, cal.multi_timelines)
         for plan in [single] + multi:
             pred = simulate_plan(rn.graph, plan, profile).result.wall_us
+            from_ops = simulate_plan(rn.graph, plan, profile, costs=costs).result.wall_us
             m = measure(module, inputs, plan, runs=runs, drop=2, runnable=rn,
                         single_executor=False)
             meas = m.multi_median_us
             rows.append({"model": name, "plan": plan.name, "predicted_us": pred,
-                         "measured_us": meas, "error": (pred - meas) / meas})
+                         "from_ops_us": from_ops, "measured_us": meas,
+                         "error": (pred - meas) / meas, "from_ops_error": (from_ops - meas) / meas})
             print(rows[-1], flush=True)
     return rows
 
@@ -144,12 +152,12 @@ def main() -> None:
     import msgspec
 
     from parastream.device.profile import loads_profile
-    from parastream.graph.calibrate import calibrate
+    from parastream.runtime.overhead import calibrate_cpu
     from parastream.graph.zoo import ZOO
 
     print("CPU, 2 cores; torch", torch.__version__, flush=True)
     print("overhead", overhead(runs=args.runs), flush=True)
-    profile = loads_profile(msgspec.json.encode(calibrate(quick=False)))
+    profile = loads_profile(msgspec.json.encode(calibrate_cpu(quick=False)))
     print("profile", profile.description, flush=True)
     names = [n for n in (args.models.split(",") if args.models else ZOO) if n]
     if not args.skip_speedup:

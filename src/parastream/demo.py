@@ -66,7 +66,8 @@ def run_demo(out_dir: str = "out/demo", model: str = DEFAULT_MODEL, scale: str =
     import torch
 
     from .device.profile import load_profile, loads_profile
-    from .graph.calibrate import calibrate, dumps as dump_profile
+    from .graph.calibrate import dumps as dump_profile
+    from .runtime.overhead import calibrate_cpu
     from .graph.headroom import analyze_graph
     from .graph.render import analysis_document, module_mermaid
     from .graph.torch_import import import_runnable
@@ -96,7 +97,7 @@ def run_demo(out_dir: str = "out/demo", model: str = DEFAULT_MODEL, scale: str =
         if profile_path:
             profile = load_profile(profile_path)
         else:
-            prof_dict = calibrate(quick=True, name="cpu-calibrated")
+            prof_dict = calibrate_cpu(quick=True, name="cpu-calibrated")
             profile = loads_profile(dump_profile(prof_dict))
             write_atomic(os.path.join(out_dir, "cpu-profile.json"), dump_profile(prof_dict))
 

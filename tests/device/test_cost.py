@@ -131,3 +131,87 @@ def test_scaling_a_cpu_cost_equals_re_estimating():
     for op in (Op(name="mm", type="mm", resource="cube", flops=2e10, bytes_read=1 << 20),
                Op(name="add", type="add", resource="vector", flops=1e3, bytes_read=4096)):
         assert with_cores(estimate(op, cpu), cpu, 2) == with_cores(op, cpu, 2)
+
+
+# ---------------------------------------------------------------- CPU op rates (calibrated)
+
+def cpu_profile(**rates):
+    """The shipped cpu profile with op rates: name -> (metric, fixed_1, fixed_all, r1, rall)."""
+    import msgspec
+
+    from parastream.device.profile import OpRate
+
+    base = load_profile("cpu")
+    table = {k: OpRate(*v) for k, v in rates.items()}
+    return msgspec.structs.replace(base, op_rates=table)
+
+
+def test_op_rate_interpolates_between_one_thread_and_all():
+    from parastream.device.profile import OpRate
+
+    r = OpRate("flops", 2.0, 10.0, 100.0, 300.0)  # GFLOP/s
+    assert r.duration_us(1e6, 1, 5) == pytest_approx(2.0 + 1e6 / 100e3)
+    assert r.duration_us(1e6, 5, 5) == pytest_approx(10.0 + 1e6 / 300e3)
+    mid = r.duration_us(1e6, 3, 5)  # half way in threads: rate 200, fixed 6
+    assert mid == pytest_approx(6.0 + 1e6 / 200e3)
+    assert r.duration_us(1e6, 99, 5) == r.duration_us(1e6, 5, 5)  # capped at all cores
+
+
+def test_cpu_estimate_uses_the_op_rate_of_its_type_or_family():
+    prof = cpu_profile(linear=("flops", 3.0, 5.0, 50.0, 90.0),
+                       add=("bytes", 1.0, 1.0, 20.0, 30.0),
+                       cat=("bytes", 2.0, 2.0, 10.0, 12.0))
+    cores = prof.cores.cube
+    lin = Op("l", "linear", resource="cube", flops=1e8, bytes_read=10, bytes_written=10,
+             outputs=[Tensor([4096, 4096], "float32")])
+    c = estimate(lin, prof)
+    assert c.rate_key == "linear" and c.block_dim == cores
+    assert c.dur_us == pytest_approx(5.0 + 1e8 / 90e3 + prof.launch_overhead_us)
+    bmm = Op("b", "bmm", resource="cube", flops=1e8, outputs=[Tensor([4096, 4096], "float32")])
+    assert estimate(bmm, prof).rate_key == "linear"          # matmul family
+    neg = Op("n", "neg", resource="vector", bytes_read=4000, bytes_written=4000)
+    assert estimate(neg, prof).rate_key == "add"              # other element-wise work
+    cat = Op("c", "cat", resource="memory", bytes_read=8000, bytes_written=8000)
+    cc = estimate(cat, prof)
+    assert cc.rate_key == "cat" and cc.block_dim == 0 and cc.unit == "memory"
+    conv = Op("v", "conv2d", resource="cube", flops=1e6)
+    assert estimate(conv, prof).rate_key == ""                # family not measured: roofline
+    ar = Op("a", "all_reduce", resource="comm", bytes_read=1000)
+    assert estimate(ar, prof).rate_key == ""                  # collectives never rated
+    host = Op("h", "div", resource="host", bytes_read=4000, bytes_written=4000)
+    hc = estimate(host, prof)                                  # the host is this CPU
+    assert hc.rate_key == "add" and hc.unit == "host" and hc.dur_us > prof.launch_overhead_us
+
+
+def test_fewer_threads_rescale_rated_and_measured_cpu_costs():
+    prof = cpu_profile(linear=("flops", 3.0, 5.0, 50.0, 90.0))
+    lin = Op("l", "linear", resource="cube", flops=1e8, outputs=[Tensor([4096, 4096], "float32")])
+    full = estimate(lin, prof)
+    one = with_cores(full, prof, 1)
+    assert one.dur_us == pytest_approx(3.0 + 1e8 / 50e3 + prof.launch_overhead_us)
+    assert with_cores(lin, prof, 1).dur_us == pytest_approx(one.dur_us)
+    import msgspec
+
+    # a measured op (from a captured run on all cores) keeps its own time, scaled by the
+    # rate model's ratio between the two thread counts
+    measured = msgspec.structs.replace(full, dur_us=4000.0 + prof.launch_overhead_us, measured=True)
+    ratio = (3.0 + 1e8 / 50e3) / (5.0 + 1e8 / 90e3)
+    assert with_cores(measured, prof, 1).dur_us == pytest_approx(4000.0 * ratio + prof.launch_overhead_us)
+
+
+def test_profile_rejects_bad_op_rates():
+    import json
+
+    import pytest
+
+    from parastream.device.profile import dumps_profile, loads_profile
+    from parastream.errors import InputError
+
+    doc = json.loads(dumps_profile(load_profile("cpu")))
+    doc["op_rates"] = {"linear": {"metric": "ops", "fixed_1_us": 1, "fixed_all_us": 1,
+                                  "rate_1": 1, "rate_all": 1}}
+    with pytest.raises(InputError, match="metric"):
+        loads_profile(json.dumps(doc), "p.json")
+    doc["op_rates"]["linear"].update(metric="flops", rate_1=0)
+    with pytest.raises(InputError, match="rates must be positive"):
+        loads_profile(json.dumps(doc), "p.json")

@@ -35,6 +35,10 @@ def test_cli_quick_writes_a_loadable_profile(tmp_path):
     assert doc["cores"]["cube"] == cal.cpu_count()
     assert doc["peak_tflops"]["cube"]["fp32"] > 0 and doc["memory_bandwidth_gbps"] > 0
     assert doc["launch_overhead_us"] > 0
+    # with torch: measured op rates and the cpu backend's own costs (what run/demo predict with)
+    assert set(doc["op_rates"]) == set(cal._op_cases())
+    assert doc["run_overhead_us"] >= 0 and "executor" in doc["sources"]["launch_overhead_us"]
+    assert "intercept" in doc["sources"]["run_overhead_us"]
     assert all(v.startswith("measured by parastream calibrate on ") for v in doc["sources"].values())
     from parastream.device.profile import load_profile
 
@@ -49,3 +53,45 @@ def test_cli_unwritable_output_is_an_input_error(tmp_path):
     assert r.returncode == 2
     assert r.stderr.startswith("parastream: ") and "cannot write" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_fit_recovers_a_line_and_clamps_its_fixed_part():
+    fixed, rate = cal._fit((1e6, 12.0), (1e8, 1002.0))  # t = 2 + work / 100e3
+    assert abs(fixed - 2.0) < 1e-6 and abs(rate - 100.0) < 1e-6
+    fixed, rate = cal._fit((1e6, 5.0), (1e8, 4.0))       # noise: the big one ran faster
+    assert fixed == 0.0 and rate > 0
+    fixed, _ = cal._fit((1e6, 1.0), (1e8, 1000.0))       # the line crosses below zero
+    assert fixed == 0.0
+
+
+def test_op_case_work_is_counted_like_the_importer_counts_it():
+    """A rate measured on a case applies to imported ops only if both count work alike."""
+    import pytest
+
+    torch = pytest.importorskip("torch")
+    from parastream.graph.torch_import import import_runnable
+
+    cases = cal._op_cases()
+    for name, (metric, case) in cases.items():
+        for large in (False, True):
+            fn, work = case(large)
+
+            class One(torch.nn.Module):
+                def forward(self, dummy):
+                    return fn() + 0 * dummy.sum()
+
+            g = import_runnable(One().eval(), (torch.zeros(1),), name=name).graph
+            op = next(o for o in g.ops if o.type == name)
+            counted = op.flops if metric == "flops" else op.bytes_read + op.bytes_written
+            assert counted == pytest.approx(work, rel=1e-6), (name, large)
+
+
+def test_op_rates_are_measured_on_a_worker_thread_for_every_case():
+    import pytest
+
+    pytest.importorskip("torch")
+    rates = cal.measure_op_rates(quick=True)
+    assert set(rates) == set(cal._op_cases())
+    for r in rates.values():
+        assert r["rate_1"] > 0 and r["rate_all"] > 0
+        assert r["fixed_1_us"] >= 0 and r["fixed_all_us"] >= 0

@@ -39,6 +39,11 @@ def test_auto_with_check_trace_and_json(tmp_path, capsys, profile):
     doc = json.loads((tmp_path / "r.json").read_text())
     assert doc["recommendation"]["action"] in ("keep", "change", "single")
     assert len(doc["candidates"]) == 2
+    # the second prediction replays this model's measured single-stream op times
+    assert "pred. from ops" in out
+    for d in doc.get("details", doc["candidates"]):
+        if "predicted_from_ops_us" in d:
+            assert d["predicted_from_ops_us"] > 0 and d["prediction_from_ops_error"] is not None
     assert all(c["outputs_ok"] for c in doc["candidates"])
     files = os.listdir(tmp_path / "tr")
     assert "single.json" in files and "plan.json" in files and len(files) >= 3

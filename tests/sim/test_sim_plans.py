@@ -65,3 +65,49 @@ def test_simulate_trace_reads_back_through_analyze(tmp_path):
                            "ascend910b", "--streams", "1,2"], capture_output=True, text=True,
                           check=True).stdout
     assert "simulated on ascend910b" in text and "recommended" in text
+
+
+def test_measured_costs_replay_captured_op_times_and_scale_them_per_stream():
+    """Op times from a captured single-stream run drive the simulation; a two-stream plan
+    on a CPU gives each stream half the cores, and a measured op slows down as its op rate
+    says it would on fewer threads."""
+    import msgspec
+    import numpy as np
+
+    from parastream.device.profile import OpRate
+    from parastream.sim.run import measured_costs
+    from parastream.timeline.model import make_timeline
+
+    names = ["a", "b", "c", "d"]
+    g = Graph(name="two", ops=[Op(name=n, type="linear", resource="cube", flops=1e8,
+                                  meta={"block_dim": 2}) for n in names],
+              edges=[Edge(src="a", dst="b"), Edge(src="c", dst="d")])
+    prof = msgspec.structs.replace(load_profile("cpu"),
+                                   op_rates={"linear": OpRate("flops", 0.0, 0.0, 50.0, 100.0)})
+    cores = prof.cores.cube
+
+    def captured(durs_us):
+        start = np.cumsum([0] + durs_us[:-1]) * 1000
+        ops = dict(stream=np.zeros(4, np.int32), name=np.arange(4, dtype=np.int32),
+                   type=np.zeros(4, np.int32), start_ns=start.astype(np.int64),
+                   end_ns=(start + np.array(durs_us) * 1000).astype(np.int64),
+                   kind=np.zeros(4, np.int8), core=np.zeros(4, np.int8),
+                   block_dim=np.full(4, -1, np.int32), mix_block_dim=np.full(4, -1, np.int32),
+                   step=np.full(4, -1, np.int32))
+        return make_timeline("cap", "parastream-cpu", ["0"], names, ["linear"], ops)
+
+    costs = measured_costs(g, prof, [captured([100, 200, 300, 400]), captured([300, 200, 100, 400])])
+    launch = prof.launch_overhead_us
+    assert costs["a"].measured and costs["a"].dur_us == 200 + launch       # median of 100, 300
+    assert costs["d"].dur_us == 400 + launch and costs["a"].block_dim == cores
+    from parastream.plan.model import Plan
+
+    single = simulate_plan(g, Plan.single(names), prof, costs=costs).result
+    assert single.wall_us >= sum(c.dur_us for c in costs.values()) + prof.run_overhead_us - 1e-6
+    split = simulate_plan(g, assign(g, "manual", mapping={"c": 1, "d": 1}), prof, costs=costs)
+    assert cores == 2  # the shipped cpu profile: each of two streams gets one thread
+    per = {split.result.timeline.op_name(i): (int(split.result.timeline.end_ns[i])
+                                              - int(split.result.timeline.start_ns[i])) / 1e3
+           for i in range(len(split.result.timeline))}
+    # c ran 200 us on all cores; on one thread its rate halves: 400 us, plus the launch
+    assert abs(per["c"] - (400 + launch)) < 0.01, per["c"]

@@ -15,6 +15,11 @@ Half the cores (``SATURATION`` = 2) are taken to saturate memory bandwidth. Memo
 this is a lower bound); ``host`` ops cost the launch overhead. An op may carry measured
 values in ``meta``: ``dur_us`` and ``block_dim`` override the estimate.
 
+On a CPU profile calibrated with op rates (``op_rates``, measured by ``parastream
+calibrate``) an op whose type or family was measured costs ``fixed_us + work / rate`` at the
+op's intra-op thread count instead: a CPU reaches its peak matmul rate only on large
+matmuls, and norms, pools and attention run far below it (see :func:`op_rate_key`).
+
 ``bound`` is ``compute`` or ``memory`` by the roofline, and ``launch`` when the host's
 launch overhead per task exceeds the device time: such an op is host-bound in eager mode
 and no stream assignment helps it (graph mode / capture does).
@@ -57,6 +62,37 @@ def normalize_dtype(dtype: str | None) -> str:
     return _DTYPES.get(d, "fp32")
 
 
+#: op families and the measured type that stands for them when the type itself was not
+#: measured (checked in this order; the first whose test matches wins)
+_MATMUL = frozenset({"linear", "mm", "bmm", "matmul", "addmm", "baddbmm", "addbmm", "einsum",
+                     "mv", "dot", "addmv"})
+_FAMILIES: tuple[tuple[str, Any], ...] = (
+    ("linear", lambda t: t in _MATMUL),
+    ("conv2d", lambda t: t.startswith("conv") or t in ("convolution", "_convolution")),
+    ("scaled_dot_product_attention", lambda t: "attention" in t),
+    ("max_pool2d", lambda t: "pool" in t),
+    ("softmax", lambda t: "softmax" in t),
+    ("layer_norm", lambda t: t.endswith("norm")),
+)
+
+
+def op_rate_key(op_type: str, resource: str, rates: dict) -> str | None:
+    """The measured op rate that costs an op of ``op_type`` on ``resource``: its own type
+    when measured, else its family's (matmul-like ops -> ``linear``, convolutions ->
+    ``conv2d``, pools -> ``max_pool2d``, norms -> ``layer_norm``, ...), copies and moves
+    -> ``cat``, other element-wise work -> ``add``; None when nothing fits (collectives)."""
+    if resource == "comm" or not rates:
+        return None
+    t = op_type.lower()
+    if t in rates:
+        return t
+    for key, test in _FAMILIES:
+        if test(t):
+            return key if key in rates else None
+    key = "cat" if resource == "memory" else "add"
+    return key if key in rates else None
+
+
 class OpCost(msgspec.Struct, frozen=True, gc=False):
     """An op's estimated cost on one device.
 
@@ -73,6 +109,9 @@ class OpCost(msgspec.Struct, frozen=True, gc=False):
     compute_full_us: float = 0.0
     memory_full_us: float = 0.0
     measured: bool = False
+    #: CPU op-rate costs: the ``op_rates`` entry used and the op's work (FLOPs or bytes)
+    rate_key: str = ""
+    work: float = 0.0
 
 
 def _elements(tensors: Any) -> int:
@@ -127,6 +166,28 @@ def _with_launch(profile: DeviceProfile, dur: float, bound: str) -> tuple[float,
     return dur, ("launch" if launch > dur else bound)
 
 
+def _rated(op: Any, profile: DeviceProfile, key: str, max_cores: int | None,
+           memory_full: float) -> OpCost:
+    """The cost from a measured CPU op rate, on the op's share of the cores."""
+    rate = profile.op_rates[key]
+    traffic = float((op.bytes_read or 0) + (op.bytes_written or 0))
+    work = float(op.flops or 0.0) if rate.metric == "flops" else traffic
+    resource = op.resource
+    cores = profile.unit_cores("cube")
+    if resource in ("cube", "vector"):
+        meta = op.meta or {}
+        wanted = int(meta["block_dim"]) if meta.get("block_dim") else _wanted_blocks(op, resource, cores)
+        blocks = min(max(1, min(wanted, cores)), max_cores or cores)
+    else:
+        blocks = 0  # copies and host work hold no core of the pool, but still use threads
+    threads = blocks or min(cores, max_cores or cores)
+    dur = rate.duration_us(work, threads, cores)
+    full = rate.duration_us(work, cores, cores)
+    bound = "memory" if rate.metric == "bytes" else "compute"
+    dur, bound = _with_launch(profile, dur, bound)
+    return OpCost(dur, blocks, bound, resource, full, memory_full, False, key, work)
+
+
 def estimate(op: Any, profile: DeviceProfile, max_cores: int | None = None) -> OpCost:
     """Roofline duration, block dim and bound of ``op`` on ``profile``; with ``max_cores``
     the op may use at most that many cores of its unit (core limiting)."""
@@ -136,6 +197,10 @@ def estimate(op: Any, profile: DeviceProfile, max_cores: int | None = None) -> O
     launch = profile.launch_overhead_us
     on_host = profile.kind == "cpu"
     resource = op.resource
+    if on_host and profile.op_rates and meta.get("dur_us") is None:
+        key = op_rate_key(op.type, resource, profile.op_rates)
+        if key is not None:
+            return _rated(op, profile, key, max_cores, memory_full)
 
     if resource in ("cube", "vector"):
         cores = profile.unit_cores(resource)
@@ -177,7 +242,16 @@ def with_cores(op_or_cost: Any, profile: DeviceProfile, cores: int) -> OpCost:
     if c.unit not in ("cube", "vector") or c.block_dim <= cores:
         return c
     total = profile.unit_cores(c.unit)
-    if c.measured:
+    rate = profile.op_rates.get(c.rate_key) if c.rate_key else None
+    if rate is not None and c.measured:
+        # a measured CPU op: its own time scaled as its op rate scales with threads
+        launch = profile.launch_overhead_us if profile.kind == "cpu" else 0.0
+        own = max(0.0, c.dur_us - launch) * (rate.duration_us(c.work, cores, total)
+                                             / rate.duration_us(c.work, c.block_dim, total))
+        dur, bound = _with_launch(profile, own, c.bound)
+    elif rate is not None:
+        dur, bound = _with_launch(profile, rate.duration_us(c.work, cores, total), c.bound)
+    elif c.measured:
         dur, bound = c.dur_us * c.block_dim / cores, c.bound
     else:
         dur, bound = _with_launch(profile, *_core_time(profile, c.compute_full_us,

@@ -34,6 +34,27 @@ class Cores(msgspec.Struct, forbid_unknown_fields=True):
     vector: int
 
 
+class OpRate(msgspec.Struct, forbid_unknown_fields=True):
+    """A CPU op type's measured cost: ``fixed + work / rate``, where work is the op's FLOPs
+    (``metric`` "flops", rates in GFLOP/s) or bytes moved ("bytes", GB/s); ``*_1`` on one
+    intra-op thread, ``*_all`` on all cores (in between, linearly by thread count: the
+    fixed part grows with threads too, since waking a thread team costs)."""
+
+    metric: str
+    fixed_1_us: float
+    fixed_all_us: float
+    rate_1: float
+    rate_all: float
+
+    def duration_us(self, work: float, cores: int, all_cores: int) -> float:
+        """Microseconds for ``work`` (FLOPs or bytes) on ``cores`` intra-op threads."""
+        k = min(max(1, cores), max(1, all_cores))
+        frac = (k - 1) / (all_cores - 1) if all_cores > 1 else 1.0
+        rate = self.rate_1 + (self.rate_all - self.rate_1) * frac
+        fixed = self.fixed_1_us + (self.fixed_all_us - self.fixed_1_us) * frac
+        return fixed + work / (rate * 1e3)
+
+
 class DeviceProfile(msgspec.Struct, forbid_unknown_fields=True):
     """One device, as the cost model and the headroom bound see it."""
 
@@ -52,6 +73,11 @@ class DeviceProfile(msgspec.Struct, forbid_unknown_fields=True):
     #: perfect intra-op scaling. Small matmuls scale poorly, which is exactly when two CPU
     #: streams with one thread each beat one stream with all threads.
     intra_op_efficiency: float = 1.0
+    #: CPU only: measured costs of op types (``linear``, ``conv2d``, ``rms_norm``, ...) that
+    #: replace the roofline for them and their families (see device.cost.op_rate_key)
+    op_rates: dict[str, OpRate] = {}
+    #: CPU only: the executor's fixed cost per forward call (setup, rejoin, outputs)
+    run_overhead_us: float = 0.0
     schema: str = SCHEMA
 
     def speedup_on(self, cores: int) -> float:
@@ -115,7 +141,12 @@ def _check(p: DeviceProfile, where: str | None) -> DeviceProfile:
             raise bad(f"{key} must be positive")
     if not 0.0 <= p.intra_op_efficiency <= 1.0:
         raise bad("intra_op_efficiency must be between 0 and 1")
-    for key in ("launch_overhead_us", "scheduler_sweep_us"):
+    for key, r in p.op_rates.items():
+        if r.metric not in ("flops", "bytes"):
+            raise bad(f"op_rates.{key}.metric must be 'flops' or 'bytes'")
+        if not (r.rate_1 > 0 and r.rate_all > 0 and r.fixed_1_us >= 0 and r.fixed_all_us >= 0):
+            raise bad(f"op_rates.{key}: rates must be positive and fixed times not negative")
+    for key in ("launch_overhead_us", "scheduler_sweep_us", "run_overhead_us"):
         if not getattr(p, key) >= 0:
             raise bad(f"{key} must be zero or positive")
     missing = [k for k in SOURCED_KEYS if not p.sources.get(k, "").strip()]

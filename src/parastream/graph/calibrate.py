@@ -96,6 +96,147 @@ def measure_intra_op_efficiency(rows: int = 64, width: int = 256, budget_s: floa
     return min(1.0, max(0.0, (t1 / tk - 1.0) / (cores - 1)))
 
 
+def _nbytes(*ts: Any) -> int:
+    return sum(t.numel() * t.element_size() for t in ts)
+
+
+def _op_cases() -> dict[str, tuple[str, Callable[[bool], tuple[Callable[[], Any], float]]]]:
+    """The op types whose CPU cost is measured: name -> (metric, case), where
+    ``case(large)`` builds inputs and returns (the call, its work). Work is counted the way
+    the graph importer counts it (FLOPs of matmuls, convolutions and attention; bytes read
+    plus written for the rest), so a rate applies to imported ops unchanged. The two sizes
+    bracket the zoo's tiny and small scales."""
+    import torch
+    import torch.nn.functional as F
+
+    r = torch.randn
+
+    def linear(large: bool):
+        m, k, n = (256, 512, 512) if large else (16, 64, 64)
+        x, w = r(m, k), r(n, k)
+        return (lambda: F.linear(x, w)), 2.0 * m * k * n
+
+    def conv2d(large: bool):
+        nb, c, hw, o, ks = (2, 64, 28, 64, 3) if large else (1, 8, 8, 8, 3)
+        x, w, b = r(nb, c, hw, hw), r(o, c, ks, ks), r(o)
+        out = nb * o * hw * hw
+        return (lambda: F.conv2d(x, w, b, padding=1)), 2.0 * out * c * ks * ks + out
+
+    def sdpa(large: bool):
+        b, h, L, e = (2, 8, 128, 64) if large else (1, 4, 16, 16)
+        q, k, v = r(b, h, L, e), r(b, h, L, e), r(b, h, L, e)
+        return (lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True)), \
+            4.0 * b * h * L * L * e
+
+    def max_pool2d(large: bool):
+        x = r(4, 64, 56, 56) if large else r(1, 8, 14, 14)
+        out = F.max_pool2d(x, 3, 2, 1)
+        return (lambda: F.max_pool2d(x, 3, 2, 1)), float(_nbytes(x, out))
+
+    def rms_norm(large: bool):
+        d = 512 if large else 64
+        x, w = r(2 if large else 1, 128 if large else 16, d), r(d)
+        return (lambda: F.rms_norm(x, (d,), w)), float(2 * _nbytes(x) + _nbytes(w))
+
+    def layer_norm(large: bool):
+        d = 512 if large else 64
+        x, w, b = r(2 if large else 1, 128 if large else 16, d), r(d), r(d)
+        return (lambda: F.layer_norm(x, (d,), w, b)), float(2 * _nbytes(x) + _nbytes(w, b))
+
+    def softmax(large: bool):
+        x = r(16, 128, 128) if large else r(4, 16, 16)
+        return (lambda: torch.softmax(x, -1)), float(2 * _nbytes(x))
+
+    def add(large: bool):
+        a, b = (r(2, 128, 1376), r(2, 128, 1376)) if large else (r(1, 16, 64), r(1, 16, 64))
+        return (lambda: torch.add(a, b)), float(3 * _nbytes(a))
+
+    def silu(large: bool):
+        x = r(2, 128, 1376) if large else r(1, 16, 172)
+        return (lambda: F.silu(x)), float(2 * _nbytes(x))
+
+    def cat(large: bool):
+        a, b = (r(4, 64, 28, 28), r(4, 128, 28, 28)) if large else (r(1, 4, 16, 8), r(1, 4, 16, 8))
+        return (lambda: torch.cat([a, b], 1)), float(2 * _nbytes(a, b))
+
+    return {"linear": ("flops", linear), "conv2d": ("flops", conv2d),
+            "scaled_dot_product_attention": ("flops", sdpa), "max_pool2d": ("bytes", max_pool2d),
+            "rms_norm": ("bytes", rms_norm), "layer_norm": ("bytes", layer_norm),
+            "softmax": ("bytes", softmax), "add": ("bytes", add), "silu": ("bytes", silu),
+            "cat": ("bytes", cat)}
+
+
+def _fit(small: tuple[float, float], large: tuple[float, float]) -> tuple[float, float]:
+    """(fixed us, rate in G/s) of ``t = fixed + work / rate`` through two (work, us) points;
+    the fixed part is clamped to [0, small time] and the rate then fits the large point."""
+    (ws, ts), (wl, tl) = small, large
+    fixed = ts - ws * (tl - ts) / (wl - ws) if tl > ts and wl > ws else 0.0
+    fixed = min(max(fixed, 0.0), ts)
+    return fixed, wl / (max(tl - fixed, 1e-3) * 1e3)
+
+
+def _median_time(fn: Callable[[], Any], budget_s: float, min_runs: int = 5) -> float:
+    """The median of repeated runs of ``fn`` within about ``budget_s`` (after a warm-up)."""
+    fn()
+    times = []
+    start = time.perf_counter()
+    while len(times) < min_runs or (time.perf_counter() - start < budget_s and len(times) < 2000):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def measure_op_rates(quick: bool = False, rounds: int = 1) -> dict[str, dict]:
+    """Measured cost of each op type in :func:`_op_cases`, on one intra-op thread and on
+    all cores, as ``parastream.device/1`` ``op_rates`` entries (empty without torch).
+
+    The ops run where the CPU stream backend runs them: on a persistent worker thread that
+    set its own intra-op thread count. That matters: a multi-threaded op called from a
+    thread other than the main one pays for waking its thread team each time (tens of us
+    here, 5-6x an element-wise op's own time), which a main-thread micro-benchmark would
+    miss. Every case is timed at two sizes and both thread counts, the median of a short
+    burst, the lowest of ``rounds`` rounds; the line through the two sizes gives the fixed
+    per-call cost and the rate."""
+    try:
+        import torch
+    except ImportError:
+        return {}
+    cores = cpu_count()
+    budget = 0.015 if quick else 0.05
+    cases = {name: (metric, case(False), case(True)) for name, (metric, case) in _op_cases().items()}
+    best: dict[tuple[str, int, bool], float] = {}
+    failed: list[BaseException] = []
+
+    def worker(threads: int) -> None:
+        try:
+            torch.set_num_threads(threads)  # per thread, as the cpu backend's workers do
+            with torch.no_grad():
+                for name, (_, small, large) in cases.items():
+                    for is_large, (fn, _) in ((False, small), (True, large)):
+                        t = _median_time(fn, budget) * 1e6
+                        key = (name, threads, is_large)
+                        best[key] = min(best.get(key, t), t)
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller
+            failed.append(exc)
+
+    for _ in range(rounds):
+        for threads in sorted({1, cores}):
+            th = threading.Thread(target=worker, args=(threads,), name="parastream-calibrate-ops")
+            th.start()
+            th.join()
+            if failed:
+                raise failed[0]
+    out = {}
+    for name, (metric, small, large) in cases.items():
+        f1, r1 = _fit((small[1], best[name, 1, False]), (large[1], best[name, 1, True]))
+        fk, rk = _fit((small[1], best[name, cores, False]), (large[1], best[name, cores, True]))
+        out[name] = {"metric": metric, "fixed_1_us": float(f"{f1:.4g}"),
+                     "fixed_all_us": float(f"{fk:.4g}"), "rate_1": float(f"{r1:.4g}"),
+                     "rate_all": float(f"{rk:.4g}")}
+    return out
+
+
 def measure_vector(elements: int = 1 << 16, budget_s: float = 0.5) -> float:
     """fp32 TFLOPS of an element-wise multiply-add on arrays that fit in cache."""
     try:
@@ -226,6 +367,8 @@ def calibrate(quick: bool = False, name: str = "cpu-calibrated") -> dict:
     def r(x: float, digits: int = 4) -> float:
         return float(f"{x:.{digits}g}")
 
+    op_rates = measure_op_rates(quick, rounds=2 if quick else 3)
+
     # bf16 is kept even where the CPU emulates it slowly: the measured rate is what a bf16
     # graph will see here (leaving it out would make the cost model fall back to fp32's)
     cube = {"fp32": r(fp32), "bf16": r(bf16)}
@@ -247,6 +390,7 @@ def calibrate(quick: bool = False, name: str = "cpu-calibrated") -> dict:
         "max_streams": cores,
         "scheduler_sweep_us": r(sweep_us),
         "intra_op_efficiency": r(eff, 3),
+        "op_rates": op_rates,
         "sources": {
             "cores": f"{by}: os.sched_getaffinity (CPUs this process may use)",
             "peak_tflops": (f"{by}: {mode}best of {rounds} rounds; cube = best time of "
@@ -269,6 +413,11 @@ def calibrate(quick: bool = False, name: str = "cpu-calibrated") -> dict:
             "intra_op_efficiency": (f"{by}: best of {rounds} rounds; torch.mm of 64x256 by "
                                     "256x256 on 1 thread and on all cores, "
                                     "e = (t1 / tk - 1) / (k - 1)"),
+            "op_rates": (f"{by}: {mode}each op type timed at two sizes (tiny and small zoo "
+                         "scale) on 1 intra-op thread and on all cores, best of several "
+                         "rounds; the line through the two sizes gives fixed_us and the "
+                         "rate (GFLOP/s for linear, conv2d and attention, GB/s read + "
+                         "written for the rest)"),
         },
     }
     return profile

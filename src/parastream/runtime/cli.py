@@ -83,9 +83,9 @@ def load_profile_for(args: argparse.Namespace) -> tuple[Any, str]:
     if args.device == "cpu":
         import msgspec
 
-        from ..graph.calibrate import calibrate
+        from .overhead import calibrate_cpu
 
-        prof = loads_profile(msgspec.json.encode(calibrate(quick=True, name="cpu-quick")))
+        prof = loads_profile(msgspec.json.encode(calibrate_cpu(quick=True, name="cpu-quick")))
         return prof, ("profile: calibrated in-process (quick mode); pass --profile FILE from "
                       "'parastream calibrate -o FILE' for a steadier prediction")
     name = DEVICE_PROFILES[args.device]
@@ -202,7 +202,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 def run_candidates(module: Any, inputs: tuple, runnable: Any, doc: Any, chosen: list,
                    profile: Any, args: argparse.Namespace) -> dict:
     """Measure each chosen candidate against single stream; predict, analyse, check."""
-    from ..sim.run import simulate_plan
+    from ..sim.run import measured_costs, simulate_plan
     from ..plan.model import Plan
     from .executor import Jitter, MultiStreamExecutor
     from .measure import analyse, measure
@@ -225,6 +225,7 @@ def run_candidates(module: Any, inputs: tuple, runnable: Any, doc: Any, chosen: 
     results: list[CandidateResult] = []
     details: list[dict] = []
     timelines: list[tuple[str, Any]] = []
+    op_costs = None  # from the first measured single-stream executor runs
     for c in chosen:
         pred, pred_single = predicted(c)
         ok = None
@@ -240,13 +241,17 @@ def run_candidates(module: Any, inputs: tuple, runnable: Any, doc: Any, chosen: 
             ok, check_note = cmp.ok, cmp.describe() if cmp.ok else (cmp.error or cmp.describe())
         m = measure(module, inputs, c, backend=args.device, runs=args.runs, warmup=args.warmup,
                     drop=args.drop, runnable=runnable)
+        if op_costs is None and m.single_timelines:
+            op_costs = measured_costs(graph, profile, m.single_timelines)
+        from_ops = (simulate_plan(graph, c, profile, costs=op_costs).result.wall_us
+                    if op_costs is not None else None)
         an = analyse(m, doc, c.name)
         pts = an.get("plan_check", {}).get("parallel_points", [])
         found = [p for p in pts if p.get("found")]
         results.append(CandidateResult(
             name=c.name, speedup=m.speedup, single_median_us=m.single_median_us,
             multi_median_us=m.multi_median_us, predicted_wall_us=pred,
-            predicted_single_us=pred_single,
+            predicted_single_us=pred_single, predicted_from_ops_us=from_ops,
             overlap_pcts=[p["overlap_pct"] for p in found], verdicts=[p["verdict"] for p in found],
             triage=an.get("triage", {}).get("verdict"), outputs_ok=ok))
         tri = an.get("triage", {})
@@ -255,6 +260,10 @@ def run_candidates(module: Any, inputs: tuple, runnable: Any, doc: Any, chosen: 
                         "predicted_single_us": round(pred_single, 3),
                         "prediction_error": round((pred - m.multi_median_us) / m.multi_median_us, 4)
                         if m.multi_median_us else None,
+                        "predicted_from_ops_us": round(from_ops, 3) if from_ops is not None else None,
+                        "prediction_from_ops_error": round((from_ops - m.multi_median_us)
+                                                           / m.multi_median_us, 4)
+                        if from_ops is not None and m.multi_median_us else None,
                         "parallel_points": found,
                         "placement": {k: an.get("plan_check", {}).get(k) for k in
                                       ("misplaced_count", "side_stream_never_ran", "stream_mapping")},
@@ -277,14 +286,17 @@ def _print(out, result: dict, rec) -> None:
     t = Table(title=f"single vs multi-stream, medians of {result['runs'] - result['drop']} runs "
               f"(first {result['drop']} dropped)")
     for col in ("candidate", "streams", "single us", "multi us", "speedup", "predicted us",
-                "pred. speedup", "overlap_pct", "verdicts", "triage", "outputs"):
+                "pred. speedup", "pred. from ops us", "overlap_pct", "verdicts", "triage",
+                "outputs"):
         t.add_column(col)
     for r, d in zip(result["candidates"], result["details"]):
         pred_sp = (r.predicted_single_us / r.predicted_wall_us) if r.predicted_wall_us else 0.0
         t.add_row(r.name[:48], str(d["streams"]), f"{r.single_median_us:,.0f}",
                   f"{r.multi_median_us:,.0f}", f"{r.speedup:.2f}x",
                   f"{r.predicted_wall_us:,.0f}" if r.predicted_wall_us is not None else "-",
-                  f"{pred_sp:.2f}x", ", ".join(f"{p:.2f}" for p in r.overlap_pcts[:3]) or "-",
+                  f"{pred_sp:.2f}x",
+                  f"{r.predicted_from_ops_us:,.0f}" if r.predicted_from_ops_us is not None else "-",
+                  ", ".join(f"{p:.2f}" for p in r.overlap_pcts[:3]) or "-",
                   ", ".join(r.verdicts[:3]) or "-", r.triage or "-",
                   "-" if r.outputs_ok is None else ("identical" if r.outputs_ok else "DIFFER"))
     console.print(t)

@@ -25,6 +25,8 @@ class CandidateResult:
     multi_median_us: float
     predicted_wall_us: float | None = None
     predicted_single_us: float | None = None
+    #: simulated with this model's measured single-stream op times instead of the profile's
+    predicted_from_ops_us: float | None = None
     overlap_pcts: list[float] = field(default_factory=list)
     verdicts: list[str] = field(default_factory=list)
     triage: str | None = None

@@ -7,14 +7,18 @@ blocks on the side stream — the seed's false parallelism.
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass
+from typing import Iterable
+
+import msgspec
 
 from ..device.cost import OpCost, estimate, with_cores
 from ..device.profile import DeviceProfile
 from ..graph.ir import Graph, validate
 from ..plan.lints import lint
 from ..plan.model import Plan
-from ..timeline.model import KIND_COMM, KIND_COMPUTE, KIND_MEMCPY
+from ..timeline.model import KIND_COMM, KIND_COMPUTE, KIND_MEMCPY, Timeline
 from .engine import Device, Result, Task, simulate
 
 
@@ -68,12 +72,44 @@ def tasks_for(graph: Graph, plan: Plan, profile: DeviceProfile, *, costs: dict[s
         c = costs[n]
         s = plan.assignment.get(n, 0)
         if s in limits and limits[s] and c.block_dim > limits[s] and c.unit in ("cube", "vector"):
-            c = with_cores(ops[n], profile, limits[s])
+            # a measured cost is scaled; an estimate is re-estimated on fewer cores
+            c = with_cores(c if c.measured else ops[n], profile, limits[s])
         pool = c.unit if c.unit in ("cube", "vector") else "none"
         kind = {"comm": KIND_COMM, "memory": KIND_MEMCPY}.get(c.unit, KIND_COMPUTE)
         out.append(Task(name=n, stream=s, dur_us=c.dur_us, pool=pool, block_dim=c.block_dim,
                         memory_bound=(c.bound == "memory" and c.unit != "comm"),
                         waits=waits.get(n, []), type=ops[n].type, kind=kind))
+    return out
+
+
+def measured_costs(graph: Graph, profile: DeviceProfile, timelines: Iterable[Timeline],
+                   threads: int | None = None) -> dict[str, OpCost]:
+    """Op costs from captured single-stream runs: each op's median duration over
+    ``timelines`` (matched by name; ops never seen keep the profile's estimate), plus the
+    profile's per-op launch cost on a CPU. The op ran on ``threads`` cores (default: all):
+    it becomes its block dim, so a plan that gives its stream fewer cores scales it (by the
+    profile's op rates on a CPU, see :func:`parastream.device.cost.with_cores`).
+
+    This is how a multi-stream plan is predicted from one single-stream profile run, the
+    loop an engineer runs on a real device: capture once, simulate the candidates."""
+    ops = graph.index()
+    seen: dict[str, list[float]] = {}
+    for tl in timelines:
+        dur = (tl.end_ns - tl.start_ns) / 1e3
+        for i in range(len(tl)):
+            name = tl.op_name(i)
+            if name in ops:
+                seen.setdefault(name, []).append(float(dur[i]))
+    launch = profile.launch_overhead_us if profile.kind == "cpu" else 0.0
+    out: dict[str, OpCost] = {}
+    for n, op in ops.items():
+        c = estimate(op, profile)
+        if n in seen:
+            cores = profile.unit_cores(c.unit) if c.unit in ("cube", "vector") else 0
+            c = msgspec.structs.replace(
+                c, dur_us=statistics.median(seen[n]) + launch, measured=True,
+                block_dim=min(threads or cores, cores) if cores else 0)
+        out[n] = c
     return out
 
 
@@ -96,4 +132,6 @@ def simulate_plan(graph: Graph, plan: Plan, profile: DeviceProfile, *, ge: bool 
     res = simulate(tasks, device_of(profile), jitter=jitter, seed=seed,
                    name=f"{graph.name}: {plan.name} (simulated on {profile.name})",
                    shared_pool=profile.shared_cores)
+    # a CPU executor's fixed cost per forward call (setup, rejoin) is part of every wall
+    res.wall_us += profile.run_overhead_us
     return SimRun(plan, res, ge)

@@ -1,0 +1,113 @@
+"""The CPU stream backend's own costs, measured for the device profile.
+
+``parastream calibrate`` measures the CPU (matmul rate, bandwidth, op rates); what the
+executor adds on top belongs in the same profile, or the simulator under-predicts every
+small model:
+
+* ``launch_overhead_us``: per op, what the executor spends besides the op itself (walking
+  the graph, handing the op to its stream's worker, recording its interval);
+* ``run_overhead_us``: per forward call, the fixed part (binding inputs, starting the
+  workers' batch, rejoining the streams, collecting outputs).
+
+Both come from running chains of ``x + 1`` on 16 floats through the executor on one stream,
+at two lengths: the slope is the per-op cost (less the add's own cost, timed the same way
+on a worker thread), the intercept the per-call cost. Medians of repeated calls, the
+lowest of a few rounds.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Any
+
+SHORT, LONG = 4, 64
+
+
+class _Chain:
+    """A chain of ``n`` adds, built lazily so importing this module needs no torch."""
+
+    @staticmethod
+    def make(n: int) -> Any:
+        import torch
+
+        class Chain(torch.nn.Module):
+            def forward(self, x):
+                for _ in range(n):
+                    x = x + 1
+                return x
+
+        return Chain().eval()
+
+
+def _median_call_us(fn: Any, calls: int) -> float:
+    fn()
+    fn()
+    times = []
+    for _ in range(calls):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times) * 1e6
+
+
+def measure_executor_overhead(quick: bool = False, rounds: int = 3,
+                              add_fixed_us: float = 0.0) -> dict[str, float]:
+    """``{"per_op_us", "per_run_us", "chain_op_us"}`` of the cpu backend on one stream with
+    all cores; ``add_fixed_us`` is the add's own cost (from the op rates), taken out of the
+    per-op figure."""
+    import torch
+
+    from ..graph.torch_import import import_runnable
+    from ..plan.model import Plan
+    from .executor import MultiStreamExecutor, _cores
+
+    x = torch.randn(16)
+    cores = _cores()
+    walls: dict[int, float] = {}
+    calls = 15 if quick else 40
+    with torch.no_grad():
+        for n in (SHORT, LONG):
+            module = _Chain.make(n)
+            rn = import_runnable(module, (x,), name=f"chain{n}")
+            plan = Plan.single(o.name for o in rn.graph.ops)
+            ex = MultiStreamExecutor(module, (x,), plan, intra_op_threads=cores, runnable=rn)
+            try:
+                walls[n] = min(_median_call_us(lambda: ex(x), calls) for _ in range(rounds))
+            finally:
+                ex.close()
+    slope = max(0.0, (walls[LONG] - walls[SHORT]) / (LONG - SHORT))
+    per_run = max(0.0, walls[SHORT] - SHORT * slope)
+    return {"per_op_us": max(0.0, slope - add_fixed_us), "per_run_us": per_run,
+            "chain_op_us": slope}
+
+
+def calibrate_cpu(quick: bool = False, name: str = "cpu-calibrated") -> dict:
+    """:func:`parastream.graph.calibrate.calibrate` plus the executor's own costs: the
+    profile ``parastream run`` and ``parastream demo`` predict with (without torch, just
+    the former: there is no executor to measure)."""
+    import importlib.util
+
+    from ..graph.calibrate import calibrate
+
+    profile = calibrate(quick=quick, name=name)
+    if importlib.util.find_spec("torch") is None:
+        return profile
+    add = profile.get("op_rates", {}).get("add", {})
+    ov = measure_executor_overhead(quick, rounds=2 if quick else 3,
+                                   add_fixed_us=float(add.get("fixed_all_us", 0.0)))
+    handoff = profile["launch_overhead_us"]
+    profile["launch_overhead_us"] = float(f"{ov['per_op_us']:.4g}")
+    profile["run_overhead_us"] = float(f"{ov['per_run_us']:.4g}")
+    by = profile["sources"]["launch_overhead_us"].split(":")[0]
+    profile["sources"]["launch_overhead_us"] = (
+        f"{by}: the cpu backend's executor on one stream, chains of {SHORT} and {LONG} "
+        f"'x + 1' ops on 16 floats, median call wall; the slope per op ({ov['chain_op_us']:.3g} "
+        f"us) less the add's own cost; a bare hand-off round trip to a worker thread "
+        f"measured {handoff:.3g} us")
+    profile["sources"]["run_overhead_us"] = (
+        f"{by}: the intercept of the same two chains: the executor's fixed cost per call")
+    profile["description"] = profile["description"].rsplit(",", 1)[0] + (
+        f", executor {profile['launch_overhead_us']:.3g} us per op and "
+        f"{profile['run_overhead_us']:.3g} us per call.")
+    return profile
