@@ -94,22 +94,46 @@ def candidates_of(module, inputs, name, profile, top=3):
 
 
 def speedups(models, profile, runs: int) -> list[dict]:
-    from parastream.runtime.measure import analyse, measure
+    """Side by side in this process, and (zoo models) each side again in a process of its
+    own in its best OpenMP setting: single stream with threads spinning, streams with them
+    sleeping (parastream.runtime.baseline)."""
+    import os
+    import tempfile
 
+    from parastream.graph.zoo import ZOO
+    from parastream.plan.io import dumps
+    from parastream.runtime import baseline
+    from parastream.runtime.measure import analyse, measure
     rows = []
     for name, (module, inputs) in models.items():
         rn, doc, multi = candidates_of(module, inputs, name, profile)
         if not multi:
             rows.append({"model": name, "candidate": "-", "note": "no multi-stream candidate"})
+        iso = None
+        if name in ZOO and baseline.wanted():
+            with tempfile.TemporaryDirectory() as tmp:
+                path = os.path.join(tmp, "plan.json")
+                with open(path, "wb") as f:
+                    f.write(dumps(doc))
+                iso = baseline.best_settings(name, "small", None, runs=runs, warmup=2, drop=2,
+                                             threads=os.cpu_count() or 1, plan_path=path,
+                                             candidates=[c.name for c in multi])
         for c in multi:
             m = measure(module, inputs, c, runs=runs, drop=2, runnable=rn)
             an = analyse(m, doc, c.name)
             pts = [p for p in an.get("plan_check", {}).get("parallel_points", []) if p.get("found")]
-            rows.append({"model": name, "candidate": c.name, "single_us": m.single_median_us,
-                         "single_exec_us": m.single_executor_median_us,
-                         "multi_us": m.multi_median_us, "speedup": m.speedup,
-                         "overlap_pct": [p["overlap_pct"] for p in pts],
-                         "triage": an["triage"]["verdict"]})
+            row = {"model": name, "candidate": c.name, "single_us": m.single_median_us,
+                   "single_exec_us": m.single_executor_median_us,
+                   "multi_us": m.multi_median_us, "speedup": m.speedup,
+                   "overlap_pct": [p["overlap_pct"] for p in pts],
+                   "triage": an["triage"]["verdict"]}
+            if iso is not None:
+                row["sep_single_spinning_us"] = iso["single_us"]
+                row["sep_multi_us"] = iso["candidates_us"].get(c.name)
+                best_s = min(x for x in (m.single_median_us, iso["single_us"]) if x)
+                best_m = min(x for x in (m.multi_median_us, row["sep_multi_us"]) if x)
+                row["best_setting_speedup"] = best_s / best_m
+            rows.append(row)
             print(rows[-1], flush=True)
     return rows
 

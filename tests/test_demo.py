@@ -34,6 +34,11 @@ def test_report_folder(demo_dir):
     m = a["measured"][0]
     assert m["measured_single_us"] > 0 and m["measured_multi_us"] > 0 and m["predicted_multi_us"] > 0
     assert a["plan_check"]["misplaced_count"] == 0
+    if not os.environ.get("OMP_WAIT_POLICY"):  # each side again in its best OpenMP setting
+        assert a["separate_processes"]["single_us"] > 0 and not a["separate_processes"]["errors"]
+        assert m["separate_multi_us"] > 0 and m["separate_single_spinning_us"] > 0
+        rec = a["decision"]
+        assert rec["action"] in ("keep", "change", "single") and rec["evidence"]
     plan = json.loads((demo_dir / "plan.json").read_text())
     assert plan["schema"] == "parastream.plan/1" and plan["source"]["model"] == "two_chains"
     assert "measured wall" in (demo_dir / "plan.md").read_text()

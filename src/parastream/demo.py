@@ -60,7 +60,8 @@ def _steps(enabled: bool, total: int):
 
 def run_demo(out_dir: str = "out/demo", model: str = DEFAULT_MODEL, scale: str = DEFAULT_SCALE,
              phase: str | None = None, runs: int = 11, candidates_to_run: int = 2,
-             progress: bool = True, profile_path: str | None = None) -> DemoResult:
+             progress: bool = True, profile_path: str | None = None,
+             best_settings: bool = True) -> DemoResult:
     """Run the whole loop and write the report folder; returns what was measured."""
     import msgspec
     import torch
@@ -77,13 +78,15 @@ def run_demo(out_dir: str = "out/demo", model: str = DEFAULT_MODEL, scale: str =
     from .report.atomic import write_atomic
     from .report.html import write_html
     from .report.kineto import write_kineto
+    from .runtime import baseline
+    from .runtime.executor import _cores
     from .runtime.measure import analyse, measure
     from .runtime.recommend import CandidateResult, recommend
     from .timeline.analyze import Options, analyze_capture
 
     t_start = time.perf_counter()
     os.makedirs(out_dir, exist_ok=True)
-    with _steps(progress, 8) as step:
+    with _steps(progress, 9) as step:
         step(f"importing {model} ({scale})")
         from .graph.models import anchored, load_model
 
@@ -134,12 +137,27 @@ def run_demo(out_dir: str = "out/demo", model: str = DEFAULT_MODEL, scale: str =
                 "prediction_error_pct": round(100 * (predicted - m.multi_median_us) / m.multi_median_us, 1),
                 "runs_kept": len(m.multi_walls_us),
             })
+        step("each side again in a process of its own (best OpenMP setting)")
+        iso = None
+        if best_settings and baseline.wanted():
+            plan_path = os.path.join(out_dir, "plan.json")
+            iso = baseline.best_settings(model, scale, phase, runs=runs, warmup=2, drop=2,
+                                         threads=_cores(), plan_path=plan_path,
+                                         candidates=[r["candidate"] for r in measured])
+        for r in measured:
+            single = iso["single_us"] if iso else None
+            multi = iso["candidates_us"].get(r["candidate"]) if iso else None
+            r["separate_single_spinning_us"] = round(single, 1) if single else None
+            r["separate_multi_us"] = round(multi, 1) if multi else None
         step("analysing the measured timeline")
-        # the same decision as `parastream run`: never a plan under the speedup margin
+        # the same decision as `parastream run`: never a plan under the speedup margin, each
+        # side taken in its best setting
         decision = recommend([CandidateResult(
             name=r["candidate"], speedup=runs_by_name[r["candidate"]][0].speedup,
             single_median_us=r["measured_single_us"], multi_median_us=r["measured_multi_us"],
-            predicted_wall_us=r["predicted_multi_us"]) for r in measured])
+            predicted_wall_us=r["predicted_multi_us"],
+            iso_single_us=r["separate_single_spinning_us"], iso_multi_us=r["separate_multi_us"])
+            for r in measured])
         rec = decision.candidate or "single stream"
         best = max(measured, key=lambda r: r["measured_speedup"]) if measured else None
         m, res = runs_by_name[best["candidate"]] if best else (None, {})
@@ -160,6 +178,7 @@ def run_demo(out_dir: str = "out/demo", model: str = DEFAULT_MODEL, scale: str =
         write_atomic(os.path.join(out_dir, "plan.md"), render_markdown(doc, measured_by_name))
         analysis_json = {"schema": "parastream.demo/1", "model": model, "scale": scale, "phase": phase,
                          "device_profile": profile.name, "recommended": rec, "measured": measured,
+                         "separate_processes": iso, "decision": decision.to_dict(),
                          "headroom": graph_doc.get("headroom"),
                          "triage": res.get("triage"), "plan_check": plan_check,
                          "capture": cap}
@@ -216,6 +235,9 @@ def add_parser(sub) -> None:
     p.add_argument("--profile", help="a device profile from 'parastream calibrate' (default: "
                    "calibrate quickly now)")
     p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--side-by-side-only", dest="best_settings", action="store_false",
+                   help="skip measuring each side again in a process of its own in its best "
+                   "OpenMP setting (single stream with threads spinning, streams sleeping)")
     p.set_defaults(func=cmd_demo)
 
 
@@ -230,7 +252,8 @@ def cmd_demo(args) -> int:
     if args.runs < 5:
         raise InputError(None, "--runs must be at least 5 (the first 2 are dropped as cold)")
     r = run_demo(args.out, args.model, args.scale, args.phase, args.runs, args.candidates,
-                 progress=not args.no_progress, profile_path=args.profile)
+                 progress=not args.no_progress, profile_path=args.profile,
+                 best_settings=args.best_settings)
     print(f"\nparastream demo: {r.model} on this CPU ({os.cpu_count()} cores) in {r.seconds} s")
     print(f"{'candidate':58s} {'pred. single':>12s} {'pred. multi':>11s} {'meas. single':>12s} "
           f"{'meas. multi':>11s} {'speedup':>8s}")
@@ -238,6 +261,14 @@ def cmd_demo(args) -> int:
         print(f"{m['candidate'][:58]:58s} {m['predicted_single_us'] or 0:12.1f} {m['predicted_multi_us']:11.1f} "
               f"{m['measured_single_us']:12.1f} {m['measured_multi_us']:11.1f} {m['measured_speedup']:7.2f}x")
     print("(predicted = simulated on the calibrated CPU profile; measured = median of the kept runs, CPU)")
+    if any(m.get("separate_single_spinning_us") for m in r.measured):
+        print("in separate processes, each side in its best OpenMP setting (single stream with "
+              "threads spinning, streams with them sleeping):")
+        for m in r.measured:
+            single, multi = m["separate_single_spinning_us"], m["separate_multi_us"]
+            print(f"  {m['candidate'][:56]:56s} single {single or 0:10.1f}  multi {multi or 0:10.1f}"
+                  + (f"  {single / multi:5.2f}x" if single and multi else ""))
+        print("(the recommendation takes the faster figure of each side)")
     print(f"recommendation: {r.recommended}" + (f"   triage: {r.verdict}" if r.verdict else ""))
     print(f"report: {os.path.join(r.out_dir, 'report.html')} (+ {', '.join(r.files[1:])})")
     sys.stdout.flush()

@@ -56,3 +56,46 @@ def test_recommend_keep_change_and_bad_outputs():
     assert (rec.action, rec.candidate) == ("change", "b")
     rec = recommend([_r("a", 2.0, ok=False), _r("b", 1.2, ok=True)])
     assert rec.candidate == "b" and any("excluded" in e for e in rec.evidence)
+
+
+def test_recommend_takes_each_side_in_its_best_setting():
+    """Streams that win side by side only because the single-stream baseline's OpenMP threads
+    sleep between ops are not recommended once single stream was measured with them
+    spinning; a candidate that still wins in its own best setting is."""
+    lost = CandidateResult("a", 2.0, 2000.0, 1000.0, iso_single_us=900.0, iso_multi_us=1100.0)
+    assert lost.best_single_us == 900.0 and lost.best_multi_us == 1000.0
+    assert abs(lost.best_speedup - 0.9) < 1e-9
+    rec = recommend([lost])
+    assert rec.action == "single" and "0.90x" in rec.summary
+    assert "separate processes" in rec.evidence[0]
+    won = CandidateResult("b", 1.5, 1500.0, 1000.0, iso_single_us=1400.0, iso_multi_us=800.0)
+    assert abs(won.best_speedup - 1.75) < 1e-9
+    assert recommend([lost, won]).candidate == "b"
+    # nothing measured in separate processes: the side-by-side figures decide, as before
+    assert CandidateResult("c", 1.2, 1200.0, 1000.0).best_speedup == 1.2
+
+
+def test_each_side_is_measured_in_a_process_of_its_own(tmp_path, monkeypatch):
+    from parastream.plan.io import dumps
+    from parastream.plan.cli import build
+    from parastream.device.profile import load_profile
+    from parastream.graph.models import load_model
+    from parastream.graph.torch_import import import_runnable
+    from parastream.runtime import baseline
+
+    module, inputs, name, _ = load_model("two_chains", "tiny", None)
+    doc = build(import_runnable(module, inputs, name=name).graph, load_profile("cpu"),
+                algorithm=None, mapping=None, max_streams=None)
+    cand = [c.name for c in doc.candidates if c.algorithm != "single"][:1]
+    (tmp_path / "plan.json").write_bytes(dumps(doc))
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    assert baseline.wanted()
+    got = baseline.best_settings("two_chains", "tiny", None, runs=5, warmup=1, drop=2, threads=2,
+                                 plan_path=str(tmp_path / "plan.json"), candidates=cand)
+    assert got["errors"] == [] and got["single_us"] > 0
+    assert set(got["candidates_us"]) == set(cand) and all(v > 0 for v in got["candidates_us"].values())
+    bad = baseline.isolated("no_such_model", "tiny", None, "ACTIVE", runs=5, warmup=0, drop=0,
+                            threads=1, single=True)
+    assert "error" in bad and "failed" in bad["error"]
+    monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")
+    assert not baseline.wanted()  # the user chose: every measurement already runs under it

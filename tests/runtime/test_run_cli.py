@@ -39,6 +39,10 @@ def test_auto_with_check_trace_and_json(tmp_path, capsys, profile):
     doc = json.loads((tmp_path / "r.json").read_text())
     assert doc["recommendation"]["action"] in ("keep", "change", "single")
     assert len(doc["candidates"]) == 2
+    if not os.environ.get("OMP_WAIT_POLICY"):  # each side again in its best OpenMP setting
+        iso = doc["separate_processes"]
+        assert iso["single_us"] > 0 and set(iso["candidates_us"]) == {c["name"] for c in doc["candidates"]}
+        assert all(c["iso_multi_us"] > 0 for c in doc["candidates"])
     # the second prediction replays this model's measured single-stream op times
     assert "pred. from ops" in out
     for d in doc.get("details", doc["candidates"]):

@@ -53,6 +53,10 @@ def add_parser(sub) -> None:
     p.add_argument("--scale", default="small", help="zoo scale: tiny or small (7b is meta-only)")
     p.add_argument("--phase", help="zoo phase where it applies")
     p.add_argument("--json", metavar="FILE", help="also write the result as JSON")
+    p.add_argument("--side-by-side-only", dest="best_settings", action="store_false",
+                   help="on cpu, skip measuring each side again in a process of its own in its "
+                   "best OpenMP setting (single stream with threads spinning, streams with them "
+                   "sleeping); skipped anyway when OMP_WAIT_POLICY is set")
     p.set_defaults(func=cmd_run)
 
 
@@ -175,8 +179,26 @@ def cmd_run(args: argparse.Namespace) -> int:
                              f"model: {exc}") from None
 
     result = run_candidates(module, inputs, runnable, doc, chosen, profile, args)
+    from . import baseline
     from .recommend import recommend
 
+    if args.device == "cpu" and args.best_settings and baseline.wanted():
+        import tempfile
+
+        from .executor import _cores
+
+        out.write("measuring each side again in a process of its own: single stream with "
+                  "OpenMP threads spinning, the candidates with them sleeping\n")
+        with tempfile.TemporaryDirectory() as tmp:
+            plan_path = os.path.join(tmp, "plan.json")
+            write_atomic(plan_path, dumps(doc))
+            iso = baseline.best_settings(args.model, args.scale, args.phase, runs=args.runs,
+                                         warmup=args.warmup, drop=args.drop, threads=_cores(),
+                                         plan_path=plan_path, candidates=[c.name for c in chosen])
+        result["separate_processes"] = iso
+        for r in result["candidates"]:
+            r.iso_single_us = iso["single_us"]
+            r.iso_multi_us = iso["candidates_us"].get(r.name)
     rec = recommend(result["candidates"], current=current, margin=args.margin)
     result["recommendation"] = rec.to_dict()
     result["profile"] = profile_note
@@ -300,6 +322,15 @@ def _print(out, result: dict, rec) -> None:
                   ", ".join(r.verdicts[:3]) or "-", r.triage or "-",
                   "-" if r.outputs_ok is None else ("identical" if r.outputs_ok else "DIFFER"))
     console.print(t)
+    iso = result.get("separate_processes")
+    if iso:
+        single = f"{iso['single_us']:,.0f} us" if iso.get("single_us") else "-"
+        cands = "; ".join(f"{n[:40]} {us:,.0f} us" for n, us in iso["candidates_us"].items())
+        console.print(f"in separate processes (each side in its best OpenMP setting): single "
+                      f"stream, threads spinning {single}; candidates, threads sleeping: "
+                      f"{cands or '-'}. The recommendation takes the faster figure of each side."
+                      + (f" Not measured: {'; '.join(iso['errors'])}" if iso["errors"] else ""),
+                      markup=False)
     for d in result["details"]:
         m = d["measurement"]
         console.print(f"{d['candidate'][:60]}: single-stream executor {m['single_executor_median_us']:,.0f} us "

@@ -1,0 +1,114 @@
+"""Both sides in their best OpenMP setting, each in a process of its own.
+
+Why (docs/benchmarks-run.md section 6): with OpenMP's default wait policy, torch's intra-op
+threads go to sleep between ops, and on a small CPU waking them costs about as much as a
+small op; the plain module with all cores then ran up to 2.4x slower than with the threads
+spinning (``OMP_WAIT_POLICY=ACTIVE``). Streams with one thread each never wake a thread
+team, so against the default baseline they look faster for a reason that has nothing to
+do with overlap. Spinning threads are in turn the worst setting for streams: a team that
+spins keeps a core from the streams' workers (two_chains' streams ran 1.6x slower in such
+a process), and a side-by-side run pays for the single-stream team's spinning too.
+
+The policy is fixed when OpenMP starts, once per process, so each side is measured again in
+a child process (the model rebuilt from its spec): single stream with
+``OMP_WAIT_POLICY=ACTIVE``, the candidates with ``PASSIVE``. The results are reported next
+to the side-by-side measurement, labelled as separate processes, and a recommendation
+compares the faster single-stream figure with the faster multi-stream one. When the user
+set ``OMP_WAIT_POLICY`` themselves, every measurement already runs under their choice and
+nothing is added.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from typing import Any, Callable
+
+
+def wanted() -> bool:
+    """Whether the separate-process measurements add information (no policy chosen)."""
+    return not os.environ.get("OMP_WAIT_POLICY")
+
+
+def isolated(model: str, scale: str, phase: str | None, policy: str, *, runs: int,
+             warmup: int, drop: int, threads: int, single: bool = False,
+             plan_path: str | None = None, candidates: list[str] | None = None,
+             timeout_s: float = 300.0) -> dict:
+    """Median walls in a child process with ``OMP_WAIT_POLICY=policy``: the plain module on
+    ``threads`` cores when ``single`` (``single_us``), and each named candidate of the plan
+    document at ``plan_path`` (``candidates_us``); ``{"error": ...}`` when the child could
+    not measure (the caller reports that and keeps its side-by-side numbers)."""
+    spec = {"model": model, "scale": scale, "phase": phase, "runs": runs, "warmup": warmup,
+            "drop": drop, "threads": threads, "single": single, "plan": plan_path,
+            "candidates": candidates or []}
+    env = dict(os.environ, OMP_WAIT_POLICY=policy)
+    try:
+        r = subprocess.run([sys.executable, "-m", "parastream.runtime.baseline", json.dumps(spec)],
+                           env=env, capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        return {"error": f"the child process took over {timeout_s:.0f} s"}
+    lines = r.stdout.strip().splitlines()
+    if r.returncode != 0 or not lines:
+        tail = (r.stderr.strip().splitlines() or ["no output"])[-1]
+        return {"error": f"the child process failed: {tail}"}
+    return json.loads(lines[-1])
+
+
+def best_settings(model: str, scale: str, phase: str | None, *, runs: int, warmup: int,
+                  drop: int, threads: int, plan_path: str, candidates: list[str]) -> dict:
+    """Single stream with spinning threads and the candidates with sleeping ones, each in
+    its own child: ``{"single_us", "candidates_us", "threads", "errors"}``."""
+    kw = dict(runs=runs, warmup=warmup, drop=drop, threads=threads)
+    spin = isolated(model, scale, phase, "ACTIVE", single=True, **kw)
+    calm = isolated(model, scale, phase, "PASSIVE", plan_path=plan_path, candidates=candidates,
+                    **kw)
+    return {"single_us": spin.get("single_us"), "candidates_us": calm.get("candidates_us", {}),
+            "threads": threads, "errors": [e["error"] for e in (spin, calm) if "error" in e]}
+
+
+def _median_us(fn: Callable[[], Any], warmup: int, runs: int, drop: int) -> float:
+    for _ in range(warmup):
+        fn()
+    walls = []
+    for _ in range(runs):
+        t0 = time.perf_counter_ns()
+        fn()
+        walls.append((time.perf_counter_ns() - t0) / 1e3)
+    return statistics.median(walls[drop:])
+
+
+def _measure(spec: dict) -> dict:
+    import torch
+
+    from ..graph.models import load_model
+    from .cpu import set_intra_op_threads
+    from .executor import MultiStreamExecutor, default_threads
+
+    module, inputs, name, _ = load_model(spec["model"], spec["scale"], spec["phase"])
+    w, r, d, threads = spec["warmup"], spec["runs"], spec["drop"], spec["threads"]
+    out: dict = {"policy": os.environ.get("OMP_WAIT_POLICY", ""), "threads": threads,
+                 "candidates_us": {}}
+    if spec["plan"] and spec["candidates"]:
+        from ..graph.torch_import import import_runnable
+        from ..plan.io import load_doc
+
+        runnable = import_runnable(module, inputs, name=name)
+        for cand in spec["candidates"]:
+            _, plan = load_doc(spec["plan"], cand)
+            streams = len(set(plan.assignment.values()) | {0})
+            with MultiStreamExecutor(module, inputs, plan, runnable=runnable,
+                                     intra_op_threads=default_threads(streams, threads)) as ex:
+                out["candidates_us"][cand] = _median_us(lambda: ex(*inputs), w, r, d)
+    if spec["single"]:
+        set_intra_op_threads(threads)
+        with torch.no_grad():
+            out["single_us"] = _median_us(lambda: module(*inputs), w, r, d)
+    return out
+
+
+if __name__ == "__main__":
+    print(json.dumps(_measure(json.loads(sys.argv[1]))))
