@@ -127,6 +127,9 @@ def speedups(models, profile, runs: int) -> list[dict]:
                    "multi_us": m.multi_median_us, "speedup": m.speedup,
                    "overlap_pct": [p["overlap_pct"] for p in pts],
                    "triage": an["triage"]["verdict"]}
+            if c.estimate is not None:  # the planner simulated it on the calibrated profile
+                row["predicted_multi_us"] = c.estimate.wall_us
+                row["predicted_single_us"] = c.estimate.single_stream_wall_us
             if iso is not None:
                 row["sep_single_spinning_us"] = iso["single_us"]
                 row["sep_multi_us"] = iso["candidates_us"].get(c.name)
