@@ -35,6 +35,7 @@ class DemoResult:
     files: list[str] = field(default_factory=list)
     verdict: str = ""
     seconds: float = 0.0
+    notes: list[str] = field(default_factory=list)  # e.g. a separate process that failed
 
 
 @contextmanager
@@ -137,13 +138,16 @@ def run_demo(out_dir: str = "out/demo", model: str = DEFAULT_MODEL, scale: str =
                 "prediction_error_pct": round(100 * (predicted - m.multi_median_us) / m.multi_median_us, 1),
                 "runs_kept": len(m.multi_walls_us),
             })
-        step("each side again in a process of its own (best OpenMP setting)")
         iso = None
         if best_settings and baseline.wanted():
+            step("each side again in a process of its own (best OpenMP setting)")
             plan_path = os.path.join(out_dir, "plan.json")
             iso = baseline.best_settings(model, scale, phase, runs=runs, warmup=2, drop=2,
                                          threads=_cores(), plan_path=plan_path,
                                          candidates=[r["candidate"] for r in measured])
+        else:
+            step("separate processes skipped: " + ("--side-by-side-only" if not best_settings
+                                                   else "OMP_WAIT_POLICY is set"))
         for r in measured:
             single = iso["single_us"] if iso else None
             multi = iso["candidates_us"].get(r["candidate"]) if iso else None
@@ -195,8 +199,9 @@ def run_demo(out_dir: str = "out/demo", model: str = DEFAULT_MODEL, scale: str =
         step("done")
     torch.set_num_threads(os.cpu_count() or 1)
     verdict = (res.get("triage") or {}).get("verdict", "")
+    notes = [f"not measured in a separate process: {e}" for e in (iso or {}).get("errors", [])]
     return DemoResult(out_dir, model, rec, measured, files, verdict,
-                      round(time.perf_counter() - t_start, 1))
+                      round(time.perf_counter() - t_start, 1), notes)
 
 
 def _summary(model, scale, phase, device, rec, measured, graph_doc, doc, triage) -> dict:
@@ -261,7 +266,7 @@ def cmd_demo(args) -> int:
         print(f"{m['candidate'][:58]:58s} {m['predicted_single_us'] or 0:12.1f} {m['predicted_multi_us']:11.1f} "
               f"{m['measured_single_us']:12.1f} {m['measured_multi_us']:11.1f} {m['measured_speedup']:7.2f}x")
     print("(predicted = simulated on the calibrated CPU profile; measured = median of the kept runs, CPU)")
-    if any(m.get("separate_single_spinning_us") for m in r.measured):
+    if any(m.get("separate_single_spinning_us") or m.get("separate_multi_us") for m in r.measured):
         print("in separate processes, each side in its best OpenMP setting (single stream with "
               "threads spinning, streams with them sleeping):")
         for m in r.measured:
@@ -269,6 +274,8 @@ def cmd_demo(args) -> int:
             print(f"  {m['candidate'][:56]:56s} single {single or 0:10.1f}  multi {multi or 0:10.1f}"
                   + (f"  {single / multi:5.2f}x" if single and multi else ""))
         print("(the recommendation takes the faster figure of each side)")
+    for note in r.notes:
+        print(note)
     print(f"recommendation: {r.recommended}" + (f"   triage: {r.verdict}" if r.verdict else ""))
     print(f"report: {os.path.join(r.out_dir, 'report.html')} (+ {', '.join(r.files[1:])})")
     sys.stdout.flush()

@@ -215,3 +215,20 @@ def test_profile_rejects_bad_op_rates():
     doc["op_rates"]["linear"].update(metric="flops", rate_1=0)
     with pytest.raises(InputError, match="rates must be positive"):
         loads_profile(json.dumps(doc), "p.json")
+
+
+def test_fewer_threads_never_stretch_the_launch_and_survive_zero_work():
+    import msgspec
+
+    prof = load_profile("cpu")  # no op rates: a measured op scales by cores
+    launch, cores = prof.launch_overhead_us, prof.cores.cube
+    lin = Op("l", "linear", resource="cube", flops=1e8, outputs=[Tensor([4096, 4096], "float32")])
+    measured = msgspec.structs.replace(estimate(lin, prof), dur_us=5.0 + launch, measured=True,
+                                       block_dim=cores)
+    assert with_cores(measured, prof, 1).dur_us == pytest_approx(5.0 * cores + launch)
+    # a rate with no fixed cost and an op with no counted work: no division by zero
+    rated = cpu_profile(linear=("flops", 0.0, 0.0, 50.0, 90.0))
+    zero = Op("z", "linear", resource="cube", flops=0.0, outputs=[Tensor([4096, 4096], "float32")])
+    c = msgspec.structs.replace(estimate(zero, rated), dur_us=7.0 + rated.launch_overhead_us,
+                                measured=True)
+    assert with_cores(c, rated, 1).dur_us >= rated.launch_overhead_us

@@ -80,7 +80,10 @@ def op_rate_key(op_type: str, resource: str, rates: dict) -> str | None:
     """The measured op rate that costs an op of ``op_type`` on ``resource``: its own type
     when measured, else its family's (matmul-like ops -> ``linear``, convolutions ->
     ``conv2d``, pools -> ``max_pool2d``, norms -> ``layer_norm``, ...), copies and moves
-    -> ``cat``, other element-wise work -> ``add``; None when nothing fits (collectives)."""
+    -> ``cat``, other element-wise work -> ``add``; None when nothing fits (collectives).
+    Host ops are rated too: on a CPU profile the host is the device, and host work such
+    as preprocessing is real work on its cores (costing it as the launch alone would make
+    a uint8 normalisation of a batch of images free)."""
     if resource == "comm" or not rates:
         return None
     t = op_type.lower()
@@ -168,19 +171,17 @@ def _with_launch(profile: DeviceProfile, dur: float, bound: str) -> tuple[float,
 
 def _rated(op: Any, profile: DeviceProfile, key: str, max_cores: int | None,
            memory_full: float) -> OpCost:
-    """The cost from a measured CPU op rate, on the op's share of the cores."""
+    """The cost from a measured CPU op rate, on the op's share of the cores: a CPU stream's
+    worker runs every op with its whole intra-op thread count (small ops too: they pay the
+    thread team's fixed cost even when they cannot use it), so that count is the op's
+    block dim; copies and host work hold no core of the pool but run on those threads."""
     rate = profile.op_rates[key]
     traffic = float((op.bytes_read or 0) + (op.bytes_written or 0))
     work = float(op.flops or 0.0) if rate.metric == "flops" else traffic
     resource = op.resource
     cores = profile.unit_cores("cube")
-    if resource in ("cube", "vector"):
-        meta = op.meta or {}
-        wanted = int(meta["block_dim"]) if meta.get("block_dim") else _wanted_blocks(op, resource, cores)
-        blocks = min(max(1, min(wanted, cores)), max_cores or cores)
-    else:
-        blocks = 0  # copies and host work hold no core of the pool, but still use threads
-    threads = blocks or min(cores, max_cores or cores)
+    threads = max(1, min(cores, max_cores or cores))
+    blocks = threads if resource in ("cube", "vector") else 0
     dur = rate.duration_us(work, threads, cores)
     full = rate.duration_us(work, cores, cores)
     bound = "memory" if rate.metric == "bytes" else "compute"
@@ -243,16 +244,20 @@ def with_cores(op_or_cost: Any, profile: DeviceProfile, cores: int) -> OpCost:
         return c
     total = profile.unit_cores(c.unit)
     rate = profile.op_rates.get(c.rate_key) if c.rate_key else None
+    # on a CPU a cost includes the launch (the executor's per-op cost), which fewer
+    # threads do not stretch: scale the op's own time only
+    launch = profile.launch_overhead_us if profile.kind == "cpu" else 0.0
+    own = max(0.0, c.dur_us - launch)
     if rate is not None and c.measured:
         # a measured CPU op: its own time scaled as its op rate scales with threads
-        launch = profile.launch_overhead_us if profile.kind == "cpu" else 0.0
-        own = max(0.0, c.dur_us - launch) * (rate.duration_us(c.work, cores, total)
-                                             / rate.duration_us(c.work, c.block_dim, total))
-        dur, bound = _with_launch(profile, own, c.bound)
+        was = rate.duration_us(c.work, c.block_dim, total)
+        now = rate.duration_us(c.work, cores, total)
+        scale = now / was if was > 0 else c.block_dim / cores
+        dur, bound = _with_launch(profile, own * scale, c.bound)
     elif rate is not None:
         dur, bound = _with_launch(profile, rate.duration_us(c.work, cores, total), c.bound)
     elif c.measured:
-        dur, bound = c.dur_us * c.block_dim / cores, c.bound
+        dur, bound = _with_launch(profile, own * c.block_dim / cores, c.bound)
     else:
         dur, bound = _with_launch(profile, *_core_time(profile, c.compute_full_us,
                                                         c.memory_full_us, cores, total))

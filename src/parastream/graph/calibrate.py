@@ -413,13 +413,15 @@ def calibrate(quick: bool = False, name: str = "cpu-calibrated") -> dict:
             "intra_op_efficiency": (f"{by}: best of {rounds} rounds; torch.mm of 64x256 by "
                                     "256x256 on 1 thread and on all cores, "
                                     "e = (t1 / tk - 1) / (k - 1)"),
-            "op_rates": (f"{by}: {mode}each op type timed at two sizes (tiny and small zoo "
-                         "scale) on 1 intra-op thread and on all cores, best of several "
-                         "rounds; the line through the two sizes gives fixed_us and the "
-                         "rate (GFLOP/s for linear, conv2d and attention, GB/s read + "
-                         "written for the rest)"),
         },
     }
+    if op_rates:
+        profile["sources"]["op_rates"] = (
+            f"{by}: {mode}each op type timed at two sizes (tiny and small zoo scale) on 1 "
+            "intra-op thread and on all cores, on a worker thread, median of a short burst, "
+            "lowest of several rounds; the line through the two sizes gives the fixed cost "
+            "and the rate (GFLOP/s for linear, conv2d and attention, GB/s read + written for "
+            "the rest)")
     return profile
 
 

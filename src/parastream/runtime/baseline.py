@@ -55,7 +55,10 @@ def isolated(model: str, scale: str, phase: str | None, policy: str, *, runs: in
     if r.returncode != 0 or not lines:
         tail = (r.stderr.strip().splitlines() or ["no output"])[-1]
         return {"error": f"the child process failed: {tail}"}
-    return json.loads(lines[-1])
+    try:
+        return json.loads(lines[-1])
+    except ValueError:
+        return {"error": f"the child process printed no result: {lines[-1][:200]}"}
 
 
 def best_settings(model: str, scale: str, phase: str | None, *, runs: int, warmup: int,

@@ -194,7 +194,9 @@ def cmd_run(args: argparse.Namespace) -> int:
             write_atomic(plan_path, dumps(doc))
             iso = baseline.best_settings(args.model, args.scale, args.phase, runs=args.runs,
                                          warmup=args.warmup, drop=args.drop, threads=_cores(),
-                                         plan_path=plan_path, candidates=[c.name for c in chosen])
+                                         plan_path=plan_path,
+                                         candidates=[c.name for c in chosen
+                                                     if len(set(c.assignment.values())) > 1])
         result["separate_processes"] = iso
         for r in result["candidates"]:
             r.iso_single_us = iso["single_us"]

@@ -26,6 +26,7 @@ import gc
 import heapq
 import random
 from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
 
@@ -86,6 +87,10 @@ def simulate(tasks: list[Task], device: Device, *, jitter: float = 0.0, seed: in
             gc.enable()
 
 
+def _rr_distance(rr: int, q_count: int, q: int) -> int:
+    return (q - rr) % q_count
+
+
 def _simulate(tasks: list[Task], device: Device, jitter: float, seed: int, name: str,
               shared_pool: bool) -> Result:
     n = len(tasks)
@@ -138,8 +143,6 @@ def _simulate(tasks: list[Task], device: Device, jitter: float, seed: int, name:
     heap: list[tuple[float, int, int]] = []  # (time, seq, task)
     seq = 0
     rr = 0  # round-robin start: the queue after the last one that dispatched
-    # queues in sweep order for each round-robin start
-    rr_order = [[(r + k) % q_count for k in range(q_count)] for r in range(q_count)]
     blocked: list[set[int]] = [set(), set(), set()]  # per pool: queues whose head lacks cores
     sweep_us = device.sweep_us
     push = heapq.heappush
@@ -226,7 +229,8 @@ def _simulate(tasks: list[Task], device: Device, jitter: float, seed: int, name:
                     check.add(queue_of[w])
                 if bc:
                     check |= bc
-                qs = filter(check.__contains__, rr_order[rr]) if len(check) > 1 else check
+                # round-robin order from rr (a partial, not a closure: rr stays a fast local)
+                qs = sorted(check, key=partial(_rr_distance, rr, q_count)) if len(check) > 1 else check
         for qi in qs:
             # start queue qi's head task at t if its events are recorded and its cores free
             qq = queues[qi]

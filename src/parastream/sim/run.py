@@ -132,6 +132,8 @@ def simulate_plan(graph: Graph, plan: Plan, profile: DeviceProfile, *, ge: bool 
     res = simulate(tasks, device_of(profile), jitter=jitter, seed=seed,
                    name=f"{graph.name}: {plan.name} (simulated on {profile.name})",
                    shared_pool=profile.shared_cores)
-    # a CPU executor's fixed cost per forward call (setup, rejoin) is part of every wall
+    # a CPU executor's fixed cost per forward call (setup, rejoin) is part of every wall it
+    # measures, so the predicted wall includes it; the timeline holds the ops only (its span
+    # is the wall less this overhead)
     res.wall_us += profile.run_overhead_us
     return SimRun(plan, res, ge)
