@@ -76,7 +76,7 @@ def small_capture(op_name: str = "MoeGatingTopK", stream_id: str = "8", label: s
              "overlap_us": 0.0, "overlap_pct": 0.0, "busy_overlap_pct": 0.0, "verdict": "false",
              "barrier": {"name": "Cast", "start_us": 30.1, "ops": ["55", "56"]}},
         ],
-        "comm_comp_overlap_pct": 0.28,
+        "comm_comp_overlap_pct": 28.0,  # a percentage, as timeline.comm computes it
         "concurrency_us": {"0": 0.5, "1": 30.0, "2": 35.0, "3": 4.5},
         "contention": [{"streams": ["7", stream_id], "oversubscribed_us": 6.0, "max_demand": 28,
                         "cores": 20, "first_us": 6.6}],

@@ -337,8 +337,9 @@ def _facts(tl: Timeline, a: dict) -> str:
     if tl.n_waits:
         items.append(("waits", f"{tl.n_waits:,}"))
     items.append(("streams", str(len(a.get("streams") or tl.streams))))
-    if a.get("comm_comp_overlap_pct") is not None:
-        items.append(("comm/comp overlap", _fmt_pct(a.get("comm_comp_overlap_pct"))))
+    comm = _num(a.get("comm_comp_overlap_pct"))
+    if comm is not None:  # already a percentage (timeline.comm), unlike the 0-1 fractions
+        items.append(("comm/comp overlap", f"{comm:.1f}%"))
     pts = a.get("parallel_points") or []
     counts = a.get("verdict_counts")
     if not isinstance(counts, dict):
