@@ -19,6 +19,7 @@ from ..errors import InputError
 from .analyze import SCHEMA, Options, analyze_capture, captures_of, check_regex, summarize
 from .model import Timeline
 from .readers import read_path
+from .readers.directory import CAPTURE_SUFFIXES, is_capture
 
 _ASCEND_MARKERS = ("ASCEND_PROFILER_OUTPUT", "PROF_*", "kernel_details.csv", "trace_view.json",
                    "op_summary_*.csv", "*.db")
@@ -27,17 +28,17 @@ _TRACE_FILES = ("*.json", "*.json.gz", "*.csv", "*.db", "*.pt.trace.json", "*.pt
 
 def expand(path: str) -> list[str]:
     """The units a path stands for: itself for a file or an Ascend profiler directory;
-    each ``*_ascend_pt`` child or each trace file for a folder of captures/ranks."""
+    each capture child (``*_ascend_pt``, ``*_ascend_ms``) or each trace file for a folder
+    of captures/ranks."""
     if not os.path.isdir(path):
         return [path]
     entries = sorted(os.listdir(path))
-    base = os.path.basename(path.rstrip("/"))
-    if base.endswith("_ascend_pt") or base.startswith("PROF_") or base == "ASCEND_PROFILER_OUTPUT":
+    if is_capture(path):
         return [path]
     if any(fnmatch.fnmatch(e, m) for e in entries for m in _ASCEND_MARKERS[:2]):
         return [path]
     pt = [os.path.join(path, e) for e in entries
-          if e.endswith("_ascend_pt") and os.path.isdir(os.path.join(path, e))]
+          if e.endswith(CAPTURE_SUFFIXES) and os.path.isdir(os.path.join(path, e))]
     if pt:
         return pt
     files = [os.path.join(path, e) for e in entries

@@ -183,3 +183,15 @@ def test_read_path_hands_directories_here(tmp_path):
     cap = make_capture(tmp_path, "x_ascend_pt")
     (tl,) = read_path(cap)
     assert tl.format == ascend_csv.KERNEL_DETAILS and tl.device.ai_core_num == 24
+
+
+def test_a_folder_of_rank_captures_is_one_unit_per_capture(tmp_path):
+    """Both torch_npu capture spellings split a folder into one unit per rank (analysed in
+    parallel, with a per-rank table); a capture folder itself is one unit."""
+    from parastream.timeline.ranks import expand
+
+    for name in ("r0_ascend_ms", "r1_ascend_ms", "r2_ascend_pt"):
+        (tmp_path / name).mkdir()
+    assert [p.rsplit("/", 1)[-1] for p in expand(str(tmp_path))] == [
+        "r0_ascend_ms", "r1_ascend_ms", "r2_ascend_pt"]
+    assert expand(str(tmp_path / "r0_ascend_ms")) == [str(tmp_path / "r0_ascend_ms")]

@@ -23,7 +23,7 @@ import re
 from ...errors import InputError
 from ..model import Timeline
 
-_CAPTURE_SUFFIXES = ("_ascend_pt", "_ascend_ms")
+CAPTURE_SUFFIXES = ("_ascend_pt", "_ascend_ms")
 _OUTPUT_DIR = "ASCEND_PROFILER_OUTPUT"
 _MAX_DEPTH = 5
 # (label, filename pattern), best first
@@ -40,9 +40,11 @@ _LOOKED_FOR = ("*_ascend_pt/, ASCEND_PROFILER_OUTPUT/, PROF_*/, ascend_pytorch_p
                "*.json / *.json.gz Kineto traces")
 
 
-def _is_capture(path: str) -> bool:
+def is_capture(path: str) -> bool:
+    """Whether ``path`` is one profiler capture folder (``*_ascend_pt``/``*_ascend_ms``,
+    ``PROF_*``, ``ASCEND_PROFILER_OUTPUT`` or a folder holding one)."""
     base = os.path.basename(os.path.normpath(path))
-    return (base.endswith(_CAPTURE_SUFFIXES) or base == _OUTPUT_DIR or base.startswith("PROF_")
+    return (base.endswith(CAPTURE_SUFFIXES) or base == _OUTPUT_DIR or base.startswith("PROF_")
             or os.path.isdir(os.path.join(path, _OUTPUT_DIR)))
 
 
@@ -57,7 +59,7 @@ def _find_captures(path: str, depth: int = 0) -> list[str]:
     """Capture folders below ``path`` (not descending into a capture)."""
     out: list[str] = []
     for sub in _subdirs(path):
-        if _is_capture(sub):
+        if is_capture(sub):
             out.append(sub)
         elif depth + 1 < _MAX_DEPTH:
             out.extend(_find_captures(sub, depth + 1))
@@ -216,7 +218,7 @@ def read_dir(path: str | os.PathLike[str]) -> list[Timeline]:
     path = os.fspath(path)
     if not os.path.isdir(path):
         raise InputError(path, "not a directory")
-    if _is_capture(path):
+    if is_capture(path):
         roots = [path]
     else:
         roots = _find_captures(path)
