@@ -232,3 +232,27 @@ def test_fewer_threads_never_stretch_the_launch_and_survive_zero_work():
     c = msgspec.structs.replace(estimate(zero, rated), dur_us=7.0 + rated.launch_overhead_us,
                                 measured=True)
     assert with_cores(c, rated, 1).dur_us >= rated.launch_overhead_us
+
+
+def test_scaling_a_cpu_cost_agrees_with_re_costing_the_op_for_every_unit():
+    """A plan's per-stream thread share rescales a stored cost exactly as costing the op on
+    that share would: compute ops, copies and host work alike."""
+    import msgspec
+
+    base = cpu_profile(linear=("flops", 3.0, 5.0, 50.0, 90.0), cat=("bytes", 2.0, 9.0, 10.0, 12.0),
+                       add=("bytes", 1.0, 4.0, 20.0, 30.0))
+    prof = msgspec.structs.replace(base, cores=msgspec.structs.replace(base.cores, cube=8, vector=8))
+    ops = [Op("l", "linear", resource="cube", flops=1e8, outputs=[Tensor([4096, 4096], "float32")]),
+           Op("c", "cat", resource="memory", bytes_read=4e6, bytes_written=4e6),
+           Op("h", "div", resource="host", bytes_read=4e6, bytes_written=4e6)]
+    for op in ops:
+        for k in (1, 2, 5):
+            assert with_cores(estimate(op, prof), prof, k).dur_us == pytest_approx(
+                estimate(op, prof, max_cores=k).dur_us), (op.name, k)
+
+
+def test_an_unrated_copy_on_a_cpu_pays_the_executor_per_op_cost():
+    prof = load_profile("cpu")  # no op rates
+    cat = Op("c", "cat", resource="memory", bytes_read=1000, bytes_written=1000)
+    c = estimate(cat, prof)
+    assert c.dur_us == pytest_approx(2000 / (prof.memory_bandwidth_gbps * 1e3) + prof.launch_overhead_us)

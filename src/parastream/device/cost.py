@@ -112,9 +112,12 @@ class OpCost(msgspec.Struct, frozen=True, gc=False):
     compute_full_us: float = 0.0
     memory_full_us: float = 0.0
     measured: bool = False
-    #: CPU op-rate costs: the ``op_rates`` entry used and the op's work (FLOPs or bytes)
+    #: CPU op-rate costs: the ``op_rates`` entry used, the op's work (FLOPs or bytes) and
+    #: the intra-op threads the time is for (copies and host work hold no cores of the
+    #: pool, ``block_dim`` 0, but their time still depends on the threads)
     rate_key: str = ""
     work: float = 0.0
+    threads: int = 0
 
 
 def _elements(tensors: Any) -> int:
@@ -186,7 +189,7 @@ def _rated(op: Any, profile: DeviceProfile, key: str, max_cores: int | None,
     full = rate.duration_us(work, cores, cores)
     bound = "memory" if rate.metric == "bytes" else "compute"
     dur, bound = _with_launch(profile, dur, bound)
-    return OpCost(dur, blocks, bound, resource, full, memory_full, False, key, work)
+    return OpCost(dur, blocks, bound, resource, full, memory_full, False, key, work, threads)
 
 
 def estimate(op: Any, profile: DeviceProfile, max_cores: int | None = None) -> OpCost:
@@ -228,7 +231,10 @@ def estimate(op: Any, profile: DeviceProfile, max_cores: int | None = None) -> O
         dur, measured = launch, False
     else:
         dur, measured = max(memory_full, 0.0 if on_host else MIN_KERNEL_US), False
-    bound = "launch" if resource == "host" or launch > dur else "memory"
+    if resource == "host":
+        bound = "launch"
+    else:  # on a CPU a copy is an op like any other: the executor's per-op cost applies
+        dur, bound = _with_launch(profile, dur, "memory")
     return OpCost(dur, 0, bound, resource, 0.0, memory_full, measured)
 
 
@@ -240,19 +246,21 @@ def with_cores(op_or_cost: Any, profile: DeviceProfile, cores: int) -> OpCost:
     if not isinstance(op_or_cost, OpCost):
         return estimate(op_or_cost, profile, max_cores=cores)
     c = op_or_cost
-    if c.unit not in ("cube", "vector") or c.block_dim <= cores:
-        return c
-    total = profile.unit_cores(c.unit)
     rate = profile.op_rates.get(c.rate_key) if c.rate_key else None
+    on_cores = c.unit in ("cube", "vector")
+    was = c.threads or c.block_dim
+    if (not on_cores and rate is None) or was <= cores:
+        return c
+    total = profile.unit_cores(c.unit if on_cores else "cube")
     # on a CPU a cost includes the launch (the executor's per-op cost), which fewer
     # threads do not stretch: scale the op's own time only
     launch = profile.launch_overhead_us if profile.kind == "cpu" else 0.0
     own = max(0.0, c.dur_us - launch)
     if rate is not None and c.measured:
         # a measured CPU op: its own time scaled as its op rate scales with threads
-        was = rate.duration_us(c.work, c.block_dim, total)
+        before = rate.duration_us(c.work, was, total)
         now = rate.duration_us(c.work, cores, total)
-        scale = now / was if was > 0 else c.block_dim / cores
+        scale = now / before if before > 0 else was / cores
         dur, bound = _with_launch(profile, own * scale, c.bound)
     elif rate is not None:
         dur, bound = _with_launch(profile, rate.duration_us(c.work, cores, total), c.bound)
@@ -261,4 +269,5 @@ def with_cores(op_or_cost: Any, profile: DeviceProfile, cores: int) -> OpCost:
     else:
         dur, bound = _with_launch(profile, *_core_time(profile, c.compute_full_us,
                                                         c.memory_full_us, cores, total))
-    return msgspec.structs.replace(c, dur_us=dur, block_dim=cores, bound=bound)
+    return msgspec.structs.replace(c, dur_us=dur, block_dim=cores if on_cores else 0,
+                                   threads=cores if rate is not None else c.threads, bound=bound)

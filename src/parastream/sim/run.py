@@ -71,9 +71,8 @@ def tasks_for(graph: Graph, plan: Plan, profile: DeviceProfile, *, costs: dict[s
     for n in order:
         c = costs[n]
         s = plan.assignment.get(n, 0)
-        if s in limits and limits[s] and c.block_dim > limits[s] and c.unit in ("cube", "vector"):
-            # a measured cost is scaled; an estimate is re-estimated on fewer cores
-            c = with_cores(c if c.measured else ops[n], profile, limits[s])
+        if limits.get(s):
+            c = with_cores(c, profile, limits[s])
         pool = c.unit if c.unit in ("cube", "vector") else "none"
         kind = {"comm": KIND_COMM, "memory": KIND_MEMCPY}.get(c.unit, KIND_COMPUTE)
         out.append(Task(name=n, stream=s, dur_us=c.dur_us, pool=pool, block_dim=c.block_dim,
@@ -105,10 +104,12 @@ def measured_costs(graph: Graph, profile: DeviceProfile, timelines: Iterable[Tim
     for n, op in ops.items():
         c = estimate(op, profile)
         if n in seen:
-            cores = profile.unit_cores(c.unit) if c.unit in ("cube", "vector") else 0
+            on_cores = c.unit in ("cube", "vector")
+            k = min(threads or profile.cores.cube, profile.cores.cube)
             c = msgspec.structs.replace(
                 c, dur_us=statistics.median(seen[n]) + launch, measured=True,
-                block_dim=min(threads or cores, cores) if cores else 0)
+                block_dim=min(k, profile.unit_cores(c.unit)) if on_cores else 0,
+                threads=k if c.rate_key else 0)
         out[n] = c
     return out
 
