@@ -61,7 +61,7 @@ def overhead(ops: int = 200, runs: int = 9) -> dict:
 
     m, x = Chain(ops).eval(), torch.randn(16)
     rn = import_runnable(m, (x,))
-    plan = Plan(name="single", algorithm="single", assignment={o.name: 0 for o in rn.graph.ops})
+    plan = Plan.single(o.name for o in rn.graph.ops)
     interp = torch.fx.Interpreter(rn.graph_module)
     ex = MultiStreamExecutor(m, (x,), plan, runnable=rn)
     a, b = [], []
@@ -89,7 +89,7 @@ def candidates_of(module, inputs, name, profile, top=3):
 
     rn = import_runnable(module, inputs, name=name)
     doc = build(rn.graph, profile, algorithm=None, mapping=None, max_streams=None)
-    multi = [c for c in doc.candidates if len(set(c.assignment.values())) > 1][:top]
+    multi = [c for c in doc.candidates if c.stream_count() > 1][:top]
     return rn, doc, multi
 
 
@@ -97,11 +97,7 @@ def speedups(models, profile, runs: int) -> list[dict]:
     """Side by side in this process, and (zoo models) each side again in a process of its
     own in its best OpenMP setting: single stream with threads spinning, streams with them
     sleeping (parastream.runtime.baseline)."""
-    import os
-    import tempfile
-
     from parastream.graph.zoo import ZOO
-    from parastream.plan.io import dumps
     from parastream.runtime import baseline
     from parastream.runtime.measure import analyse, measure
     rows = []
@@ -111,13 +107,8 @@ def speedups(models, profile, runs: int) -> list[dict]:
             rows.append({"model": name, "candidate": "-", "note": "no multi-stream candidate"})
         iso = None
         if name in ZOO and baseline.wanted():
-            with tempfile.TemporaryDirectory() as tmp:
-                path = os.path.join(tmp, "plan.json")
-                with open(path, "wb") as f:
-                    f.write(dumps(doc))
-                iso = baseline.best_settings(name, "small", None, runs=runs, warmup=2, drop=2,
-                                             threads=os.cpu_count() or 1, plan_path=path,
-                                             candidates=[c.name for c in multi])
+            iso = baseline.best_settings(name, "small", None, doc, [c.name for c in multi],
+                                         runs=runs, warmup=2, drop=2)
         for c in multi:
             m = measure(module, inputs, c, runs=runs, drop=2, runnable=rn)
             an = analyse(m, doc, c.name)
@@ -151,8 +142,7 @@ def predictions(models, profile, runs: int) -> list[dict]:
     rows = []
     for name, (module, inputs) in models.items():
         rn, doc, multi = candidates_of(module, inputs, name, profile, top=1)
-        single = Plan(name="single", algorithm="single",
-                      assignment={o.name: 0 for o in rn.graph.ops})
+        single = Plan.single(o.name for o in rn.graph.ops)
         cal = measure(module, inputs, single, runs=runs, drop=2, runnable=rn,
                       single_executor=False)
         costs = measured_costs(rn.graph, profile, cal.multi_timelines)

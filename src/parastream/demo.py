@@ -80,7 +80,6 @@ def run_demo(out_dir: str = "out/demo", model: str = DEFAULT_MODEL, scale: str =
     from .report.html import write_html
     from .report.kineto import write_kineto
     from .runtime import baseline
-    from .runtime.executor import _cores
     from .runtime.measure import analyse, measure
     from .runtime.recommend import CandidateResult, recommend
     from .timeline.analyze import Options, analyze_capture
@@ -115,7 +114,7 @@ def run_demo(out_dir: str = "out/demo", model: str = DEFAULT_MODEL, scale: str =
         doc = build(graph, profile, algorithm=None, mapping=None, max_streams=None,
                     source={"model": model, "scale": scale, "phase": phase})
         write_atomic(os.path.join(out_dir, "plan.json"), dump_plan(doc))
-        multi = [c for c in doc.candidates if c.algorithm != "single"][:candidates_to_run]
+        multi = [c for c in doc.candidates if c.stream_count() > 1][:candidates_to_run]
 
         measured: list[dict] = []
         runs_by_name = {}
@@ -141,10 +140,9 @@ def run_demo(out_dir: str = "out/demo", model: str = DEFAULT_MODEL, scale: str =
         iso = None
         if best_settings and baseline.wanted():
             step("each side again in a process of its own (best OpenMP setting)")
-            plan_path = os.path.join(out_dir, "plan.json")
-            iso = baseline.best_settings(model, scale, phase, runs=runs, warmup=2, drop=2,
-                                         threads=_cores(), plan_path=plan_path,
-                                         candidates=[r["candidate"] for r in measured])
+            iso = baseline.best_settings(model, scale, phase, doc,
+                                         [r["candidate"] for r in measured],
+                                         runs=runs, warmup=2, drop=2)
         else:
             step("separate processes skipped: " + ("--side-by-side-only" if not best_settings
                                                    else "OMP_WAIT_POLICY is set"))

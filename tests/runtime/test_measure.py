@@ -75,8 +75,7 @@ def test_recommend_takes_each_side_in_its_best_setting():
     assert CandidateResult("c", 1.2, 1200.0, 1000.0).best_speedup == 1.2
 
 
-def test_each_side_is_measured_in_a_process_of_its_own(tmp_path, monkeypatch):
-    from parastream.plan.io import dumps
+def test_each_side_is_measured_in_a_process_of_its_own(monkeypatch):
     from parastream.plan.cli import build
     from parastream.device.profile import load_profile
     from parastream.graph.models import load_model
@@ -86,12 +85,11 @@ def test_each_side_is_measured_in_a_process_of_its_own(tmp_path, monkeypatch):
     module, inputs, name, _ = load_model("two_chains", "tiny", None)
     doc = build(import_runnable(module, inputs, name=name).graph, load_profile("cpu"),
                 algorithm=None, mapping=None, max_streams=None)
-    cand = [c.name for c in doc.candidates if c.algorithm != "single"][:1]
-    (tmp_path / "plan.json").write_bytes(dumps(doc))
+    cand = [c.name for c in doc.candidates if c.stream_count() > 1][:1]
     monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
     assert baseline.wanted()
-    got = baseline.best_settings("two_chains", "tiny", None, runs=5, warmup=1, drop=2, threads=2,
-                                 plan_path=str(tmp_path / "plan.json"), candidates=cand)
+    got = baseline.best_settings("two_chains", "tiny", None, doc, cand, runs=5, warmup=1, drop=2,
+                                 threads=2)
     assert got["errors"] == [] and got["single_us"] > 0
     assert set(got["candidates_us"]) == set(cand) and all(v > 0 for v in got["candidates_us"].values())
     bad = baseline.isolated("no_such_model", "tiny", None, "ACTIVE", runs=5, warmup=0, drop=0,

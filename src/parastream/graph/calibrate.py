@@ -32,20 +32,24 @@ from typing import Any, Callable
 SCHEMA = "parastream.device/1"
 
 
-def _best_time(fn: Callable[[], Any], budget_s: float, min_runs: int = 3) -> float:
-    """The fastest of repeated runs of ``fn`` within about ``budget_s`` (after one warm-up)."""
+def _run_times(fn: Callable[[], Any], budget_s: float, min_runs: int,
+               max_runs: int = 10000) -> list[float]:
+    """Seconds of repeated runs of ``fn``: at least ``min_runs``, more until about
+    ``budget_s`` has passed (at most ``max_runs``), after one untimed warm-up."""
     fn()
-    best = float("inf")
-    runs = 0
+    times: list[float] = []
     start = time.perf_counter()
-    while runs < min_runs or time.perf_counter() - start < budget_s:
+    while len(times) < min_runs or (time.perf_counter() - start < budget_s
+                                    and len(times) < max_runs):
         t0 = time.perf_counter()
         fn()
-        best = min(best, time.perf_counter() - t0)
-        runs += 1
-        if runs > 10000:
-            break
-    return best
+        times.append(time.perf_counter() - t0)
+    return times
+
+
+def _best_time(fn: Callable[[], Any], budget_s: float, min_runs: int = 3) -> float:
+    """The fastest of repeated runs of ``fn`` within about ``budget_s``."""
+    return min(_run_times(fn, budget_s, min_runs))
 
 
 def measure_matmul(dtype: str = "fp32", n: int = 1024, budget_s: float = 1.0) -> float:
@@ -175,18 +179,6 @@ def _fit(small: tuple[float, float], large: tuple[float, float]) -> tuple[float,
     return fixed, wl / (max(tl - fixed, 1e-3) * 1e3)
 
 
-def _median_time(fn: Callable[[], Any], budget_s: float, min_runs: int = 5) -> float:
-    """The median of repeated runs of ``fn`` within about ``budget_s`` (after a warm-up)."""
-    fn()
-    times = []
-    start = time.perf_counter()
-    while len(times) < min_runs or (time.perf_counter() - start < budget_s and len(times) < 2000):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
-
-
 def measure_op_rates(quick: bool = False, rounds: int = 1) -> dict[str, dict]:
     """Measured cost of each op type in :func:`_op_cases`, on one intra-op thread and on
     all cores, as ``parastream.device/1`` ``op_rates`` entries (empty without torch).
@@ -214,7 +206,7 @@ def measure_op_rates(quick: bool = False, rounds: int = 1) -> dict[str, dict]:
             with torch.no_grad():
                 for name, (_, small, large) in cases.items():
                     for is_large, (fn, _) in ((False, small), (True, large)):
-                        t = _median_time(fn, budget) * 1e6
+                        t = statistics.median(_run_times(fn, budget, 5, 2000)) * 1e6
                         key = (name, threads, is_large)
                         best[key] = min(best.get(key, t), t)
         except BaseException as exc:  # noqa: BLE001 - re-raised in the caller

@@ -69,9 +69,6 @@ class Plan(msgspec.Struct):
     def stream_count(self) -> int:
         return len(set(self.assignment.values())) if self.assignment else 0
 
-    def waits(self) -> int:
-        return len(self.events)
-
 
 class PlanError(ValueError):
     """A plan that is not safe to run: names the ops involved."""

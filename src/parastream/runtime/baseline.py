@@ -22,11 +22,9 @@ from __future__ import annotations
 
 import json
 import os
-import statistics
 import subprocess
 import sys
-import time
-from typing import Any, Callable
+from typing import Any
 
 
 def wanted() -> bool:
@@ -61,27 +59,27 @@ def isolated(model: str, scale: str, phase: str | None, policy: str, *, runs: in
         return {"error": f"the child process printed no result: {lines[-1][:200]}"}
 
 
-def best_settings(model: str, scale: str, phase: str | None, *, runs: int, warmup: int,
-                  drop: int, threads: int, plan_path: str, candidates: list[str]) -> dict:
-    """Single stream with spinning threads and the candidates with sleeping ones, each in
-    its own child: ``{"single_us", "candidates_us", "threads", "errors"}``."""
+def best_settings(model: str, scale: str, phase: str | None, doc: Any, candidates: list[str],
+                  *, runs: int, warmup: int, drop: int, threads: int | None = None) -> dict:
+    """Single stream with spinning threads, and the named candidates of plan document
+    ``doc`` with sleeping ones, each in its own child, on ``threads`` cores (default all):
+    ``{"single_us", "candidates_us", "threads", "errors"}``."""
+    import tempfile
+
+    from ..plan.io import dumps
+    from .executor import _cores
+
+    threads = threads or _cores()
     kw = dict(runs=runs, warmup=warmup, drop=drop, threads=threads)
     spin = isolated(model, scale, phase, "ACTIVE", single=True, **kw)
-    calm = isolated(model, scale, phase, "PASSIVE", plan_path=plan_path, candidates=candidates,
-                    **kw)
+    with tempfile.TemporaryDirectory() as tmp:
+        plan_path = os.path.join(tmp, "plan.json")
+        with open(plan_path, "wb") as f:
+            f.write(dumps(doc))
+        calm = isolated(model, scale, phase, "PASSIVE", plan_path=plan_path,
+                        candidates=candidates, **kw)
     return {"single_us": spin.get("single_us"), "candidates_us": calm.get("candidates_us", {}),
             "threads": threads, "errors": [e["error"] for e in (spin, calm) if "error" in e]}
-
-
-def _median_us(fn: Callable[[], Any], warmup: int, runs: int, drop: int) -> float:
-    for _ in range(warmup):
-        fn()
-    walls = []
-    for _ in range(runs):
-        t0 = time.perf_counter_ns()
-        fn()
-        walls.append((time.perf_counter_ns() - t0) / 1e3)
-    return statistics.median(walls[drop:])
 
 
 def _measure(spec: dict) -> dict:
@@ -90,6 +88,7 @@ def _measure(spec: dict) -> dict:
     from ..graph.models import load_model
     from .cpu import set_intra_op_threads
     from .executor import MultiStreamExecutor, default_threads
+    from .measure import median_wall_us
 
     module, inputs, name, _ = load_model(spec["model"], spec["scale"], spec["phase"])
     w, r, d, threads = spec["warmup"], spec["runs"], spec["drop"], spec["threads"]
@@ -102,14 +101,14 @@ def _measure(spec: dict) -> dict:
         runnable = import_runnable(module, inputs, name=name)
         for cand in spec["candidates"]:
             _, plan = load_doc(spec["plan"], cand)
-            streams = len(set(plan.assignment.values()) | {0})
+            streams = len(set(plan.assignment.values()) | {0})  # stream 0 always runs
             with MultiStreamExecutor(module, inputs, plan, runnable=runnable,
                                      intra_op_threads=default_threads(streams, threads)) as ex:
-                out["candidates_us"][cand] = _median_us(lambda: ex(*inputs), w, r, d)
+                out["candidates_us"][cand] = median_wall_us(lambda: ex(*inputs), r, w, d)
     if spec["single"]:
         set_intra_op_threads(threads)
         with torch.no_grad():
-            out["single_us"] = _median_us(lambda: module(*inputs), w, r, d)
+            out["single_us"] = median_wall_us(lambda: module(*inputs), r, w, d)
     return out
 
 

@@ -153,8 +153,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     if doc_in is not None:
         doc = doc_in
         chosen = [doc.candidate(args.candidate or doc.recommended)]
-        if chosen[0].algorithm == "single" or len(set(chosen[0].assignment.values())) <= 1:
-            multi = [c for c in doc.candidates if len(set(c.assignment.values())) > 1]
+        if chosen[0].algorithm == "single" or chosen[0].stream_count() <= 1:
+            multi = [c for c in doc.candidates if c.stream_count() > 1]
             if multi:
                 out.write(f"the plan recommends {chosen[0].name!r} (single stream); also running "
                           f"its best multi-stream candidate {multi[0].name!r}\n")
@@ -166,7 +166,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                         source={"model": args.model, "scale": args.scale, "phase": args.phase})
         except PlanError as exc:
             raise InputError(args.model, str(exc)) from None
-        multi = [c for c in doc.candidates if len(set(c.assignment.values())) > 1]
+        multi = [c for c in doc.candidates if c.stream_count() > 1]
         chosen = multi[:args.top]
         current = doc.recommended if doc.recommended != "single" else None
         out.write(f"--auto: {len(doc.candidates)} candidates simulated; running the best "
@@ -183,20 +183,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     from .recommend import recommend
 
     if args.device == "cpu" and args.best_settings and baseline.wanted():
-        import tempfile
-
-        from .executor import _cores
-
         out.write("measuring each side again in a process of its own: single stream with "
                   "OpenMP threads spinning, the candidates with them sleeping\n")
-        with tempfile.TemporaryDirectory() as tmp:
-            plan_path = os.path.join(tmp, "plan.json")
-            write_atomic(plan_path, dumps(doc))
-            iso = baseline.best_settings(args.model, args.scale, args.phase, runs=args.runs,
-                                         warmup=args.warmup, drop=args.drop, threads=_cores(),
-                                         plan_path=plan_path,
-                                         candidates=[c.name for c in chosen
-                                                     if len(set(c.assignment.values())) > 1])
+        iso = baseline.best_settings(args.model, args.scale, args.phase, doc,
+                                     [c.name for c in chosen if c.stream_count() > 1],
+                                     runs=args.runs, warmup=args.warmup, drop=args.drop)
         result["separate_processes"] = iso
         for r in result["candidates"]:
             r.iso_single_us = iso["single_us"]

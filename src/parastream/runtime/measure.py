@@ -69,6 +69,20 @@ class Measurement:
                 "multi_walls_us": [round(x, 3) for x in self.multi_walls_us]}
 
 
+def median_wall_us(fn: Any, runs: int, warmup: int = 2, drop: int = 0) -> float:
+    """Median wall (us) of ``runs`` calls of ``fn`` after ``warmup`` untimed ones, the first
+    ``drop`` timed calls left out: for a single configuration timed alone (the side-by-side
+    alternation is :func:`measure`)."""
+    for _ in range(warmup):
+        fn()
+    walls = []
+    for _ in range(runs):
+        t0 = time.perf_counter_ns()
+        fn()
+        walls.append((time.perf_counter_ns() - t0) / 1e3)
+    return statistics.median(walls[drop:])
+
+
 def _median_index(walls: list[float]) -> int:
     order = sorted(range(len(walls)), key=walls.__getitem__)
     return order[(len(order) - 1) // 2]

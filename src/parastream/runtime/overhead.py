@@ -17,8 +17,6 @@ lowest of a few rounds.
 
 from __future__ import annotations
 
-import statistics
-import time
 from typing import Any
 
 SHORT, LONG = 4, 64
@@ -40,17 +38,6 @@ class _Chain:
         return Chain().eval()
 
 
-def _median_call_us(fn: Any, calls: int) -> float:
-    fn()
-    fn()
-    times = []
-    for _ in range(calls):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times) * 1e6
-
-
 def measure_executor_overhead(quick: bool = False, rounds: int = 3,
                               add_fixed_us: float = 0.0) -> dict[str, float]:
     """``{"per_op_us", "per_run_us", "chain_op_us"}`` of the cpu backend on one stream with
@@ -61,6 +48,7 @@ def measure_executor_overhead(quick: bool = False, rounds: int = 3,
     from ..graph.torch_import import import_runnable
     from ..plan.model import Plan
     from .executor import MultiStreamExecutor, _cores
+    from .measure import median_wall_us
 
     x = torch.randn(16)
     cores = _cores()
@@ -73,7 +61,7 @@ def measure_executor_overhead(quick: bool = False, rounds: int = 3,
             plan = Plan.single(o.name for o in rn.graph.ops)
             ex = MultiStreamExecutor(module, (x,), plan, intra_op_threads=cores, runnable=rn)
             try:
-                walls[n] = min(_median_call_us(lambda: ex(x), calls) for _ in range(rounds))
+                walls[n] = min(median_wall_us(lambda: ex(x), calls) for _ in range(rounds))
             finally:
                 ex.close()
     slope = max(0.0, (walls[LONG] - walls[SHORT]) / (LONG - SHORT))
