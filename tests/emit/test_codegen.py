@@ -281,3 +281,14 @@ def test_other_output_structures(model):
         for a, b in zip(ref.buffers(), model_copy.buffers()):
             assert torch.equal(a, b)
         assert standins.check(r, mod, graph) == []
+
+
+def test_outputs_equal_is_bitwise_with_nan_in_the_same_place():
+    import torch
+
+    from parastream.emit.standins import outputs_equal
+
+    a = torch.tensor([1.0, float("nan"), 3.0])
+    assert outputs_equal((a, {"k": a}), (a.clone(), {"k": a.clone()}))
+    assert not outputs_equal(a, torch.tensor([1.0, 2.0, 3.0]))
+    assert not outputs_equal(a, a.double())

@@ -169,7 +169,6 @@ class _Run:
         self.next_id = 0  # ordered: the next id to hand out
         self.submitted = 0
         self.source_done = False
-        self.sink_closed = False
         self.aborted = False
         self.failure: tuple[str, int, BaseException] | None = None
         self.counts = {COMPLETED: 0, FAILED: 0, CANCELLED: 0}
@@ -342,11 +341,12 @@ class _Run:
                     self.arrive(e.seq, out, t1)
                     continue
                 e.payload, e.t, e.ready = out, t1, ready
-                if not outq.put(e):
+                put = outq.put(e)
+                if not put:
                     self.finish(e.seq, CANCELLED)
                     continue
-                t2 = now_ns()
-                if t2 - t1 > 20_000:
+                if put == 2:  # the queue was full: this worker waited for room
+                    t2 = now_ns()
                     lane.wait(t1, t2, on=nxt, name="queue full")
                     acc.blocked += t2 - t1
         finally:
@@ -358,7 +358,6 @@ class _Run:
                     outq.close()
                 else:
                     with self.cond:
-                        self.sink_closed = True
                         self.cond.notify_all()
 
     # ------------------------------------------------------------------ caller side
