@@ -37,22 +37,6 @@ import sys
 import time
 
 
-def _union_len(iv):
-    """Length of the union of [ts, end) intervals; iv sorted list of (ts, end)."""
-    total = 0
-    cur_s = cur_e = None
-    for s, e in iv:
-        if cur_e is None or s > cur_e:
-            if cur_e is not None:
-                total += cur_e - cur_s
-            cur_s, cur_e = s, e
-        elif e > cur_e:
-            cur_e = e
-    if cur_e is not None:
-        total += cur_e - cur_s
-    return total
-
-
 def _merge(iv):
     out = []
     for s, e in sorted(iv):

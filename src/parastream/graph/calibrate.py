@@ -29,7 +29,7 @@ import threading
 import time
 from typing import Any, Callable
 
-SCHEMA = "parastream.device/1"
+from ..device.profile import SCHEMA, dumps_profile, loads_profile
 
 
 def _run_times(fn: Callable[[], Any], budget_s: float, min_runs: int,
@@ -418,13 +418,7 @@ def calibrate(quick: bool = False, name: str = "cpu-calibrated") -> dict:
 
 
 def dumps(profile: dict) -> bytes:
-    """Profile JSON, checked by the device layer when it is installed."""
-    try:
-        from ..device.profile import dumps_profile, loads_profile
-    except ImportError:
-        import msgspec
-
-        return msgspec.json.format(msgspec.json.encode(profile), indent=2) + b"\n"
+    """Profile JSON, checked by the device layer's own loader first."""
     import msgspec
 
     return dumps_profile(loads_profile(msgspec.json.encode(profile), profile["name"]))

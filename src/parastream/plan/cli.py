@@ -187,12 +187,12 @@ def build(graph: Graph, profile, *, algorithm: str | None, mapping: dict | None,
     cube_bd = {n: c.block_dim for n, c in costs.items() if c.unit == "cube"}
     wall = source_label = None
     if simulate:
-        from ..sim.run import simulate_plan
+        from ..sim.run import sim_label, simulate_plan
 
         def wall(plan: Plan) -> float:
             return simulate_plan(graph, plan, profile, costs=costs).result.wall_us
 
-        source_label = f"simulated on {profile.name}"
+        source_label = sim_label(profile)
     plans = candidates(graph, points, dur, block_dims=cube_bd, device=facts, max_streams=cap,
                        global_plans=global_plans, wall=wall, source=source_label,
                        ladder=simulate)
@@ -212,10 +212,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from ..device.profile import load_profile
     from ..report.atomic import write_atomic
 
-    try:
-        profile = load_profile(args.device)
-    except (OSError, ValueError, KeyError) as exc:
-        raise InputError(args.device, f"not a device profile: {exc}") from None
+    profile = load_profile(args.device)  # bad names and files raise a one-line InputError
     mapping = None
     if args.mapping:
         try:

@@ -178,7 +178,10 @@ def cmd_run(args: argparse.Namespace) -> int:
             raise InputError(args.plan or args.model, f"candidate {c.name!r} does not fit this "
                              f"model: {exc}") from None
 
-    result = run_candidates(module, inputs, runnable, doc, chosen, profile, args)
+    # a plan file's estimates may come from another calibration of the same name: only
+    # estimates made now, on this profile, are reused
+    result = run_candidates(module, inputs, runnable, doc, chosen, profile, args,
+                            reuse_estimates=doc_in is None)
     from . import baseline
     from .recommend import recommend
 
@@ -215,22 +218,22 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def run_candidates(module: Any, inputs: tuple, runnable: Any, doc: Any, chosen: list,
-                   profile: Any, args: argparse.Namespace) -> dict:
+                   profile: Any, args: argparse.Namespace, *, reuse_estimates: bool = False) -> dict:
     """Measure each chosen candidate against single stream; predict, analyse, check."""
-    from ..sim.run import measured_costs, simulate_plan
+    from ..sim.run import measured_costs, sim_label, simulate_plan
     from ..plan.model import Plan
     from .executor import Jitter, MultiStreamExecutor
     from .measure import analyse, measure
     from .recommend import CandidateResult
 
     graph = runnable.graph
-    label = f"simulated on {profile.name}"
+    label = sim_label(profile)
     single_wall: dict[str, float] = {}
 
     def predicted(plan: Plan) -> tuple[float, float]:
-        """(multi, single) predicted walls: the plan's own estimate when the planner
+        """(multi, single) predicted walls: the plan's own estimate when the planner just
         simulated it on this profile, else a fresh simulation."""
-        if plan.estimate is not None and plan.estimate.source == label:
+        if reuse_estimates and plan.estimate is not None and plan.estimate.source == label:
             return plan.estimate.wall_us, plan.estimate.single_stream_wall_us
         if "single" not in single_wall:
             base = Plan.single(o.name for o in graph.ops)

@@ -12,7 +12,6 @@ from ..errors import InputError
 
 from ..plan.model import SPEEDUP_MARGIN
 
-LABEL = "simulated on {device}"
 
 
 def add_parser(sub) -> None:
@@ -45,7 +44,7 @@ def sweep(graph, profile, stream_counts: list[int], *, ge: bool = False, jitter:
     from ..plan.assign import assign
     from ..plan.cli import build
     from ..timeline.analyze import analyze_capture
-    from .run import simulate_plan
+    from .run import sim_label, simulate_plan
 
     costs = {o.name: estimate(o, profile) for o in graph.ops}
     dur = {n: c.dur_us for n, c in costs.items()}
@@ -86,7 +85,7 @@ def sweep(graph, profile, stream_counts: list[int], *, ge: bool = False, jitter:
     if best and best["speedup"] and best["speedup"] >= 1 + SPEEDUP_MARGIN:
         rec = min(r["streams"] for r in rows if r["wall_us"] <= best["wall_us"] * 1.02)
     return {"schema": "parastream.simulation/1", "model": graph.name, "device": profile.name,
-            "label": LABEL.format(device=profile.name), "ge_reorder": ge, "rows": rows,
+            "label": sim_label(profile), "ge_reorder": ge, "rows": rows,
             "recommended_streams": rec,
             "recommendation": ("single stream: multi-stream does not pay here" if rec == 1
                                else f"{rec} streams"),
@@ -178,6 +177,7 @@ def _shape_sweep(args: argparse.Namespace, profile, counts: list[int]) -> int:
     import msgspec
 
     from ..graph.models import resolve
+    from .run import sim_label
 
     rows = []
     for b in _ints(args.batch, "--batch"):
@@ -191,7 +191,7 @@ def _shape_sweep(args: argparse.Namespace, profile, counts: list[int]) -> int:
                          "recommended_streams": out["recommended_streams"],
                          "recommendation": out["recommendation"], "rows": out["rows"]})
     doc = {"schema": "parastream.simulation-sweep/1", "model": args.model, "device": profile.name,
-           "label": LABEL.format(device=profile.name), "sweep": rows}
+           "label": sim_label(profile), "sweep": rows}
     if args.format == "json":
         sys.stdout.write(msgspec.json.format(msgspec.json.encode(doc), indent=2).decode() + "\n")
         return 0

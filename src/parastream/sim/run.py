@@ -22,6 +22,11 @@ from ..timeline.model import KIND_COMM, KIND_COMPUTE, KIND_MEMCPY, Timeline
 from .engine import Device, Result, Task, simulate
 
 
+def sim_label(profile: DeviceProfile) -> str:
+    """How every simulated figure is labelled (and how a plan's estimate names its source)."""
+    return f"simulated on {profile.name}"
+
+
 def device_of(profile: DeviceProfile) -> Device:
     return Device(name=profile.name, cube_cores=profile.cores.cube,
                   vector_cores=profile.cores.vector, hw_queues=profile.hw_queues,
@@ -131,7 +136,7 @@ def simulate_plan(graph: Graph, plan: Plan, profile: DeviceProfile, *, ge: bool 
         order = ge_reorder(graph, plan, order, {n: c.dur_us for n, c in costs.items()})
     tasks = tasks_for(graph, plan, profile, costs=costs, order=order)
     res = simulate(tasks, device_of(profile), jitter=jitter, seed=seed,
-                   name=f"{graph.name}: {plan.name} (simulated on {profile.name})",
+                   name=f"{graph.name}: {plan.name} ({sim_label(profile)})",
                    shared_pool=profile.shared_cores)
     # a CPU executor's fixed cost per forward call (setup, rejoin) is part of every wall it
     # measures, so the predicted wall includes it; the timeline holds the ops only (its span

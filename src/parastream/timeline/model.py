@@ -223,9 +223,6 @@ class TimelineBuilder:
         on = -1 if on_stream is None else self.streams.code(on_stream)
         self._waits.append((self.streams.code(stream), on, start_ns, end_ns, self.names.code(name)))
 
-    def warn(self, message: str) -> None:
-        self.warnings.append(message)
-
     def build(self) -> Timeline:
         n = len(self._rows)
         if n:

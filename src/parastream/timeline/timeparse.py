@@ -39,23 +39,6 @@ def us_text_to_ns(text: str) -> int:
     return sign * (whole * 1000 + ns)
 
 
-def us_to_ns(value: float | int | str) -> int:
-    """A JSON number or string in microseconds -> integer nanoseconds.
-
-    Floats are rounded to the nearest nanosecond through their shortest decimal text,
-    which is what the producer wrote (``repr`` round-trips).
-    """
-    if isinstance(value, str):
-        return us_text_to_ns(value)
-    if isinstance(value, int):
-        return value * 1000
-    if not math.isfinite(value):
-        raise ValueError(f"not a finite time: {value!r}")
-    if abs(value) < 1e9:  # small relative times: float math is exact to well below 1 ns
-        return int(round(value * 1000))
-    return us_text_to_ns(repr(value))
-
-
 def trim_text(col: pa.ChunkedArray | pa.Array) -> pa.ChunkedArray | pa.Array:
     """A text column without the quotes, tabs and spaces profilers put around values."""
     if not pa.types.is_string(col.type):
