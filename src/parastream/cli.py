@@ -8,9 +8,8 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from contextlib import contextmanager
 from importlib import resources
-from typing import Iterator, Sequence
+from typing import Sequence
 
 from . import __version__
 from .errors import InputError
@@ -94,21 +93,6 @@ def _load_commands(module: str, sub) -> None:
     importlib.import_module(module).add_parser(sub)
 
 
-@contextmanager
-def _progress(enabled: bool) -> Iterator:
-    """A transient progress display on stderr, only for a terminal."""
-    if not enabled or not sys.stderr.isatty():
-        yield None
-        return
-    from rich.console import Console
-    from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-
-    with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
-                  TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(),
-                  console=Console(stderr=True), transient=True) as prog:
-        yield prog
-
-
 def cmd_analyze(args: argparse.Namespace) -> int:
     from .report.atomic import write_atomic
     from .timeline import analyze as an
@@ -131,7 +115,9 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         plan_doc, chosen = load_doc(args.plan, args.candidate)
         args.candidate = chosen.name
     need_timelines = bool(args.html or args.perfetto or plan_doc)
-    with _progress(not args.no_progress) as prog:
+    from .report.text import progress
+
+    with progress(not args.no_progress) as prog:
         doc, timelines = analyze_paths(paths, opts, jobs=args.jobs, keep_timelines=need_timelines,
                                        progress=prog)
         if args.baseline:
@@ -147,9 +133,9 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         for cap, tl in zip(doc["captures"], timelines):
             cap["plan_check"] = verify(tl, plan_doc, args.candidate)
     if args.format == "json":
-        import msgspec
+        from .graph.render import render_json
 
-        out = msgspec.json.format(msgspec.json.encode(doc), indent=2).decode() + "\n"
+        out = render_json(doc, indent=2)
     elif args.format == "md":
         from .report.markdown import render_markdown
 

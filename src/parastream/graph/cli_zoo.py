@@ -46,9 +46,9 @@ def zoo_listing() -> list[dict]:
 def cmd_zoo(args: argparse.Namespace) -> int:
     rows = zoo_listing()
     if args.format == "json":
-        import msgspec
+        from .render import render_json
 
-        sys.stdout.write(msgspec.json.format(msgspec.json.encode(rows), indent=2).decode() + "\n")
+        sys.stdout.write(render_json(rows, indent=2))
         return 0
     width = max(len(r["name"]) for r in rows)
     pw = max(len("/".join(r["phases"])) for r in rows)

@@ -72,8 +72,9 @@ def _headroom_dict(h: Headroom) -> dict[str, Any]:
     return msgspec.to_builtins(h)
 
 
-def render_json(doc: dict[str, Any]) -> str:
-    return msgspec.json.format(msgspec.json.encode(doc), indent=1).decode() + "\n"
+def render_json(doc: Any, indent: int = 1) -> str:
+    """``doc`` as indented JSON text with a final newline (what the CLIs print)."""
+    return msgspec.json.format(msgspec.json.encode(doc), indent=indent).decode() + "\n"
 
 
 # ----------------------------------------------------------------------------- text

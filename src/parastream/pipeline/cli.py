@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from contextlib import contextmanager
 from typing import Any, Iterable, Iterator
 
 from ..errors import InputError
@@ -70,21 +69,6 @@ def parse_replicas(spec: str, stages: Iterable[str]) -> dict[str, int]:
     return out
 
 
-@contextmanager
-def _progress(enabled: bool) -> Iterator[Any]:
-    """A rich progress bar on stderr, only when it is a terminal."""
-    if not enabled or not sys.stderr.isatty():
-        yield None
-        return
-    from rich.console import Console
-    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
-                               TimeElapsedColumn)
-
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), console=Console(stderr=True), transient=True) as prog:
-        yield prog
-
-
 def _ticking(it: Iterable[Any], prog: Any, description: str, total: int) -> Iterator[Any]:
     if prog is None:
         yield from it
@@ -118,9 +102,9 @@ def cmd_pipeline(args: argparse.Namespace) -> int:
     doc, serial_tl, pipe_tl = run_demo(args.items, args.batch, replicas, args.depth,
                                        not args.unordered, args.threads, not args.no_progress)
     if args.format == "json":
-        import msgspec
+        from ..graph.render import render_json
 
-        sys.stdout.write(msgspec.json.format(msgspec.json.encode(doc), indent=2).decode() + "\n")
+        sys.stdout.write(render_json(doc, indent=2))
     else:
         sys.stdout.write(render_text(doc))
     if args.html:
@@ -137,6 +121,7 @@ def run_demo(items: int, batch: int, replicas: dict[str, int] | None, depth: int
              ordered: bool, threads: int, progress: bool) -> tuple[dict, Any, Any]:
     """Serial run, plan, pipelined run; the comparison as a JSON-ready dict + both timelines."""
     from ..runtime.cpu import set_intra_op_threads
+    from ..report.text import progress as progress_display
     from .core import Pipeline, run_serial
     from .planner import plan
     from .workload import WorkloadConfig, make_items, make_model, make_stages, same_outputs
@@ -144,7 +129,7 @@ def run_demo(items: int, batch: int, replicas: dict[str, int] | None, depth: int
     set_intra_op_threads(threads)  # once, here, in the main thread — never in a worker
     cfg = WorkloadConfig(batch=batch)
     model = make_model(cfg.classes)
-    with _progress(progress) as prog:
+    with progress_display(progress) as prog:
         data = make_items(items, cfg)
         warm = make_stages(cfg, model=model)
         run_serial(warm, data[:2])  # first calls allocate and pick kernels: not timed

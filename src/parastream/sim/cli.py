@@ -93,10 +93,9 @@ def sweep(graph, profile, stream_counts: list[int], *, ge: bool = False, jitter:
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
-    import msgspec
-
     from ..device.profile import load_profile
     from ..graph.models import load_graph
+    from ..graph.render import render_json
     from ..report.kineto import write_kineto
 
     try:
@@ -140,7 +139,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         best = min(multi, key=lambda k: runs[k].result.wall_us)
         write_kineto(args.trace, runs[best].result.timeline, label=out["label"])
     if args.format == "json":
-        sys.stdout.write(msgspec.json.format(msgspec.json.encode(out), indent=2).decode() + "\n")
+        sys.stdout.write(render_json(out, indent=2))
     else:
         sys.stdout.write(render(out))
     return 0
@@ -174,9 +173,8 @@ def _ints(text: str | None, what: str) -> list[int | None]:
 
 def _shape_sweep(args: argparse.Namespace, profile, counts: list[int]) -> int:
     """A table like seed 003's (batch x sequence -> streams), derived from the model."""
-    import msgspec
-
     from ..graph.models import resolve
+    from ..graph.render import render_json
     from .run import sim_label
 
     rows = []
@@ -193,7 +191,7 @@ def _shape_sweep(args: argparse.Namespace, profile, counts: list[int]) -> int:
     doc = {"schema": "parastream.simulation-sweep/1", "model": args.model, "device": profile.name,
            "label": sim_label(profile), "sweep": rows}
     if args.format == "json":
-        sys.stdout.write(msgspec.json.format(msgspec.json.encode(doc), indent=2).decode() + "\n")
+        sys.stdout.write(render_json(doc, indent=2))
         return 0
     lines = [f"{args.model} ({args.scale}, {args.phase or 'default phase'}): {doc['label']}", "",
              f"{'batch':>6s} {'seq':>6s} {'1-stream us':>12s} {'best us':>10s} {'speedup':>8s}  recommendation"]
