@@ -17,8 +17,6 @@ are zipped from them, so a million ops take about a second, not a per-op attribu
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import os
 import re
 from typing import Any
@@ -27,6 +25,7 @@ import msgspec
 import numpy as np
 
 from ..timeline.model import CORES, KINDS, Timeline
+from ..timeline.nogc import gc_paused
 from .atomic import write_atomic
 
 WAIT_CAT = "wait"
@@ -117,18 +116,6 @@ def _flow_sources(tl: Timeline, t0: int) -> np.ndarray:
     return src
 
 
-@contextlib.contextmanager
-def _gc_paused():
-    """Pause the cyclic GC while millions of acyclic dicts are made (halves the time)."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
-
-
 def to_perfetto(timelines: list[Timeline], labels: list[str] | None = None) -> dict:
     """A Chrome-trace JSON object (``{"traceEvents": [...], "displayTimeUnit": "ns"}``).
 
@@ -136,7 +123,7 @@ def to_perfetto(timelines: list[Timeline], labels: list[str] | None = None) -> d
     :func:`capture_label`; one tid per stream (stream code + 1). Flow ids are unique
     across captures.
     """
-    with _gc_paused():
+    with gc_paused():
         return _to_perfetto(timelines, labels)
 
 

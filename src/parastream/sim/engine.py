@@ -22,7 +22,6 @@ head of an empty queue, since every queue's FIFO is fixed by program order. The 
 from __future__ import annotations
 
 import array
-import gc
 import heapq
 import random
 from dataclasses import dataclass, field
@@ -31,6 +30,7 @@ from functools import partial
 import numpy as np
 
 from ..timeline.model import KIND_COMPUTE, DeviceInfo, Interner, Timeline, core_code, make_timeline
+from ..timeline.nogc import gc_paused
 
 # pool codes: 0 = no cores (DMA, comm, host), 1 = cube / SM / CPU cores, 2 = vector
 POOL_CODE = {"cube": 1, "vector": 2}
@@ -78,13 +78,8 @@ def simulate(tasks: list[Task], device: Device, *, jitter: float = 0.0, seed: in
     ``shared_pool``: cube and vector work compete for the same cores (GPUs, CPUs, coupled
     Ascend parts).
     """
-    gc_was = gc.isenabled()
-    gc.disable()  # millions of small tuples and no cycles: collections would dominate
-    try:
+    with gc_paused():  # millions of small tuples
         return _simulate(tasks, device, jitter, seed, name, shared_pool)
-    finally:
-        if gc_was:
-            gc.enable()
 
 
 def _rr_distance(rr: int, q_count: int, q: int) -> int:

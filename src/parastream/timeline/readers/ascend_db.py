@@ -23,7 +23,6 @@ be absent, and the file is opened read-only.
 
 from __future__ import annotations
 
-import gc
 import os
 import sqlite3
 from pathlib import Path
@@ -35,6 +34,7 @@ from ..model import (
     COMM_LANE, KIND_COMM, KIND_COMPUTE, KIND_MEMCPY, KIND_MEMSET, DeviceInfo, Timeline,
     core_code, make_timeline, value_flags,
 )
+from ..nogc import gc_paused
 from . import SQLITE_MAGIC
 
 FORMAT = "ascend_db"
@@ -155,16 +155,13 @@ def read(path: str | os.PathLike[str]) -> Timeline:
     """Read an Ascend profiler sqlite database into a :class:`Timeline`."""
     path = os.fspath(path)
     con = connect_ro(path)
-    enabled = gc.isenabled()
-    gc.disable()  # millions of row tuples, no cycles: the cycle collector only costs time
     try:
-        return _read(con, path)
+        with gc_paused():  # millions of row tuples
+            return _read(con, path)
     except sqlite3.Error as exc:
         raise InputError(path, f"cannot query the database: {exc}") from None
     finally:
         con.close()
-        if enabled:
-            gc.enable()
 
 
 def _read(con: sqlite3.Connection, path: str) -> Timeline:

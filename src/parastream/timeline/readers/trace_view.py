@@ -26,7 +26,6 @@ What becomes what:
 
 from __future__ import annotations
 
-import gc
 import os
 from collections import Counter
 from typing import Any
@@ -36,12 +35,13 @@ import numpy as np
 import pyarrow as pa
 
 from ...errors import InputError
-from . import read_all
 from ..model import (
     COMM_LANE, KIND_COMM, KIND_COMPUTE, KIND_MEMCPY, KIND_MEMSET, Interner, Timeline,
     core_code, make_timeline,
 )
+from ..nogc import gc_paused
 from ..timeparse import us_column_to_ns
+from . import read_all
 
 FORMAT = "ascend_trace_view"
 
@@ -194,14 +194,8 @@ def _intern(values: list[str]) -> tuple[np.ndarray, list[str]]:
 
 def read(path: str | os.PathLike[str]) -> Timeline:
     """Read a torch_npu ``trace_view.json`` (plain or gzip) into a :class:`Timeline`."""
-    # millions of small objects and no reference cycles: the cycle collector only costs time
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
+    with gc_paused():  # millions of small objects
         return _read(os.fspath(path))
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def _read(path: str) -> Timeline:
