@@ -205,9 +205,9 @@ def describe(graph: Graph, plan: Plan, point: Point | None) -> str:
             f" Main risk: {risk}")
 
 
-def mermaid(graph: Graph, plan: Plan, limit: int = 60) -> str:
+def mermaid(graph: Graph, plan: Plan, limit: int = 60, order: list[str] | None = None) -> str:
     """``flowchart LR``: one subgraph per stream, ``-->`` data/state edges, ``-.->`` events."""
-    order = validate(graph)
+    order = order or validate(graph)
     keep = [n for n in order if plan.assignment.get(n, 0) != 0]
     if plan.parallel_point is None or not keep:
         keep = order
@@ -285,9 +285,9 @@ def candidates(graph: Graph, points: list[Point], dur: dict[str, float], *,
         plan.estimate = make_estimate(w, single, source)
         plan.lints = lint(graph, plan, dur, hw_queues=device.hw_queues,
                           max_streams=device.max_streams, launch_us=device.launch_us,
-                          speedup=plan.estimate.speedup)
+                          speedup=plan.estimate.speedup, order=order)
         plan.description = describe(graph, plan, by_name.get(plan.parallel_point or ""))
-        plan.mermaid = mermaid(graph, plan)
+        plan.mermaid = mermaid(graph, plan, order=order)
     # ties: the plan that moves less work off stream 0 (fewer cross-stream risks) first
     plans.sort(key=lambda p: (p.estimate.wall_us if p.estimate else 0.0,
                               sum(dur[n] for n, s in p.assignment.items() if s != 0),

@@ -52,7 +52,8 @@ def pattern(graph: Graph, ops: list[str]) -> str:
     return re.sub(r"\.\d+(?=\.|$)", ".*", common)
 
 
-def points_from(graph: Graph, dec, dur: dict[str, float] | None = None) -> list[Point]:
+def points_from(graph: Graph, dec, dur: dict[str, float] | None = None,
+                order: list[str] | None = None) -> list[Point]:
     """Op-level points for the planner from the decomposition's points.
 
     Branches are regrouped at op level: two branches that meet before the point's overall
@@ -64,7 +65,7 @@ def points_from(graph: Graph, dec, dur: dict[str, float] | None = None) -> list[
     from ..graph.ir import validate
     from .lints import reach_sets
 
-    order = validate(graph)
+    order = order or validate(graph)
     idx = {n: i for i, n in enumerate(order)}
     reach = reach_sets(graph, order)
     modules = {m.module_id: m for m in dec.modules}
@@ -168,13 +169,15 @@ def build(graph: Graph, profile, *, algorithm: str | None, mapping: dict | None,
     estimate."""
     from ..device.cost import estimate as op_cost
     from ..graph.decompose import decompose
+    from ..graph.ir import validate
     from .assign import assign
 
+    order = validate(graph)  # once: every step below needs the same topological order
     costs = {o.name: op_cost(o, profile) for o in graph.ops}
     dur = {n: c.dur_us for n, c in costs.items()}
     bound = {n: ("comm" if c.unit == "comm" else c.bound) for n, c in costs.items()}
-    dec = decompose(graph, profile, costs)
-    points = points_from(graph, dec, dur)
+    dec = decompose(graph, profile, costs, order)
+    points = points_from(graph, dec, dur, order)
     cap = max_streams or profile.hw_queues
     algos = [algorithm] if algorithm else ["matching", "critical-path", "resource-split"]
     global_plans = [assign(graph, "single", durations=dur)]
@@ -190,7 +193,7 @@ def build(graph: Graph, profile, *, algorithm: str | None, mapping: dict | None,
         from ..sim.run import sim_label, simulate_plan
 
         def wall(plan: Plan) -> float:
-            return simulate_plan(graph, plan, profile, costs=costs).result.wall_us
+            return simulate_plan(graph, plan, profile, costs=costs, order=order).result.wall_us
 
         source_label = sim_label(profile)
     plans = candidates(graph, points, dur, block_dims=cube_bd, device=facts, max_streams=cap,

@@ -50,9 +50,10 @@ def reach_sets(graph: Graph, order: list[str]) -> dict[str, int]:
 
 def lint(graph: Graph, plan: Plan, dur: dict[str, float], *, hw_queues: int | None = None,
          max_streams: int | None = None, launch_us: float = 0.0,
-         big_tensor_bytes: int = BIG_TENSOR_BYTES, speedup: float | None = None) -> list[Lint]:
-    """All lints of ``plan`` (most severe first)."""
-    order = validate(graph)
+         big_tensor_bytes: int = BIG_TENSOR_BYTES, speedup: float | None = None,
+         order: list[str] | None = None) -> list[Lint]:
+    """All lints of ``plan`` (most severe first); ``order``: the graph's validated order."""
+    order = order or validate(graph)
     lay = layout(graph, plan.assignment, order)
     op_clock, end = clocks(lay, plan.events)
     ops = graph.index()

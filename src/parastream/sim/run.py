@@ -127,10 +127,12 @@ class SimRun:
 
 
 def simulate_plan(graph: Graph, plan: Plan, profile: DeviceProfile, *, ge: bool = False,
-                  jitter: float = 0.0, seed: int = 0, costs: dict[str, OpCost] | None = None) -> SimRun:
-    """Simulate one plan; ``ge=True`` first applies GE's reorder to the issue order."""
+                  jitter: float = 0.0, seed: int = 0, costs: dict[str, OpCost] | None = None,
+                  order: list[str] | None = None) -> SimRun:
+    """Simulate one plan; ``ge=True`` first applies GE's reorder to the issue order. Pass
+    ``costs`` and the graph's validated ``order`` when simulating many plans of one graph."""
     ops = graph.index()
-    order = validate(graph)
+    order = order or validate(graph)
     costs = costs or {n: estimate(ops[n], profile) for n in order}
     if ge:
         order = ge_reorder(graph, plan, order, {n: c.dur_us for n, c in costs.items()})
