@@ -22,6 +22,7 @@ import fnmatch
 from collections import deque
 from typing import Callable
 
+from ..graph.headroom import critical_path as longest_path
 from ..graph.ir import Graph, validate
 from .model import Plan, PlanError
 from .sync import minimal_events
@@ -125,11 +126,16 @@ def chains(order: list[str], matching: dict[str, str]) -> list[list[str]]:
     return out
 
 
-def asap(order: list[str], graph: Graph, dur: dict[str, float]) -> dict[str, tuple[float, float]]:
-    """As-soon-as-possible start/end of every op with unlimited streams."""
+def _preds(order: list[str], graph: Graph) -> dict[str, list[str]]:
     preds: dict[str, list[str]] = {n: [] for n in order}
     for e in graph.edges:
         preds[e.dst].append(e.src)
+    return preds
+
+
+def asap(order: list[str], graph: Graph, dur: dict[str, float]) -> dict[str, tuple[float, float]]:
+    """As-soon-as-possible start/end of every op with unlimited streams."""
+    preds = _preds(order, graph)
     t: dict[str, tuple[float, float]] = {}
     for n in order:
         s = max((t[p][1] for p in preds[n]), default=0.0)
@@ -138,23 +144,8 @@ def asap(order: list[str], graph: Graph, dur: dict[str, float]) -> dict[str, tup
 
 
 def critical_path(order: list[str], graph: Graph, dur: dict[str, float]) -> list[str]:
-    """The longest path by duration (ties broken by issue order)."""
-    preds: dict[str, list[str]] = {n: [] for n in order}
-    for e in graph.edges:
-        preds[e.dst].append(e.src)
-    best: dict[str, float] = {}
-    via: dict[str, str | None] = {}
-    for n in order:
-        p = max(preds[n], key=best.__getitem__, default=None)
-        best[n] = dur[n] + (best[p] if p is not None else 0.0)
-        via[n] = p
-    if not order:
-        return []
-    end = max(order, key=lambda n: best[n])
-    path = [end]
-    while via[path[-1]] is not None:
-        path.append(via[path[-1]])  # type: ignore[arg-type]
-    return path[::-1]
+    """The longest path by duration: the headroom bound's own (graph.headroom)."""
+    return longest_path(order, _preds(order, graph), dur)[1]
 
 
 def _overlap(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> float:
