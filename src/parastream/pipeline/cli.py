@@ -11,6 +11,7 @@ reads.
 from __future__ import annotations
 
 import argparse
+import io
 import os
 import sys
 from typing import Any, Iterable, Iterator
@@ -184,7 +185,7 @@ def render_text(doc: dict) -> str:
         t.add_row(p["name"] + mark, str(p["replicas"]), f"{s['mean_ms']:.3f}",
                   f"{p['mean_ms']:.3f}", f"{s['utilization']:.1%}", f"{p['utilization']:.1%}",
                   f"{p['mean_queue_wait_ms']:.3f}")
-    console = Console(record=True, width=110, file=open(os.devnull, "w"), color_system=None)
+    console = Console(record=True, width=110, file=io.StringIO(), color_system=None)
     console.print(t)
     bu = doc["bottleneck_utilization"]
     planned = ", ".join(f"{k}={v}" for k, v in doc["plan"]["replicas"].items() if v > 1)

@@ -421,9 +421,11 @@ class _Run:
                 st.blocked_ns += a.blocked
             stages.append(st)
         return PipelineStats("pipelined", stages, wall, dict(self.counts), self.submitted,
-                             np.asarray(self.latencies, np.int64), self.ordered, self.pipe.depth,
-                             self.capacity, self.source_blocks, self.source_blocked_ns,
-                             self.max_in_flight)
+                             latencies_ns=np.asarray(self.latencies, np.int64),
+                             ordered=self.ordered, depth=self.pipe.depth, capacity=self.capacity,
+                             source_blocks=self.source_blocks,
+                             source_blocked_ns=self.source_blocked_ns,
+                             max_in_flight=self.max_in_flight)
 
 
 class Pipeline:
@@ -554,9 +556,10 @@ def run_serial(stages: Sequence[Stage], items: Iterable[Any],
         outs.append(x)
         lat.append(now_ns() - t_in)
     wall = now_ns() - t_start
-    stats = PipelineStats("serial", [StageStats(s.name, s.kind, 1, a.items, a.busy, 0, 0, wall)
-                                     for s, a in zip(stages, accs)], wall,
-                          {COMPLETED: len(outs), FAILED: 0, CANCELLED: 0}, seq + 1,
-                          np.asarray(lat, np.int64), True, 0, 1, 0, 0, 1)
+    stats = PipelineStats("serial", [StageStats(s.name, s.kind, 1, items=a.items, busy_ns=a.busy,
+                                                wall_ns=wall) for s, a in zip(stages, accs)],
+                          wall, {COMPLETED: len(outs), FAILED: 0, CANCELLED: 0}, seq + 1,
+                          latencies_ns=np.asarray(lat, np.int64), ordered=True, depth=0,
+                          capacity=1, max_in_flight=1)
     tl = build_timeline(lanes, name, "parastream-pipeline", meta={"pipeline": stats.to_dict()})
     return outs, stats, tl

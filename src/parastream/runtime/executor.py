@@ -219,6 +219,7 @@ class MultiStreamExecutor(torch.fx.Interpreter):
                 self.lazy.add(n)
                 op = rn.node_op.get(n.name)
                 stream_of_node[n] = assignment.get(op) if op else None
+        self._op_info = {t[0]: t for t in self.op_nodes}  # node -> its op_nodes entry
         # tensors read on another stream than their producer's (record_stream on devices)
         self.cross: dict[torch.fx.Node, list[torch.fx.Node]] = {}
         for n, s, _, _, _ in self.op_nodes:
@@ -392,13 +393,6 @@ class MultiStreamExecutor(torch.fx.Interpreter):
     def _outputs(self) -> Any:
         flat = map_arg(self.output_node.args[0], self._value)
         return self.runnable.outputs(flat)
-
-    @property
-    def _op_info(self) -> dict:
-        info = self.__dict__.get("_op_info_cache")
-        if info is None:
-            info = self.__dict__["_op_info_cache"] = {t[0]: t for t in self.op_nodes}
-        return info
 
     def _issue_order(self) -> list[tuple]:
         """Program order, or under jitter a random interleaving of the streams' FIFOs in which

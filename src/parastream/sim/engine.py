@@ -271,17 +271,19 @@ def _simulate(tasks: list[Task], device: Device, jitter: float, seed: int, name:
                 push(heap, (begin + dur, seq, i))
             rr = qi + 1 if qi + 1 < q_count else 0
 
-    busy = {"cube": 0.0, "vector": 0.0, "none": 0.0}
     start = np.frombuffer(start_at, np.float64) if n else np.zeros(0)
     done = np.frombuffer(done_at, np.float64) if n else np.zeros(0)
-    if n:
-        # core-microseconds each pool was busy, from the final start/end times
-        work = np.array(need, np.float64) * (done - start)
-        for c, p_name in ((1, "cube"), (2, "vector")):
-            busy[p_name] = float(work[pools == c].sum())
     tl = build_timeline(tasks, start, done, pools, need, wait_iv, device, name, streams)
     wall = float(done.max()) if n else 0.0
-    return Result(tl, wall, busy, n)
+    return Result(tl, wall, busy_cores(start, done, pools, need), n)
+
+
+def busy_cores(start: np.ndarray, done: np.ndarray, pools: np.ndarray,
+               need: list[int]) -> dict[str, float]:
+    """Core-microseconds each pool was busy, from the final start/end times."""
+    work = np.array(need, np.float64) * (np.asarray(done) - np.asarray(start))
+    pools = np.asarray(pools)
+    return {name: float(work[pools == code].sum()) for name, code in POOL_CODE.items()}
 
 
 def build_timeline(tasks: list[Task], start_at: list[float], done_at: list[float],

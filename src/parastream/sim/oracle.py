@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .engine import POOL_CODE, Device, Result, Task, build_timeline
+from .engine import POOL_CODE, Device, Result, Task, build_timeline, busy_cores
 
 
 def simpy_model(tasks: list[Task], dev: Device) -> dict[str, tuple[float, float]]:
@@ -65,7 +65,7 @@ def simpy_simulate(tasks: list[Task], dev: Device, name: str = "simpy") -> Resul
     for q in queues:
         env.process(worker(q))
     env.run()
-    busy = {"cube": 0.0, "vector": 0.0, "none": 0.0}
-    tl = build_timeline(tasks, start_at, done_at, np.array(pool_of, np.int8), need, wait_iv, dev,
-                        name)
-    return Result(tl, max(done_at) if n else 0.0, busy, n)
+    pools = np.array(pool_of, np.int8)
+    tl = build_timeline(tasks, start_at, done_at, pools, need, wait_iv, dev, name)
+    return Result(tl, max(done_at) if n else 0.0,
+                  busy_cores(np.array(start_at), np.array(done_at), pools, need), n)

@@ -53,12 +53,11 @@ def ge_reorder(graph: Graph, plan: Plan, order: list[str], dur: dict[str, float]
     return order
 
 
-def tasks_for(graph: Graph, plan: Plan, profile: DeviceProfile, *, costs: dict[str, OpCost] | None = None,
-              order: list[str] | None = None) -> list[Task]:
-    """Tasks in issue order; plan events become waits; C2 core limits cap block dims."""
+def tasks_for(graph: Graph, plan: Plan, profile: DeviceProfile, *, costs: dict[str, OpCost],
+              order: list[str]) -> list[Task]:
+    """Tasks in ``order`` (the issue order); plan events become waits; C2 core limits and a
+    CPU stream's share of the cores rescale the ``costs``."""
     ops = graph.index()
-    order = order or validate(graph)
-    costs = costs or {n: estimate(ops[n], profile) for n in order}
     idx = {n: i for i, n in enumerate(order)}
     limits = {int(s): int(v.get("aicore_num", 0)) for s, v in (plan.core_limits or {}).items()
               if isinstance(v, dict)}
@@ -123,7 +122,6 @@ def measured_costs(graph: Graph, profile: DeviceProfile, timelines: Iterable[Tim
 class SimRun:
     plan: Plan
     result: Result
-    ge_reordered: bool
 
 
 def simulate_plan(graph: Graph, plan: Plan, profile: DeviceProfile, *, ge: bool = False,
@@ -144,4 +142,4 @@ def simulate_plan(graph: Graph, plan: Plan, profile: DeviceProfile, *, ge: bool 
     # measures, so the predicted wall includes it; the timeline holds the ops only (its span
     # is the wall less this overhead)
     res.wall_us += profile.run_overhead_us
-    return SimRun(plan, res, ge)
+    return SimRun(plan, res)

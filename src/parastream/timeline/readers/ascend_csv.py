@@ -36,31 +36,29 @@ KERNEL_DETAILS = "ascend_kernel_details"
 OP_SUMMARY = "msprof_op_summary"
 
 # logical column -> accepted header spellings, per format (first one is named in errors)
-_KERNEL_DETAILS_COLS = {
-    "name": ("Name",),
+_SHARED_COLS = {
     "stream": ("Stream ID", "Stream Id"),
-    "start": ("Start Time(us)", "Start Time"),
-    "dur": ("Duration(us)", "Duration"),
-    "type": ("Type", "OP Type"),
-    "core": ("Accelerator Core", "Task Type"),
     "block": ("Block Dim", "Block Num"),
     "mix": ("Mix Block Dim", "Mix Block Num"),
     "step": ("Step Id", "Step ID"),
     "device": ("Device_id", "Device ID", "Device Id"),
     "shapes": ("Input Shapes",),
 }
+_KERNEL_DETAILS_COLS = {
+    "name": ("Name",),
+    "start": ("Start Time(us)", "Start Time"),
+    "dur": ("Duration(us)", "Duration"),
+    "type": ("Type", "OP Type"),
+    "core": ("Accelerator Core", "Task Type"),
+    **_SHARED_COLS,
+}
 _OP_SUMMARY_COLS = {
     "name": ("Op Name", "OP Name"),
-    "stream": ("Stream ID", "Stream Id"),
     "start": ("Task Start Time(us)", "Task Start Time"),
     "dur": ("Task Duration(us)", "Task Duration"),
     "type": ("OP Type", "Op Type"),
     "core": ("Task Type", "Accelerator Core"),
-    "block": ("Block Dim", "Block Num"),
-    "mix": ("Mix Block Dim", "Mix Block Num"),
-    "step": ("Step Id", "Step ID"),
-    "device": ("Device_id", "Device ID", "Device Id"),
-    "shapes": ("Input Shapes",),
+    **_SHARED_COLS,
 }
 _REQUIRED = ("name", "stream", "start", "dur")
 _NULLS = ["", "N/A", "n/a", "NA", "null", "NULL", "None"]
