@@ -62,3 +62,14 @@ def test_report_opens_offline_in_chromium(demo_dir, tmp_path):
                         "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=180)
     m = re.search(r'<html[^>]*data-parastream="([^"]*)"', r.stdout)
     assert m and html.unescape(m.group(1)) == "ok", r.stderr[-1500:]
+
+
+def test_a_model_without_real_weights_is_a_one_line_error(tmp_path):
+    """The zoo's 7b scale lives on the meta device: the demo cannot time it, and says so
+    instead of "measuring" meta tensors; no report folder is left behind."""
+    out = tmp_path / "demo7b"
+    r = subprocess.run([sys.executable, "-m", "parastream", "demo", "--scale", "7b", "--out",
+                        str(out), "--no-progress"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert r.stderr.strip().splitlines()[-1].startswith("parastream: ")
+    assert "meta device" in r.stderr and not out.exists()

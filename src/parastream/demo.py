@@ -85,7 +85,6 @@ def run_demo(out_dir: str = "out/demo", model: str = DEFAULT_MODEL, scale: str =
     from .timeline.analyze import Options, analyze_capture
 
     t_start = time.perf_counter()
-    os.makedirs(out_dir, exist_ok=True)
     with _steps(progress, 9) as step:
         step(f"importing {model} ({scale})")
         from .graph.models import anchored, load_model
@@ -95,6 +94,7 @@ def run_demo(out_dir: str = "out/demo", model: str = DEFAULT_MODEL, scale: str =
         with anchored(meta):
             runnable = import_runnable(module, inputs, name=model)
         graph = runnable.graph
+        os.makedirs(out_dir, exist_ok=True)  # only once there is something to write
 
         step("calibrating the local CPU")
         if profile_path:

@@ -831,11 +831,15 @@ def import_runnable(module: Any, example_inputs: Sequence[Any] | Any, name: str 
     The graph and the graph module come from one trace: op names are FX node names. With
     ``torch.export`` the parameters, buffers and constants are bound to the module's own
     tensors (in-place buffer writes change the module's state, as the module itself would).
-    Inputs must be real tensors here, since the graph module is meant to run.
+    Inputs must be real tensors here, since the graph module is meant to run: inputs on
+    the meta device (a zoo model at 7b scale) are an :class:`InputError`.
     """
     import torch
 
     inputs = _check_call(module, example_inputs, name, method)
+    if any(isinstance(t, torch.Tensor) and t.device.type == "meta" for t in inputs):
+        raise InputError(None, f"{name} lives on the meta device (no real weights), so it cannot "
+                               "run: use a scale with real tensors (tiny or small in the zoo)")
     g, ep, recs = _trace(module, inputs, {}, name, meta, method)
     if ep is not None:
         return _runnable_export(ep, module, g, recs)

@@ -61,20 +61,6 @@ def add_parser(sub) -> None:
 
 
 # ----------------------------------------------------------------------------- loading
-def load_model(spec: str, scale: str, phase: str | None) -> tuple[Any, tuple, str, dict]:
-    """(module, inputs, name, meta) of a zoo model or a ``file.py:factory``, on real tensors."""
-    from ..graph import models
-
-    module, inputs, name, meta = models.load_model(spec, scale, phase)
-    import torch
-
-    for t in inputs:
-        if isinstance(t, torch.Tensor) and t.device.type == "meta":
-            raise InputError(None, f"{spec} at scale {scale} lives on the meta device (no real "
-                             "weights): run it at tiny or small")
-    return module, tuple(inputs), name, meta
-
-
 def load_profile_for(args: argparse.Namespace) -> tuple[Any, str]:
     """The device profile and a sentence saying which one it is."""
     from ..device.profile import load_profile, loads_profile
@@ -134,6 +120,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         if not device_available(args.device):
             raise InputError(None, f"--device {args.device}: no {args.device} device available "
                              "to torch here")
+    from ..graph.models import load_model
+
     module, inputs, name, meta = load_model(args.model, args.scale, args.phase)
     module, inputs = _move(module, inputs, args.device)
     from ..graph.models import anchored
@@ -356,4 +344,4 @@ def _jsonable(x: Any) -> Any:
     return x
 
 
-__all__ = ["add_parser", "cmd_run", "load_model", "run_candidates"]
+__all__ = ["add_parser", "cmd_run", "run_candidates"]
