@@ -31,8 +31,9 @@ import msgspec
 import numpy as np
 
 from ..timeline.model import CORES, KINDS, Timeline
+from ..timeline.overlap import VERDICTS
 from .atomic import write_atomic
-from .perfetto import stream_order
+from .perfetto import stream_order, us_floats
 
 #: captures with more ops than this are drawn as a binned overview plus neighbourhoods
 DETAIL_LIMIT = 20_000
@@ -41,7 +42,6 @@ N_BINS = 2000
 #: most detailed ops embedded around parallel points in overview mode
 NEIGHBOURHOOD_LIMIT = 20_000
 
-VERDICTS = ("true", "partial", "false")
 
 
 # ------------------------------------------------------------------ small helpers
@@ -187,10 +187,6 @@ def _win(w: Any) -> list[float] | None:
     return None
 
 
-def _us_list(rel_ns: np.ndarray) -> list[float]:
-    return np.round(rel_ns.astype(np.float64) / 1000.0, 3).tolist()
-
-
 def gantt_data(tl: Timeline, analysis: dict) -> dict:
     """Everything the chart script needs for one capture, in compact columns."""
     t0 = int(analysis.get("t0_ns", tl.t0_ns))
@@ -278,8 +274,8 @@ def gantt_data(tl: Timeline, analysis: dict) -> dict:
 
     ops = {
         "lane": lane_of[tl.stream[idx]].tolist() if len(idx) else [],
-        "s": _us_list(tl.start_ns[idx] - t0),
-        "d": _us_list(tl.end_ns[idx] - tl.start_ns[idx]),
+        "s": us_floats(tl.start_ns[idx] - t0),
+        "d": us_floats(tl.end_ns[idx] - tl.start_ns[idx]),
         "n": name_map[tl.name[idx]].tolist(),
         "k": tl.kind[idx].tolist(),
         "t": type_map[tl.type[idx]].tolist(),
@@ -288,8 +284,8 @@ def gantt_data(tl: Timeline, analysis: dict) -> dict:
     }
     waits = {
         "lane": lane_of[tl.wait_stream[widx]].tolist() if len(widx) else [],
-        "s": _us_list(tl.wait_start_ns[widx] - t0),
-        "d": _us_list(tl.wait_end_ns[widx] - tl.wait_start_ns[widx]),
+        "s": us_floats(tl.wait_start_ns[widx] - t0),
+        "d": us_floats(tl.wait_end_ns[widx] - tl.wait_start_ns[widx]),
         "n": name_map[tl.wait_name[widx]].tolist(),
         "on": [int(lane_of[o]) if o >= 0 else -1 for o in tl.wait_on[widx].tolist()],
     }

@@ -16,6 +16,7 @@ import numpy as np
 
 from ..timeline.model import KIND_COMM, KIND_MEMCPY, KIND_MEMSET, Timeline
 from .atomic import write_atomic
+from .perfetto import us_floats
 
 _CAT = {KIND_MEMCPY: "gpu_memcpy", KIND_MEMSET: "gpu_memset"}
 
@@ -42,8 +43,8 @@ def to_kineto(tl: Timeline, label: str = "") -> dict:
     cats = np.asarray(["kernel"] * 4, dtype=object)
     for kind, cat in _CAT.items():
         cats[kind] = cat
-    start = np.round((tl.start_ns - t0) / 1000.0, 3).tolist()
-    dur = np.round((tl.end_ns - tl.start_ns) / 1000.0, 3).tolist()
+    start = us_floats(tl.start_ns - t0)
+    dur = us_floats(tl.end_ns - tl.start_ns)
     grid = tl.block_dim.tolist()
     events = []
     for i, (tid, sid, name, cat, ts, d, g) in enumerate(zip(
@@ -58,8 +59,8 @@ def to_kineto(tl: Timeline, label: str = "") -> dict:
     for tid, sid, on, known, ts, d in zip(
             tid_arr[tl.wait_stream].tolist(), arg_arr[tl.wait_stream].tolist(),
             arg_arr[wait_on].tolist(), (tl.wait_on >= 0).tolist(),
-            np.round((tl.wait_start_ns - t0) / 1000.0, 3).tolist(),
-            np.round((tl.wait_end_ns - tl.wait_start_ns) / 1000.0, 3).tolist()):
+            us_floats(tl.wait_start_ns - t0),
+            us_floats(tl.wait_end_ns - tl.wait_start_ns)):
         events.append({"ph": "X", "cat": "cuda_sync", "name": "Stream Wait Event", "pid": 0,
                        "tid": tid, "ts": ts, "dur": d,
                        "args": {"stream": sid, "wait_on_stream": on if known else -1,

@@ -24,6 +24,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
+from ..timeline.analyze import capture_name
 from ..timeline.model import CORES, KINDS, Timeline
 from ..timeline.nogc import gc_paused
 from .atomic import write_atomic
@@ -48,15 +49,10 @@ def capture_label(tl: Timeline) -> str:
     the step or rank (the same words the analysis uses)."""
     if tl.meta.get("label"):
         return str(tl.meta["label"])
-    base = os.path.basename(tl.source.rstrip("/")) or tl.source or tl.format or "capture"
-    if "step" in tl.meta:
-        return f"{base} step {tl.meta['step']}"
-    if "rank" in tl.meta:
-        return f"{base} rank {tl.meta['rank']}"
-    return base
+    return capture_name(tl) or tl.format or "capture"
 
 
-def _us(rel_ns: np.ndarray) -> list[float]:
+def us_floats(rel_ns: np.ndarray) -> list[float]:
     """Relative nanoseconds to microsecond floats with 3 decimals (ns kept exactly)."""
     return np.round(rel_ns.astype(np.float64) / 1000.0, 3).tolist()
 
@@ -154,8 +150,8 @@ def _to_perfetto(timelines: list[Timeline], labels: list[str] | None) -> dict:
             op_names = np.asarray(tl.names, dtype=object)[tl.name].tolist()
             cats = np.asarray(KINDS, dtype=object)[np.clip(tl.kind, 0, len(KINDS) - 1)].tolist()
             tids = (tl.stream.astype(np.int64) + 1).tolist()
-            ts = _us(tl.start_ns - t0)
-            dur = _us(tl.end_ns - tl.start_ns)
+            ts = us_floats(tl.start_ns - t0)
+            dur = us_floats(tl.end_ns - tl.start_ns)
             args = _op_args(tl)
             events.extend(
                 {"ph": "X", "name": n, "cat": c, "pid": pid, "tid": t, "ts": s, "dur": d,
@@ -167,8 +163,8 @@ def _to_perfetto(timelines: list[Timeline], labels: list[str] | None) -> dict:
         if tl.n_waits:
             wnames = np.asarray(tl.names, dtype=object)[tl.wait_name].tolist()
             wtids = (tl.wait_stream.astype(np.int64) + 1).tolist()
-            wts = _us(tl.wait_start_ns - t0)
-            wdur = _us(tl.wait_end_ns - tl.wait_start_ns)
+            wts = us_floats(tl.wait_start_ns - t0)
+            wdur = us_floats(tl.wait_end_ns - tl.wait_start_ns)
             on = tl.wait_on.tolist()
             for n, t, s, d, o in zip(wnames, wtids, wts, wdur, on):
                 a = {"wait_on": tl.streams[o]} if o >= 0 else {}
@@ -176,9 +172,9 @@ def _to_perfetto(timelines: list[Timeline], labels: list[str] | None) -> dict:
                                "ts": s, "dur": d, "args": a})
             known = np.flatnonzero(tl.wait_on >= 0)
             if len(known):
-                src = _us(_flow_sources(tl, t0)[known] - t0)
+                src = us_floats(_flow_sources(tl, t0)[known] - t0)
                 mid = ((tl.wait_start_ns[known] + tl.wait_end_ns[known]) // 2) - t0
-                dst = _us(mid)
+                dst = us_floats(mid)
                 for k, i in enumerate(known.tolist()):
                     flow_id += 1
                     events.append({"ph": "s", "name": FLOW_NAME, "cat": WAIT_CAT, "id": flow_id,

@@ -114,7 +114,7 @@ def analyze_capture(tl: Timeline, opts: Options | None = None, label: str | None
     return {
         "source": tl.source,
         "format": tl.format,
-        "label": label or tl.meta.get("label") or _label(tl),
+        "label": label or tl.meta.get("label") or capture_name(tl),
         "t0_ns": int(t0),
         "wall_us": us(wall),
         "busy_union_us": us(union_len),
@@ -171,7 +171,8 @@ def op_stats(tl: Timeline, top: int = 200) -> dict:
     return {"by": by, "groups": groups}
 
 
-def _label(tl: Timeline) -> str:
+def capture_name(tl: Timeline) -> str:
+    """A capture's name in the analysis: its source's file name plus the step or rank."""
     import os
 
     base = os.path.basename(tl.source.rstrip("/")) or tl.source
