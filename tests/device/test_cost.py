@@ -256,3 +256,30 @@ def test_an_unrated_copy_on_a_cpu_pays_the_executor_per_op_cost():
     cat = Op("c", "cat", resource="memory", bytes_read=1000, bytes_written=1000)
     c = estimate(cat, prof)
     assert c.dur_us == pytest_approx(2000 / (prof.memory_bandwidth_gbps * 1e3) + prof.launch_overhead_us)
+
+
+def test_a_rated_op_over_the_cache_takes_at_least_its_dram_floor():
+    import msgspec
+
+    from parastream.device.profile import OpRate
+
+    prof = msgspec.structs.replace(
+        cpu_profile(), cache_bytes=8 << 20,
+        op_rates={"linear": OpRate("flops", 3.0, 5.0, 50.0, 90.0, dram_gbps=16.0)})
+    # a batch-1 GEMV over a 64 MiB weight: 33 MFLOP is 0.4 ms at the in-cache rate, but
+    # streaming the weight at 16 GB/s takes 4.2 ms
+    w = 64 << 20
+    gemv = Op("g", "linear", resource="cube", flops=2.0 * 16384 * 1024, bytes_read=w,
+              bytes_written=4 * 16384, outputs=[Tensor([1, 16384], "float32")])
+    c = estimate(gemv, prof)
+    floor = (w + 4 * 16384) / 16e3
+    assert c.bound == "memory" and c.memory_full_us == pytest_approx(floor)
+    assert c.dur_us == pytest_approx(floor + prof.launch_overhead_us)
+    # fewer threads do not lift the floor (torch runs a GEMV on one thread anyway)
+    assert with_cores(c, prof, 1).dur_us == pytest_approx(c.dur_us)
+    # the same op over a weight that stays in cache keeps its rated, compute-bound cost
+    small = Op("s", "linear", resource="cube", flops=2.0 * 1024 * 1024, bytes_read=4 << 20,
+               bytes_written=4096, outputs=[Tensor([1, 1024], "float32")])
+    cs = estimate(small, prof)
+    assert cs.bound == "compute" and cs.memory_full_us == 0.0
+    assert cs.dur_us == pytest_approx(5.0 + 2.0 * 1024 * 1024 / 90e3 + prof.launch_overhead_us)

@@ -18,6 +18,9 @@ def test_measurements_are_positive():
     assert 0 < cal.measure_call_overhead(1000) < 100
     assert cal.measure_sweep(2, 100) > 0
     assert cal.cpu_count() >= 1
+    rates, streams, cache = cal.measure_dram(4, 0.02)
+    assert rates["linear"] > 0 and rates["add"] > 0
+    assert 1.0 <= streams <= cal.cpu_count() and cache >= 0
 
 
 def test_cli_quick_writes_a_loadable_profile(tmp_path):

@@ -32,6 +32,21 @@ def test_memory_bound_tasks_share_bandwidth():
     assert r.wall_us == pytest.approx(200)
 
 
+def test_memory_streams_let_that_many_memory_bound_tasks_run_at_full_speed():
+    from dataclasses import replace
+
+    pair = [Task("a", 0, 100, "none", 0, True), Task("b", 1, 100, "none", 0, True)]
+    assert simulate(pair, replace(DEV, memory_streams=2.0)).wall_us == pytest.approx(100)
+    # 1.5 streams for two tasks: each runs at 0.75 of its speed
+    assert simulate(pair, replace(DEV, memory_streams=1.5)).wall_us == pytest.approx(100 / 0.75)
+    # a third task joins half way through: the shares change and are settled
+    trio = pair + [Task("c", 2, 50, "none", 0, True)]
+    r = simulate(trio, replace(DEV, memory_streams=2.0))
+    # all three start at 0 with 2/3 speed each: c finishes at 75, a and b have 50 left
+    # and finish 50 later at full speed
+    assert r.wall_us == pytest.approx(125)
+
+
 def test_wait_is_recorded_as_event_wait():
     r = simulate([Task("a", 0, 100, "cube", 1), Task("b", 1, 50, "cube", 1, waits=[0])], DEV)
     assert r.wall_us == 150

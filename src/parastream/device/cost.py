@@ -18,7 +18,11 @@ values in ``meta``: ``dur_us`` and ``block_dim`` override the estimate.
 On a CPU profile calibrated with op rates (``op_rates``, measured by ``parastream
 calibrate``) an op whose type or family was measured costs ``fixed_us + work / rate`` at the
 op's intra-op thread count instead: a CPU reaches its peak matmul rate only on large
-matmuls, and norms, pools and attention run far below it (see :func:`op_rate_key`).
+matmuls, and norms, pools and attention run far below it (see :func:`op_rate_key`). The
+rates are measured in cache, so such an op whose data exceeds the profile's ``cache_bytes``
+takes at least its bytes over one core's DRAM bandwidth (the rate's ``dram_gbps``), which is
+what a decode GEMV over a large weight takes; its ``memory_full_us`` is that floor. (Per op:
+ops that each fit in cache but together do not are still costed as cached.)
 
 ``bound`` is ``compute`` or ``memory`` by the roofline, and ``launch`` when the host's
 launch overhead per task exceeds the device time: such an op is host-bound in eager mode
@@ -185,11 +189,21 @@ def _rated(op: Any, profile: DeviceProfile, key: str, max_cores: int | None,
     cores = profile.unit_cores("cube")
     threads = max(1, min(cores, max_cores or cores))
     blocks = threads if resource in ("cube", "vector") else 0
-    dur = rate.duration_us(work, threads, cores)
-    full = rate.duration_us(work, cores, cores)
-    bound = "memory" if rate.metric == "bytes" else "compute"
+    # the rates are measured in cache; an op streaming more than that from DRAM takes at
+    # least its traffic over one core's memory bandwidth (and is then memory-bound: two of
+    # them at once share the bandwidth in the simulator)
+    floor = rate.floor_us(traffic, profile.memory_bandwidth_gbps) \
+        if traffic > profile.cache_bytes else 0.0
+    dur, bound = _floored(rate.duration_us(work, threads, cores), floor,
+                          "memory" if rate.metric == "bytes" else "compute")
+    full = max(rate.duration_us(work, cores, cores), floor)
     dur, bound = _with_launch(profile, dur, bound)
-    return OpCost(dur, blocks, bound, resource, full, memory_full, False, key, work, threads)
+    return OpCost(dur, blocks, bound, resource, full, floor, False, key, work, threads)
+
+
+def _floored(own_us: float, floor_us: float, bound: str) -> tuple[float, str]:
+    """A rated op's time no lower than its DRAM floor, and "memory" when the floor wins."""
+    return (floor_us, "memory") if floor_us > own_us else (own_us, bound)
 
 
 def estimate(op: Any, profile: DeviceProfile, max_cores: int | None = None) -> OpCost:
@@ -263,7 +277,9 @@ def with_cores(op_or_cost: Any, profile: DeviceProfile, cores: int) -> OpCost:
         scale = now / before if before > 0 else was / cores
         dur, bound = _with_launch(profile, own * scale, c.bound)
     elif rate is not None:
-        dur, bound = _with_launch(profile, rate.duration_us(c.work, cores, total), c.bound)
+        own_us, bound = _floored(rate.duration_us(c.work, cores, total), c.memory_full_us,
+                                 "memory" if rate.metric == "bytes" else "compute")
+        dur, bound = _with_launch(profile, own_us, bound)
     elif c.measured:
         dur, bound = _with_launch(profile, own * c.block_dim / cores, c.bound)
     else:

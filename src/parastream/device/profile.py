@@ -45,6 +45,11 @@ class OpRate(msgspec.Struct, forbid_unknown_fields=True):
     fixed_all_us: float
     rate_1: float
     rate_all: float
+    #: GB/s (read + written) the op reaches on one thread when its data does not fit in
+    #: the caches (a decode GEMV over a large weight); 0 = not measured, the profile's
+    #: ``memory_bandwidth_gbps`` stands in. The rate above is measured in cache, so without
+    #: this floor a matrix-vector product over a 64 MB weight would look 20x too cheap.
+    dram_gbps: float = 0.0
 
     def duration_us(self, work: float, cores: int, all_cores: int) -> float:
         """Microseconds for ``work`` (FLOPs or bytes) on ``cores`` intra-op threads."""
@@ -53,6 +58,13 @@ class OpRate(msgspec.Struct, forbid_unknown_fields=True):
         rate = self.rate_1 + (self.rate_all - self.rate_1) * frac
         fixed = self.fixed_1_us + (self.fixed_all_us - self.fixed_1_us) * frac
         return fixed + work / (rate * 1e3)
+
+    def floor_us(self, traffic: float, bandwidth_gbps: float) -> float:
+        """Microseconds to stream ``traffic`` bytes from memory on one thread: the op's
+        duration can be no lower (torch runs a matrix-vector product on one thread
+        whatever its thread count, so more threads do not lift the floor)."""
+        gbps = self.dram_gbps or bandwidth_gbps
+        return traffic / (gbps * 1e3) if gbps > 0 else 0.0
 
 
 class DeviceProfile(msgspec.Struct, forbid_unknown_fields=True):
@@ -78,6 +90,16 @@ class DeviceProfile(msgspec.Struct, forbid_unknown_fields=True):
     op_rates: dict[str, OpRate] = {}
     #: CPU only: the executor's fixed cost per forward call (setup, rejoin, outputs)
     run_overhead_us: float = 0.0
+    #: how many memory-bound tasks can run at once at their full speed: one core of a CPU
+    #: cannot pull the whole DRAM bandwidth (two pulled 1.5-1.8x one core's on this
+    #: machine), so ``n`` concurrent memory-bound tasks each run at ``min(1, this / n)`` of
+    #: their own speed. 1.0 (the default, and right for accelerators, whose memory times
+    #: are already at full bandwidth) shares the bandwidth equally.
+    memory_streams: float = 1.0
+    #: CPU only: bytes of an op's data that stay in cache from one call to the next; a
+    #: rated op whose traffic exceeds it is costed at no less than its DRAM floor (see
+    #: ``OpRate.floor_us``). 0 = not measured: every rated op gets the floor.
+    cache_bytes: int = 0
     schema: str = SCHEMA
 
     def speedup_on(self, cores: int) -> float:
@@ -146,6 +168,12 @@ def _check(p: DeviceProfile, where: str | None) -> DeviceProfile:
             raise bad(f"op_rates.{key}.metric must be 'flops' or 'bytes'")
         if not (r.rate_1 > 0 and r.rate_all > 0 and r.fixed_1_us >= 0 and r.fixed_all_us >= 0):
             raise bad(f"op_rates.{key}: rates must be positive and fixed times not negative")
+        if not r.dram_gbps >= 0:
+            raise bad(f"op_rates.{key}.dram_gbps must be zero or positive")
+    if not p.memory_streams >= 1.0:
+        raise bad("memory_streams must be at least 1")
+    if p.cache_bytes < 0:
+        raise bad("cache_bytes must be zero or positive")
     for key in ("launch_overhead_us", "scheduler_sweep_us", "run_overhead_us"):
         if not getattr(p, key) >= 0:
             raise bad(f"{key} must be zero or positive")

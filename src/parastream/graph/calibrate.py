@@ -229,6 +229,104 @@ def measure_op_rates(quick: bool = False, rounds: int = 1) -> dict[str, dict]:
     return out
 
 
+def measure_dram(megabytes: int = 64,
+                 budget_s: float = 0.3) -> tuple[dict[str, float], float, int]:
+    """One core's DRAM rates, how many cores' worth of them memory sustains at once, and
+    how much data stays in cache between calls.
+
+    Returns (``{"linear": GB/s, "add": GB/s}``, memory streams, cache bytes): a batch-1
+    matrix-vector product over a ``megabytes`` weight and an add of two ``megabytes / 2``
+    arrays, each on one intra-op thread of a worker thread (read + written bytes over the
+    median time); then the same GEMV on every core at once, each over its own weight,
+    whose total rate over one core's is the profile's ``memory_streams`` (1.0 on one core);
+    then the GEMV over weights of 1, 2, 4, ... MiB: the largest still read at over twice
+    the DRAM rate is the cache that keeps an op's data between calls (the L3 a virtual
+    machine reports can be far larger than what it gets). Empty, 1.0 and 0 without torch."""
+    try:
+        import torch
+    except ImportError:
+        return {}, 1.0, 0
+    import torch.nn.functional as F
+
+    cores = cpu_count()
+    k = 1024
+    rows = max(1, megabytes * (1 << 20) // (4 * k))
+    weights = [torch.randn(rows, k) for _ in range(cores)]
+    x = torch.randn(1, k)
+    half = megabytes * (1 << 20) // 8
+    a, b = torch.randn(half), torch.randn(half)
+    gemv_bytes = float(_nbytes(weights[0], x) + 4 * rows)
+    add_bytes = float(3 * _nbytes(a))
+    rates: dict[str, float] = {}
+    together: list[float] = []
+    failed: list[BaseException] = []
+    start = threading.Barrier(cores) if cores > 1 else None
+
+    def alone() -> None:
+        try:
+            torch.set_num_threads(1)
+            with torch.no_grad():
+                t = statistics.median(_run_times(lambda: F.linear(x, weights[0]), budget_s, 5))
+                rates["linear"] = gemv_bytes / t / 1e9
+                t = statistics.median(_run_times(lambda: torch.add(a, b), budget_s, 5))
+                rates["add"] = add_bytes / t / 1e9
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller
+            failed.append(exc)
+
+    def at_once(i: int) -> None:
+        try:
+            torch.set_num_threads(1)
+            w = weights[i]
+            with torch.no_grad():
+                F.linear(x, w)
+                start.wait()
+                t0, n = time.perf_counter(), 0
+                while n < 5 or time.perf_counter() - t0 < budget_s:
+                    F.linear(x, w)
+                    n += 1
+                together.append(n * gemv_bytes / (time.perf_counter() - t0) / 1e9)
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller
+            failed.append(exc)
+            if start is not None:
+                start.abort()
+
+    cached = [0]
+
+    def cache_size() -> None:
+        try:
+            torch.set_num_threads(1)
+            with torch.no_grad():
+                mb = 1
+                while mb < megabytes:
+                    w = weights[0][: max(1, mb * (1 << 20) // (4 * k))]
+                    t = statistics.median(_run_times(lambda: F.linear(x, w), budget_s / 8, 5))
+                    if _nbytes(w) / t / 1e9 < 2 * rates["linear"]:
+                        break
+                    cached[0] = mb << 20
+                    mb *= 2
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller
+            failed.append(exc)
+
+    for target in (alone, cache_size):
+        th = threading.Thread(target=target, name="parastream-calibrate-dram")
+        th.start()
+        th.join()
+        if failed:
+            raise failed[0]
+    if start is None:
+        return rates, 1.0, cached[0]
+    threads = [threading.Thread(target=at_once, args=(i,), name="parastream-calibrate-dram")
+               for i in range(cores)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if failed and not isinstance(failed[0], threading.BrokenBarrierError):
+        raise failed[0]
+    streams = sum(together) / rates["linear"] if len(together) == cores else 1.0
+    return rates, min(float(cores), max(1.0, streams)), cached[0]
+
+
 def measure_vector(elements: int = 1 << 16, budget_s: float = 0.5) -> float:
     """fp32 TFLOPS of an element-wise multiply-add on arrays that fit in cache."""
     try:
@@ -360,6 +458,16 @@ def calibrate(quick: bool = False, name: str = "cpu-calibrated") -> dict:
         return float(f"{x:.{digits}g}")
 
     op_rates = measure_op_rates(quick, rounds=2 if quick else 3)
+    dram: dict[str, float] = {}
+    streams, cache = 1.0, 0
+    for _ in range(2):  # best of two: a busy neighbour only lowers a rate
+        got, st, cb = measure_dram(32 if quick else 64, 0.1 if quick else 0.3)
+        for key, gbps in got.items():
+            dram[key] = max(dram.get(key, 0.0), gbps)
+        streams, cache = max(streams, st), max(cache, cb)
+    for key, gbps in dram.items():
+        if key in op_rates:
+            op_rates[key]["dram_gbps"] = r(gbps)
 
     # bf16 is kept even where the CPU emulates it slowly: the measured rate is what a bf16
     # graph will see here (leaving it out would make the cost model fall back to fp32's)
@@ -383,6 +491,8 @@ def calibrate(quick: bool = False, name: str = "cpu-calibrated") -> dict:
         "scheduler_sweep_us": r(sweep_us),
         "intra_op_efficiency": r(eff, 3),
         "op_rates": op_rates,
+        "memory_streams": r(streams, 3),
+        "cache_bytes": cache,
         "sources": {
             "cores": f"{by}: os.sched_getaffinity (CPUs this process may use)",
             "peak_tflops": (f"{by}: {mode}best of {rounds} rounds; cube = best time of "
@@ -414,6 +524,17 @@ def calibrate(quick: bool = False, name: str = "cpu-calibrated") -> dict:
             "lowest of several rounds; the line through the two sizes gives the fixed cost "
             "and the rate (GFLOP/s for linear, conv2d and attention, GB/s read + written for "
             "the rest)")
+    if dram:
+        profile["sources"]["op_rates"] += (
+            f"; dram_gbps: best of 2 rounds, median time of a batch-1 F.linear over a "
+            f"{32 if quick else 64} MiB weight (linear) and an add of two arrays of half "
+            "that (add) on one thread, bytes read + written / t")
+        profile["sources"]["memory_streams"] = (
+            f"{by}: the same GEMV on all {cores} cores at once, each over its own weight, "
+            "total GB/s over one core's (best of 2 rounds)")
+        profile["sources"]["cache_bytes"] = (
+            f"{by}: the largest power-of-two MiB weight a batch-1 F.linear still reads at "
+            "over twice its DRAM rate, repeated calls on one thread (best of 2 rounds)")
     return profile
 
 

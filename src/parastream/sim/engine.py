@@ -8,7 +8,9 @@
   waits for are recorded and enough cores of its pool (block dim, capped at the pool, or at
   the plan's C2 core limit) are free; a dispatch costs one sweep.
 - Memory-bound tasks running at the same time share the memory bandwidth (processor
-  sharing); compute-bound tasks run at full speed.
+  sharing): ``n`` of them each run at ``min(1, memory_streams / n)`` of their own speed
+  (a CPU core alone cannot pull all of DRAM's bandwidth); compute-bound tasks run at full
+  speed.
 - Waiting for an event blocks only that queue; the time a head task waited for an event
   becomes an EVENT_WAIT interval on its stream.
 - Optional seeded jitter scales each task's duration.
@@ -61,6 +63,8 @@ class Device:
     hw_queues: int
     launch_us: float
     sweep_us: float
+    #: memory-bound tasks that run at full speed at once (``DeviceProfile.memory_streams``)
+    memory_streams: float = 1.0
 
 
 @dataclass
@@ -142,20 +146,22 @@ def _simulate(tasks: list[Task], device: Device, jitter: float, seed: int, name:
     sweep_us = device.sweep_us
     push = heapq.heappush
 
+    mem_streams = max(1.0, device.memory_streams)
+
     def settle_mem(t: float) -> None:
         nonlocal mem_mark
         if mem_left:
-            d = (t - mem_mark) / len(mem_left)
+            d = (t - mem_mark) * min(1.0, mem_streams / len(mem_left))
             for k in mem_left:
                 mem_left[k] -= d
         mem_mark = t
 
     def reschedule_mem(t: float, seq: int) -> int:
-        k_n = len(mem_left)
+        slow = max(1.0, len(mem_left) / mem_streams)  # each task's stretch at this share
         for k, left in mem_left.items():
             seq += 1
             expect[k] = seq
-            push(heap, (t + (left if left > 0 else 0.0) * k_n, seq, k))
+            push(heap, (t + (left if left > 0 else 0.0) * slow, seq, k))
         return seq
 
     launch = device.launch_us

@@ -30,7 +30,8 @@ def sim_label(profile: DeviceProfile) -> str:
 def device_of(profile: DeviceProfile) -> Device:
     return Device(name=profile.name, cube_cores=profile.cores.cube,
                   vector_cores=profile.cores.vector, hw_queues=profile.hw_queues,
-                  launch_us=profile.launch_overhead_us, sweep_us=profile.scheduler_sweep_us)
+                  launch_us=profile.launch_overhead_us, sweep_us=profile.scheduler_sweep_us,
+                  memory_streams=profile.memory_streams)
 
 
 def ge_reorder(graph: Graph, plan: Plan, order: list[str], dur: dict[str, float]) -> list[str]:
