@@ -14,6 +14,8 @@ import pytest
 
 pytest.importorskip("torch")
 
+from parastream.demo import DEFAULT_MODEL  # noqa: E402
+
 
 @pytest.fixture(scope="module")
 def demo_dir(tmp_path_factory):
@@ -40,7 +42,7 @@ def test_report_folder(demo_dir):
         rec = a["decision"]
         assert rec["action"] in ("keep", "change", "single") and rec["evidence"]
     plan = json.loads((demo_dir / "plan.json").read_text())
-    assert plan["schema"] == "parastream.plan/1" and plan["source"]["model"] == "two_chains"
+    assert plan["schema"] == "parastream.plan/1" and plan["source"]["model"] == DEFAULT_MODEL
     assert "measured wall" in (demo_dir / "plan.md").read_text()
     # the measured run reads back through the verifier
     r = subprocess.run([sys.executable, "-m", "parastream", "analyze", str(demo_dir / "trace.json"),

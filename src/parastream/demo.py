@@ -22,7 +22,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-DEFAULT_MODEL = "two_chains"
+DEFAULT_MODEL = "medusa_heads"
 DEFAULT_SCALE = "small"
 
 

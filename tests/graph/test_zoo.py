@@ -200,3 +200,17 @@ def test_decode_layer_at_batch_one_has_little_headroom():
         h = analyze_graph(g, load_profile(device)).headroom
         assert h.bound_speedup < 1.1, (device, h.bound_speedup)
         assert h.verdict == "little"
+
+
+def test_medusa_heads_are_independent_until_the_stack():
+    g = graph("medusa_heads", "tiny", "decode")
+    heads = [ops_under(g, f"medusa.{i}") for i in range(2)]
+    base = ops_under(g, "lm_head")
+    assert all(len(h) >= 4 for h in heads) and len(base) == 1
+    assert independent(g, heads[0], heads[1]) and independent(g, heads[0], base)
+    stack = next(o for o in g.ops if o.type == "stack")
+    assert all(stack.name in reachable(g, h[-1]) for h in heads)
+    # at small scale each head reads a vocabulary-sized weight with a batch-1 GEMV: far
+    # more bytes than FLOPs (what makes it memory-bound and single-threaded on a CPU)
+    lm = [o for o in graph("medusa_heads", "small", "decode").ops if o.module.endswith("lm_head")]
+    assert len(lm) == 5 and all(o.bytes_read > 60e6 > o.flops for o in lm)

@@ -779,6 +779,73 @@ def two_chains(scale: str = "small", phase: str | None = None) -> tuple[nn.Modul
     return mod, (_randn(s, batch, width),)
 
 
+# ----------------------------------------------------------------------------- Medusa heads
+@dataclass(frozen=True)
+class MedusaShapes:
+    hidden: int
+    vocab: int
+    heads: int
+    top_k: int
+
+
+_MEDUSA = {
+    "tiny": MedusaShapes(64, 512, 2, 4),
+    "small": MedusaShapes(1024, 16000, 4, 10),
+    "7b": MedusaShapes(4096, 32000, 4, 10),
+}
+
+
+class MedusaResBlock(nn.Module):
+    """Medusa's residual block: ``x + silu(linear(x))``."""
+
+    def __init__(self, hidden: int) -> None:
+        super().__init__()
+        self.linear = nn.Linear(hidden, hidden)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + F.silu(self.linear(x))
+
+
+class MedusaHead(nn.Module):
+    """One extra decoding head: a residual block, its own vocabulary projection, top-k."""
+
+    def __init__(self, c: MedusaShapes) -> None:
+        super().__init__()
+        self.block = MedusaResBlock(c.hidden)
+        self.lm_head = nn.Linear(c.hidden, c.vocab, bias=False)
+        self.top_k = c.top_k
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        return torch.topk(self.lm_head(self.block(h)), self.top_k, dim=-1).indices
+
+
+class MedusaHeads(nn.Module):
+    """The decode step's heads of a Medusa model: the base ``lm_head`` and ``heads`` extra
+    heads all read the same last hidden state and are independent until the candidate
+    tokens are stacked. At batch 1 every head is a matrix-vector product over the whole
+    vocabulary; torch runs those on one core whatever its thread count, so on a CPU only
+    streams can put a second core to work (the demo's default)."""
+
+    def __init__(self, c: MedusaShapes) -> None:
+        super().__init__()
+        self.lm_head = nn.Linear(c.hidden, c.vocab, bias=False)
+        self.medusa = nn.ModuleList([MedusaHead(c) for _ in range(c.heads)])
+        self.top_k = c.top_k
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        base = torch.topk(self.lm_head(h), self.top_k, dim=-1).indices
+        return torch.stack([base] + [head(h) for head in self.medusa], dim=1)
+
+
+def medusa_heads(scale: str = "small", phase: str | None = None) -> tuple[nn.Module, tuple]:
+    """Medusa decoding heads at batch 1: base lm_head || ``heads`` residual heads, stacked."""
+    s, c = shapes(scale), _MEDUSA[scale]
+    _phase(phase, ("decode",))
+    torch.manual_seed(0)
+    mod = _build(s, lambda: MedusaHeads(c))
+    return mod, (_randn(s, 1, 1, c.hidden),)
+
+
 # ----------------------------------------------------------------------------- registry
 @dataclass(frozen=True)
 class ZooModel:
@@ -811,6 +878,8 @@ ZOO: dict[str, ZooModel] = {m.name: m for m in (
              "all_reduce after attention and MLP of each", two_microbatch_prefill, ("prefill",)),
     ZooModel("inference_pipeline", "seed 000's five stages: preprocess (host) -> H2D -> "
              "conv net -> D2H -> postprocess (host)", inference_pipeline, ("infer",)),
-    ZooModel("two_chains", "two independent chains of relu(x @ w) meeting at an add: real "
-             "overlap on CPU streams (the demo's default)", two_chains, ("infer",)),
+    ZooModel("two_chains", "two independent chains of relu(x @ w) meeting at an add",
+             two_chains, ("infer",)),
+    ZooModel("medusa_heads", "Medusa decode heads at batch 1: base lm_head || residual heads "
+             "over the vocabulary, stacked (the demo's default)", medusa_heads, ("decode",)),
 )}
