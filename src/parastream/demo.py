@@ -36,6 +36,7 @@ class DemoResult:
     verdict: str = ""
     seconds: float = 0.0
     notes: list[str] = field(default_factory=list)  # e.g. a separate process that failed
+    summary: str = ""  # the recommendation's one line ("use matching: 1.58x measured")
 
 
 @contextmanager
@@ -80,8 +81,7 @@ def run_demo(out_dir: str = "out/demo", model: str = DEFAULT_MODEL, scale: str =
     from .report.html import write_html
     from .report.kineto import write_kineto
     from .runtime import baseline
-    from .runtime.measure import analyse, measure
-    from .runtime.recommend import CandidateResult, recommend
+    from .runtime.recommend import recommend
     from .timeline.analyze import Options, analyze_capture
 
     t_start = time.perf_counter()
@@ -116,25 +116,32 @@ def run_demo(out_dir: str = "out/demo", model: str = DEFAULT_MODEL, scale: str =
         write_atomic(os.path.join(out_dir, "plan.json"), dump_plan(doc))
         multi = [c for c in doc.candidates if c.stream_count() > 1][:candidates_to_run]
 
+        from .runtime.cli import run_candidates
+
+        def running(k: int, n: int, cand) -> None:
+            step(f"running candidate {k}/{n}: {cand.name[:50]}")
+
+        # the planner already simulated every candidate on this profile: its estimates stand
+        result = run_candidates(module, inputs, runnable, doc, multi, profile, runs=runs,
+                                reuse_estimates=True, on_candidate=running)
+        runs_by_name = result["_runs"]
         measured: list[dict] = []
-        runs_by_name = {}
-        for k, cand in enumerate(multi, 1):
-            step(f"running candidate {k}/{len(multi)}: {cand.name[:50]}")
-            m = measure(module, inputs, cand, runs=runs, runnable=runnable)
-            res = analyse(m, doc, cand.name)
-            # the planner already simulated every candidate on this profile
-            predicted = cand.estimate.wall_us
-            single_pred = cand.estimate.single_stream_wall_us
-            runs_by_name[cand.name] = (m, res)
+        for r in result["candidates"]:
+            m = runs_by_name[r.name][0]
+            cand = doc.candidate(r.name)
+            predicted = r.predicted_wall_us
             measured.append({
-                "candidate": cand.name, "streams": cand.streams,
+                "candidate": r.name, "streams": cand.streams,
                 "predicted_multi_us": round(predicted, 1),
-                "predicted_single_us": round(single_pred, 1),
-                "predicted_speedup": cand.estimate.speedup,
+                "predicted_single_us": round(r.predicted_single_us, 1),
+                "predicted_speedup": round(r.predicted_single_us / predicted, 4) if predicted else None,
+                "predicted_from_ops_us": round(r.predicted_from_ops_us, 1)
+                if r.predicted_from_ops_us is not None else None,
                 "measured_single_us": round(m.single_median_us, 1),
                 "measured_multi_us": round(m.multi_median_us, 1),
                 "measured_speedup": round(m.speedup, 3),
                 "prediction_error_pct": round(100 * (predicted - m.multi_median_us) / m.multi_median_us, 1),
+                "overlap_pct": [round(p, 4) for p in r.overlap_pcts],
                 "runs_kept": len(m.multi_walls_us),
             })
         iso = None
@@ -146,20 +153,16 @@ def run_demo(out_dir: str = "out/demo", model: str = DEFAULT_MODEL, scale: str =
         else:
             step("separate processes skipped: " + ("--side-by-side-only" if not best_settings
                                                    else "OMP_WAIT_POLICY is set"))
-        for r in measured:
+        for r, cr in zip(measured, result["candidates"]):
             single = iso["single_us"] if iso else None
             multi = iso["candidates_us"].get(r["candidate"]) if iso else None
             r["separate_single_spinning_us"] = round(single, 1) if single else None
             r["separate_multi_us"] = round(multi, 1) if multi else None
+            cr.iso_single_us, cr.iso_multi_us = single, multi
         step("analysing the measured timeline")
         # the same decision as `parastream run`: never a plan under the speedup margin, each
         # side taken in its best setting
-        decision = recommend([CandidateResult(
-            name=r["candidate"], speedup=runs_by_name[r["candidate"]][0].speedup,
-            single_median_us=r["measured_single_us"], multi_median_us=r["measured_multi_us"],
-            predicted_wall_us=r["predicted_multi_us"],
-            iso_single_us=r["separate_single_spinning_us"], iso_multi_us=r["separate_multi_us"])
-            for r in measured])
+        decision = recommend(result["candidates"])
         rec = decision.candidate or "single stream"
         best = max(measured, key=lambda r: r["measured_speedup"]) if measured else None
         m, res = runs_by_name[best["candidate"]] if best else (None, {})
@@ -199,7 +202,7 @@ def run_demo(out_dir: str = "out/demo", model: str = DEFAULT_MODEL, scale: str =
     verdict = (res.get("triage") or {}).get("verdict", "")
     notes = [f"not measured in a separate process: {e}" for e in (iso or {}).get("errors", [])]
     return DemoResult(out_dir, model, rec, measured, files, verdict,
-                      round(time.perf_counter() - t_start, 1), notes)
+                      round(time.perf_counter() - t_start, 1), notes, decision.summary)
 
 
 def _summary(model, scale, phase, device, rec, measured, graph_doc, doc, triage) -> dict:
@@ -258,12 +261,17 @@ def cmd_demo(args) -> int:
                  progress=not args.no_progress, profile_path=args.profile,
                  best_settings=args.best_settings)
     print(f"\nparastream demo: {r.model} on this CPU ({os.cpu_count()} cores) in {r.seconds} s")
-    print(f"{'candidate':58s} {'pred. single':>12s} {'pred. multi':>11s} {'meas. single':>12s} "
-          f"{'meas. multi':>11s} {'speedup':>8s}")
+    print(f"{'candidate':44s} {'pred. single':>12s} {'pred. multi':>11s} {'from ops':>9s} "
+          f"{'meas. single':>12s} {'meas. multi':>11s} {'speedup':>8s}  overlap_pct")
     for m in r.measured:
-        print(f"{m['candidate'][:58]:58s} {m['predicted_single_us'] or 0:12.1f} {m['predicted_multi_us']:11.1f} "
-              f"{m['measured_single_us']:12.1f} {m['measured_multi_us']:11.1f} {m['measured_speedup']:7.2f}x")
-    print("(predicted = simulated on the calibrated CPU profile; measured = median of the kept runs, CPU)")
+        ops = m.get("predicted_from_ops_us")
+        pcts = ", ".join(f"{p:.2f}" for p in m.get("overlap_pct") or []) or "-"
+        print(f"{m['candidate'][:44]:44s} {m['predicted_single_us'] or 0:12.1f} "
+              f"{m['predicted_multi_us']:11.1f} {ops if ops is not None else '-':>9} "
+              f"{m['measured_single_us']:12.1f} {m['measured_multi_us']:11.1f} "
+              f"{m['measured_speedup']:7.2f}x  {pcts}")
+    print("(predicted = simulated on the calibrated CPU profile; from ops = simulated from the op "
+          "times of the single-stream runs; measured = median of the kept runs, CPU)")
     if any(m.get("separate_single_spinning_us") or m.get("separate_multi_us") for m in r.measured):
         print("in separate processes, each side in its best OpenMP setting (single stream with "
               "threads spinning, streams with them sleeping):")
@@ -274,7 +282,8 @@ def cmd_demo(args) -> int:
         print("(the recommendation takes the faster figure of each side)")
     for note in r.notes:
         print(note)
-    print(f"recommendation: {r.recommended}" + (f"   triage: {r.verdict}" if r.verdict else ""))
+    print(f"recommendation: {r.recommended}" + (f" ({r.summary})" if r.summary else "")
+          + (f"   triage: {r.verdict}" if r.verdict else ""))
     print(f"report: {os.path.join(r.out_dir, 'report.html')} (+ {', '.join(r.files[1:])})")
     sys.stdout.flush()
     return 0

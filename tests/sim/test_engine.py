@@ -47,6 +47,26 @@ def test_memory_streams_let_that_many_memory_bound_tasks_run_at_full_speed():
     assert r.wall_us == pytest.approx(125)
 
 
+def test_the_host_lock_serialises_only_the_tasks_host_parts():
+    from dataclasses import replace
+
+    # two streams of 30 us tasks whose first 10 us hold the host lock
+    tasks = [Task(f"t{i}", i % 2, 30, "cube", 1, host_us=10) for i in range(4)]
+    free = simulate(tasks, DEV).wall_us
+    locked = simulate(tasks, replace(DEV, host_lock=True))
+    assert free == pytest.approx(60)
+    # stream 1 starts 10 us late, and at 30 both streams' next tasks are ready: stream 0's
+    # takes the lock, stream 1's starts at 40, its successor... ends at 70
+    assert locked.wall_us == pytest.approx(70)
+    starts = sorted(int(x) for x in locked.timeline.start_ns)
+    assert starts == [0, 10_000, 30_000, 40_000]
+    # tasks that are all host work run one at a time, whatever the streams
+    host = [Task(f"h{i}", i % 2, 10, "cube", 1, host_us=10) for i in range(6)]
+    assert simulate(host, replace(DEV, host_lock=True)).wall_us == pytest.approx(60)
+    # without the lock (accelerators), host_us is ignored
+    assert simulate(host, DEV).wall_us == pytest.approx(30)
+
+
 def test_wait_is_recorded_as_event_wait():
     r = simulate([Task("a", 0, 100, "cube", 1), Task("b", 1, 50, "cube", 1, waits=[0])], DEV)
     assert r.wall_us == 150

@@ -168,7 +168,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     # a plan file's estimates may come from another calibration of the same name: only
     # estimates made now, on this profile, are reused
-    result = run_candidates(module, inputs, runnable, doc, chosen, profile, args,
+    result = run_candidates(module, inputs, runnable, doc, chosen, profile, device=args.device,
+                            runs=args.runs, warmup=args.warmup, drop=args.drop,
+                            check=args.check, jitter=args.jitter,
                             reuse_estimates=doc_in is None)
     from . import baseline
     from .recommend import recommend
@@ -198,6 +200,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                   f"--baseline DIR/single.json --plan DIR/plan.json)\n")
     else:
         result.pop("_timelines", None)
+    result.pop("_runs", None)
     if args.json:
         write_atomic(args.json, json.dumps(_jsonable(result), indent=1))
     if args.check and any(c.outputs_ok is False for c in result["candidates"]):
@@ -206,8 +209,15 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def run_candidates(module: Any, inputs: tuple, runnable: Any, doc: Any, chosen: list,
-                   profile: Any, args: argparse.Namespace, *, reuse_estimates: bool = False) -> dict:
-    """Measure each chosen candidate against single stream; predict, analyse, check."""
+                   profile: Any, *, device: str = "cpu", runs: int = 7, warmup: int = 2,
+                   drop: int = 2, check: bool = False, jitter: int = 0,
+                   reuse_estimates: bool = False, on_candidate: Any = None) -> dict:
+    """Measure each chosen candidate against single stream; predict, analyse, check.
+
+    Returns ``candidates`` (:class:`CandidateResult` s), ``details`` (JSON-ready), and, for
+    callers that write reports, ``_timelines`` ((label, timeline) pairs) and ``_runs``
+    (candidate name -> (Measurement, analysis)). ``on_candidate(k, n, plan)`` is called
+    before each candidate runs (progress)."""
     from ..sim.run import measured_costs, sim_label, simulate_plan
     from ..plan.model import Plan
     from .executor import Jitter, MultiStreamExecutor
@@ -232,26 +242,30 @@ def run_candidates(module: Any, inputs: tuple, runnable: Any, doc: Any, chosen: 
     details: list[dict] = []
     timelines: list[tuple[str, Any]] = []
     op_costs = None  # from the first measured single-stream executor runs
-    for c in chosen:
+    runs_by_name: dict[str, tuple[Any, dict]] = {}
+    for k, c in enumerate(chosen, 1):
+        if on_candidate is not None:
+            on_candidate(k, len(chosen), c)
         pred, pred_single = predicted(c)
         ok = None
         check_note = None
-        if args.check:
-            with MultiStreamExecutor(module, inputs, c, backend=args.device,
+        if check:
+            with MultiStreamExecutor(module, inputs, c, backend=device,
                                      runnable=runnable) as ex:
                 cmp = ex.check(*inputs, runs=2)
-            if cmp.ok and args.jitter:
-                with MultiStreamExecutor(module, inputs, c, backend=args.device, runnable=runnable,
+            if cmp.ok and jitter:
+                with MultiStreamExecutor(module, inputs, c, backend=device, runnable=runnable,
                                          jitter=Jitter(seed=1)) as ex:
-                    cmp = ex.check(*inputs, runs=args.jitter)
+                    cmp = ex.check(*inputs, runs=jitter)
             ok, check_note = cmp.ok, cmp.describe() if cmp.ok else (cmp.error or cmp.describe())
-        m = measure(module, inputs, c, backend=args.device, runs=args.runs, warmup=args.warmup,
-                    drop=args.drop, runnable=runnable)
+        m = measure(module, inputs, c, backend=device, runs=runs, warmup=warmup,
+                    drop=drop, runnable=runnable)
         if op_costs is None and m.single_timelines:
             op_costs = measured_costs(graph, profile, m.single_timelines)
         from_ops = (simulate_plan(graph, c, profile, costs=op_costs).result.wall_us
                     if op_costs is not None else None)
         an = analyse(m, doc, c.name)
+        runs_by_name[c.name] = (m, an)
         pts = an.get("plan_check", {}).get("parallel_points", [])
         found = [p for p in pts if p.get("found")]
         results.append(CandidateResult(
@@ -280,8 +294,9 @@ def run_candidates(module: Any, inputs: tuple, runnable: Any, doc: Any, chosen: 
             timelines.append((c.name, m.multi_timeline))
         if m.single_timeline is not None and not any(l == "single" for l, _ in timelines):
             timelines.append(("single", m.single_timeline))
-    return {"model": graph.name, "device": args.device, "runs": args.runs, "drop": args.drop,
-            "candidates": results, "details": details, "_timelines": timelines}
+    return {"model": graph.name, "device": device, "runs": runs, "drop": drop,
+            "candidates": results, "details": details, "_timelines": timelines,
+            "_runs": runs_by_name}
 
 
 def _print(out, result: dict, rec) -> None:

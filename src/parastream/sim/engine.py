@@ -13,6 +13,8 @@
   speed.
 - Waiting for an event blocks only that queue; the time a head task waited for an event
   becomes an EVENT_WAIT interval on its stream.
+- With a host lock (CPU streams: Python's interpreter lock), a task starts only when the
+  lock is free as well, and holds it for its first ``host_us``; the others wait for it.
 - Optional seeded jitter scales each task's duration.
 
 The loop is a hand-rolled heap keyed by (time, sequence), as in SimPy, without its
@@ -51,6 +53,8 @@ class Task:
     waits: list[int] = field(default_factory=list)  # task indices whose completion it waits for
     type: str = ""
     kind: int = KIND_COMPUTE
+    #: microseconds at the task's start that need the host lock (``Device.host_lock``)
+    host_us: float = 0.0
 
 
 @dataclass
@@ -65,6 +69,10 @@ class Device:
     sweep_us: float
     #: memory-bound tasks that run at full speed at once (``DeviceProfile.memory_streams``)
     memory_streams: float = 1.0
+    #: one lock that every task holds for its first ``host_us``: the Python interpreter
+    #: lock of the CPU stream backend, whose worker threads run each op's Python part
+    #: (the executor's dispatch, torch's argument parsing) one at a time
+    host_lock: bool = False
 
 
 @dataclass
@@ -164,6 +172,9 @@ def _simulate(tasks: list[Task], device: Device, jitter: float, seed: int, name:
             push(heap, (t + (left if left > 0 else 0.0) * slow, seq, k))
         return seq
 
+    host_of = [t.host_us for t in tasks] if device.host_lock else [0.0] * n
+    lock_busy = False
+    lock_blocked: set[int] = set()  # queues whose head waits for the host lock
     launch = device.launch_us
     # tasks at the head of their queue that the host has not issued yet, by index (= issue time)
     wake = [qq[0] for qq in queues if qq]
@@ -186,52 +197,57 @@ def _simulate(tasks: list[Task], device: Device, jitter: float, seed: int, name:
                     raise RuntimeError("simulation stalled: a wait can never be satisfied")
                 break
             t, sq, i = pop(heap)
-            if has_mem:
-                if sq != expect[i]:
-                    continue  # superseded when bandwidth shares changed
-                if i in mem_left:
-                    settle_mem(t)
-                    del mem_left[i]
-                    seq = reschedule_mem(t, seq)
-            done_at[i] = t
-            p = pool_of[i]
-            qi = queue_of[i]
-            h = head[qi] + 1  # the head is the task that just finished (FIFO per queue)
-            head[qi] = h
-            running[qi] = False
-            qq = queues[qi]
-            if h < len(qq) and qq[h] * launch > t:
-                push(wake, qq[h])
-            wl = waiters[i]
-            if p:
-                free[p] += need[i]
-                bc = blocked[p]
+            if i < 0:  # a task released the host lock: sweep the queues waiting for it
+                lock_busy = False
+                qs = sorted(lock_blocked, key=partial(_rr_distance, rr, q_count))
+                lock_blocked.clear()
             else:
-                bc = None
-            if not bc and (not wl or len(wl) == 1):
-                if not wl:
-                    qs = (qi,)
-                else:  # the common wait: one task released, at most two queues to sweep
-                    w = wl[0]
-                    pending[w] -= 1
-                    last_done[w] = i
-                    qw = queue_of[w]
-                    if qw == qi:
+                if has_mem:
+                    if sq != expect[i]:
+                        continue  # superseded when bandwidth shares changed
+                    if i in mem_left:
+                        settle_mem(t)
+                        del mem_left[i]
+                        seq = reschedule_mem(t, seq)
+                done_at[i] = t
+                p = pool_of[i]
+                qi = queue_of[i]
+                h = head[qi] + 1  # the head is the task that just finished (FIFO per queue)
+                head[qi] = h
+                running[qi] = False
+                qq = queues[qi]
+                if h < len(qq) and qq[h] * launch > t:
+                    push(wake, qq[h])
+                wl = waiters[i]
+                if p:
+                    free[p] += need[i]
+                    bc = blocked[p]
+                else:
+                    bc = None
+                if not bc and (not wl or len(wl) == 1):
+                    if not wl:
                         qs = (qi,)
-                    elif (qi - rr) % q_count < (qw - rr) % q_count:
-                        qs = (qi, qw)
-                    else:
-                        qs = (qw, qi)
-            else:
-                check = {qi}
-                for w in wl or ():
-                    pending[w] -= 1
-                    last_done[w] = i
-                    check.add(queue_of[w])
-                if bc:
-                    check |= bc
-                # round-robin order from rr (a partial, not a closure: rr stays a fast local)
-                qs = sorted(check, key=partial(_rr_distance, rr, q_count)) if len(check) > 1 else check
+                    else:  # the common wait: one task released, at most two queues to sweep
+                        w = wl[0]
+                        pending[w] -= 1
+                        last_done[w] = i
+                        qw = queue_of[w]
+                        if qw == qi:
+                            qs = (qi,)
+                        elif (qi - rr) % q_count < (qw - rr) % q_count:
+                            qs = (qi, qw)
+                        else:
+                            qs = (qw, qi)
+                else:
+                    check = {qi}
+                    for w in wl or ():
+                        pending[w] -= 1
+                        last_done[w] = i
+                        check.add(queue_of[w])
+                    if bc:
+                        check |= bc
+                    # round-robin order from rr (a partial, not a closure: rr stays a fast local)
+                    qs = sorted(check, key=partial(_rr_distance, rr, q_count)) if len(check) > 1 else check
         for qi in qs:
             # start queue qi's head task at t if its events are recorded and its cores free
             qq = queues[qi]
@@ -251,6 +267,11 @@ def _simulate(tasks: list[Task], device: Device, jitter: float, seed: int, name:
                 if k > free[p]:
                     blocked[p].add(qi)
                     continue
+            hu = host_of[i]
+            if hu and lock_busy:
+                lock_blocked.add(qi)
+                continue
+            if p:
                 bp = blocked[p]
                 if bp:
                     bp.discard(qi)
@@ -265,6 +286,10 @@ def _simulate(tasks: list[Task], device: Device, jitter: float, seed: int, name:
             begin = t + sweep_us
             start_at[i] = begin
             dur = dur_of[i]
+            if hu:
+                lock_busy = True
+                seq += 1
+                push(heap, (begin + min(hu, dur), seq, ~i))
             seq += 1
             if has_mem and mem_bound[i] and dur > 0:
                 # the sweep is folded into the shared work so memory bookkeeping stays at t

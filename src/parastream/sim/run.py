@@ -31,7 +31,7 @@ def device_of(profile: DeviceProfile) -> Device:
     return Device(name=profile.name, cube_cores=profile.cores.cube,
                   vector_cores=profile.cores.vector, hw_queues=profile.hw_queues,
                   launch_us=profile.launch_overhead_us, sweep_us=profile.scheduler_sweep_us,
-                  memory_streams=profile.memory_streams)
+                  memory_streams=profile.memory_streams, host_lock=profile.kind == "cpu")
 
 
 def ge_reorder(graph: Graph, plan: Plan, order: list[str], dur: dict[str, float]) -> list[str]:
@@ -72,6 +72,9 @@ def tasks_for(graph: Graph, plan: Plan, profile: DeviceProfile, *, costs: dict[s
     for e in plan.events:
         if e.wait_before is not None:
             waits.setdefault(e.wait_before, []).append(idx[e.record_after])
+    # CPU streams are Python threads: each op's dispatch (the executor's per-op cost) holds
+    # the interpreter lock, so two streams' dispatches never overlap, only their kernels
+    host_us = profile.launch_overhead_us if profile.kind == "cpu" else 0.0
     out = []
     for n in order:
         c = costs[n]
@@ -82,7 +85,7 @@ def tasks_for(graph: Graph, plan: Plan, profile: DeviceProfile, *, costs: dict[s
         kind = {"comm": KIND_COMM, "memory": KIND_MEMCPY}.get(c.unit, KIND_COMPUTE)
         out.append(Task(name=n, stream=s, dur_us=c.dur_us, pool=pool, block_dim=c.block_dim,
                         memory_bound=(c.bound == "memory" and c.unit != "comm"),
-                        waits=waits.get(n, []), type=ops[n].type, kind=kind))
+                        waits=waits.get(n, []), type=ops[n].type, kind=kind, host_us=host_us))
     return out
 
 
