@@ -42,6 +42,10 @@ def test_cli_quick_writes_a_loadable_profile(tmp_path):
     assert set(doc["op_rates"]) == set(cal._op_cases())
     assert doc["run_overhead_us"] >= 0 and "executor" in doc["sources"]["launch_overhead_us"]
     assert "intercept" in doc["sources"]["run_overhead_us"]
+    # the streams' own costs, and the memory system's, for the simulator
+    assert doc["event_wake_us"] >= 0 and doc["stream_overhead_us"] >= 0
+    assert 1.0 <= doc["memory_streams"] <= doc["cores"]["cube"] and doc["cache_bytes"] >= 0
+    assert doc["op_rates"]["linear"]["dram_gbps"] > 0 and doc["op_rates"]["add"]["dram_gbps"] > 0
     assert all(v.startswith("measured by parastream calibrate on ") for v in doc["sources"].values())
     from parastream.device.profile import load_profile
 

@@ -97,3 +97,18 @@ def test_each_side_is_measured_in_a_process_of_its_own(monkeypatch):
     assert "error" in bad and "failed" in bad["error"]
     monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")
     assert not baseline.wanted()  # the user chose: every measurement already runs under it
+
+
+def test_the_multi_stream_run_waits_for_the_single_stream_threads_to_settle(inception, monkeypatch):
+    import parastream.runtime.measure as meas
+
+    slept: list[float] = []
+    real = meas.time.sleep
+    monkeypatch.setattr(meas.time, "sleep", lambda s: (slept.append(s), real(s)))
+    module, inputs, rn = inception
+    plan = assign(rn.graph, "matching", max_streams=2)
+    measure(module, inputs, plan, runs=5, warmup=1, drop=2, runnable=rn, cores=2, settle_s=0.003)
+    assert slept.count(0.003) == 5          # before every timed multi-stream run
+    slept.clear()
+    measure(module, inputs, plan, runs=5, warmup=1, drop=2, runnable=rn, cores=2, settle_s=0)
+    assert 0.003 not in slept and 0 not in slept

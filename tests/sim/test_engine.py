@@ -67,6 +67,19 @@ def test_the_host_lock_serialises_only_the_tasks_host_parts():
     assert simulate(host, DEV).wall_us == pytest.approx(30)
 
 
+def test_a_blocking_wait_costs_the_wake_up_and_a_satisfied_one_does_not():
+    from dataclasses import replace
+
+    dev = replace(DEV, wake_us=7.0)
+    # b reaches its queue's head while a still runs: it sleeps and is woken 7 us after a
+    r = simulate([Task("a", 0, 100, "cube", 1), Task("b", 1, 50, "cube", 1, waits=[0])], dev)
+    assert r.wall_us == pytest.approx(157)
+    # c's event was recorded before c reached the head of its queue: no wake-up
+    r = simulate([Task("a", 0, 10, "cube", 1), Task("x", 1, 40, "cube", 1),
+                  Task("c", 1, 50, "cube", 1, waits=[0])], dev)
+    assert r.wall_us == pytest.approx(90)
+
+
 def test_wait_is_recorded_as_event_wait():
     r = simulate([Task("a", 0, 100, "cube", 1), Task("b", 1, 50, "cube", 1, waits=[0])], DEV)
     assert r.wall_us == 150

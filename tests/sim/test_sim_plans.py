@@ -3,6 +3,8 @@ simulated trace reads back through `parastream analyze` with the same overlap.""
 
 from __future__ import annotations
 
+import pytest
+
 import json
 import subprocess
 import sys
@@ -104,6 +106,15 @@ def test_measured_costs_replay_captured_op_times_and_scale_them_per_stream():
 
     single = simulate_plan(g, Plan.single(names), prof, costs=costs).result
     assert single.wall_us >= sum(c.dur_us for c in costs.values()) + prof.run_overhead_us - 1e-6
+    # every stream beyond the first adds the executor's per-stream cost to the wall
+    import msgspec
+
+    dear = msgspec.structs.replace(prof, stream_overhead_us=1000.0)
+    two = assign(g, "manual", mapping={"c": 1, "d": 1})
+    assert (simulate_plan(g, two, dear, costs=costs).result.wall_us
+            == pytest.approx(simulate_plan(g, two, prof, costs=costs).result.wall_us + 1000.0))
+    assert (simulate_plan(g, Plan.single(names), dear, costs=costs).result.wall_us
+            == pytest.approx(single.wall_us))
     split = simulate_plan(g, assign(g, "manual", mapping={"c": 1, "d": 1}), prof, costs=costs)
     assert cores == 2  # the shipped cpu profile: each of two streams gets one thread
     per = {split.result.timeline.op_name(i): (int(split.result.timeline.end_ns[i])

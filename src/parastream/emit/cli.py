@@ -83,14 +83,18 @@ def emit_plan(plan_path: str, target: str, *, candidate: str | None = None,
                                     "pass --model (and --scale/--phase)")
     source.setdefault("scale", "small")
     source.setdefault("phase", None)
+    from ..graph.torch_import import import_program
     from .codegen import EmitError, build_model, emit, trace
 
     module, inputs = build_model(source)
+    # one trace for both the plan check and the code (the importer's export program); only
+    # a model that export cannot trace is traced again, by torch.fx
+    graph, program = import_program(module, inputs, name=str(source["model"]))
     try:
-        traced = trace(module, inputs)
+        traced = trace(module, inputs, program=program, method="auto" if program else "fx")
     except EmitError as exc:
         raise InputError(source["model"], str(exc)) from None
-    _check_plan(module, inputs, plan, plan_path, source)
+    _check_plan(graph, plan, plan_path, source)
     try:
         return emit(traced, plan, target, source=source, model_name=doc.model,
                     device_name=doc.device if doc.device != "?" else None,
@@ -99,13 +103,11 @@ def emit_plan(plan_path: str, target: str, *, candidate: str | None = None,
         raise InputError(plan_path, str(exc)) from None
 
 
-def _check_plan(module, inputs, plan, plan_path: str, source: dict) -> None:
+def _check_plan(graph, plan, plan_path: str, source: dict) -> None:
     """Refuse a plan whose events do not order every cross-stream dependency of the model."""
-    from ..graph.torch_import import import_module
     from ..plan.hb import check
     from ..plan.model import PlanError
 
-    graph = import_module(module, inputs, name=str(source.get("model")))
     try:
         check(graph, plan)
     except PlanError as exc:

@@ -94,8 +94,9 @@ class Traced:
 
 
 def trace(module: Any, inputs: Sequence[Any] | Any, *, kwargs: dict | None = None,
-          method: str = "auto") -> Traced:
-    """Trace ``module`` on ``inputs`` the way the importer does (same tracer, same names)."""
+          method: str = "auto", program: Any = None) -> Traced:
+    """Trace ``module`` on ``inputs`` the way the importer does (same tracer, same names);
+    ``program``: the ``torch.export`` program the importer already made of them."""
     import torch
 
     from ..graph.torch_import import export_program
@@ -106,6 +107,8 @@ def trace(module: Any, inputs: Sequence[Any] | Any, *, kwargs: dict | None = Non
     if method not in ("auto", "export", "fx"):
         raise ValueError(f"method must be auto, export or fx, not {method!r}")
     device = next((t.device for t in inputs if isinstance(t, torch.Tensor)), None)
+    if program is not None:
+        return _from_export(program, module, device)
     errors = []
     if method in ("auto", "export"):
         try:

@@ -127,6 +127,16 @@ def import_module(module: Any, example_inputs: Sequence[Any] | Any, name: str = 
     return _trace(module, example_inputs, kwargs or {}, name, meta, method)[0]
 
 
+def import_program(module: Any, example_inputs: Sequence[Any] | Any, name: str = "model",
+                   meta: dict | None = None) -> tuple[Graph, Any]:
+    """Like :func:`import_module`, but also return the ``torch.export`` program it traced
+    (None when it fell back to torch.fx), for code that needs the same trace again (the
+    code generator: tracing a model twice costs seconds)."""
+    inputs = _check_call(module, example_inputs, name, "auto")
+    g, ep, _ = _trace(module, inputs, {}, name, meta, "auto")
+    return g, ep
+
+
 def _trace(module: Any, inputs: tuple, kwargs: dict, name: str, meta: dict | None,
            method: str) -> tuple[Graph, Any, list[_Rec]]:
     """torch.export, then torch.fx when it fails (``method="auto"``): (graph, the exported

@@ -88,11 +88,21 @@ def _median_index(walls: list[float]) -> int:
     return order[(len(order) - 1) // 2]
 
 
+#: seconds the multi-stream run waits after the single-stream runs (see :func:`measure`)
+SETTLE_S = 0.02
+
+
 def measure(module: Any, inputs: Sequence[Any], plan: Plan, *, backend: str = "cpu",
             runs: int = 7, warmup: int = 2, drop: int = 2, cores: int | None = None,
             multi_threads: int | None = None, runnable: Any = None,
-            single_executor: bool = True, executor: Any = None) -> Measurement:
-    """Measure ``plan`` against the single-stream module, alternating in this process."""
+            single_executor: bool = True, executor: Any = None,
+            settle_s: float = SETTLE_S) -> Measurement:
+    """Measure ``plan`` against the single-stream module, alternating in this process.
+
+    On the cpu backend the multi-stream run waits ``settle_s`` after the single-stream
+    ones: their OpenMP thread team keeps spinning for a few milliseconds after its last op
+    and would take a core from the streams' workers (measured on llama_layer at small
+    scale: a stream's first op started 3.6 ms late, the wall 25-30% longer)."""
     import torch
 
     from .cpu import set_intra_op_threads
@@ -147,6 +157,8 @@ def measure(module: Any, inputs: Sequence[Any], plan: Plan, *, backend: str = "c
             if single is not None:
                 e_walls.append(timed(single))
                 e_tls.append(single.timeline(f"{runnable.graph.name}: single stream"))
+            if not device and settle_s > 0:
+                time.sleep(settle_s)
             m_walls.append(timed(multi))
             m_tls.append(multi.timeline(f"{runnable.graph.name}: {plan.name}"))
     finally:

@@ -7,16 +7,23 @@ small model:
 * ``launch_overhead_us``: per op, what the executor spends besides the op itself (walking
   the graph, handing the op to its stream's worker, recording its interval);
 * ``run_overhead_us``: per forward call, the fixed part (binding inputs, starting the
-  workers' batch, rejoining the streams, collecting outputs).
+  workers' batch, rejoining the streams, collecting outputs);
+* ``event_wake_us``: per cross-stream wait that blocks, the time from the event's record to
+  the waiting worker running again (it sleeps on a condition; the wake-up is an OS thread
+  switch);
+* ``stream_overhead_us``: per forward call, what each stream beyond the first adds.
 
 Both come from running chains of ``x + 1`` on 16 floats through the executor on one stream,
 at two lengths: the slope is the per-op cost (less the add's own cost, timed the same way
-on a worker thread), the intercept the per-call cost. Medians of repeated calls, the
-lowest of a few rounds.
+on a worker thread), the intercept the per-call cost. The same chains alternating between
+two streams (every op waits for the one before it, on the other stream) give the wake-up
+per wait as the extra slope; the chains with only their first op on a second stream give
+the second stream's cost per call. Medians of repeated calls, the lowest of a few rounds.
 """
 
 from __future__ import annotations
 
+import statistics
 from typing import Any
 
 SHORT, LONG = 4, 64
@@ -40,34 +47,52 @@ class _Chain:
 
 def measure_executor_overhead(quick: bool = False, rounds: int = 3,
                               add_fixed_us: float = 0.0) -> dict[str, float]:
-    """``{"per_op_us", "per_run_us", "chain_op_us"}`` of the cpu backend on one stream with
-    all cores; ``add_fixed_us`` is the add's own cost (from the op rates), taken out of the
-    per-op figure."""
+    """``{"per_op_us", "per_run_us", "chain_op_us", "event_wake_us", "stream_us"}`` of the
+    cpu backend; ``add_fixed_us`` is the add's own cost (from the op rates), taken out of
+    the per-op figure."""
     import torch
 
     from ..graph.torch_import import import_runnable
     from ..plan.model import Plan
+    from ..plan.sync import minimal_events
     from .executor import MultiStreamExecutor, _cores
     from .measure import median_wall_us
 
     x = torch.randn(16)
     cores = _cores()
-    walls: dict[int, float] = {}
+    walls: dict[tuple[str, int], float] = {}
     calls = 15 if quick else 40
     with torch.no_grad():
         for n in (SHORT, LONG):
             module = _Chain.make(n)
             rn = import_runnable(module, (x,), name=f"chain{n}")
-            plan = Plan.single(o.name for o in rn.graph.ops)
-            ex = MultiStreamExecutor(module, (x,), plan, intra_op_threads=cores, runnable=rn)
-            try:
-                walls[n] = min(median_wall_us(lambda: ex(x), calls) for _ in range(rounds))
-            finally:
-                ex.close()
-    slope = max(0.0, (walls[LONG] - walls[SHORT]) / (LONG - SHORT))
-    per_run = max(0.0, walls[SHORT] - SHORT * slope)
+            names = [o.name for o in rn.graph.ops]
+            plans = {"single": (Plan.single(names), cores)}
+            for label, assignment in (
+                    ("ping-pong", {o: i % 2 for i, o in enumerate(names)}),
+                    ("second stream", {o: int(i == 0) for i, o in enumerate(names)})):
+                events, _ = minimal_events(rn.graph, assignment)
+                plans[label] = (Plan(name=label, algorithm="manual", assignment=assignment,
+                                     events=events, streams=2), None)
+            for label, (plan, threads) in plans.items():
+                ex = MultiStreamExecutor(module, (x,), plan, intra_op_threads=threads, runnable=rn)
+                try:
+                    walls[label, n] = min(median_wall_us(lambda: ex(x), calls)
+                                          for _ in range(rounds))
+                finally:
+                    ex.close()
+
+    def line(label: str) -> tuple[float, float]:
+        slope = max(0.0, (walls[label, LONG] - walls[label, SHORT]) / (LONG - SHORT))
+        return slope, max(0.0, walls[label, SHORT] - SHORT * slope)
+
+    slope, per_run = line("single")
+    wake = max(0.0, line("ping-pong")[0] - slope)
+    # the second stream's chains wait once (their second op), so one wake-up is not its cost
+    second = statistics.median(walls["second stream", n] - walls["single", n] for n in (SHORT, LONG))
     return {"per_op_us": max(0.0, slope - add_fixed_us), "per_run_us": per_run,
-            "chain_op_us": slope}
+            "chain_op_us": slope, "event_wake_us": wake,
+            "stream_us": max(0.0, second - wake)}
 
 
 def calibrate_cpu(quick: bool = False, name: str = "cpu-calibrated") -> dict:
@@ -95,6 +120,14 @@ def calibrate_cpu(quick: bool = False, name: str = "cpu-calibrated") -> dict:
         f"measured {handoff:.3g} us")
     profile["sources"]["run_overhead_us"] = (
         f"{by}: the intercept of the same two chains: the executor's fixed cost per call")
+    profile["event_wake_us"] = float(f"{ov['event_wake_us']:.4g}")
+    profile["stream_overhead_us"] = float(f"{ov['stream_us']:.4g}")
+    profile["sources"]["event_wake_us"] = (
+        f"{by}: the same chains alternating between two streams (each op waits for the one "
+        "before it): their slope per op less the one-stream slope")
+    profile["sources"]["stream_overhead_us"] = (
+        f"{by}: the same chains with their first op on a second stream, less the one-stream "
+        "chains and one wake-up (median of the two lengths)")
     profile["description"] = profile["description"].rsplit(",", 1)[0] + (
         f", executor {profile['launch_overhead_us']:.3g} us per op and "
         f"{profile['run_overhead_us']:.3g} us per call.")

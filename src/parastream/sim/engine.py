@@ -12,7 +12,8 @@
   (a CPU core alone cannot pull all of DRAM's bandwidth); compute-bound tasks run at full
   speed.
 - Waiting for an event blocks only that queue; the time a head task waited for an event
-  becomes an EVENT_WAIT interval on its stream.
+  becomes an EVENT_WAIT interval on its stream, and the task starts ``wake_us`` after the
+  event (a CPU worker thread's wake-up; 0 on devices).
 - With a host lock (CPU streams: Python's interpreter lock), a task starts only when the
   lock is free as well, and holds it for its first ``host_us``; the others wait for it.
 - Optional seeded jitter scales each task's duration.
@@ -73,6 +74,9 @@ class Device:
     #: lock of the CPU stream backend, whose worker threads run each op's Python part
     #: (the executor's dispatch, torch's argument parsing) one at a time
     host_lock: bool = False
+    #: a task whose wait blocked starts this long after the event it waited for (a CPU
+    #: stream's worker sleeps on the event and is woken by the OS)
+    wake_us: float = 0.0
 
 
 @dataclass
@@ -152,6 +156,7 @@ def _simulate(tasks: list[Task], device: Device, jitter: float, seed: int, name:
     rr = 0  # round-robin start: the queue after the last one that dispatched
     blocked: list[set[int]] = [set(), set(), set()]  # per pool: queues whose head lacks cores
     sweep_us = device.sweep_us
+    wake_us = device.wake_us
     push = heapq.heappush
 
     mem_streams = max(1.0, device.memory_streams)
@@ -277,13 +282,14 @@ def _simulate(tasks: list[Task], device: Device, jitter: float, seed: int, name:
                     bp.discard(qi)
                 free[p] -= k
             ws = waiting_since[i]
+            begin = t + sweep_us
             if ws >= 0:
                 # the wait lasts until the last awaited event, not until cores were free
                 end = done_at[last_done[i]]
                 if end > ws:
                     wait_iv.append((i, ws, end, last_done[i]))
+                    begin += wake_us
             running[qi] = True
-            begin = t + sweep_us
             start_at[i] = begin
             dur = dur_of[i]
             if hu:
@@ -294,7 +300,7 @@ def _simulate(tasks: list[Task], device: Device, jitter: float, seed: int, name:
             if has_mem and mem_bound[i] and dur > 0:
                 # the sweep is folded into the shared work so memory bookkeeping stays at t
                 settle_mem(t)
-                mem_left[i] = dur + sweep_us
+                mem_left[i] = dur + (begin - t)  # with a wake-up, if any
                 seq = reschedule_mem(t, seq)
             else:
                 if has_mem:

@@ -31,7 +31,8 @@ def device_of(profile: DeviceProfile) -> Device:
     return Device(name=profile.name, cube_cores=profile.cores.cube,
                   vector_cores=profile.cores.vector, hw_queues=profile.hw_queues,
                   launch_us=profile.launch_overhead_us, sweep_us=profile.scheduler_sweep_us,
-                  memory_streams=profile.memory_streams, host_lock=profile.kind == "cpu")
+                  memory_streams=profile.memory_streams, host_lock=profile.kind == "cpu",
+                  wake_us=profile.event_wake_us)
 
 
 def ge_reorder(graph: Graph, plan: Plan, order: list[str], dur: dict[str, float]) -> list[str]:
@@ -142,8 +143,9 @@ def simulate_plan(graph: Graph, plan: Plan, profile: DeviceProfile, *, ge: bool 
     res = simulate(tasks, device_of(profile), jitter=jitter, seed=seed,
                    name=f"{graph.name}: {plan.name} ({sim_label(profile)})",
                    shared_pool=profile.shared_cores)
-    # a CPU executor's fixed cost per forward call (setup, rejoin) is part of every wall it
-    # measures, so the predicted wall includes it; the timeline holds the ops only (its span
-    # is the wall less this overhead)
-    res.wall_us += profile.run_overhead_us
+    # a CPU executor's fixed cost per forward call (setup, rejoin; more with every extra
+    # stream) is part of every wall it measures, so the predicted wall includes it; the
+    # timeline holds the ops only (its span is the wall less this overhead)
+    res.wall_us += profile.run_overhead_us + profile.stream_overhead_us * max(
+        0, plan.stream_count() - 1)
     return SimRun(plan, res)
