@@ -99,16 +99,29 @@ def test_each_side_is_measured_in_a_process_of_its_own(monkeypatch):
     assert not baseline.wanted()  # the user chose: every measurement already runs under it
 
 
-def test_the_multi_stream_run_waits_for_the_single_stream_threads_to_settle(inception, monkeypatch):
-    import parastream.runtime.measure as meas
-
-    slept: list[float] = []
-    real = meas.time.sleep
-    monkeypatch.setattr(meas.time, "sleep", lambda s: (slept.append(s), real(s)))
+def test_each_timed_multi_stream_run_follows_an_untimed_one(inception):
     module, inputs, rn = inception
     plan = assign(rn.graph, "matching", max_streams=2)
-    measure(module, inputs, plan, runs=5, warmup=1, drop=2, runnable=rn, cores=2, settle_s=0.003)
-    assert slept.count(0.003) == 5          # before every timed multi-stream run
-    slept.clear()
-    measure(module, inputs, plan, runs=5, warmup=1, drop=2, runnable=rn, cores=2, settle_s=0)
-    assert 0.003 not in slept and 0 not in slept
+    from parastream.runtime.executor import MultiStreamExecutor
+
+    calls = []
+    with MultiStreamExecutor(module, inputs, plan, runnable=rn, intra_op_threads=1) as ex:
+        real = ex.__call__
+
+        class Counting:
+            backend = None
+
+            def __call__(self, *a):
+                calls.append(1)
+                return real(*a)
+
+            def timeline(self, label):
+                return ex.timeline(label)
+
+        measure(module, inputs, plan, runs=5, warmup=1, drop=2, runnable=rn, cores=2,
+                executor=Counting())
+        assert len(calls) == 1 + 2 * 5          # warm-up, then an untimed run before each timed one
+        calls.clear()
+        measure(module, inputs, plan, runs=5, warmup=1, drop=2, runnable=rn, cores=2,
+                executor=Counting(), rewarm=False)
+        assert len(calls) == 1 + 5

@@ -88,21 +88,20 @@ def _median_index(walls: list[float]) -> int:
     return order[(len(order) - 1) // 2]
 
 
-#: seconds the multi-stream run waits after the single-stream runs (see :func:`measure`)
-SETTLE_S = 0.02
-
-
 def measure(module: Any, inputs: Sequence[Any], plan: Plan, *, backend: str = "cpu",
             runs: int = 7, warmup: int = 2, drop: int = 2, cores: int | None = None,
             multi_threads: int | None = None, runnable: Any = None,
             single_executor: bool = True, executor: Any = None,
-            settle_s: float = SETTLE_S) -> Measurement:
+            rewarm: bool = True) -> Measurement:
     """Measure ``plan`` against the single-stream module, alternating in this process.
 
-    On the cpu backend the multi-stream run waits ``settle_s`` after the single-stream
-    ones: their OpenMP thread team keeps spinning for a few milliseconds after its last op
-    and would take a core from the streams' workers (measured on llama_layer at small
-    scale: a stream's first op started 3.6 ms late, the wall 25-30% longer)."""
+    With ``rewarm`` (cpu backend) each timed multi-stream run follows an untimed one: the
+    single-stream runs' OpenMP thread team keeps spinning for a few milliseconds after its
+    last op and takes a core from the streams' workers (llama_layer at small scale: a
+    stream's first op started 3.6 ms late, the wall 25-30% longer). Waiting instead does
+    not work on this virtual machine: idle vCPUs halt, and waking them slows every thread
+    hand-off of the next run (a tiny model: 1.9 ms instead of 1.0-1.2 ms after a 20 ms
+    sleep)."""
     import torch
 
     from .cpu import set_intra_op_threads
@@ -157,8 +156,8 @@ def measure(module: Any, inputs: Sequence[Any], plan: Plan, *, backend: str = "c
             if single is not None:
                 e_walls.append(timed(single))
                 e_tls.append(single.timeline(f"{runnable.graph.name}: single stream"))
-            if not device and settle_s > 0:
-                time.sleep(settle_s)
+            if rewarm and not device:
+                multi(*inputs)
             m_walls.append(timed(multi))
             m_tls.append(multi.timeline(f"{runnable.graph.name}: {plan.name}"))
     finally:
