@@ -30,6 +30,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
+from ..timeline.intervals import union
 from ..timeline.model import CORES, KINDS, Timeline
 from ..timeline.overlap import VERDICTS
 from .atomic import write_atomic
@@ -119,24 +120,12 @@ def _table(headers: list[str], rows: list[str], cls: str = "", empty: str = "non
 
 
 # ------------------------------------------------------------------ binning
-def _merge(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Union of intervals as sorted, disjoint (start, end) arrays."""
-    if len(starts) == 0:
-        return starts, ends
-    order = np.argsort(starts, kind="stable")
-    s, e = starts[order], ends[order]
-    run = np.maximum.accumulate(e)
-    new = np.empty(len(s), bool)
-    new[0] = True
-    new[1:] = s[1:] > run[:-1]
-    first = np.flatnonzero(new)
-    last = np.append(first[1:] - 1, len(s) - 1)
-    return s[first], run[last]
-
-
 def busy_bins(starts: np.ndarray, ends: np.ndarray, edges: np.ndarray) -> np.ndarray:
     """Fraction of each bin ``[edges[i], edges[i+1])`` covered by the union of intervals."""
-    ms, me = _merge(np.asarray(starts, np.float64), np.asarray(ends, np.float64))
+    # the timeline layer's union, on integer nanoseconds (the chart works in microseconds)
+    ms, me = union(np.rint(np.asarray(starts, np.float64) * 1e3),
+                   np.rint(np.asarray(ends, np.float64) * 1e3))
+    ms, me = ms / 1e3, me / 1e3
     if len(ms) == 0:
         return np.zeros(len(edges) - 1)
     cum = np.concatenate(([0.0], np.cumsum(me - ms)))
