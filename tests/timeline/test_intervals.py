@@ -220,3 +220,23 @@ def test_weighted_level_matches_grid(items):
         lo, hi = min(a for a, _ in ivs), max(b for _, b in ivs)
         if hi > lo:  # segments tile the whole edge span
             assert covered[lo:hi].all() and not covered[:lo].any() and not covered[hi:].any()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 60), st.integers(0, 20)), max_size=8, unique_by=lambda w: w[0]),
+       st.lists(st.integers(-5, 90), max_size=30))
+def test_window_ids_match_a_scan(windows, times):
+    lo = np.array([a for a, _ in windows], np.int64)
+    hi = lo + np.array([d for _, d in windows], np.int64)
+    ids = np.arange(len(windows), dtype=np.int64) + 100
+    t = np.array(times, np.int64)
+    got = iv.window_ids(lo, hi, ids, t)
+    for k, x in enumerate(times):
+        # the latest window starting at or before x, if x is inside it
+        starts = [(a, i) for i, (a, _) in enumerate(windows) if a <= x]
+        want = -1
+        if starts:
+            a, i = max(starts)
+            if x <= hi[i]:
+                want = 100 + i
+        assert got[k] == want

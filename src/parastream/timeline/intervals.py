@@ -39,6 +39,20 @@ def union(starts: np.ndarray, ends: np.ndarray, keep_empty: bool = False) -> Uni
     return s[first], run_end[last]
 
 
+def window_ids(lo: np.ndarray, hi: np.ndarray, ids: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """For each time in ``t``, the id of the window ``[lo, hi]`` that holds it (the latest
+    starting one at or before it), -1 where none does: how ops are put into profiler steps."""
+    out = np.full(len(t), -1, np.int32)
+    if not len(lo) or not len(t):
+        return out
+    order = np.argsort(lo, kind="stable")
+    lo, hi, ids = np.asarray(lo)[order], np.asarray(hi)[order], np.asarray(ids)[order]
+    k = np.searchsorted(lo, t, side="right") - 1
+    inside = (k >= 0) & (t <= hi[np.maximum(k, 0)])
+    out[inside] = ids[k[inside]]
+    return out
+
+
 def length(u: Union_) -> int:
     """Total covered time of a union."""
     return int((u[1] - u[0]).sum())

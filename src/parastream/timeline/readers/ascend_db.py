@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from ...errors import InputError
+from ..intervals import window_ids
 from ..model import (
     COMM_LANE, KIND_COMM, KIND_COMPUTE, KIND_MEMCPY, KIND_MEMSET, DeviceInfo, Timeline,
     core_code, make_timeline, value_flags,
@@ -435,14 +436,10 @@ def _steps(con, tables, start_ns: np.ndarray) -> np.ndarray:
             if None not in r and str(r[0]).lstrip("-").isdigit()]
     if not rows:
         return out
-    rows.sort(key=lambda r: int(r[1]))
     sid = np.array([int(r[0]) for r in rows], np.int64)
     s0 = np.array([int(r[1]) for r in rows], np.int64)
     s1 = np.array([int(r[2]) for r in rows], np.int64)
-    k = np.searchsorted(s0, start_ns, side="right") - 1
-    inside = (k >= 0) & (start_ns <= s1[np.maximum(k, 0)])
-    out[inside] = sid[k[inside]]
-    return out
+    return window_ids(s0, s1, sid, start_ns)
 
 
 def _npu_name(con, tables, device) -> str | None:

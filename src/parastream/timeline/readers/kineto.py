@@ -25,6 +25,7 @@ import pyarrow as pa
 from ...errors import InputError
 from . import read_all
 from .. import comm as comm_mod
+from ..intervals import window_ids
 from ..model import (KIND_COMM, KIND_COMPUTE, KIND_MEMCPY, KIND_MEMSET, DeviceInfo,
                      Interner, Timeline, core_code, make_timeline)
 from ..timeparse import us_column_to_ns, us_text_to_ns
@@ -502,15 +503,9 @@ def _build(path: str, parts: list[dict], trace, warnings: list[str]) -> Timeline
     if steps:
         st_dur, st_ok2 = _dur_ns([d for _, _, d in steps])
         keep = st_ok & st_ok2
-        order = np.argsort(st_start[keep])
-        lo, hi = st_start[keep][order], (st_start + st_dur)[keep][order]
-        ids = st_ids[keep][order]
-        if lo.size:
-            # a kernel belongs to the step in which it was launched (GPU work lags the CPU)
-            key = np.where(launch >= 0, launch, starts)
-            pos = np.searchsorted(lo, key, side="right") - 1
-            inside = (pos >= 0) & (key <= hi[np.clip(pos, 0, None)])
-            step[inside] = ids[pos[inside]]
+        # a kernel belongs to the step in which it was launched (GPU work lags the CPU)
+        step = window_ids(st_start[keep], (st_start + st_dur)[keep], st_ids[keep],
+                          np.where(launch >= 0, launch, starts))
 
     # Stream Wait Events: parsed once, for HTA's figure (all of them) and the timeline's waits
     waits = [w for p in parts for w in p["waits"]]
