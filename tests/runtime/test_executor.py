@@ -114,6 +114,20 @@ def test_worker_threads_keep_their_intra_op_count(tiny_models):
     assert seen == [1, 1] and torch.get_num_threads() == before
 
 
+def test_workers_run_without_autograd(tiny_models):
+    # grad mode is per thread: the caller's no_grad does not reach the stream workers, so
+    # they turn it off themselves (else every op on a weight builds an autograd graph)
+    module, inputs, rn = tiny_models["llama_layer"]
+    assert any(p.requires_grad for p in module.parameters())
+    plan = assign(rn.graph, "matching", max_streams=2)
+    with MultiStreamExecutor(module, inputs, plan, runnable=rn) as ex:
+        out = ex(*inputs)
+        grad_on = [s.submit(torch.is_grad_enabled).result() for s in ex.streams.values()]
+    outs = out if isinstance(out, (tuple, list)) else (out,)
+    assert grad_on == [False, False]
+    assert all(o.grad_fn is None and not o.requires_grad for o in outs if isinstance(o, torch.Tensor))
+
+
 def test_fx_fallback_runnable_maps_nodes():
     class Two(torch.nn.Module):
         def __init__(self):

@@ -249,9 +249,11 @@ class MultiStreamExecutor(torch.fx.Interpreter):
         self.backend = get_backend(spec) if isinstance(spec, str) else spec
         self.streams = {s: self.backend.stream(str(s)) for s in self.stream_ids}
         if cpu:
-            # each worker fixes its torch thread count at its first parallel call
-            works = [st.submit(torch.get_num_threads, name="init") for st in
-                     self.streams.values()]
+            # each worker fixes its torch thread count at its first parallel call, and
+            # turns autograd off for good: grad mode is per thread, and the caller's
+            # no_grad does not reach the workers (they built autograd graphs for every op
+            # whose input came from a weight, and kept its saved tensors alive)
+            works = [st.submit(_worker_init, name="init") for st in self.streams.values()]
             for w in works:
                 w.result()
             set_intra_op_threads(main_threads)
@@ -471,6 +473,12 @@ def _torch_binding(target: Any) -> Any:
         if callable(fn):
             return fn
     return None
+
+
+def _worker_init() -> int:
+    """First task of a cpu stream's worker thread: inference mode for that thread."""
+    torch.set_grad_enabled(False)
+    return torch.get_num_threads()
 
 
 def _no_grad_call(module: Any, inputs: tuple) -> Any:
