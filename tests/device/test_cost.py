@@ -275,8 +275,11 @@ def test_a_rated_op_over_the_cache_takes_at_least_its_dram_floor():
     floor = (w + 4 * 16384) / 16e3
     assert c.bound == "memory" and c.memory_full_us == pytest_approx(floor)
     assert c.dur_us == pytest_approx(floor + prof.launch_overhead_us)
-    # fewer threads do not lift the floor (torch runs a GEMV on one thread anyway)
+    # fewer threads do not lift the floor (torch runs a GEMV on one thread anyway), for a
+    # measured time too (op times replayed from a capture on all cores)
     assert with_cores(c, prof, 1).dur_us == pytest_approx(c.dur_us)
+    seen = msgspec.structs.replace(c, dur_us=5000.0 + prof.launch_overhead_us, measured=True)
+    assert with_cores(seen, prof, 1).dur_us == pytest_approx(seen.dur_us)
     # the same op over a weight that stays in cache keeps its rated, compute-bound cost
     small = Op("s", "linear", resource="cube", flops=2.0 * 1024 * 1024, bytes_read=4 << 20,
                bytes_written=4096, outputs=[Tensor([1, 1024], "float32")])

@@ -125,3 +125,22 @@ def test_each_timed_multi_stream_run_follows_an_untimed_one(inception):
         measure(module, inputs, plan, runs=5, warmup=1, drop=2, runnable=rn, cores=2,
                 executor=Counting(), rewarm=False)
         assert len(calls) == 1 + 5
+
+
+def test_auto_ranks_candidates_by_the_models_own_op_times(inception):
+    from parastream.device.profile import load_profile
+    from parastream.plan.cli import build
+    from parastream.runtime.cli import rank_by_op_times
+    from parastream.sim.run import simulate_plan
+
+    module, inputs, rn = inception
+    prof = load_profile("cpu")
+    doc = build(rn.graph, prof, algorithm=None, mapping=None, max_streams=None, source={})
+    multi = [c for c in doc.candidates if c.stream_count() > 1]
+    assert len(multi) >= 2
+    ranked, costs = rank_by_op_times(module, inputs, rn, prof, multi)
+    assert sorted(c.name for c in ranked) == sorted(c.name for c in multi)
+    assert costs is not None and all(costs[o.name].measured for o in rn.graph.ops)
+    walls = [simulate_plan(rn.graph, c, prof, costs=costs).result.wall_us for c in ranked]
+    assert walls == sorted(walls)
+    assert rank_by_op_times(module, inputs, rn, prof, []) == ([], None)

@@ -110,6 +110,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.warmup < 0 or args.top < 1 or args.margin < 0:
         raise InputError(None, "--warmup, --top and --margin must be positive")
     doc_in: PlanDoc | None = None
+    op_costs = None  # op times from a single-stream capture (--auto)
     if args.plan:
         doc_in, chosen = load_doc(args.plan, args.candidate)
         if args.candidate:
@@ -155,10 +156,14 @@ def cmd_run(args: argparse.Namespace) -> int:
         except PlanError as exc:
             raise InputError(args.model, str(exc)) from None
         multi = [c for c in doc.candidates if c.stream_count() > 1]
-        chosen = multi[:args.top]
+        ranked, op_costs = rank_by_op_times(module, inputs, runnable, profile, multi,
+                                            device=args.device)
+        chosen = ranked[:args.top]
         current = doc.recommended if doc.recommended != "single" else None
-        out.write(f"--auto: {len(doc.candidates)} candidates simulated; running the best "
-                  f"{len(chosen)}\n")
+        how = ("again from the op times of a single-stream capture (5 runs)"
+               if op_costs is not None else "on the profile")
+        out.write(f"--auto: {len(doc.candidates)} candidates simulated, the multi-stream ones "
+                  f"{how}; running the best {len(chosen)}\n")
     for c in chosen:
         try:
             hb_check(graph, c)
@@ -171,7 +176,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     result = run_candidates(module, inputs, runnable, doc, chosen, profile, device=args.device,
                             runs=args.runs, warmup=args.warmup, drop=args.drop,
                             check=args.check, jitter=args.jitter,
-                            reuse_estimates=doc_in is None)
+                            reuse_estimates=doc_in is None, op_costs=op_costs)
     from . import baseline
     from .recommend import recommend
 
@@ -208,11 +213,45 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def rank_by_op_times(module: Any, inputs: tuple, runnable: Any, profile: Any,
+                     candidates: list, *, device: str = "cpu",
+                     runs: int = 5) -> tuple[list, dict | None]:
+    """Candidates best first by their wall simulated from this model's own op times: one
+    single-stream executor capture (``runs`` timed runs, the first 2 dropped), then
+    :func:`parastream.sim.run.measured_costs`. The profile alone under-predicts ops inside
+    a model by 20-50% on a CPU, unevenly across op types (docs/benchmarks-run.md section
+    7), which can misorder candidates; the op times do better. Returns (ranked, costs);
+    the candidates in their given order and None when the capture has no timeline."""
+    from ..graph.ir import validate
+    from ..plan.model import Plan
+    from ..sim.run import measured_costs, simulate_plan
+    from .measure import measure
+
+    if not candidates:
+        return candidates, None
+    graph = runnable.graph
+    single = Plan.single(o.name for o in graph.ops)
+    cal = measure(module, inputs, single, backend=device, runs=runs, warmup=1, drop=2,
+                  runnable=runnable, single_executor=False)
+    if not cal.multi_timelines:
+        return candidates, None
+    costs = measured_costs(graph, profile, cal.multi_timelines)
+    order = validate(graph)
+    wall = {c.name: simulate_plan(graph, c, profile, costs=costs, order=order).result.wall_us
+            for c in candidates}
+    return sorted(candidates, key=lambda c: wall[c.name]), costs
+
+
 def run_candidates(module: Any, inputs: tuple, runnable: Any, doc: Any, chosen: list,
                    profile: Any, *, device: str = "cpu", runs: int = 7, warmup: int = 2,
                    drop: int = 2, check: bool = False, jitter: int = 0,
-                   reuse_estimates: bool = False, on_candidate: Any = None) -> dict:
+                   reuse_estimates: bool = False, on_candidate: Any = None,
+                   op_costs: dict | None = None) -> dict:
     """Measure each chosen candidate against single stream; predict, analyse, check.
+
+    ``op_costs``: op times from a separate single-stream capture (:func:`rank_by_op_times`)
+    for the "predicted from ops" figure; without them the first candidate's own
+    single-stream runs give them.
 
     Returns ``candidates`` (:class:`CandidateResult` s), ``details`` (JSON-ready), and, for
     callers that write reports, ``_timelines`` ((label, timeline) pairs) and ``_runs``
@@ -241,7 +280,7 @@ def run_candidates(module: Any, inputs: tuple, runnable: Any, doc: Any, chosen: 
     results: list[CandidateResult] = []
     details: list[dict] = []
     timelines: list[tuple[str, Any]] = []
-    op_costs = None  # from the first measured single-stream executor runs
+    # op_costs: given, or from the first measured single-stream executor runs
     runs_by_name: dict[str, tuple[Any, dict]] = {}
     for k, c in enumerate(chosen, 1):
         if on_candidate is not None:
