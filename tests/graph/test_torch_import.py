@@ -247,3 +247,13 @@ def test_meta_module_imports_without_allocating():
     g = import_module(m, inputs, name="llama")
     assert g.meta["params_bytes"] == sum(p.numel() * 2 for p in m.parameters())
     assert g.meta["params_bytes"] > 400e6     # ~200M parameters in bf16, none allocated
+
+
+def test_pool_flops_count_every_window_element():
+    m = torch.nn.Sequential(torch.nn.MaxPool2d(3, 1, 1), torch.nn.MaxPool2d(2, 2),
+                            torch.nn.AdaptiveAvgPool2d(1))
+    g = import_module(m, (torch.randn(1, 4, 8, 8),))
+    pools = [o for o in g.ops if "pool" in o.type]
+    # stride-1 3x3: 9 per output (4*8*8 outputs); 2x2 stride 2: 4 per output (4*4*4);
+    # adaptive to 1x1: every input element once (4*4*4)
+    assert [o.flops for o in pools] == [9.0 * 256, 4.0 * 64, 64.0]

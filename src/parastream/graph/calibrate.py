@@ -135,7 +135,7 @@ def _op_cases() -> dict[str, tuple[str, Callable[[bool], tuple[Callable[[], Any]
     def max_pool2d(large: bool):
         x = r(4, 64, 56, 56) if large else r(1, 8, 14, 14)
         out = F.max_pool2d(x, 3, 2, 1)
-        return (lambda: F.max_pool2d(x, 3, 2, 1)), float(_nbytes(x, out))
+        return (lambda: F.max_pool2d(x, 3, 2, 1)), 9.0 * out.numel()  # a 3x3 window each
 
     def rms_norm(large: bool):
         d = 512 if large else 64
@@ -164,7 +164,7 @@ def _op_cases() -> dict[str, tuple[str, Callable[[bool], tuple[Callable[[], Any]
         return (lambda: torch.cat([a, b], 1)), float(2 * _nbytes(a, b))
 
     return {"linear": ("flops", linear), "conv2d": ("flops", conv2d),
-            "scaled_dot_product_attention": ("flops", sdpa), "max_pool2d": ("bytes", max_pool2d),
+            "scaled_dot_product_attention": ("flops", sdpa), "max_pool2d": ("flops", max_pool2d),
             "rms_norm": ("bytes", rms_norm), "layer_norm": ("bytes", layer_norm),
             "softmax": ("bytes", softmax), "add": ("bytes", add), "silu": ("bytes", silu),
             "cat": ("bytes", cat)}
@@ -522,8 +522,8 @@ def calibrate(quick: bool = False, name: str = "cpu-calibrated") -> dict:
             f"{by}: {mode}each op type timed at two sizes (tiny and small zoo scale) on 1 "
             "intra-op thread and on all cores, on a worker thread, median of a short burst, "
             "lowest of several rounds; the line through the two sizes gives the fixed cost "
-            "and the rate (GFLOP/s for linear, conv2d and attention, GB/s read + written for "
-            "the rest)")
+            "and the rate (GFLOP/s for linear, conv2d and attention, window elements per ns "
+            "for max_pool2d, GB/s read + written for the rest)")
     if dram:
         profile["sources"]["op_rates"] += (
             f"; dram_gbps: best of 2 rounds, median time of a batch-1 F.linear over a "

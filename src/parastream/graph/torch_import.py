@@ -667,6 +667,16 @@ def _costs(rec: _Rec, arg_refs: list, outs: list) -> tuple[float, int, int]:
             flops = 2.0 * batch * L * S * E + 2.0 * batch * L * S * Ev
         elif short in COLLECTIVES or rec.namespace in COMM_NAMESPACES or short in MEMORY_OPS:
             flops = 0.0
+        elif "pool" in short:
+            # one comparison / add per window element: a stride-1 3x3 pool does 9 per
+            # output, which its bytes do not show; an adaptive pool reads every input once
+            if short.startswith("adaptive"):
+                flops = float(_numel(tensors[0])) if tensors else float(out_elems)
+            else:
+                k = vals[1]
+                dims = 1 if "1d" in short else 3 if "3d" in short else 2
+                window = math.prod(k) if isinstance(k, (list, tuple)) else int(k) ** dims
+                flops = float(_numel(outs[0]) * window) if outs else float(out_elems)
         elif short in REDUCTIONS:
             flops = float(sum(_numel(v) for v in tensors[:1]))
         elif short in VECTOR_FLOPS_PER_ELEM:
