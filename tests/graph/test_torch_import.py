@@ -257,3 +257,24 @@ def test_pool_flops_count_every_window_element():
     # stride-1 3x3: 9 per output (4*8*8 outputs); 2x2 stride 2: 4 per output (4*4*4);
     # adaptive to 1x1: every input element once (4*4*4)
     assert [o.flops for o in pools] == [9.0 * 256, 4.0 * 64, 64.0]
+    # the same through the torch.fx fallback (pools as called modules), and a keyword kernel
+    g = import_module(m, (torch.randn(1, 4, 8, 8),), method="fx")
+    assert [o.flops for o in g.ops if "pool" in o.type] == [9.0 * 256, 4.0 * 64, 64.0]
+
+    class Kw(nn.Module):
+        def forward(self, x):
+            return torch.nn.functional.max_pool2d(x, kernel_size=3, stride=1, padding=1)
+
+    for method in ("export", "fx"):
+        g = import_module(Kw(), (torch.randn(1, 4, 8, 8),), method=method)
+        assert [o.flops for o in g.ops if "pool" in o.type] == [9.0 * 256], method
+
+
+def test_max_unpool_still_imports():
+    class Unpool(nn.Module):
+        def forward(self, x):
+            y, idx = torch.nn.functional.max_pool2d(x, 2, return_indices=True)
+            return torch.nn.functional.max_unpool2d(y, idx, 2)
+
+    g = import_module(Unpool(), (torch.randn(1, 2, 4, 4),))
+    assert any("unpool" in o.type for o in g.ops)

@@ -164,3 +164,23 @@ def test_host_bound_and_instant_issue_match_simpy(seed, launch_us):
 def test_a_wait_on_a_later_task_stalls_with_an_error():
     with pytest.raises(RuntimeError, match="stalled"):
         simulate([Task("a", 0, 10, "cube", 1, waits=[1]), Task("b", 0, 10, "cube", 1)], DEV)
+
+
+def test_a_sleeping_worker_holds_neither_the_lock_nor_cores():
+    from dataclasses import replace
+
+    # b's worker sleeps until 10 + 50: c (stream 0) takes the lock and runs at 10
+    dev = replace(DEV, host_lock=True, wake_us=50.0)
+    r = simulate([Task("a", 0, 10, "cube", 1, host_us=1),
+                  Task("b", 1, 10, "cube", 1, waits=[0], host_us=1),
+                  Task("c", 0, 10, "cube", 1, host_us=1)], dev)
+    start = {r.timeline.op_name(k): int(r.timeline.start_ns[k]) for k in range(len(r.timeline))}
+    assert start == {"a": 0, "c": 10_000, "b": 60_000} and r.wall_us == pytest.approx(70)
+    # the wake-up counts from the event, not from when cores came free: b's event is at 10,
+    # the only core is busy until 100, so b starts at 100 (not 105)
+    one = Device("one", cube_cores=1, vector_cores=1, hw_queues=8, launch_us=0.0, sweep_us=0.0,
+                 wake_us=5.0)
+    r = simulate([Task("a", 0, 10, "none", 0), Task("x", 1, 100, "cube", 1),
+                  Task("b", 2, 10, "cube", 1, waits=[0])], one)
+    start = {r.timeline.op_name(k): int(r.timeline.start_ns[k]) for k in range(len(r.timeline))}
+    assert start["b"] == 100_000

@@ -271,13 +271,12 @@ def with_cores(op_or_cost: Any, profile: DeviceProfile, cores: int) -> OpCost:
     launch = profile.launch_overhead_us if profile.kind == "cpu" else 0.0
     own = max(0.0, c.dur_us - launch)
     if rate is not None and c.measured:
-        # a measured CPU op: its own time scaled as its op rate scales with threads, except
-        # at its DRAM floor, which one thread already reaches (a decode GEMV)
-        before = rate.duration_us(c.work, was, total)
-        now = rate.duration_us(c.work, cores, total)
+        # a measured CPU op: its own time scaled as its op rate, floored at DRAM speed,
+        # scales with threads (a decode GEMV at its floor on one thread does not stretch)
+        floor = c.memory_full_us  # the DRAM floor, which no thread count lowers
+        before = max(rate.duration_us(c.work, was, total), floor)
+        now = max(rate.duration_us(c.work, cores, total), floor)
         scale = now / before if before > 0 else was / cores
-        if c.bound == "memory" and c.memory_full_us > 0:
-            scale = 1.0
         dur, bound = _with_launch(profile, own * scale, c.bound)
     elif rate is not None:
         own_us, bound = _floored(rate.duration_us(c.work, cores, total), c.memory_full_us,

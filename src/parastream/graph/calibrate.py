@@ -237,7 +237,7 @@ def measure_dram(megabytes: int = 64,
     Returns (``{"linear": GB/s, "add": GB/s}``, memory streams, cache bytes): a batch-1
     matrix-vector product over a ``megabytes`` weight and an add of two ``megabytes / 2``
     arrays, each on one intra-op thread of a worker thread (read + written bytes over the
-    median time); then the same GEMV on every core at once, each over its own weight,
+    median time); then the same GEMV on every core (up to 8) at once, each over its own weight,
     whose total rate over one core's is the profile's ``memory_streams`` (1.0 on one core);
     then the GEMV over weights of 1, 2, 4, ... MiB: the largest still read at over twice
     the DRAM rate is the cache that keeps an op's data between calls (the L3 a virtual
@@ -248,10 +248,12 @@ def measure_dram(megabytes: int = 64,
         return {}, 1.0, 0
     import torch.nn.functional as F
 
-    cores = cpu_count()
+    # the at-once run uses up to 8 cores (one weight each): beyond that it would allocate
+    # gigabytes, and memory_streams is then a lower bound
+    cores = min(cpu_count(), 8)
     k = 1024
     rows = max(1, megabytes * (1 << 20) // (4 * k))
-    weights = [torch.randn(rows, k) for _ in range(cores)]
+    weights = [torch.randn(rows, k)]
     x = torch.randn(1, k)
     half = megabytes * (1 << 20) // 8
     a, b = torch.randn(half), torch.randn(half)
@@ -315,6 +317,7 @@ def measure_dram(megabytes: int = 64,
             raise failed[0]
     if start is None:
         return rates, 1.0, cached[0]
+    weights += [torch.randn(rows, k) for _ in range(cores - 1)]
     threads = [threading.Thread(target=at_once, args=(i,), name="parastream-calibrate-dram")
                for i in range(cores)]
     for t in threads:

@@ -667,16 +667,14 @@ def _costs(rec: _Rec, arg_refs: list, outs: list) -> tuple[float, int, int]:
             flops = 2.0 * batch * L * S * E + 2.0 * batch * L * S * Ev
         elif short in COLLECTIVES or rec.namespace in COMM_NAMESPACES or short in MEMORY_OPS:
             flops = 0.0
-        elif "pool" in short:
+        elif "pool" in short and "unpool" not in short:
             # one comparison / add per window element: a stride-1 3x3 pool does 9 per
             # output, which its bytes do not show; an adaptive pool reads every input once
             if short.startswith("adaptive"):
                 flops = float(_numel(tensors[0])) if tensors else float(out_elems)
             else:
-                k = vals[1]
-                dims = 1 if "1d" in short else 3 if "3d" in short else 2
-                window = math.prod(k) if isinstance(k, (list, tuple)) else int(k) ** dims
-                flops = float(_numel(outs[0]) * window) if outs else float(out_elems)
+                window = _pool_window(rec, vals, 1 if "1d" in short else 3 if "3d" in short else 2)
+                flops = float(_numel(outs[0]) * window) if outs and window else float(out_elems)
         elif short in REDUCTIONS:
             flops = float(sum(_numel(v) for v in tensors[:1]))
         elif short in VECTOR_FLOPS_PER_ELEM:
@@ -710,6 +708,22 @@ def _costs(rec: _Rec, arg_refs: list, outs: list) -> tuple[float, int, int]:
     except (IndexError, AttributeError, TypeError):
         pass  # odd argument forms: keep the byte counts, FLOPs stay an estimate
     return flops, max(0, int(bytes_read)), max(0, int(bytes_written))
+
+
+def _pool_window(rec: _Rec, vals: list, dims: int) -> int:
+    """Elements in a pool's window: from its kernel_size argument (positional or keyword),
+    or from the pooling module an fx trace calls; 0 when none is readable."""
+    k = vals[1] if len(vals) > 1 else rec.kwargs.get("kernel_size")
+    if k is None and getattr(rec.node, "op", "") == "call_module":
+        try:
+            k = rec.node.graph.owning_module.get_submodule(rec.node.target).kernel_size
+        except (AttributeError, KeyError):
+            k = None
+    if isinstance(k, int) and not isinstance(k, bool):
+        return k ** dims
+    if isinstance(k, (list, tuple)) and k and all(isinstance(x, int) for x in k):
+        return math.prod(k) if len(k) > 1 else k[0] ** dims
+    return 0
 
 
 def _einsum_flops(eq: Any, operands: Any) -> float:

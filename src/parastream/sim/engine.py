@@ -12,8 +12,9 @@
   (a CPU core alone cannot pull all of DRAM's bandwidth); compute-bound tasks run at full
   speed.
 - Waiting for an event blocks only that queue; the time a head task waited for an event
-  becomes an EVENT_WAIT interval on its stream, and the task starts ``wake_us`` after the
-  event (a CPU worker thread's wake-up; 0 on devices).
+  becomes an EVENT_WAIT interval on its stream. A task whose wait blocked is looked at again
+  only ``wake_us`` after the event (a CPU worker thread's wake-up; 0 on devices): it takes
+  no cores and no host lock while its worker sleeps.
 - With a host lock (CPU streams: Python's interpreter lock), a task starts only when the
   lock is free as well, and holds it for its first ``host_us``; the others wait for it.
 - Optional seeded jitter scales each task's duration.
@@ -180,6 +181,7 @@ def _simulate(tasks: list[Task], device: Device, jitter: float, seed: int, name:
     host_of = [t.host_us for t in tasks] if device.host_lock else [0.0] * n
     lock_busy = False
     lock_blocked: set[int] = set()  # queues whose head waits for the host lock
+    retry_at = [-1.0] * q_count  # when a queue's woken head is next looked at
     launch = device.launch_us
     # tasks at the head of their queue that the host has not issued yet, by index (= issue time)
     wake = [qq[0] for qq in queues if qq]
@@ -202,10 +204,14 @@ def _simulate(tasks: list[Task], device: Device, jitter: float, seed: int, name:
                     raise RuntimeError("simulation stalled: a wait can never be satisfied")
                 break
             t, sq, i = pop(heap)
-            if i < 0:  # a task released the host lock: sweep the queues waiting for it
-                lock_busy = False
-                qs = sorted(lock_blocked, key=partial(_rr_distance, rr, q_count))
-                lock_blocked.clear()
+            if i < 0:
+                j = ~i
+                if j >= n:  # a woken worker is ready: sweep its queue again
+                    qs = (j - n,)
+                else:  # task j released the host lock: sweep the queues waiting for it
+                    lock_busy = False
+                    qs = sorted(lock_blocked, key=partial(_rr_distance, rr, q_count))
+                    lock_blocked.clear()
             else:
                 if has_mem:
                     if sq != expect[i]:
@@ -266,6 +272,17 @@ def _simulate(tasks: list[Task], device: Device, jitter: float, seed: int, name:
                 if waiting_since[i] < 0:
                     waiting_since[i] = t
                 continue
+            ws = waiting_since[i]
+            if ws >= 0 and wake_us:
+                # a wait that blocked: the worker runs again one wake-up after the event,
+                # and takes no cores and no lock before that
+                ready = done_at[last_done[i]] + wake_us
+                if done_at[last_done[i]] > ws and t < ready:
+                    if retry_at[qi] != ready:
+                        retry_at[qi] = ready
+                        seq += 1
+                        push(heap, (ready, seq, ~(n + qi)))
+                    continue
             p = pool_of[i]
             if p:
                 k = need[i]
@@ -281,14 +298,12 @@ def _simulate(tasks: list[Task], device: Device, jitter: float, seed: int, name:
                 if bp:
                     bp.discard(qi)
                 free[p] -= k
-            ws = waiting_since[i]
             begin = t + sweep_us
             if ws >= 0:
                 # the wait lasts until the last awaited event, not until cores were free
                 end = done_at[last_done[i]]
                 if end > ws:
                     wait_iv.append((i, ws, end, last_done[i]))
-                    begin += wake_us
             running[qi] = True
             start_at[i] = begin
             dur = dur_of[i]
