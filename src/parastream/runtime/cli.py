@@ -160,10 +160,14 @@ def cmd_run(args: argparse.Namespace) -> int:
                                             device=args.device)
         chosen = ranked[:args.top]
         current = doc.recommended if doc.recommended != "single" else None
-        how = ("again from the op times of a single-stream capture (5 runs)"
-               if op_costs is not None else "on the profile")
-        out.write(f"--auto: {len(doc.candidates)} candidates simulated, the multi-stream ones "
-                  f"{how}; running the best {len(chosen)}\n")
+        if not multi:
+            out.write(f"--auto: {len(doc.candidates)} candidates simulated, none of them "
+                      "multi-stream (the model has no parallel point the planner can use)\n")
+        else:
+            how = ("again from the op times of a single-stream capture (5 runs)"
+                   if op_costs is not None else "on the profile")
+            out.write(f"--auto: {len(doc.candidates)} candidates simulated, the multi-stream "
+                      f"ones {how}; running the best {len(chosen)}\n")
     for c in chosen:
         try:
             hb_check(graph, c)
@@ -227,12 +231,14 @@ def rank_by_op_times(module: Any, inputs: tuple, runnable: Any, profile: Any,
     from ..sim.run import measured_costs, simulate_plan
     from .measure import measure
 
-    if not candidates:
+    if not candidates or device != "cpu":
+        # replayed op times take all the cores of their unit, which on a GPU or NPU profile
+        # serialises every candidate: there the profile's own estimates rank them
         return candidates, None
     graph = runnable.graph
     single = Plan.single(o.name for o in graph.ops)
     cal = measure(module, inputs, single, backend=device, runs=runs, warmup=1, drop=2,
-                  runnable=runnable, single_executor=False)
+                  runnable=runnable, single_executor=False, rewarm=False)
     if not cal.multi_timelines:
         return candidates, None
     costs = measured_costs(graph, profile, cal.multi_timelines)

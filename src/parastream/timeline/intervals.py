@@ -40,8 +40,9 @@ def union(starts: np.ndarray, ends: np.ndarray, keep_empty: bool = False) -> Uni
 
 
 def window_ids(lo: np.ndarray, hi: np.ndarray, ids: np.ndarray, t: np.ndarray) -> np.ndarray:
-    """For each time in ``t``, the id of the window ``[lo, hi]`` that holds it (the latest
-    starting one at or before it), -1 where none does: how ops are put into profiler steps."""
+    """For each time in ``t``, the id of the latest window ``[lo, hi]`` starting at or
+    before it if that window holds it, else -1: how ops are put into profiler steps, which
+    follow one another (nested windows are not looked through). Ids must fit in int32."""
     out = np.full(len(t), -1, np.int32)
     if not len(lo) or not len(t):
         return out
