@@ -75,3 +75,16 @@ def test_a_model_without_real_weights_is_a_one_line_error(tmp_path):
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert r.stderr.strip().splitlines()[-1].startswith("parastream: ")
     assert "meta device" in r.stderr and not out.exists()
+
+
+def test_a_bad_profile_is_a_one_line_error_and_leaves_no_folder(tmp_path):
+    bad = tmp_path / "cpu.json"
+    bad.write_text('{"schema": "parastream.device/1", "name": "x"')
+    out = tmp_path / "demo"
+    r = subprocess.run([sys.executable, "-m", "parastream", "demo", "--scale", "tiny", "--profile",
+                        str(bad), "--out", str(out), "--no-progress"], capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    last = r.stderr.strip().splitlines()[-1]
+    assert last.startswith("parastream: ") and str(bad) in last
+    assert not out.exists()

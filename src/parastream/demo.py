@@ -94,7 +94,6 @@ def run_demo(out_dir: str = "out/demo", model: str = DEFAULT_MODEL, scale: str =
         with anchored(meta):
             runnable = import_runnable(module, inputs, name=model)
         graph = runnable.graph
-        os.makedirs(out_dir, exist_ok=True)  # only once there is something to write
 
         step("calibrating the local CPU")
         if profile_path:
@@ -102,6 +101,8 @@ def run_demo(out_dir: str = "out/demo", model: str = DEFAULT_MODEL, scale: str =
         else:
             prof_dict = calibrate_cpu(quick=True, name="cpu-calibrated")
             profile = loads_profile(dump_profile(prof_dict))
+        os.makedirs(out_dir, exist_ok=True)  # only once the model and the profile are good
+        if not profile_path:
             write_atomic(os.path.join(out_dir, "cpu-profile.json"), dump_profile(prof_dict))
 
         step("decomposing the model")
