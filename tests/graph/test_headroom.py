@@ -56,6 +56,13 @@ def test_critical_path_matches_brute_force(case):
         assert a in preds[b]
 
 
+def test_critical_path_keeps_zero_length_heads():
+    # a(0) -> b(5): the planner's critical path starts at a, as it did before headroom's
+    # critical_path was shared
+    length, path = critical_path(["a", "b"], {"b": ["a"]}, {"a": 0.0, "b": 5.0})
+    assert length == 5.0 and path == ["a", "b"]
+
+
 def test_decode_layer_at_batch_1_has_little_headroom():
     a = analyze_graph(shapes.decoder_layer(batch=1, seq=1), A2)
     h = a.headroom

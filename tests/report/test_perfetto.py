@@ -10,7 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from parastream.report.perfetto import capture_label, stream_order, to_perfetto, write_perfetto
+from parastream.report.perfetto import stream_order, to_perfetto, write_perfetto
+from parastream.timeline.analyze import capture_name
 from parastream.timeline.model import KIND_MEMCPY, TimelineBuilder, core_code, make_timeline
 
 T0 = 1_736_413_971_558_972_912  # epoch ns; as float64 us this would lose ~0.25 us
@@ -126,7 +127,10 @@ def test_empty_and_wait_only_timelines():
 def test_stream_order_and_label():
     assert [["2", "10", "HCCL", "1"][c] for c in stream_order(["2", "10", "HCCL", "1"])] == \
         ["1", "2", "10", "HCCL"]
-    assert capture_label(capture("/a/b/trace.json", rank=3)) == "trace.json rank 3"
+    assert capture_name(capture("/a/b/trace.json", rank=3)) == "trace.json rank 3"
+    # without a source the format names it; a label wins over both
+    assert capture_name(capture("", step=3)) == "ascend_csv step 3"
+    assert capture_name(capture("/a/b/trace.json", rank=3, label="mine")) == "mine"
     doc = to_perfetto([capture()], labels=["mine"])
     assert doc["traceEvents"][0]["args"]["name"] == "mine"
 

@@ -68,7 +68,8 @@ def critical_path(order: list[str], preds: dict[str, Iterable[str]],
     for n in order:
         start, via = 0.0, None
         for p in preds.get(n, ()):
-            if finish[p] > start:
+            # a zero-length predecessor still heads the path (the planner follows it)
+            if via is None or finish[p] > start:
                 start, via = finish[p], p
         finish[n] = start + dur[n]
         back[n] = via

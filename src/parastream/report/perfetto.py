@@ -44,14 +44,6 @@ def stream_order(streams: list[str]) -> list[int]:
     return sorted(range(len(streams)), key=lambda c: _natural_key(streams[c]))
 
 
-def capture_label(tl: Timeline) -> str:
-    """What a capture is called in viewers: its label, else the source's file name plus
-    the step or rank (the same words the analysis uses)."""
-    if tl.meta.get("label"):
-        return str(tl.meta["label"])
-    return capture_name(tl) or tl.format or "capture"
-
-
 def us_floats(rel_ns: np.ndarray) -> list[float]:
     """Relative nanoseconds to microsecond floats with 3 decimals (ns kept exactly)."""
     return np.round(rel_ns.astype(np.float64) / 1000.0, 3).tolist()
@@ -116,7 +108,7 @@ def to_perfetto(timelines: list[Timeline], labels: list[str] | None = None) -> d
     """A Chrome-trace JSON object (``{"traceEvents": [...], "displayTimeUnit": "ns"}``).
 
     One pid per capture (1, 2, ...), named ``labels[i]`` when given, else
-    :func:`capture_label`; one tid per stream (stream code + 1). Flow ids are unique
+    :func:`parastream.timeline.analyze.capture_name`; one tid per stream (stream code + 1). Flow ids are unique
     across captures.
     """
     with gc_paused():
@@ -129,7 +121,7 @@ def _to_perfetto(timelines: list[Timeline], labels: list[str] | None) -> dict:
     for ci, tl in enumerate(timelines):
         pid = ci + 1
         t0 = tl.t0_ns
-        label = labels[ci] if labels and ci < len(labels) and labels[ci] else capture_label(tl)
+        label = labels[ci] if labels and ci < len(labels) and labels[ci] else capture_name(tl)
         events.append({"ph": "M", "name": "process_name", "pid": pid, "tid": 0,
                        "args": {"name": label}})
         events.append({"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0,

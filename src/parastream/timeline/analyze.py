@@ -114,7 +114,7 @@ def analyze_capture(tl: Timeline, opts: Options | None = None, label: str | None
     return {
         "source": tl.source,
         "format": tl.format,
-        "label": label or tl.meta.get("label") or capture_name(tl),
+        "label": label or capture_name(tl),
         "t0_ns": int(t0),
         "wall_us": us(wall),
         "busy_union_us": us(union_len),
@@ -172,10 +172,13 @@ def op_stats(tl: Timeline, top: int = 200) -> dict:
 
 
 def capture_name(tl: Timeline) -> str:
-    """A capture's name in the analysis: its source's file name plus the step or rank."""
+    """A capture's name in the analysis and in viewers: its label, else its source's file
+    name (or its format) plus the step or rank."""
     import os
 
-    base = os.path.basename(tl.source.rstrip("/")) or tl.source
+    if tl.meta.get("label"):
+        return str(tl.meta["label"])
+    base = os.path.basename(tl.source.rstrip("/")) or tl.source or tl.format or "capture"
     if "step" in tl.meta:
         return f"{base} step {tl.meta['step']}"
     if "rank" in tl.meta:
