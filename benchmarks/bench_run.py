@@ -99,34 +99,32 @@ def speedups(models, profile, runs: int) -> list[dict]:
     sleeping (parastream.runtime.baseline)."""
     from parastream.graph.zoo import ZOO
     from parastream.runtime import baseline
-    from parastream.runtime.measure import analyse, measure
+    from parastream.runtime.cli import run_candidates
+
     rows = []
     for name, (module, inputs) in models.items():
         rn, doc, multi = candidates_of(module, inputs, name, profile)
         if not multi:
             rows.append({"model": name, "candidate": "-", "note": "no multi-stream candidate"})
+            continue
+        # the planner simulated the candidates on the calibrated profile: its estimates stand
+        result = run_candidates(module, inputs, rn, doc, multi, profile, runs=runs, drop=2,
+                                reuse_estimates=True)
         iso = None
         if name in ZOO and baseline.wanted():
             iso = baseline.best_settings(name, "small", None, doc, [c.name for c in multi],
                                          runs=runs, warmup=2, drop=2)
-        for c in multi:
-            m = measure(module, inputs, c, runs=runs, drop=2, runnable=rn)
-            an = analyse(m, doc, c.name)
-            pts = [p for p in an.get("plan_check", {}).get("parallel_points", []) if p.get("found")]
-            row = {"model": name, "candidate": c.name, "single_us": m.single_median_us,
-                   "single_exec_us": m.single_executor_median_us,
-                   "multi_us": m.multi_median_us, "speedup": m.speedup,
-                   "overlap_pct": [p["overlap_pct"] for p in pts],
-                   "triage": an["triage"]["verdict"]}
-            if c.estimate is not None:  # the planner simulated it on the calibrated profile
-                row["predicted_multi_us"] = c.estimate.wall_us
-                row["predicted_single_us"] = c.estimate.single_stream_wall_us
+            baseline.attach(result["candidates"], iso)
+        for r, d in zip(result["candidates"], result["details"]):
+            row = {"model": name, "candidate": r.name, "single_us": r.single_median_us,
+                   "single_exec_us": d["measurement"]["single_executor_median_us"],
+                   "multi_us": r.multi_median_us, "speedup": r.speedup,
+                   "overlap_pct": r.overlap_pcts, "triage": r.triage,
+                   "predicted_multi_us": r.predicted_wall_us,
+                   "predicted_single_us": r.predicted_single_us}
             if iso is not None:
-                row["sep_single_spinning_us"] = iso["single_us"]
-                row["sep_multi_us"] = iso["candidates_us"].get(c.name)
-                best_s = min(x for x in (m.single_median_us, iso["single_us"]) if x)
-                best_m = min(x for x in (m.multi_median_us, row["sep_multi_us"]) if x)
-                row["best_setting_speedup"] = best_s / best_m
+                row.update(sep_single_spinning_us=r.iso_single_us, sep_multi_us=r.iso_multi_us,
+                           best_setting_speedup=r.best_speedup)
             rows.append(row)
             print(rows[-1], flush=True)
     return rows
@@ -136,16 +134,15 @@ def predictions(models, profile, runs: int) -> list[dict]:
     """Two predictions per plan: from the profile alone, and from this model's op times in
     a separate single-stream capture (the calibration runs are not the measured runs)."""
     from parastream.plan.model import Plan
+    from parastream.runtime.cli import capture_op_costs
     from parastream.runtime.measure import measure
-    from parastream.sim.run import measured_costs, simulate_plan
+    from parastream.sim.run import simulate_plan
 
     rows = []
     for name, (module, inputs) in models.items():
         rn, doc, multi = candidates_of(module, inputs, name, profile, top=1)
         single = Plan.single(o.name for o in rn.graph.ops)
-        cal = measure(module, inputs, single, runs=runs, drop=2, runnable=rn,
-                      single_executor=False)
-        costs = measured_costs(rn.graph, profile, cal.multi_timelines)
+        costs = capture_op_costs(module, inputs, rn, profile, runs=runs)
         for plan in [single] + multi:
             pred = simulate_plan(rn.graph, plan, profile).result.wall_us
             from_ops = simulate_plan(rn.graph, plan, profile, costs=costs).result.wall_us

@@ -122,3 +122,10 @@ def test_measured_costs_replay_captured_op_times_and_scale_them_per_stream():
            for i in range(len(split.result.timeline))}
     # c ran 200 us on all cores; on one thread its rate halves: 400 us, plus the launch
     assert abs(per["c"] - (400 + launch)) < 0.01, per["c"]
+    # on a GPU a replayed kernel keeps the blocks it asks for (here 2 of 132 SMs), so the
+    # two chains still overlap in the simulation
+    gpu = load_profile("h200")
+    gcosts = measured_costs(g, gpu, [captured([100, 200, 300, 400])])
+    assert gcosts["a"].measured and gcosts["a"].dur_us == 100 and gcosts["a"].block_dim == 2
+    both = simulate_plan(g, two, gpu, costs=gcosts).result.wall_us
+    assert both < simulate_plan(g, Plan.single(names), gpu, costs=gcosts).result.wall_us

@@ -82,6 +82,14 @@ def best_settings(model: str, scale: str, phase: str | None, doc: Any, candidate
             "threads": threads, "errors": [e["error"] for e in (spin, calm) if "error" in e]}
 
 
+def attach(results: list, iso: dict | None) -> None:
+    """Put :func:`best_settings`' figures on the candidates' results (``CandidateResult``
+    s), which the recommendation then takes each side's faster figure from."""
+    for r in results:
+        r.iso_single_us = iso["single_us"] if iso else None
+        r.iso_multi_us = iso["candidates_us"].get(r.name) if iso else None
+
+
 def _measure(spec: dict) -> dict:
     import torch
 
@@ -99,8 +107,9 @@ def _measure(spec: dict) -> dict:
         from ..plan.io import load_doc
 
         runnable = import_runnable(module, inputs, name=name)
+        doc, _ = load_doc(spec["plan"])
         for cand in spec["candidates"]:
-            _, plan = load_doc(spec["plan"], cand)
+            plan = doc.candidate(cand)
             streams = len(set(plan.assignment.values()) | {0})  # stream 0 always runs
             with MultiStreamExecutor(module, inputs, plan, runnable=runnable,
                                      intra_op_threads=default_threads(streams, threads)) as ex:

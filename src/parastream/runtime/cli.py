@@ -191,9 +191,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                                      [c.name for c in chosen if c.stream_count() > 1],
                                      runs=args.runs, warmup=args.warmup, drop=args.drop)
         result["separate_processes"] = iso
-        for r in result["candidates"]:
-            r.iso_single_us = iso["single_us"]
-            r.iso_multi_us = iso["candidates_us"].get(r.name)
+        baseline.attach(result["candidates"], iso)
     rec = recommend(result["candidates"], current=current, margin=args.margin)
     result["recommendation"] = rec.to_dict()
     result["profile"] = profile_note
@@ -217,31 +215,39 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
-def rank_by_op_times(module: Any, inputs: tuple, runnable: Any, profile: Any,
-                     candidates: list, *, device: str = "cpu",
-                     runs: int = 5) -> tuple[list, dict | None]:
-    """Candidates best first by their wall simulated from this model's own op times: one
-    single-stream executor capture (``runs`` timed runs, the first 2 dropped), then
-    :func:`parastream.sim.run.measured_costs`. The profile alone under-predicts ops inside
-    a model by 20-50% on a CPU, unevenly across op types (docs/benchmarks-run.md section
-    7), which can misorder candidates; the op times do better. Returns (ranked, costs);
-    the candidates in their given order and None when the capture has no timeline."""
-    from ..graph.ir import validate
+def capture_op_costs(module: Any, inputs: tuple, runnable: Any, profile: Any, *,
+                     device: str = "cpu", runs: int = 5) -> dict | None:
+    """This model's op costs from one single-stream executor capture (``runs`` timed
+    runs, the first 2 dropped) through :func:`parastream.sim.run.measured_costs`; None
+    when the backend captured no timeline."""
     from ..plan.model import Plan
-    from ..sim.run import measured_costs, simulate_plan
+    from ..sim.run import measured_costs
     from .measure import measure
 
-    if not candidates or device != "cpu":
-        # replayed op times take all the cores of their unit, which on a GPU or NPU profile
-        # serialises every candidate: there the profile's own estimates rank them
-        return candidates, None
-    graph = runnable.graph
-    single = Plan.single(o.name for o in graph.ops)
+    single = Plan.single(o.name for o in runnable.graph.ops)
     cal = measure(module, inputs, single, backend=device, runs=runs, warmup=1, drop=2,
                   runnable=runnable, single_executor=False, rewarm=False)
     if not cal.multi_timelines:
+        return None
+    return measured_costs(runnable.graph, profile, cal.multi_timelines)
+
+
+def rank_by_op_times(module: Any, inputs: tuple, runnable: Any, profile: Any,
+                     candidates: list, *, device: str = "cpu") -> tuple[list, dict | None]:
+    """Candidates best first by their wall simulated from this model's own op times
+    (:func:`capture_op_costs`). The profile alone under-predicts ops inside a model by
+    20-50% on a CPU, unevenly across op types (docs/benchmarks-run.md section 7), which
+    can misorder candidates; the op times do better. Returns (ranked, costs); the
+    candidates in their given order and None when there is no capture."""
+    from ..graph.ir import validate
+    from ..sim.run import simulate_plan
+
+    if not candidates:
         return candidates, None
-    costs = measured_costs(graph, profile, cal.multi_timelines)
+    costs = capture_op_costs(module, inputs, runnable, profile, device=device)
+    if costs is None:
+        return candidates, None
+    graph = runnable.graph
     order = validate(graph)
     wall = {c.name: simulate_plan(graph, c, profile, costs=costs, order=order).result.wall_us
             for c in candidates}

@@ -90,13 +90,15 @@ def tasks_for(graph: Graph, plan: Plan, profile: DeviceProfile, *, costs: dict[s
     return out
 
 
-def measured_costs(graph: Graph, profile: DeviceProfile, timelines: Iterable[Timeline],
-                   threads: int | None = None) -> dict[str, OpCost]:
+def measured_costs(graph: Graph, profile: DeviceProfile,
+                   timelines: Iterable[Timeline]) -> dict[str, OpCost]:
     """Op costs from captured single-stream runs: each op's median duration over
     ``timelines`` (matched by name; ops never seen keep the profile's estimate), plus the
-    profile's per-op launch cost on a CPU. The op ran on ``threads`` cores (default: all):
-    it becomes its block dim, so a plan that gives its stream fewer cores scales it (by the
-    profile's op rates on a CPU, see :func:`parastream.device.cost.with_cores`).
+    profile's per-op launch cost on a CPU. On a CPU the op ran on all cores' intra-op
+    threads: that becomes its block dim, so a plan that gives its stream fewer cores
+    scales it by the profile's op rates (:func:`parastream.device.cost.with_cores`). A
+    device kernel keeps the blocks the profile says it asks for (taking every core would
+    serialise all streams in the simulation).
 
     This is how a multi-stream plan is predicted from one single-stream profile run, the
     loop an engineer runs on a real device: capture once, simulate the candidates."""
@@ -108,17 +110,20 @@ def measured_costs(graph: Graph, profile: DeviceProfile, timelines: Iterable[Tim
             name = tl.op_name(i)
             if name in ops:
                 seen.setdefault(name, []).append(float(dur[i]))
-    launch = profile.launch_overhead_us if profile.kind == "cpu" else 0.0
+    cpu = profile.kind == "cpu"
+    launch = profile.launch_overhead_us if cpu else 0.0
+    k = profile.cores.cube
     out: dict[str, OpCost] = {}
     for n, op in ops.items():
         c = estimate(op, profile)
         if n in seen:
-            on_cores = c.unit in ("cube", "vector")
-            k = min(threads or profile.cores.cube, profile.cores.cube)
-            c = msgspec.structs.replace(
-                c, dur_us=statistics.median(seen[n]) + launch, measured=True,
-                block_dim=min(k, profile.unit_cores(c.unit)) if on_cores else 0,
-                threads=k if c.rate_key else 0)
+            c = msgspec.structs.replace(c, dur_us=statistics.median(seen[n]) + launch,
+                                        measured=True)
+            if cpu:
+                on_cores = c.unit in ("cube", "vector")
+                c = msgspec.structs.replace(
+                    c, block_dim=min(k, profile.unit_cores(c.unit)) if on_cores else 0,
+                    threads=k if c.rate_key else 0)
         out[n] = c
     return out
 
