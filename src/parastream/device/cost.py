@@ -171,13 +171,10 @@ def _with_launch(profile: DeviceProfile, dur: float, bound: str) -> tuple[float,
     """On a CPU the host's hand-off is part of every op; anywhere, an op shorter than its
     launch is launch-bound."""
     launch = profile.launch_overhead_us
-    if profile.kind == "cpu":
-        return dur + launch, ("launch" if launch > dur else bound)
-    return dur, ("launch" if launch > dur else bound)
+    return dur + profile.op_host_us, ("launch" if launch > dur else bound)
 
 
-def _rated(op: Any, profile: DeviceProfile, key: str, max_cores: int | None,
-           memory_full: float) -> OpCost:
+def _rated(op: Any, profile: DeviceProfile, key: str, max_cores: int | None) -> OpCost:
     """The cost from a measured CPU op rate, on the op's share of the cores: a CPU stream's
     worker runs every op with its whole intra-op thread count (small ops too: they pay the
     thread team's fixed cost even when they cannot use it), so that count is the op's
@@ -194,16 +191,18 @@ def _rated(op: Any, profile: DeviceProfile, key: str, max_cores: int | None,
     # them at once share the bandwidth in the simulator)
     floor = rate.floor_us(traffic, profile.memory_bandwidth_gbps) \
         if traffic > profile.cache_bytes else 0.0
-    dur, bound = _floored(rate.duration_us(work, threads, cores), floor,
-                          "memory" if rate.metric == "bytes" else "compute")
+    dur, bound = _rated_time(rate, work, threads, cores, floor)
     full = max(rate.duration_us(work, cores, cores), floor)
     dur, bound = _with_launch(profile, dur, bound)
     return OpCost(dur, blocks, bound, resource, full, floor, False, key, work, threads)
 
 
-def _floored(own_us: float, floor_us: float, bound: str) -> tuple[float, str]:
-    """A rated op's time no lower than its DRAM floor, and "memory" when the floor wins."""
-    return (floor_us, "memory") if floor_us > own_us else (own_us, bound)
+def _rated_time(rate: Any, work: float, threads: int, cores: int,
+                floor_us: float) -> tuple[float, str]:
+    """A rated op's own time on ``threads`` of ``cores`` (launch not included), no lower
+    than its DRAM floor, and its bound ("memory" when the floor wins)."""
+    own = rate.duration_us(work, threads, cores)
+    return (floor_us, "memory") if floor_us > own else (own, rate.bound)
 
 
 def estimate(op: Any, profile: DeviceProfile, max_cores: int | None = None) -> OpCost:
@@ -218,7 +217,7 @@ def estimate(op: Any, profile: DeviceProfile, max_cores: int | None = None) -> O
     if on_host and profile.op_rates and meta.get("dur_us") is None:
         key = op_rate_key(op.type, resource, profile.op_rates)
         if key is not None:
-            return _rated(op, profile, key, max_cores, memory_full)
+            return _rated(op, profile, key, max_cores)
 
     if resource in ("cube", "vector"):
         cores = profile.unit_cores(resource)
@@ -268,8 +267,7 @@ def with_cores(op_or_cost: Any, profile: DeviceProfile, cores: int) -> OpCost:
     total = profile.unit_cores(c.unit if on_cores else "cube")
     # on a CPU a cost includes the launch (the executor's per-op cost), which fewer
     # threads do not stretch: scale the op's own time only
-    launch = profile.launch_overhead_us if profile.kind == "cpu" else 0.0
-    own = max(0.0, c.dur_us - launch)
+    own = max(0.0, c.dur_us - profile.op_host_us)
     if rate is not None and c.measured:
         # a measured CPU op: its own time scaled as its op rate, floored at DRAM speed,
         # scales with threads (a decode GEMV at its floor on one thread does not stretch)
@@ -279,9 +277,8 @@ def with_cores(op_or_cost: Any, profile: DeviceProfile, cores: int) -> OpCost:
         scale = now / before if before > 0 else was / cores
         dur, bound = _with_launch(profile, own * scale, c.bound)
     elif rate is not None:
-        own_us, bound = _floored(rate.duration_us(c.work, cores, total), c.memory_full_us,
-                                 "memory" if rate.metric == "bytes" else "compute")
-        dur, bound = _with_launch(profile, own_us, bound)
+        dur, bound = _with_launch(profile, *_rated_time(rate, c.work, cores, total,
+                                                         c.memory_full_us))
     elif c.measured:
         dur, bound = _with_launch(profile, own * c.block_dim / cores, c.bound)
     else:

@@ -59,6 +59,11 @@ class OpRate(msgspec.Struct, forbid_unknown_fields=True):
         fixed = self.fixed_1_us + (self.fixed_all_us - self.fixed_1_us) * frac
         return fixed + work / (rate * 1e3)
 
+    @property
+    def bound(self) -> str:
+        """What an op limited by this rate is bound by."""
+        return "memory" if self.metric == "bytes" else "compute"
+
     def floor_us(self, traffic: float, bandwidth_gbps: float) -> float:
         """Microseconds to stream ``traffic`` bytes from memory on one thread: the op's
         duration can be no lower (torch runs a matrix-vector product on one thread
@@ -106,6 +111,13 @@ class DeviceProfile(msgspec.Struct, forbid_unknown_fields=True):
     #: ``OpRate.floor_us``). 0 = not measured: every rated op gets the floor.
     cache_bytes: int = 0
     schema: str = SCHEMA
+
+    @property
+    def op_host_us(self) -> float:
+        """Host time inside every op's own duration: on a CPU the executor's per-op cost
+        (the host is the device, and that dispatch also holds Python's interpreter lock),
+        elsewhere 0 (a device kernel's launch overlaps the device's work)."""
+        return self.launch_overhead_us if self.kind == "cpu" else 0.0
 
     def speedup_on(self, cores: int) -> float:
         """How much faster one op runs on ``cores`` cores than on one (CPU profiles)."""

@@ -31,7 +31,7 @@ def device_of(profile: DeviceProfile) -> Device:
     return Device(name=profile.name, cube_cores=profile.cores.cube,
                   vector_cores=profile.cores.vector, hw_queues=profile.hw_queues,
                   launch_us=profile.launch_overhead_us, sweep_us=profile.scheduler_sweep_us,
-                  memory_streams=profile.memory_streams, host_lock=profile.kind == "cpu",
+                  memory_streams=profile.memory_streams, host_lock=profile.op_host_us > 0,
                   wake_us=profile.event_wake_us)
 
 
@@ -75,7 +75,7 @@ def tasks_for(graph: Graph, plan: Plan, profile: DeviceProfile, *, costs: dict[s
             waits.setdefault(e.wait_before, []).append(idx[e.record_after])
     # CPU streams are Python threads: each op's dispatch (the executor's per-op cost) holds
     # the interpreter lock, so two streams' dispatches never overlap, only their kernels
-    host_us = profile.launch_overhead_us if profile.kind == "cpu" else 0.0
+    host_us = profile.op_host_us
     out = []
     for n in order:
         c = costs[n]
@@ -111,7 +111,7 @@ def measured_costs(graph: Graph, profile: DeviceProfile,
             if name in ops:
                 seen.setdefault(name, []).append(float(dur[i]))
     cpu = profile.kind == "cpu"
-    launch = profile.launch_overhead_us if cpu else 0.0
+    launch = profile.op_host_us
     k = profile.cores.cube
     out: dict[str, OpCost] = {}
     for n, op in ops.items():
