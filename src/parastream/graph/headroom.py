@@ -27,13 +27,13 @@ streams, is the fix. It is reported, not folded into the bound.
 
 from __future__ import annotations
 
-import gc
 from collections import defaultdict
 from typing import Iterable
 
 import msgspec
 
 from ..device.cost import OpCost, estimate
+from ..timeline.nogc import gc_paused
 from ..device.profile import DeviceProfile
 from .decompose import Decomposition, decompose
 from .ir import Graph, validate
@@ -171,13 +171,8 @@ class Analysis(msgspec.Struct):
 def analyze_graph(g: Graph, profile: DeviceProfile) -> Analysis:
     """Validate, cost, decompose and bound ``g`` on ``profile`` in one call."""
     # hundreds of thousands of small acyclic objects: the cycle collector only costs time
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
+    with gc_paused():
         return _analyze(g, profile)
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def _analyze(g: Graph, profile: DeviceProfile) -> Analysis:

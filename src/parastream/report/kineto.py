@@ -15,12 +15,14 @@ import msgspec
 import numpy as np
 
 from ..timeline.model import KIND_COMM, KIND_MEMCPY, KIND_MEMSET, Timeline
+from ..timeline.nogc import gc_paused
 from .atomic import write_atomic
 from .perfetto import us_floats
 
 _CAT = {KIND_MEMCPY: "gpu_memcpy", KIND_MEMSET: "gpu_memset"}
 
 
+@gc_paused()  # one dict per op: a million of them for a large capture
 def to_kineto(tl: Timeline, label: str = "") -> dict:
     """The Chrome-trace document of one timeline. Integer stream labels stay the stream ids;
     other labels (pipeline lanes such as ``decode#0``) get a numeric track id and keep their

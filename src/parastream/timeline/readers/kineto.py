@@ -27,7 +27,8 @@ from . import read_all
 from .. import comm as comm_mod
 from ..intervals import window_ids
 from ..model import (KIND_COMM, KIND_COMPUTE, KIND_MEMCPY, KIND_MEMSET, DeviceInfo,
-                     Interner, Timeline, core_code, make_timeline)
+                     Interner, Timeline, core_code, make_timeline, value_flags)
+from ..nogc import gc_paused
 from ..timeparse import us_column_to_ns, us_text_to_ns
 
 FORMAT = "kineto"
@@ -349,6 +350,7 @@ def _workers(nbytes: int) -> int:
 _EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 
 
+@gc_paused()  # millions of new objects: generational GC passes would dominate
 def _decode(path: str, data: bytes, warnings: list[str]) -> tuple[list[dict], object]:
     """Decode the document; the events array in pieces (in parallel for big traces) so
     only the kept columns of each piece outlive it.
@@ -359,8 +361,6 @@ def _decode(path: str, data: bytes, warnings: list[str]) -> tuple[list[dict], ob
     end are then dropped and the one that straddles it is redone.
     """
     global _SHARED
-    gc_was = gc.isenabled()
-    gc.disable()  # millions of new objects: generational GC passes would dominate
     pool = None
     _SHARED = data
     try:
@@ -414,8 +414,6 @@ def _decode(path: str, data: bytes, warnings: list[str]) -> tuple[list[dict], ob
         if pool is not None:
             pool.terminate()
             pool.join()
-        if gc_was:
-            gc.enable()
 
 
 def read(path: str) -> Timeline:
@@ -483,8 +481,7 @@ def _build(path: str, parts: list[dict], trace, warnings: list[str]) -> Timeline
 
     # kind per (category, name): the comm regex runs once per distinct kernel name
     kind = _CAT_KIND[cat].copy()
-    is_comm_name = np.array([bool(COMM_NAME.search(nm)) for nm in names.values], bool)
-    kind[(kind == KIND_COMPUTE) & is_comm_name[name]] = KIND_COMM
+    kind[(kind == KIND_COMPUTE) & value_flags(names.values, COMM_NAME.search)[name]] = KIND_COMM
 
     l_corr = np.concatenate([p["l_corr"] for p in parts])
     l_ts = np.concatenate([p["l_ts"] for p in parts])
@@ -496,16 +493,14 @@ def _build(path: str, parts: list[dict], trace, warnings: list[str]) -> Timeline
                      np.concatenate([p["f_ts"] for p in parts]))
         launch[missing] = flow
 
-    step = np.full(starts.size, -1, np.int32)
     steps = [s for p in parts for s in p["steps"]]
     st_ids = np.array([s for s, _, _ in steps], np.int32)
     st_start, st_ok = _times_ns([t for _, t, _ in steps])
-    if steps:
-        st_dur, st_ok2 = _dur_ns([d for _, _, d in steps])
-        keep = st_ok & st_ok2
-        # a kernel belongs to the step in which it was launched (GPU work lags the CPU)
-        step = window_ids(st_start[keep], (st_start + st_dur)[keep], st_ids[keep],
-                          np.where(launch >= 0, launch, starts))
+    st_dur, st_ok2 = _dur_ns([d for _, _, d in steps])
+    keep = st_ok & st_ok2
+    # a kernel belongs to the step in which it was launched (GPU work lags the CPU)
+    step = window_ids(st_start[keep], (st_start + st_dur)[keep], st_ids[keep],
+                      np.where(launch >= 0, launch, starts))
 
     # Stream Wait Events: parsed once, for HTA's figure (all of them) and the timeline's waits
     waits = [w for p in parts for w in p["waits"]]
