@@ -229,6 +229,10 @@ def measure_op_rates(quick: bool = False, rounds: int = 1) -> dict[str, dict]:
     return out
 
 
+#: cores the at-once DRAM run uses at most (one weight each; more would allocate gigabytes)
+DRAM_CORES = 8
+
+
 def measure_dram(megabytes: int = 64,
                  budget_s: float = 0.3) -> tuple[dict[str, float], float, int]:
     """One core's DRAM rates, how many cores' worth of them memory sustains at once, and
@@ -250,7 +254,7 @@ def measure_dram(megabytes: int = 64,
 
     # the at-once run uses up to 8 cores (one weight each): beyond that it would allocate
     # gigabytes, and memory_streams is then a lower bound
-    cores = min(cpu_count(), 8)
+    cores = min(cpu_count(), DRAM_CORES)
     k = 1024
     rows = max(1, megabytes * (1 << 20) // (4 * k))
     weights = [torch.randn(rows, k)]
@@ -533,8 +537,9 @@ def calibrate(quick: bool = False, name: str = "cpu-calibrated") -> dict:
             f"{32 if quick else 64} MiB weight (linear) and an add of two arrays of half "
             "that (add) on one thread, bytes read + written / t")
         profile["sources"]["memory_streams"] = (
-            f"{by}: the same GEMV on all {cores} cores at once, each over its own weight, "
-            "total GB/s over one core's (best of 2 rounds)")
+            f"{by}: the same GEMV on {min(cores, DRAM_CORES)} cores at once (all, up to "
+            f"{DRAM_CORES}), each over its own weight, total GB/s over one core's (best of 2 "
+            "rounds)")
         profile["sources"]["cache_bytes"] = (
             f"{by}: the largest power-of-two MiB weight a batch-1 F.linear still reads at "
             "over twice its DRAM rate, repeated calls on one thread (best of 2 rounds)")
