@@ -275,8 +275,9 @@ _PLANNERS: dict[str, Callable[..., Plan]] = {
 
 def assign(graph: Graph, algorithm: str, *, durations: dict[str, float] | None = None,
            bound: dict[str, str] | None = None, max_streams: int | None = None,
-           mapping: dict[str, int] | None = None) -> Plan:
-    """Run one assignment algorithm on ``graph``.
+           mapping: dict[str, int] | None = None, order: list[str] | None = None) -> Plan:
+    """Run one assignment algorithm on ``graph`` (``order``: its validated topological
+    order, when the caller has it).
 
     ``durations`` (us per op) drive the critical path and chain merging (default: each op's
     ``meta["dur_us"]`` or 1); ``bound`` ("compute"/"memory"/"comm" per op) drives
@@ -286,7 +287,7 @@ def assign(graph: Graph, algorithm: str, *, durations: dict[str, float] | None =
         raise PlanError(f"unknown algorithm {algorithm!r} (expected one of {', '.join(ALGORITHMS)})")
     if max_streams is not None and max_streams < 1:
         raise PlanError("--max-streams must be at least 1")
-    order = validate(graph)
+    order = order or validate(graph)
     dur = durations or {o.name: float(o.meta.get("dur_us", 1.0)) for o in graph.ops}
     if bound is None:
         bound = {o.name: {"memory": "memory", "comm": "comm"}.get(o.resource, "compute")

@@ -245,7 +245,7 @@ def candidates(graph: Graph, points: list[Point], dur: dict[str, float], *,
                block_dims: dict[str, int] | None = None, device: DeviceFacts | None = None,
                max_streams: int | None = None, global_plans: list[Plan] | None = None,
                wall: Callable[[Plan], float] | None = None, source: str | None = None,
-               ladder: bool = False) -> list[Plan]:
+               ladder: bool = False, order: list[str] | None = None) -> list[Plan]:
     """All candidates (per parallel point, plus whole-graph plans), estimated, linted,
     described and ranked by estimated wall time (best first).
 
@@ -255,7 +255,7 @@ def candidates(graph: Graph, points: list[Point], dur: dict[str, float], *,
     """
     device = device or DeviceFacts()
     cap = max_streams or device.hw_queues
-    order = validate(graph)
+    order = order or validate(graph)
     if wall is None:
         def wall(plan: Plan) -> float:
             return wall_us(graph, plan, dur, launch_us=device.launch_us,

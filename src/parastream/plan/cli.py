@@ -180,10 +180,10 @@ def build(graph: Graph, profile, *, algorithm: str | None, mapping: dict | None,
     points = points_from(graph, dec, dur, order)
     cap = max_streams or profile.hw_queues
     algos = [algorithm] if algorithm else ["matching", "critical-path", "resource-split"]
-    global_plans = [assign(graph, "single", durations=dur)]
+    global_plans = [assign(graph, "single", durations=dur, order=order)]
     for a in algos:
         global_plans.append(assign(graph, a, durations=dur, bound=bound, max_streams=cap,
-                                   mapping=mapping))
+                                   mapping=mapping, order=order))
     facts = DeviceFacts(name=profile.name, cores=profile.cores.cube, hw_queues=profile.hw_queues,
                         max_streams=profile.max_streams, launch_us=profile.launch_overhead_us)
     # core limits are sized on the matrix (cube) cores, where two streams really collide
@@ -198,7 +198,7 @@ def build(graph: Graph, profile, *, algorithm: str | None, mapping: dict | None,
         source_label = sim_label(profile)
     plans = candidates(graph, points, dur, block_dims=cube_bd, device=facts, max_streams=cap,
                        global_plans=global_plans, wall=wall, source=source_label,
-                       ladder=simulate)
+                       ladder=simulate, order=order)
     best = next((p for p in plans if p.algorithm != "single"), None)
     recommended = best.name if best and best.estimate and best.estimate.speedup >= 1 + SPEEDUP_MARGIN else "single"
     seen, pts = set(), []
