@@ -183,6 +183,25 @@ def test_cpu_estimate_uses_the_op_rate_of_its_type_or_family():
     assert hc.rate_key == "add" and hc.unit == "host" and hc.dur_us > prof.launch_overhead_us
 
 
+def test_a_channels_last_op_takes_its_layout_rate_where_one_was_measured():
+    """CPU pooling on NHWC data is another kernel (10-20x faster here than NCHW): an op
+    the importer marks channels_last is costed by the ``.channels_last`` rate, its family's
+    included, and falls back to the plain rate where no such rate was measured."""
+    prof = cpu_profile(max_pool2d=("flops", 0.0, 50.0, 0.3, 0.5),
+                       **{"max_pool2d.channels_last": ("flops", 3.0, 50.0, 6.0, 9.0)})
+    nchw = Op("p", "max_pool2d", resource="vector", flops=1e7)
+    nhwc = Op("q", "max_pool2d", resource="vector", flops=1e7,
+              meta={"memory_format": "channels_last"})
+    avg = Op("a", "adaptive_avg_pool2d", resource="vector", flops=1e7,
+             meta={"memory_format": "channels_last"})
+    assert estimate(nchw, prof).rate_key == "max_pool2d"
+    assert estimate(nhwc, prof).rate_key == "max_pool2d.channels_last"
+    assert estimate(avg, prof).rate_key == "max_pool2d.channels_last"   # the pool family
+    assert estimate(nhwc, prof).dur_us < estimate(nchw, prof).dur_us / 10
+    plain = cpu_profile(max_pool2d=("flops", 0.0, 50.0, 0.3, 0.5))
+    assert estimate(nhwc, plain).rate_key == "max_pool2d"
+
+
 def test_fewer_threads_rescale_rated_and_measured_cpu_costs():
     prof = cpu_profile(linear=("flops", 3.0, 5.0, 50.0, 90.0))
     lin = Op("l", "linear", resource="cube", flops=1e8, outputs=[Tensor([4096, 4096], "float32")])

@@ -7,6 +7,7 @@ import subprocess
 import sys
 import time
 
+from parastream.device.cost import op_rate_key, rate_variant
 from parastream.graph import calibrate as cal
 
 
@@ -88,9 +89,13 @@ def test_op_case_work_is_counted_like_the_importer_counts_it():
                     return fn() + 0 * dummy.sum()
 
             g = import_runnable(One().eval(), (torch.zeros(1),), name=name).graph
-            op = next(o for o in g.ops if o.type == name)
+            op_type, _, layout = name.partition(".")
+            op = next(o for o in g.ops if o.type == op_type)
             counted = op.flops if metric == "flops" else op.bytes_read + op.bytes_written
             assert counted == pytest.approx(work, rel=1e-6), (name, large)
+            # and the cost model picks this case's rate for the op it imports to
+            assert op_rate_key(op.type, op.resource, cases, rate_variant(op.meta)) \
+                == name, (name, layout, op.meta)
 
 
 def test_op_rates_are_measured_on_a_worker_thread_for_every_case():

@@ -270,6 +270,27 @@ def test_pool_flops_count_every_window_element():
         assert [o.flops for o in g.ops if "pool" in o.type] == [9.0 * 256], method
 
 
+def test_an_op_on_channels_last_data_says_so_in_its_meta():
+    """An image permuted from HWC (what the zoo's inference pipeline feeds its conv net)
+    is NHWC-strided; the conv keeps that layout and the pool after it runs another CPU
+    kernel, so the cost model needs to know. Contiguous NCHW ops carry no such mark."""
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv2d(3, 8, 3, padding=1)
+
+        def forward(self, img):
+            x = img.permute(0, 3, 1, 2).float()
+            return torch.nn.functional.max_pool2d(self.conv(x), 3, 2, 1), \
+                torch.nn.functional.max_pool2d(self.conv(x.contiguous()), 3, 2, 1)
+
+    for method in ("export", "fx"):
+        g = import_module(Net().eval(), (torch.randint(0, 255, (2, 16, 16, 3), dtype=torch.uint8),),
+                          method=method)
+        pools = [o.meta.get("memory_format") for o in g.ops if o.type == "max_pool2d"]
+        assert pools == ["channels_last", None], (method, pools)
+
+
 def test_max_unpool_still_imports():
     class Unpool(nn.Module):
         def forward(self, x):

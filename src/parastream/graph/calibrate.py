@@ -132,10 +132,25 @@ def _op_cases() -> dict[str, tuple[str, Callable[[bool], tuple[Callable[[], Any]
         return (lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True)), \
             4.0 * b * h * L * L * e
 
+    def sdpa_mixed_head_dims(large: bool):
+        # v's head dim differs from q's (MLA's decoupled rope): the unfused math kernel
+        b, h, L, e, ev = (2, 8, 128, 48, 32) if large else (1, 4, 16, 16, 8)
+        q, k, v = r(b, h, L, e), r(b, h, L, e), r(b, h, L, ev)
+        return (lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True)), \
+            2.0 * b * h * L * L * (e + ev)
+
     def max_pool2d(large: bool):
         x = r(4, 64, 56, 56) if large else r(1, 8, 14, 14)
         out = F.max_pool2d(x, 3, 2, 1)
         return (lambda: F.max_pool2d(x, 3, 2, 1)), 9.0 * out.numel()  # a 3x3 window each
+
+    def max_pool2d_channels_last(large: bool):
+        # the same pool on NHWC data (an image permuted from HWC): another kernel, 10-20x
+        # faster here, costed for ops the importer marks memory_format=channels_last
+        x = (r(4, 64, 56, 56) if large else r(1, 8, 14, 14)).contiguous(
+            memory_format=torch.channels_last)
+        out = F.max_pool2d(x, 3, 2, 1)
+        return (lambda: F.max_pool2d(x, 3, 2, 1)), 9.0 * out.numel()
 
     def rms_norm(large: bool):
         d = 512 if large else 64
@@ -164,7 +179,9 @@ def _op_cases() -> dict[str, tuple[str, Callable[[bool], tuple[Callable[[], Any]
         return (lambda: torch.cat([a, b], 1)), float(2 * _nbytes(a, b))
 
     return {"linear": ("flops", linear), "conv2d": ("flops", conv2d),
-            "scaled_dot_product_attention": ("flops", sdpa), "max_pool2d": ("flops", max_pool2d),
+            "scaled_dot_product_attention": ("flops", sdpa),
+            "scaled_dot_product_attention.mixed_head_dims": ("flops", sdpa_mixed_head_dims), "max_pool2d": ("flops", max_pool2d),
+            "max_pool2d.channels_last": ("flops", max_pool2d_channels_last),
             "rms_norm": ("bytes", rms_norm), "layer_norm": ("bytes", layer_norm),
             "softmax": ("bytes", softmax), "add": ("bytes", add), "silu": ("bytes", silu),
             "cat": ("bytes", cat)}
@@ -526,7 +543,8 @@ def calibrate(quick: bool = False, name: str = "cpu-calibrated") -> dict:
     }
     if op_rates:
         profile["sources"]["op_rates"] = (
-            f"{by}: {mode}each op type timed at two sizes (tiny and small zoo scale) on 1 "
+            f"{by}: {mode}each op type (and max_pool2d on channels-last data, attention "
+            "with v's head dim below q's) timed at two sizes (tiny and small zoo scale) on 1 "
             "intra-op thread and on all cores, on a worker thread, median of a short burst, "
             "lowest of several rounds; the line through the two sizes gives the fixed cost "
             "and the rate (GFLOP/s for linear, conv2d and attention, window elements per ns "

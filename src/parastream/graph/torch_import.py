@@ -410,6 +410,18 @@ def _shape(t: Any) -> list[int]:
     return [_dim(s) for s in t.shape]
 
 
+def _channels_last(t: Any) -> bool:
+    """A 4-d tensor laid out channels-last (NHWC strides) rather than contiguous NCHW, as
+    an image permuted from HWC is: some CPU kernels (pooling) run 10-20x faster on it."""
+    import torch
+
+    try:
+        return (t.dim() == 4 and not t.is_contiguous()
+                and t.is_contiguous(memory_format=torch.channels_last))
+    except Exception:  # a tensor subclass without strides
+        return False
+
+
 def _nbytes(t: Any) -> int:
     """Bytes a tensor really occupies: broadcast (stride-0) dimensions count once."""
     try:
@@ -549,6 +561,8 @@ def _build(recs: list[_Rec], info: dict, module: Any, name: str, source: str,
         if kind:
             side.append(f"collective:{kind}")
         path = rec.stack[-1][0] if rec.stack else ""
+        if arg_refs and _channels_last(arg_refs[0][2]):
+            op_meta["memory_format"] = "channels_last"
         op_meta["target"] = rec.target
         if rec.stack:
             op_meta["module_class"] = rec.stack[-1][1].rsplit(".", 1)[-1]
@@ -749,6 +763,11 @@ def _classify(rec: _Rec, arg_refs: list, outs: list, host_paths: set[str],
     if short in ("scaled_dot_product_attention",):
         causal = rec.kwargs.get("is_causal", rec.args[5] if len(rec.args) > 5 else False)
         meta["causal"] = bool(causal)
+        vals = [v for _, _, v in arg_refs[:3]]
+        if len(vals) == 3 and _dim(vals[0].shape[-1]) != _dim(vals[2].shape[-1]):
+            # q/k and v head dims differ (MLA's decoupled rope): CPU torch cannot use its
+            # fused kernel and runs the unfused math path, about half the FLOP rate here
+            meta["head_dims"] = "mixed"
     in_dev = {str(v.device) for _, _, v in arg_refs}
     out_dev = {str(t.device) for t in outs}
     resource = "vector"
