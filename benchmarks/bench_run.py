@@ -10,6 +10,7 @@
 
 Medians of >= 5 kept runs (first 2 dropped), same process, alternating. Usage:
     .venv/bin/python benchmarks/bench_run.py [--runs 9] [--models a,b] [--skip-predict]
+        [--skip-speedup] [--repeat 2]
 """
 
 from __future__ import annotations
@@ -130,15 +131,20 @@ def speedups(models, profile, runs: int) -> list[dict]:
     return rows
 
 
-def predictions(models, profile, runs: int) -> list[dict]:
+def predictions(models, profile, runs: int, repeat: int = 2) -> list[dict]:
     """Two predictions per plan: from the profile alone, and from this model's op times in
-    a separate single-stream capture (the calibration runs are not the measured runs)."""
+    a separate single-stream capture (the calibration runs are not the measured runs).
+
+    Each plan is measured ``repeat`` times, in passes over all the models (minutes apart):
+    the row's measured wall is the median of the passes' medians, and ``spread`` (max - min
+    over their mean) is how much this machine's own measurement of the same plan moved,
+    the floor under any prediction error."""
     from parastream.plan.model import Plan
     from parastream.runtime.cli import capture_op_costs
     from parastream.runtime.measure import measure
     from parastream.sim.run import simulate_plan
 
-    rows = []
+    setups = []
     for name, (module, inputs) in models.items():
         rn, doc, multi = candidates_of(module, inputs, name, profile, top=1)
         single = Plan.single(o.name for o in rn.graph.ops)
@@ -146,14 +152,37 @@ def predictions(models, profile, runs: int) -> list[dict]:
         for plan in [single] + multi:
             pred = simulate_plan(rn.graph, plan, profile).result.wall_us
             from_ops = simulate_plan(rn.graph, plan, profile, costs=costs).result.wall_us
+            setups.append((name, module, inputs, rn, plan, pred, from_ops))
+    walls: list[list[float]] = [[] for _ in setups]
+    for _ in range(repeat):
+        for i, (name, module, inputs, rn, plan, _, _) in enumerate(setups):
             m = measure(module, inputs, plan, runs=runs, drop=2, runnable=rn,
                         single_executor=False)
-            meas = m.multi_median_us
-            rows.append({"model": name, "plan": plan.name, "predicted_us": pred,
-                         "from_ops_us": from_ops, "measured_us": meas,
-                         "error": (pred - meas) / meas, "from_ops_error": (from_ops - meas) / meas})
-            print(rows[-1], flush=True)
+            walls[i].append(m.multi_median_us)
+    rows = []
+    for (name, _, _, _, plan, pred, from_ops), w in zip(setups, walls):
+        meas = statistics.median(w)
+        rows.append({"model": name, "plan": plan.name, "predicted_us": pred,
+                     "from_ops_us": from_ops, "measured_us": meas, "passes_us": w,
+                     "spread": (max(w) - min(w)) / statistics.fmean(w),
+                     "error": (pred - meas) / meas, "from_ops_error": (from_ops - meas) / meas})
+        print(rows[-1], flush=True)
     return rows
+
+
+def summary(rows: list[dict], label: str) -> None:
+    """Rows within 20% for each prediction, median |error|, and how many rows this
+    machine's own repeated measurement moved by more than 20%."""
+    if not rows:
+        return
+    n = len(rows)
+    for key in ("error", "from_ops_error"):
+        within = sum(abs(r[key]) <= 0.2 for r in rows)
+        med = statistics.median(abs(r[key]) for r in rows)
+        print(f"{label}: {key}: {within}/{n} within 20%, median |error| {med:.1%}", flush=True)
+    noisy = sum(r["spread"] > 0.2 for r in rows)
+    print(f"{label}: measurement spread > 20% on {noisy}/{n} rows (median spread "
+          f"{statistics.median(r['spread'] for r in rows):.1%})", flush=True)
 
 
 def main() -> None:
@@ -162,6 +191,8 @@ def main() -> None:
     ap.add_argument("--models", default="")
     ap.add_argument("--skip-predict", action="store_true")
     ap.add_argument("--skip-speedup", action="store_true")
+    ap.add_argument("--repeat", type=int, default=2,
+                    help="measurement passes per prediction row (default 2)")
     args = ap.parse_args()
     import msgspec
 
@@ -180,9 +211,13 @@ def main() -> None:
         models["two_chains (512x512, depth 6, batch 256)"] = (TwoChains().eval(), (torch.randn(256, 512),))
         speedups(models, profile, args.runs)
     if not args.skip_predict:
+        every = []
         for scale in ("tiny", "small"):
             models = {f"{n}/{scale}": ZOO[n].factory(scale, ZOO[n].phases[0]) for n in names}
-            predictions(models, profile, args.runs)
+            rows = predictions(models, profile, args.runs, max(1, args.repeat))
+            summary(rows, scale)
+            every += rows
+        summary(every, "all")
 
 
 if __name__ == "__main__":
