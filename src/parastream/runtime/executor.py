@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import os
 import random
-import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Sequence
@@ -251,6 +250,9 @@ class MultiStreamExecutor(torch.fx.Interpreter):
         its producer, so it goes as soon as it is made. With ``garbage_collect_values`` off
         nothing is freed before the call ends.
 
+        Only intermediates of ``FREE_MIN_BYTES`` or more (and views of them) are freed
+        early; smaller ones go when the call returns.
+
         Why: eager mode frees an intermediate after its last use, and so does
         ``torch.fx.Interpreter``; holding all of them to the end of the call multiplies
         the activation memory (llama_stack small: 60.5 MiB of op outputs against an eager
@@ -258,40 +260,33 @@ class MultiStreamExecutor(torch.fx.Interpreter):
         Across streams, "last" is the last reader to finish, whatever stream it ran on;
         on devices a cross-stream read is ``record_stream``-ed, so the caching allocator
         does not reuse the block before that read has run."""
-        keep: set[torch.fx.Node] = set()
-        stack = list(self.output_node.all_input_nodes) if self.output_node is not None else []
-        while stack:
-            a = stack.pop()
-            if a not in keep:
-                keep.add(a)
-                if a in self.lazy:
-                    stack.extend(a.all_input_nodes)
+        keep = set(_reached(self.output_node, self.lazy)) if self.output_node is not None \
+            else set()
+        # only op outputs and the lazy views over them hold memory the call made (inputs,
+        # parameters and views of them are held by the caller and the module anyway), and
+        # only big ones are worth freeing early: each free is Python work (about 1-2 us)
+        # inside the op's interval on its stream, which a small tensor does not repay
+        made = {n for n in self._op_info if _out_bytes(n) >= FREE_MIN_BYTES}
+        for a in self.graph.nodes:  # topological: a view's bases come first
+            if a in self.lazy and any(b in made for b in a.all_input_nodes):
+                made.add(a)
         uses: dict[torch.fx.Node, int] = {}
         self._frees: dict[torch.fx.Node, tuple[torch.fx.Node, ...]] = {}
+        read_at_all: set[torch.fx.Node] = set()
         for n, *_rest in self.op_nodes:
-            read: list[torch.fx.Node] = []
-            seen: set[torch.fx.Node] = set()
-            stack = list(n.all_input_nodes)
-            while stack:
-                a = stack.pop()
-                if a in seen:
-                    continue
-                seen.add(a)
-                if a not in keep:
-                    read.append(a)
-                if a in self.lazy:
-                    stack.extend(a.all_input_nodes)
+            reached = _reached(n, self.lazy)
+            read_at_all.update(reached)
+            read = [a for a in reached if a in made and a not in keep]
             self._frees[n] = tuple(read) if self.garbage_collect_values else ()
             for a in read:
                 uses[a] = uses.get(a, 0) + 1
         if self.garbage_collect_values:
             for n, *_rest in self.op_nodes:
-                if n not in keep and n not in uses:  # read by no one: freed once made
-                    self._frees[n] += (n,)
+                if n in made and n not in keep and n not in read_at_all:
+                    self._frees[n] += (n,)  # read by no one: freed once made
                     uses[n] = 1
         self._uses = uses
         self._left: dict[torch.fx.Node, int] = {}
-        self._free_lock = threading.Lock()
 
     def _ensure_backend(self) -> None:
         if self.backend is not None:
@@ -418,12 +413,14 @@ class MultiStreamExecutor(torch.fx.Interpreter):
         frees = self._frees[n]
         if frees:
             del args, kwargs  # this op's own references go with its inputs
+            # no lock although readers on two streams may finish at once: a decrement lost
+            # to a thread switch leaves a count too high, which only keeps a value to the
+            # end of the call; no interleaving reaches zero before the last reader is done
             env, left = self.env, self._left
-            with self._free_lock:  # readers on several streams finish at once
-                for a in frees:
-                    left[a] -= 1
-                    if not left[a]:
-                        env.pop(a, None)
+            for a in frees:
+                left[a] -= 1
+                if not left[a]:
+                    env.pop(a, None)
 
     def _try_fast(self, n: torch.fx.Node, args: tuple, kwargs: dict) -> Any:
         """First call of an aten op: run the OpOverload and its ``torch.*`` binding and keep
@@ -559,8 +556,26 @@ def _clone(v: Any) -> Any:
     return pytree.tree_map(lambda t: t.clone() if isinstance(t, torch.Tensor) else t, v)
 
 
-def _direct_inputs(n: torch.fx.Node, lazy: set) -> list[torch.fx.Node]:
-    """Non-lazy nodes an op reads, looking through lazy views."""
+#: intermediates smaller than this stay until the call returns (see ``_plan_frees``)
+FREE_MIN_BYTES = 256 * 1024
+
+
+def _out_bytes(n: torch.fx.Node) -> int:
+    """Bytes of an fx node's example output (its fake tensors), 0 when unknown."""
+    import torch.utils._pytree as pytree
+
+    total = 0
+    for t in pytree.tree_leaves(n.meta.get("val")):
+        if isinstance(t, torch.Tensor):
+            try:
+                total += t.numel() * t.element_size()
+            except Exception:  # symbolic sizes
+                pass
+    return total
+
+
+def _reached(n: torch.fx.Node, lazy: set) -> list[torch.fx.Node]:
+    """Every node ``n`` reads, directly or through lazy views (the views included)."""
     out: list[torch.fx.Node] = []
     seen: set = set()
     stack = list(n.all_input_nodes)
@@ -569,11 +584,15 @@ def _direct_inputs(n: torch.fx.Node, lazy: set) -> list[torch.fx.Node]:
         if a in seen:
             continue
         seen.add(a)
+        out.append(a)
         if a in lazy:
             stack.extend(a.all_input_nodes)
-        else:
-            out.append(a)
     return out
+
+
+def _direct_inputs(n: torch.fx.Node, lazy: set) -> list[torch.fx.Node]:
+    """Non-lazy nodes an op reads, looking through lazy views."""
+    return [a for a in _reached(n, lazy) if a not in lazy]
 
 
 __all__ = ["Comparison", "Jitter", "MissingSyncError", "MultiStreamExecutor", "compare",
