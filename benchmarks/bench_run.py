@@ -135,7 +135,8 @@ def predictions(models, profile, runs: int, repeat: int = 2) -> list[dict]:
     """Two predictions per plan: from the profile alone, and from this model's op times in
     a separate single-stream capture (the calibration runs are not the measured runs).
 
-    Each plan is measured ``repeat`` times, in passes over all the models (minutes apart):
+    Each plan is measured ``repeat`` times, in passes over all the models (minutes apart;
+    the first right after the model's capture):
     the row's measured wall is the median of the passes' medians, and ``spread`` (max - min
     over their mean) is how much this machine's own measurement of the same plan moved,
     the floor under any prediction error."""
@@ -144,7 +145,13 @@ def predictions(models, profile, runs: int, repeat: int = 2) -> list[dict]:
     from parastream.runtime.measure import measure
     from parastream.sim.run import simulate_plan
 
-    setups = []
+    def wall(module, inputs, rn, plan) -> float:
+        return measure(module, inputs, plan, runs=runs, drop=2, runnable=rn,
+                       single_executor=False).multi_median_us
+
+    # the op-time capture right before the model's first measurement, as an engineer
+    # would run them: this machine's speed drifts by up to 2x over tens of minutes
+    setups, walls = [], []
     for name, (module, inputs) in models.items():
         rn, doc, multi = candidates_of(module, inputs, name, profile, top=1)
         single = Plan.single(o.name for o in rn.graph.ops)
@@ -153,12 +160,10 @@ def predictions(models, profile, runs: int, repeat: int = 2) -> list[dict]:
             pred = simulate_plan(rn.graph, plan, profile).result.wall_us
             from_ops = simulate_plan(rn.graph, plan, profile, costs=costs).result.wall_us
             setups.append((name, module, inputs, rn, plan, pred, from_ops))
-    walls: list[list[float]] = [[] for _ in setups]
-    for _ in range(repeat):
+            walls.append([wall(module, inputs, rn, plan)])
+    for _ in range(repeat - 1):
         for i, (name, module, inputs, rn, plan, _, _) in enumerate(setups):
-            m = measure(module, inputs, plan, runs=runs, drop=2, runnable=rn,
-                        single_executor=False)
-            walls[i].append(m.multi_median_us)
+            walls[i].append(wall(module, inputs, rn, plan))
     rows = []
     for (name, _, _, _, plan, pred, from_ops), w in zip(setups, walls):
         meas = statistics.median(w)

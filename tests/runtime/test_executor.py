@@ -205,6 +205,50 @@ def test_a_value_read_on_two_streams_waits_for_both_readers_before_it_goes(monke
     assert len(readers) == 2 and {assignment[r] for r in readers} == {0, 1}, readers
 
 
+def test_lazy_views_run_through_their_torch_bindings_and_stay_views(tiny_models):
+    """Lazy views (view, transpose, split, unsqueeze, ...) switch to their torch.* function
+    or Tensor method after a first call that returned the very same view; outputs stay
+    bitwise. A binding that copied instead of viewing would be refused."""
+    module, inputs, rn = tiny_models["attention_prolog"]
+    plan = assign(rn.graph, "matching", max_streams=2)
+    with MultiStreamExecutor(module, inputs, plan, runnable=rn) as ex:
+        c = ex.check(*inputs, runs=3)
+        assert c.ok and c.exact, c.describe()
+        fast_views = {str(a.target) for a in ex._fast if a in ex.lazy}
+    assert {"aten.view.default", "aten.transpose.int"} <= fast_views, fast_views
+    x = torch.randn(4, 6)
+    assert executor_module._same_views(x.t(), torch.t(x))
+    assert not executor_module._same_views(x.t(), x.t().contiguous())   # a copy, not a view
+    assert not executor_module._same_views(x[:, 1:], x[:, :5])          # another offset
+
+
+def test_a_write_through_a_lazy_view_lands_in_the_buffer():
+    """A cache update through a slice (the KV-cache pattern) writes the module's buffer
+    exactly as eager mode does, on every call, with the view's fast binding in use."""
+    class Cache(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("cache", torch.zeros(8, 16))
+
+        def forward(self, x):
+            self.cache[2:6].copy_(x.view(4, 16) * 2)
+            return self.cache.sum(0)
+
+    x = torch.randn(64)
+    eager = Cache()
+    with torch.no_grad():
+        want_out = eager(x)
+    module = Cache()
+    rn = import_runnable(module, (x,), name="cache")
+    plan = assign(rn.graph, "single")
+    with MultiStreamExecutor(module, (x,), plan, runnable=rn) as ex:
+        for _ in range(3):
+            module.cache.zero_()
+            out = ex(x)
+            assert torch.equal(out, want_out)
+            assert torch.equal(module.cache, eager.cache)
+
+
 def test_fx_fallback_runnable_maps_nodes():
     class Two(torch.nn.Module):
         def __init__(self):
