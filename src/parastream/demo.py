@@ -95,10 +95,11 @@ def run_demo(out_dir: str = "out/demo", model: str = DEFAULT_MODEL, scale: str =
             runnable = import_runnable(module, inputs, name=model)
         graph = runnable.graph
 
-        step("calibrating the local CPU")
         if profile_path:
+            step(f"loading the device profile {profile_path}")
             profile = load_profile(profile_path)
         else:
+            step("calibrating the local CPU")
             prof_dict = calibrate_cpu(quick=True, name="cpu-calibrated")
             profile = loads_profile(dump_profile(prof_dict))
         os.makedirs(out_dir, exist_ok=True)  # only once the model and the profile are good
