@@ -305,3 +305,38 @@ def test_a_rated_op_over_the_cache_takes_at_least_its_dram_floor():
     cs = estimate(small, prof)
     assert cs.bound == "compute" and cs.memory_full_us == 0.0
     assert cs.dur_us == pytest_approx(5.0 + 2.0 * 1024 * 1024 / 90e3 + prof.launch_overhead_us)
+
+
+def test_a_single_token_matmul_is_costed_on_one_thread():
+    """CPU torch runs a one-row matmul (GEMV) on the calling thread whatever the intra-op
+    count: it pays neither the thread team's fixed cost nor holds the other cores, and a
+    replayed capture of it does not rescale with the stream's threads."""
+    from parastream.device.cost import is_matrix_vector
+
+    import msgspec
+
+    prof = msgspec.structs.replace(cpu_profile(linear=("flops", 4.0, 80.0, 90.0, 160.0)),
+                                   cache_bytes=64 << 20)   # in cache: no DRAM floor
+    cores = prof.cores.cube
+    assert cores > 1
+
+    def lin(rows):
+        return Op("l", "linear", resource="cube", flops=2.0 * rows * 64 * 512,
+                  bytes_read=4 * (rows * 64 + 64 * 512), bytes_written=4 * rows * 512,
+                  inputs=[Tensor([1, rows, 64], "float32"), Tensor([512, 64], "float32")],
+                  outputs=[Tensor([1, rows, 512], "float32")])
+
+    gemv, gemm = estimate(lin(1), prof), estimate(lin(16), prof)
+    assert is_matrix_vector(lin(1)) and not is_matrix_vector(lin(16))
+    assert gemv.threads == 1 and gemv.block_dim == 1
+    assert gemv.dur_us == pytest_approx(4.0 + 2.0 * 64 * 512 / 90e3 + prof.launch_overhead_us)
+    assert gemm.threads == cores and gemm.block_dim == cores
+    assert gemm.dur_us > 80.0                                   # the team's fixed cost
+    assert with_cores(gemv, prof, 1).dur_us == gemv.dur_us
+    mv = Op("m", "mv", resource="cube", flops=1e5, inputs=[Tensor([64, 64], "float32")])
+    addmm = Op("a", "addmm", resource="cube", flops=1e5,
+               inputs=[Tensor([64], "float32"), Tensor([1, 64], "float32"),
+                       Tensor([64, 64], "float32")])
+    assert is_matrix_vector(mv) and is_matrix_vector(addmm)
+    assert not is_matrix_vector(Op("b", "bmm", resource="cube", flops=1e5,
+                                   inputs=[Tensor([8, 1, 64], "float32")]))

@@ -129,3 +129,36 @@ def test_measured_costs_replay_captured_op_times_and_scale_them_per_stream():
     assert gcosts["a"].measured and gcosts["a"].dur_us == 100 and gcosts["a"].block_dim == 2
     both = simulate_plan(g, two, gpu, costs=gcosts).result.wall_us
     assert both < simulate_plan(g, Plan.single(names), gpu, costs=gcosts).result.wall_us
+
+
+def test_a_replayed_gemv_keeps_one_thread():
+    """A captured single-token matmul ran on one thread however many the stream had, so
+    the replay keeps block dim 1 and a plan with fewer threads per stream leaves it as
+    measured, while a matmul over many rows rescales."""
+    import msgspec
+
+    from parastream.device.profile import OpRate, load_profile
+    from parastream.graph.ir import Tensor
+    from parastream.plan.model import Plan
+    from parastream.sim.run import measured_costs, tasks_for
+    from parastream.timeline.model import TimelineBuilder
+
+    prof = msgspec.structs.replace(load_profile("cpu"),
+                                   op_rates={"linear": OpRate("flops", 4.0, 80.0, 90.0, 160.0)})
+
+    def lin(name, rows):
+        return Op(name, "linear", resource="cube", flops=2.0 * rows * 64 * 512,
+                  inputs=[Tensor([rows, 64], "float32"), Tensor([512, 64], "float32")],
+                  outputs=[Tensor([rows, 512], "float32")])
+
+    g = Graph(name="g", ops=[lin("gemv", 1), lin("gemm", 256)], edges=[])
+    b = TimelineBuilder("capture", "parastream-cpu")
+    b.add_op("0", "gemv", 0, 100_000)
+    b.add_op("0", "gemm", 100_000, 400_000)
+    costs = measured_costs(g, prof, [b.build()])
+    assert costs["gemv"].block_dim == 1 and costs["gemm"].block_dim == prof.cores.cube
+    plan = Plan(name="two", algorithm="manual", assignment={"gemv": 0, "gemm": 1},
+                events=[], streams=2)
+    tasks = {t.name: t for t in tasks_for(g, plan, prof, costs=costs, order=["gemv", "gemm"])}
+    assert tasks["gemv"].dur_us == pytest.approx(costs["gemv"].dur_us)
+    assert tasks["gemm"].dur_us != pytest.approx(costs["gemm"].dur_us)

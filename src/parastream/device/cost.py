@@ -199,6 +199,20 @@ def _with_launch(profile: DeviceProfile, dur: float, bound: str) -> tuple[float,
     return dur + profile.op_host_us, ("launch" if launch > dur else bound)
 
 
+def is_matrix_vector(op: Any) -> bool:
+    """A matmul-like op with one row on its left (``mv``, or ``linear``/``mm``/``matmul``/
+    ``addmm`` on a single token): CPU torch runs it as a GEMV on the calling thread,
+    whatever its intra-op thread count (a 2048x8192 GEMV: 3.2 ms on 1 thread and on 2)."""
+    t = (op.type or "").lower()
+    if t in ("mv", "addmv"):
+        return True
+    pos = 1 if t == "addmm" else 0 if t in ("linear", "mm", "matmul") else None
+    ins = op.inputs or ()
+    if pos is None or len(ins) <= pos or not ins[pos].shape:
+        return False
+    return math.prod(max(0, int(d)) for d in ins[pos].shape[:-1]) == 1
+
+
 def _rated(op: Any, profile: DeviceProfile, key: str, max_cores: int | None) -> OpCost:
     """The cost from a measured CPU op rate, on the op's share of the cores: a CPU stream's
     worker runs every op with its whole intra-op thread count (small ops too: they pay the
@@ -210,6 +224,11 @@ def _rated(op: Any, profile: DeviceProfile, key: str, max_cores: int | None) -> 
     resource = op.resource
     cores = profile.unit_cores("cube")
     threads = max(1, min(cores, max_cores or cores))
+    gemv = is_matrix_vector(op)
+    if gemv:
+        # one thread, so it neither pays the thread team's fixed cost (54-82 us for a tiny
+        # linear on 2 threads here; in-model GEMVs took 12-40 us) nor holds the other cores
+        threads = 1
     blocks = threads if resource in ("cube", "vector") else 0
     # the rates are measured in cache; an op streaming more than that from DRAM takes at
     # least its traffic over one core's memory bandwidth (and is then memory-bound: two of
@@ -217,7 +236,7 @@ def _rated(op: Any, profile: DeviceProfile, key: str, max_cores: int | None) -> 
     floor = rate.floor_us(traffic, profile.memory_bandwidth_gbps) \
         if traffic > profile.cache_bytes else 0.0
     dur, bound = _rated_time(rate, work, threads, cores, floor)
-    full = max(rate.duration_us(work, cores, cores), floor)
+    full = max(rate.duration_us(work, 1 if gemv else cores, cores), floor)
     dur, bound = _with_launch(profile, dur, bound)
     return OpCost(dur, blocks, bound, resource, full, floor, False, key, work, threads)
 

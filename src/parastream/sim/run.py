@@ -13,7 +13,7 @@ from typing import Iterable
 
 import msgspec
 
-from ..device.cost import OpCost, estimate, with_cores
+from ..device.cost import OpCost, estimate, is_matrix_vector, with_cores
 from ..device.profile import DeviceProfile
 from ..graph.ir import Graph, validate
 from ..plan.lints import lint
@@ -119,7 +119,8 @@ def measured_costs(graph: Graph, profile: DeviceProfile,
         if n in seen:
             c = msgspec.structs.replace(c, dur_us=statistics.median(seen[n]) + launch,
                                         measured=True)
-            if cpu:
+            if cpu and not (c.rate_key and c.threads == 1 and is_matrix_vector(op)):
+                # (a GEMV ran on one thread whatever the count: its estimate says so)
                 on_cores = c.unit in ("cube", "vector")
                 c = msgspec.structs.replace(
                     c, block_dim=min(k, profile.unit_cores(c.unit)) if on_cores else 0,
