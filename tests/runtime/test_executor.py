@@ -125,13 +125,17 @@ def test_workers_run_without_autograd(tiny_models):
     # they turn it off themselves (else every op on a weight builds an autograd graph)
     module, inputs, rn = tiny_models["llama_layer"]
     assert any(p.requires_grad for p in module.parameters())
+    from parastream.runtime.cpu import CpuBackend
+
     plan = assign(rn.graph, "matching", max_streams=2)
-    with MultiStreamExecutor(module, inputs, plan, runnable=rn) as ex:
-        out = ex(*inputs)
-        grad_on = [s.submit(torch.is_grad_enabled).result() for s in ex.streams.values()]
-    outs = out if isinstance(out, (tuple, list)) else (out,)
-    assert grad_on == [False, False]
-    assert all(o.grad_fn is None and not o.requires_grad for o in outs if isinstance(o, torch.Tensor))
+    for backend in ("cpu", CpuBackend()):  # a backend instance the caller made, too
+        with MultiStreamExecutor(module, inputs, plan, runnable=rn, backend=backend) as ex:
+            out = ex(*inputs)
+            grad_on = [s.submit(torch.is_grad_enabled).result() for s in ex.streams.values()]
+        outs = out if isinstance(out, (tuple, list)) else (out,)
+        assert grad_on == [False, False], backend
+        assert all(o.grad_fn is None and not o.requires_grad
+                   for o in outs if isinstance(o, torch.Tensor))
 
 
 @pytest.mark.parametrize("name", ["llama_stack", "inception_block", "moe_layer"])

@@ -226,26 +226,29 @@ class MultiStreamExecutor(torch.fx.Interpreter):
                 op = rn.node_op.get(n.name)
                 stream_of_node[n] = assignment.get(op) if op else None
         self._op_info = {t[0]: t for t in self.op_nodes}  # node -> its op_nodes entry
+        # what each op reads, directly or through lazy views (the views included)
+        reached = {n: _reached(n, self.lazy) for n, *_rest in self.op_nodes}
         # tensors read on another stream than their producer's (record_stream on devices)
         self.cross: dict[torch.fx.Node, list[torch.fx.Node]] = {}
         for n, s, _, _, _ in self.op_nodes:
-            reads = []
-            for a in _direct_inputs(n, self.lazy):
-                src = stream_of_node.get(a)
-                if src is not None and src != s:
-                    reads.append(a)
+            reads = [a for a in reached[n] if a not in self.lazy
+                     and stream_of_node.get(a) is not None and stream_of_node[a] != s]
             if reads:
                 self.cross[n] = reads
-        self._plan_frees()
-        # GIL-releasing torch.* bindings for pure aten ops, validated on first use
+        self._plan_frees(reached)
+        # faster bindings validated on first use: node -> (binding, the check it must pass)
         self._fast: dict[torch.fx.Node, Any] = {}
-        self._fast_pending: set[torch.fx.Node] = {
-            n for n, *_rest in self.op_nodes
-            if n.op == "call_function" and _torch_binding(n.target) is not None}
-        self._fast_pending |= {n for n in self.lazy if n.op == "call_function"
-                               and _view_binding(n.target) is not None}
+        self._fast_pending: dict[torch.fx.Node, tuple[Any, Any]] = {}
+        for n, *_rest in self.op_nodes:
+            fn = _torch_binding(n.target) if n.op == "call_function" else None
+            if fn is not None:
+                self._fast_pending[n] = (fn, _bitwise_equal)
+        for n in self.lazy:
+            fn = _view_binding(n.target) if n.op == "call_function" else None
+            if fn is not None:
+                self._fast_pending[n] = (fn, _same_views)
 
-    def _plan_frees(self) -> None:
+    def _plan_frees(self, reached: dict[torch.fx.Node, list[torch.fx.Node]]) -> None:
         """Which values each op's completion frees: every value (lazy views too) an op
         reads, directly or through views, counts that op once, and leaves ``env`` when its
         last reader has run. Values the outputs read are kept; a value nobody reads counts
@@ -262,6 +265,11 @@ class MultiStreamExecutor(torch.fx.Interpreter):
         Across streams, "last" is the last reader to finish, whatever stream it ran on;
         on devices a cross-stream read is ``record_stream``-ed, so the caching allocator
         does not reuse the block before that read has run."""
+        self._frees: dict[torch.fx.Node, tuple[torch.fx.Node, ...]] = {
+            n: () for n, *_rest in self.op_nodes}
+        self._uses: dict[torch.fx.Node, int] = {}
+        if not self.garbage_collect_values:
+            return
         keep = set(_reached(self.output_node, self.lazy)) if self.output_node is not None \
             else set()
         # only op outputs and the lazy views over them hold memory the call made (inputs,
@@ -272,32 +280,27 @@ class MultiStreamExecutor(torch.fx.Interpreter):
         for a in self.graph.nodes:  # topological: a view's bases come first
             if a in self.lazy and any(b in made for b in a.all_input_nodes):
                 made.add(a)
-        uses: dict[torch.fx.Node, int] = {}
-        self._frees: dict[torch.fx.Node, tuple[torch.fx.Node, ...]] = {}
+        uses = self._uses
         read_at_all: set[torch.fx.Node] = set()
         for n, *_rest in self.op_nodes:
-            reached = _reached(n, self.lazy)
-            read_at_all.update(reached)
-            read = [a for a in reached if a in made and a not in keep]
-            self._frees[n] = tuple(read) if self.garbage_collect_values else ()
+            read_at_all.update(reached[n])
+            read = tuple(a for a in reached[n] if a in made and a not in keep)
+            self._frees[n] = read
             for a in read:
                 uses[a] = uses.get(a, 0) + 1
-        if self.garbage_collect_values:
-            for n, *_rest in self.op_nodes:
-                if n in made and n not in keep and n not in read_at_all:
-                    self._frees[n] += (n,)  # read by no one: freed once made
-                    uses[n] = 1
-        self._uses = uses
-        self._left: dict[torch.fx.Node, int] = {}
+        for n, *_rest in self.op_nodes:
+            if n in made and n not in keep and n not in read_at_all:
+                self._frees[n] += (n,)  # read by no one: freed once made
+                uses[n] = 1
 
     def _ensure_backend(self) -> None:
         if self.backend is not None:
             return
-        spec = self._backend_spec
-        cpu = spec == "cpu"
-        if cpu:
-            from .cpu import set_intra_op_threads
+        from .cpu import CpuBackend, set_intra_op_threads
 
+        spec = self._backend_spec
+        cpu = spec == "cpu" or isinstance(spec, CpuBackend)  # a caller's instance too
+        if cpu:
             main_threads = torch.get_num_threads()
             set_intra_op_threads(self.intra_op_threads)
         self.backend = get_backend(spec) if isinstance(spec, str) else spec
@@ -402,16 +405,7 @@ class MultiStreamExecutor(torch.fx.Interpreter):
             stream = self.streams[self._op_info[n][1]]
             for a in self.cross[n]:
                 self.backend.record_stream(self.env.get(a), stream)
-        if n.op == "call_function":
-            fast = self._fast.get(n)
-            if fast is not None:
-                self.env[n] = fast(*args, **kwargs)
-            elif n in self._fast_pending:
-                self.env[n] = self._try_fast(n, args, kwargs)
-            else:
-                self.env[n] = n.target(*args, **kwargs)
-        else:
-            self.env[n] = getattr(self, n.op)(n.target, args, kwargs)
+        self.env[n] = self._call(n, args, kwargs)
         frees = self._frees[n]
         if frees:
             del args, kwargs  # this op's own references go with its inputs
@@ -424,38 +418,23 @@ class MultiStreamExecutor(torch.fx.Interpreter):
                 if not left[a]:
                     env.pop(a, None)
 
-    def _try_fast(self, n: torch.fx.Node, args: tuple, kwargs: dict) -> Any:
-        """First call of an aten op: run the OpOverload and its ``torch.*`` binding and keep
-        the binding only when it gives a bitwise-identical result. The ``torch.*`` bindings
-        release the GIL while they compute; calling an ``OpOverload`` does not (measured:
-        two threads of 1.6 ms matmuls ran 1.81x faster than serial through ``torch.mm``,
-        1.08x through ``torch.ops.aten.mm.default``), so without this two cpu streams
-        cannot overlap."""
-        self._fast_pending.discard(n)
+    def _call(self, n: torch.fx.Node, args: tuple, kwargs: dict) -> Any:
+        """Run one node (an op, or a lazy view an op reads) on its inputs: through its
+        validated faster binding when it has one."""
+        if n.op != "call_function":
+            return getattr(self, n.op)(n.target, args, kwargs)
+        fast = self._fast.get(n)
+        if fast is not None:
+            return fast(*args, **kwargs)
+        pending = self._fast_pending.pop(n, None)  # two streams may both get here: fine
         ref = n.target(*args, **kwargs)
-        fn = _torch_binding(n.target)
-        try:
-            got = fn(*args, **kwargs)
-            if compare(ref, got, exact=True).ok:
-                self._fast[n] = fn
-        except Exception:  # a different signature: keep the OpOverload
-            pass
-        return ref
-
-    def _try_fast_view(self, a: torch.fx.Node, args: tuple, kwargs: dict) -> Any:
-        """First evaluation of a lazy aten view: keep its ``torch.*`` function or
-        ``Tensor`` method (about a third of the ``OpOverload`` call's cost: 0.8-1.1 us
-        against 2.1-2.8 us for view/transpose here) only when it returns a view of the
-        same memory with the same shape, strides and offset: a later in-place write
-        through the view (a cache update) must land where the original's would."""
-        self._fast_pending.discard(a)
-        ref = a.target(*args, **kwargs)
-        fn = _view_binding(a.target)
-        try:
-            if fn is not None and _same_views(ref, fn(*args, **kwargs)):
-                self._fast[a] = fn
-        except Exception:  # a different signature: keep the OpOverload
-            pass
+        if pending is not None:
+            fn, same = pending
+            try:
+                if same(ref, fn(*args, **kwargs)):
+                    self._fast[n] = fn
+            except Exception:  # a different signature: keep the OpOverload
+                pass
         return ref
 
     def _value(self, a: torch.fx.Node) -> Any:
@@ -463,18 +442,7 @@ class MultiStreamExecutor(torch.fx.Interpreter):
         if v is not _MISSING:
             return v
         if a in self.lazy:
-            args = map_arg(a.args, self._value)
-            kwargs = map_arg(a.kwargs, self._value)
-            if a.op == "call_function":
-                fast = self._fast.get(a)
-                if fast is not None:
-                    v = fast(*args, **kwargs)
-                elif a in self._fast_pending:
-                    v = self._try_fast_view(a, args, kwargs)
-                else:
-                    v = a.target(*args, **kwargs)
-            else:
-                v = getattr(self, a.op)(a.target, args, kwargs)
+            v = self._call(a, map_arg(a.args, self._value), map_arg(a.kwargs, self._value))
             self.env[a] = v
             return v
         raise MissingSyncError(f"{a.name!r} was read before it was produced: an event is "
@@ -548,12 +516,25 @@ class MultiStreamExecutor(torch.fx.Interpreter):
 _BINDING_MODULES = ("_VariableFunctions", "_nn", "_linalg", "_special", "_fft")
 
 
-def _torch_binding(target: Any) -> Any:
-    """The ``torch.*`` python binding of a pure (non-mutating) aten OpOverload, or None."""
+def _aten_kind(target: Any) -> str | None:
+    """``"pure"`` for a non-mutating aten OpOverload returning new tensors, ``"view"`` for
+    one returning an alias of its input, None for anything else (mutating, not aten)."""
     if not isinstance(target, torch._ops.OpOverload) or target.namespace != "aten":
         return None
     schema = target._schema
-    if schema.is_mutable or any(a.alias_info is not None for a in schema.returns):
+    if schema.is_mutable:
+        return None
+    return "view" if any(r.alias_info is not None for r in schema.returns) else "pure"
+
+
+def _torch_binding(target: Any) -> Any:
+    """The ``torch.*`` python binding of a pure (non-mutating) aten OpOverload, or None.
+
+    The ``torch.*`` bindings release the GIL while they compute; calling an ``OpOverload``
+    does not (measured: two threads of 1.6 ms matmuls ran 1.81x faster than serial
+    through ``torch.mm``, 1.08x through ``torch.ops.aten.mm.default``), so without them
+    two cpu streams cannot overlap. Kept only when the first call is bitwise identical."""
+    if _aten_kind(target) != "pure":
         return None
     name = target.overloadpacket.__name__
     for mod in _BINDING_MODULES:
@@ -564,16 +545,20 @@ def _torch_binding(target: Any) -> Any:
 
 
 def _view_binding(target: Any) -> Any:
-    """The ``torch.*`` function, else the ``Tensor`` method, of an aten view op (an
-    overload returning an alias of its input), or None; validated by ``_same_views``."""
-    if not isinstance(target, torch._ops.OpOverload) or target.namespace != "aten":
-        return None
-    schema = target._schema
-    if schema.is_mutable or not any(r.alias_info is not None for r in schema.returns):
+    """The ``torch.*`` function, else the ``Tensor`` method, of an aten view op, or None:
+    about a third of the ``OpOverload`` call's cost (0.8-1.1 us against 2.1-2.8 us for
+    view/transpose here). Kept only when the first call returns the same view of the same
+    memory (:func:`_same_views`): a later in-place write through the view (a cache update)
+    must land where the original's would."""
+    if _aten_kind(target) != "view":
         return None
     name = target.overloadpacket.__name__
     fn = getattr(torch._C._VariableFunctions, name, None) or getattr(torch.Tensor, name, None)
     return fn if callable(fn) else None
+
+
+def _bitwise_equal(ref: Any, got: Any) -> bool:
+    return compare(ref, got, exact=True).ok
 
 
 def _same_views(ref: Any, got: Any) -> bool:
@@ -638,11 +623,6 @@ def _reached(n: torch.fx.Node, lazy: set) -> list[torch.fx.Node]:
         if a in lazy:
             stack.extend(a.all_input_nodes)
     return out
-
-
-def _direct_inputs(n: torch.fx.Node, lazy: set) -> list[torch.fx.Node]:
-    """Non-lazy nodes an op reads, looking through lazy views."""
-    return [a for a in _reached(n, lazy) if a not in lazy]
 
 
 __all__ = ["Comparison", "Jitter", "MissingSyncError", "MultiStreamExecutor", "compare",
