@@ -132,6 +132,10 @@ class OpCost(msgspec.Struct, frozen=True, gc=False):
     links, ``host``); ``block_dim`` the cores it takes of that pool (0 for non-core units);
     ``compute_full_us`` / ``memory_full_us`` its compute and memory times at full
     occupancy and full bandwidth (what :func:`with_cores` and the headroom bounds use).
+    For a CPU op costed by an op rate, ``compute_full_us`` is its rated time on all
+    cores and ``memory_full_us`` its DRAM floor (its bytes over one core's DRAM rate
+    when they exceed the profile's ``cache_bytes``, else 0): the time no thread count
+    goes below.
     """
 
     dur_us: float
@@ -213,13 +217,13 @@ def is_matrix_vector(op: Any) -> bool:
     return math.prod(max(0, int(d)) for d in ins[pos].shape[:-1]) == 1
 
 
-def _rated(op: Any, profile: DeviceProfile, key: str, max_cores: int | None) -> OpCost:
+def _rated(op: Any, profile: DeviceProfile, key: str, max_cores: int | None,
+           traffic: float) -> OpCost:
     """The cost from a measured CPU op rate, on the op's share of the cores: a CPU stream's
     worker runs every op with its whole intra-op thread count (small ops too: they pay the
     thread team's fixed cost even when they cannot use it), so that count is the op's
     block dim; copies and host work hold no core of the pool but run on those threads."""
     rate = profile.op_rates[key]
-    traffic = float((op.bytes_read or 0) + (op.bytes_written or 0))
     work = float(op.flops or 0.0) if rate.metric == "flops" else traffic
     resource = op.resource
     cores = profile.unit_cores("cube")
@@ -254,14 +258,14 @@ def estimate(op: Any, profile: DeviceProfile, max_cores: int | None = None) -> O
     the op may use at most that many cores of its unit (core limiting)."""
     meta = op.meta or {}
     traffic = float((op.bytes_read or 0) + (op.bytes_written or 0))
-    memory_full = traffic / (profile.memory_bandwidth_gbps * 1e3)
-    launch = profile.launch_overhead_us
     on_host = profile.kind == "cpu"
     resource = op.resource
     if on_host and profile.op_rates and meta.get("dur_us") is None:
         key = op_rate_key(op.type, resource, profile.op_rates, rate_variant(meta))
         if key is not None:
-            return _rated(op, profile, key, max_cores)
+            return _rated(op, profile, key, max_cores, traffic)
+    memory_full = traffic / (profile.memory_bandwidth_gbps * 1e3)
+    launch = profile.launch_overhead_us
 
     if resource in ("cube", "vector"):
         cores = profile.unit_cores(resource)
@@ -316,8 +320,8 @@ def with_cores(op_or_cost: Any, profile: DeviceProfile, cores: int) -> OpCost:
         # a measured CPU op: its own time scaled as its op rate, floored at DRAM speed,
         # scales with threads (a decode GEMV at its floor on one thread does not stretch)
         floor = c.memory_full_us  # the DRAM floor, which no thread count lowers
-        before = max(rate.duration_us(c.work, was, total), floor)
-        now = max(rate.duration_us(c.work, cores, total), floor)
+        before = _rated_time(rate, c.work, was, total, floor)[0]
+        now = _rated_time(rate, c.work, cores, total, floor)[0]
         scale = now / before if before > 0 else was / cores
         dur, bound = _with_launch(profile, own * scale, c.bound)
     elif rate is not None:

@@ -41,6 +41,7 @@ def sweep(graph, profile, stream_counts: list[int], *, ge: bool = False, jitter:
           seed: int = 0, plans: list | None = None) -> dict:
     """Simulate the best plan for every stream count (or the given plans)."""
     from ..device.cost import estimate
+    from ..graph.ir import validate
     from ..plan.assign import assign
     from ..plan.cli import build
     from ..timeline.analyze import analyze_capture
@@ -48,6 +49,7 @@ def sweep(graph, profile, stream_counts: list[int], *, ge: bool = False, jitter:
 
     costs = {o.name: estimate(o, profile) for o in graph.ops}
     dur = {n: c.dur_us for n, c in costs.items()}
+    order = validate(graph)  # once for every plan simulated below
     rows = []
     best_runs = {}
     for k in stream_counts:
@@ -64,8 +66,8 @@ def sweep(graph, profile, stream_counts: list[int], *, ge: bool = False, jitter:
             cands = cands[:3] if (ge or jitter) else cands[:1]
         if not cands:
             continue
-        runs = [simulate_plan(graph, c, profile, ge=ge, jitter=jitter, seed=seed, costs=costs)
-                for c in cands]
+        runs = [simulate_plan(graph, c, profile, ge=ge, jitter=jitter, seed=seed, costs=costs,
+                              order=order) for c in cands]
         run = min(runs, key=lambda r: (r.result.wall_us, r.plan.streams, r.plan.name))
         best_runs[k] = run
         cap = analyze_capture(run.result.timeline)

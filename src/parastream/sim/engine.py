@@ -210,7 +210,9 @@ def _simulate(tasks: list[Task], device: Device, jitter: float, seed: int, name:
                     qs = (j - n,)
                 else:  # task j released the host lock: sweep the queues waiting for it
                     lock_busy = False
-                    qs = sorted(lock_blocked, key=partial(_rr_distance, rr, q_count))
+                    # most releases find no queue waiting, or one: sort only when it matters
+                    qs = sorted(lock_blocked, key=partial(_rr_distance, rr, q_count)) \
+                        if len(lock_blocked) > 1 else tuple(lock_blocked)
                     lock_blocked.clear()
             else:
                 if has_mem:
@@ -273,11 +275,14 @@ def _simulate(tasks: list[Task], device: Device, jitter: float, seed: int, name:
                     waiting_since[i] = t
                 continue
             ws = waiting_since[i]
+            if ws >= 0:
+                last = last_done[i]
+                awaited_end = done_at[last]
             if ws >= 0 and wake_us:
                 # a wait that blocked: the worker runs again one wake-up after the event,
                 # and takes no cores and no lock before that
-                ready = done_at[last_done[i]] + wake_us
-                if done_at[last_done[i]] > ws and t < ready:
+                ready = awaited_end + wake_us
+                if awaited_end > ws and t < ready:
                     if retry_at[qi] != ready:
                         retry_at[qi] = ready
                         seq += 1
@@ -299,11 +304,9 @@ def _simulate(tasks: list[Task], device: Device, jitter: float, seed: int, name:
                     bp.discard(qi)
                 free[p] -= k
             begin = t + sweep_us
-            if ws >= 0:
+            if ws >= 0 and awaited_end > ws:
                 # the wait lasts until the last awaited event, not until cores were free
-                end = done_at[last_done[i]]
-                if end > ws:
-                    wait_iv.append((i, ws, end, last_done[i]))
+                wait_iv.append((i, ws, awaited_end, last))
             running[qi] = True
             start_at[i] = begin
             dur = dur_of[i]
@@ -315,7 +318,7 @@ def _simulate(tasks: list[Task], device: Device, jitter: float, seed: int, name:
             if has_mem and mem_bound[i] and dur > 0:
                 # the sweep is folded into the shared work so memory bookkeeping stays at t
                 settle_mem(t)
-                mem_left[i] = dur + (begin - t)  # with a wake-up, if any
+                mem_left[i] = dur + sweep_us
                 seq = reschedule_mem(t, seq)
             else:
                 if has_mem:

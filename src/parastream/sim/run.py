@@ -13,7 +13,7 @@ from typing import Iterable
 
 import msgspec
 
-from ..device.cost import OpCost, estimate, is_matrix_vector, with_cores
+from ..device.cost import OpCost, estimate, with_cores
 from ..device.profile import DeviceProfile
 from ..graph.ir import Graph, validate
 from ..plan.lints import lint
@@ -119,8 +119,9 @@ def measured_costs(graph: Graph, profile: DeviceProfile,
         if n in seen:
             c = msgspec.structs.replace(c, dur_us=statistics.median(seen[n]) + launch,
                                         measured=True)
-            if cpu and not (c.rate_key and c.threads == 1 and is_matrix_vector(op)):
-                # (a GEMV ran on one thread whatever the count: its estimate says so)
+            if cpu and not (c.rate_key and c.threads == 1):
+                # (a rated op the estimate put on one thread is a GEMV, which ran on one
+                # thread whatever the count; on a 1-core profile k is 1 anyway)
                 on_cores = c.unit in ("cube", "vector")
                 c = msgspec.structs.replace(
                     c, block_dim=min(k, profile.unit_cores(c.unit)) if on_cores else 0,
@@ -140,9 +141,10 @@ def simulate_plan(graph: Graph, plan: Plan, profile: DeviceProfile, *, ge: bool 
                   order: list[str] | None = None) -> SimRun:
     """Simulate one plan; ``ge=True`` first applies GE's reorder to the issue order. Pass
     ``costs`` and the graph's validated ``order`` when simulating many plans of one graph."""
-    ops = graph.index()
     order = order or validate(graph)
-    costs = costs or {n: estimate(ops[n], profile) for n in order}
+    if costs is None:
+        ops = graph.index()
+        costs = {n: estimate(ops[n], profile) for n in order}
     if ge:
         order = ge_reorder(graph, plan, order, {n: c.dur_us for n, c in costs.items()})
     tasks = tasks_for(graph, plan, profile, costs=costs, order=order)
