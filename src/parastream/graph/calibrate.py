@@ -27,6 +27,7 @@ import queue
 import statistics
 import threading
 import time
+from functools import partial
 from typing import Any, Callable
 
 from ..device.profile import SCHEMA, dumps_profile, loads_profile
@@ -50,6 +51,38 @@ def _run_times(fn: Callable[[], Any], budget_s: float, min_runs: int,
 def _best_time(fn: Callable[[], Any], budget_s: float, min_runs: int = 3) -> float:
     """The fastest of repeated runs of ``fn`` within about ``budget_s``."""
     return min(_run_times(fn, budget_s, min_runs))
+
+
+def _median_time(fn: Callable[[], Any], budget_s: float, min_runs: int = 5,
+                 max_runs: int = 10000) -> float:
+    """The median of repeated runs of ``fn`` within about ``budget_s``."""
+    return statistics.median(_run_times(fn, budget_s, min_runs, max_runs))
+
+
+def _on_worker(fn: Callable[[], Any], threads: int = 1,
+               name: str = "parastream-calibrate") -> Any:
+    """``fn()`` on a fresh thread with ``threads`` intra-op threads and autograd off, as
+    the cpu backend's stream workers run ops (a multi-threaded op called off the main
+    thread pays for waking its thread team); its result, or its exception re-raised."""
+    import torch
+
+    out: list = []
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            torch.set_num_threads(threads)  # per thread, as the cpu backend's workers do
+            with torch.no_grad():
+                out.append(fn())
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller
+            failed.append(exc)
+
+    th = threading.Thread(target=run, name=name)
+    th.start()
+    th.join()
+    if failed:
+        raise failed[0]
+    return out[0]
 
 
 def measure_matmul(dtype: str = "fp32", n: int = 1024, budget_s: float = 1.0) -> float:
@@ -126,31 +159,22 @@ def _op_cases() -> dict[str, tuple[str, Callable[[bool], tuple[Callable[[], Any]
         out = nb * o * hw * hw
         return (lambda: F.conv2d(x, w, b, padding=1)), 2.0 * out * c * ks * ks + out
 
-    def sdpa(large: bool):
-        b, h, L, e = (2, 8, 128, 64) if large else (1, 4, 16, 16)
-        q, k, v = r(b, h, L, e), r(b, h, L, e), r(b, h, L, e)
-        return (lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True)), \
-            4.0 * b * h * L * L * e
-
-    def sdpa_mixed_head_dims(large: bool):
-        # v's head dim differs from q's (MLA's decoupled rope): the unfused math kernel
-        b, h, L, e, ev = (2, 8, 128, 48, 32) if large else (1, 4, 16, 16, 8)
+    def sdpa(large: bool, mixed: bool = False):
+        # mixed: v's head dim below q's (MLA's decoupled rope): the unfused math kernel
+        b, h, L, e, ev = ((2, 8, 128, 48, 32) if large else (1, 4, 16, 16, 8)) if mixed \
+            else ((2, 8, 128, 64, 64) if large else (1, 4, 16, 16, 16))
         q, k, v = r(b, h, L, e), r(b, h, L, e), r(b, h, L, ev)
         return (lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True)), \
             2.0 * b * h * L * L * (e + ev)
 
-    def max_pool2d(large: bool):
+    def max_pool2d(large: bool, channels_last: bool = False):
+        # channels_last: the same pool on NHWC data (an image permuted from HWC), another
+        # kernel, 10-20x faster here, for ops the importer marks memory_format=channels_last
         x = r(4, 64, 56, 56) if large else r(1, 8, 14, 14)
+        if channels_last:
+            x = x.contiguous(memory_format=torch.channels_last)
         out = F.max_pool2d(x, 3, 2, 1)
         return (lambda: F.max_pool2d(x, 3, 2, 1)), 9.0 * out.numel()  # a 3x3 window each
-
-    def max_pool2d_channels_last(large: bool):
-        # the same pool on NHWC data (an image permuted from HWC): another kernel, 10-20x
-        # faster here, costed for ops the importer marks memory_format=channels_last
-        x = (r(4, 64, 56, 56) if large else r(1, 8, 14, 14)).contiguous(
-            memory_format=torch.channels_last)
-        out = F.max_pool2d(x, 3, 2, 1)
-        return (lambda: F.max_pool2d(x, 3, 2, 1)), 9.0 * out.numel()
 
     def rms_norm(large: bool):
         d = 512 if large else 64
@@ -180,8 +204,9 @@ def _op_cases() -> dict[str, tuple[str, Callable[[bool], tuple[Callable[[], Any]
 
     return {"linear": ("flops", linear), "conv2d": ("flops", conv2d),
             "scaled_dot_product_attention": ("flops", sdpa),
-            "scaled_dot_product_attention.mixed_head_dims": ("flops", sdpa_mixed_head_dims), "max_pool2d": ("flops", max_pool2d),
-            "max_pool2d.channels_last": ("flops", max_pool2d_channels_last),
+            "scaled_dot_product_attention.mixed_head_dims": ("flops", partial(sdpa, mixed=True)),
+            "max_pool2d": ("flops", max_pool2d),
+            "max_pool2d.channels_last": ("flops", partial(max_pool2d, channels_last=True)),
             "rms_norm": ("bytes", rms_norm), "layer_norm": ("bytes", layer_norm),
             "softmax": ("bytes", softmax), "add": ("bytes", add), "silu": ("bytes", silu),
             "cat": ("bytes", cat)}
@@ -207,35 +232,25 @@ def measure_op_rates(quick: bool = False, rounds: int = 1) -> dict[str, dict]:
     miss. Every case is timed at two sizes and both thread counts, the median of a short
     burst, the lowest of ``rounds`` rounds; the line through the two sizes gives the fixed
     per-call cost and the rate."""
-    try:
-        import torch
-    except ImportError:
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is None:
         return {}
     cores = cpu_count()
     budget = 0.015 if quick else 0.05
     cases = {name: (metric, case(False), case(True)) for name, (metric, case) in _op_cases().items()}
     best: dict[tuple[str, int, bool], float] = {}
-    failed: list[BaseException] = []
 
-    def worker(threads: int) -> None:
-        try:
-            torch.set_num_threads(threads)  # per thread, as the cpu backend's workers do
-            with torch.no_grad():
-                for name, (_, small, large) in cases.items():
-                    for is_large, (fn, _) in ((False, small), (True, large)):
-                        t = statistics.median(_run_times(fn, budget, 5, 2000)) * 1e6
-                        key = (name, threads, is_large)
-                        best[key] = min(best.get(key, t), t)
-        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller
-            failed.append(exc)
+    def burst() -> dict[tuple[str, bool], float]:
+        return {(name, is_large): _median_time(fn, budget, 5, 2000) * 1e6
+                for name, (_, small, large) in cases.items()
+                for is_large, (fn, _) in ((False, small), (True, large))}
 
     for _ in range(rounds):
         for threads in sorted({1, cores}):
-            th = threading.Thread(target=worker, args=(threads,), name="parastream-calibrate-ops")
-            th.start()
-            th.join()
-            if failed:
-                raise failed[0]
+            for (name, is_large), t in _on_worker(burst, threads, "parastream-calibrate-ops").items():
+                key = (name, threads, is_large)
+                best[key] = min(best.get(key, t), t)
     out = {}
     for name, (metric, small, large) in cases.items():
         f1, r1 = _fit((small[1], best[name, 1, False]), (large[1], best[name, 1, True]))
@@ -280,21 +295,13 @@ def measure_dram(megabytes: int = 64,
     a, b = torch.randn(half), torch.randn(half)
     gemv_bytes = float(_nbytes(weights[0], x) + 4 * rows)
     add_bytes = float(3 * _nbytes(a))
-    rates: dict[str, float] = {}
     together: list[float] = []
     failed: list[BaseException] = []
     start = threading.Barrier(cores) if cores > 1 else None
 
-    def alone() -> None:
-        try:
-            torch.set_num_threads(1)
-            with torch.no_grad():
-                t = statistics.median(_run_times(lambda: F.linear(x, weights[0]), budget_s, 5))
-                rates["linear"] = gemv_bytes / t / 1e9
-                t = statistics.median(_run_times(lambda: torch.add(a, b), budget_s, 5))
-                rates["add"] = add_bytes / t / 1e9
-        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller
-            failed.append(exc)
+    def alone() -> dict[str, float]:
+        return {"linear": gemv_bytes / _median_time(lambda: F.linear(x, weights[0]), budget_s) / 1e9,
+                "add": add_bytes / _median_time(lambda: torch.add(a, b), budget_s) / 1e9}
 
     def at_once(i: int) -> None:
         try:
@@ -313,31 +320,21 @@ def measure_dram(megabytes: int = 64,
             if start is not None:
                 start.abort()
 
-    cached = [0]
+    def cache_size() -> int:
+        cached, mb = 0, 1
+        while mb < megabytes:
+            w = weights[0][: max(1, mb * (1 << 20) // (4 * k))]
+            t = _median_time(lambda: F.linear(x, w), budget_s / 8)
+            if _nbytes(w) / t / 1e9 < 2 * rates["linear"]:
+                break
+            cached = mb << 20
+            mb *= 2
+        return cached
 
-    def cache_size() -> None:
-        try:
-            torch.set_num_threads(1)
-            with torch.no_grad():
-                mb = 1
-                while mb < megabytes:
-                    w = weights[0][: max(1, mb * (1 << 20) // (4 * k))]
-                    t = statistics.median(_run_times(lambda: F.linear(x, w), budget_s / 8, 5))
-                    if _nbytes(w) / t / 1e9 < 2 * rates["linear"]:
-                        break
-                    cached[0] = mb << 20
-                    mb *= 2
-        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller
-            failed.append(exc)
-
-    for target in (alone, cache_size):
-        th = threading.Thread(target=target, name="parastream-calibrate-dram")
-        th.start()
-        th.join()
-        if failed:
-            raise failed[0]
+    rates = _on_worker(alone, 1, "parastream-calibrate-dram")
+    cached = _on_worker(cache_size, 1, "parastream-calibrate-dram")
     if start is None:
-        return rates, 1.0, cached[0]
+        return rates, 1.0, cached
     weights += [torch.randn(rows, k) for _ in range(cores - 1)]
     threads = [threading.Thread(target=at_once, args=(i,), name="parastream-calibrate-dram")
                for i in range(cores)]
@@ -348,7 +345,7 @@ def measure_dram(megabytes: int = 64,
     if failed and not isinstance(failed[0], threading.BrokenBarrierError):
         raise failed[0]
     streams = sum(together) / rates["linear"] if len(together) == cores else 1.0
-    return rates, min(float(cores), max(1.0, streams)), cached[0]
+    return rates, min(float(cores), max(1.0, streams)), cached
 
 
 def measure_vector(elements: int = 1 << 16, budget_s: float = 0.5) -> float:
