@@ -143,6 +143,7 @@ def predictions(models, profile, runs: int, repeat: int = 2) -> list[dict]:
     from parastream.plan.model import Plan
     from parastream.runtime.cli import capture_op_costs
     from parastream.runtime.measure import measure
+    from parastream.graph.ir import validate
     from parastream.sim.run import simulate_plan
 
     def wall(module, inputs, rn, plan) -> float:
@@ -156,9 +157,11 @@ def predictions(models, profile, runs: int, repeat: int = 2) -> list[dict]:
         rn, doc, multi = candidates_of(module, inputs, name, profile, top=1)
         single = Plan.single(o.name for o in rn.graph.ops)
         costs = capture_op_costs(module, inputs, rn, profile, runs=runs)
+        order = validate(rn.graph)
         for plan in [single] + multi:
-            pred = simulate_plan(rn.graph, plan, profile).result.wall_us
-            from_ops = simulate_plan(rn.graph, plan, profile, costs=costs).result.wall_us
+            pred = simulate_plan(rn.graph, plan, profile, order=order).result.wall_us
+            from_ops = simulate_plan(rn.graph, plan, profile, costs=costs,
+                                     order=order).result.wall_us
             setups.append((name, module, inputs, rn, plan, pred, from_ops))
             walls.append([wall(module, inputs, rn, plan)])
     for _ in range(repeat - 1):

@@ -131,38 +131,37 @@ def run_demo(out_dir: str = "out/demo", model: str = DEFAULT_MODEL, scale: str =
         result = run_candidates(module, inputs, runnable, doc, multi, profile, runs=runs,
                                 reuse_estimates=True, on_candidate=running, op_costs=op_costs)
         runs_by_name = result["_runs"]
-        measured: list[dict] = []
-        for r in result["candidates"]:
-            m = runs_by_name[r.name][0]
-            cand = doc.candidate(r.name)
-            predicted = r.predicted_wall_us
-            measured.append({
-                "candidate": r.name, "streams": cand.streams,
-                "predicted_multi_us": round(predicted, 1),
-                "predicted_single_us": round(r.predicted_single_us, 1),
-                "predicted_speedup": round(r.predicted_single_us / predicted, 4) if predicted else None,
-                "predicted_from_ops_us": round(r.predicted_from_ops_us, 1)
-                if r.predicted_from_ops_us is not None else None,
-                "measured_single_us": round(m.single_median_us, 1),
-                "measured_multi_us": round(m.multi_median_us, 1),
-                "measured_speedup": round(m.speedup, 3),
-                "prediction_error_pct": round(100 * (predicted - m.multi_median_us) / m.multi_median_us, 1),
-                "overlap_pct": [round(p, 4) for p in r.overlap_pcts],
-                "runs_kept": len(m.multi_walls_us),
-            })
         iso = None
         if best_settings and baseline.wanted():
             step("each side again in a process of its own (best OpenMP setting)")
-            iso = baseline.best_settings(model, scale, phase, doc,
-                                         [r["candidate"] for r in measured],
+            iso = baseline.best_settings(model, scale, phase, doc, [c.name for c in multi],
                                          runs=runs, warmup=2, drop=2)
+            baseline.attach(result["candidates"], iso)
         else:
             step("separate processes skipped: " + ("--side-by-side-only" if not best_settings
                                                    else "OMP_WAIT_POLICY is set"))
-        baseline.attach(result["candidates"], iso)
-        for r, cr in zip(measured, result["candidates"]):
-            r["separate_single_spinning_us"] = round(cr.iso_single_us, 1) if cr.iso_single_us else None
-            r["separate_multi_us"] = round(cr.iso_multi_us, 1) if cr.iso_multi_us else None
+        measured: list[dict] = []
+        for c, r in zip(multi, result["candidates"]):
+            predicted = r.predicted_wall_us
+            pred_speedup = r.predicted_speedup
+            measured.append({
+                "candidate": r.name, "streams": c.streams,
+                "predicted_multi_us": round(predicted, 1),
+                "predicted_single_us": round(r.predicted_single_us, 1),
+                "predicted_speedup": round(pred_speedup, 4) if pred_speedup else None,
+                "predicted_from_ops_us": round(r.predicted_from_ops_us, 1)
+                if r.predicted_from_ops_us is not None else None,
+                "measured_single_us": round(r.single_median_us, 1),
+                "measured_multi_us": round(r.multi_median_us, 1),
+                "measured_speedup": round(r.speedup, 3),
+                "prediction_error_pct": round(100 * (predicted - r.multi_median_us)
+                                              / r.multi_median_us, 1),
+                "overlap_pct": [round(p, 4) for p in r.overlap_pcts],
+                "runs_kept": len(runs_by_name[r.name][0].multi_walls_us),
+                "separate_single_spinning_us": round(r.iso_single_us, 1)
+                if r.iso_single_us else None,
+                "separate_multi_us": round(r.iso_multi_us, 1) if r.iso_multi_us else None,
+            })
         step("analysing the measured timeline")
         # the same decision as `parastream run`: never a plan under the speedup margin, each
         # side taken in its best setting

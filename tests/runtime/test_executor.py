@@ -187,8 +187,7 @@ def test_only_big_intermediates_are_freed_early():
 def test_a_value_read_on_two_streams_waits_for_both_readers_before_it_goes(monkeypatch):
     """y is read by an op on each stream; whichever reader finishes first must not free
     it under the other (jittered delays and issue orders, 200 runs, bitwise)."""
-    from parastream.plan.model import Plan
-    from parastream.plan.sync import minimal_events
+    from parastream.plan.assign import plan_from_assignment
 
     class Fork(torch.nn.Module):
         def forward(self, x, w):
@@ -203,8 +202,7 @@ def test_a_value_read_on_two_streams_waits_for_both_readers_before_it_goes(monke
     names = [o.name for o in rn.graph.ops]
     side = {n: 1 for n in names if n.startswith(("sigmoid", "sum_1"))}
     assignment = {n: side.get(n, 0) for n in names}
-    events, _ = minimal_events(rn.graph, assignment)
-    plan = Plan(name="fork", algorithm="manual", assignment=assignment, events=events, streams=2)
+    plan = plan_from_assignment(rn.graph, assignment, name="fork")
     jit = Jitter(seed=11, prob=0.8, max_delay_us=200)
     with MultiStreamExecutor(module, inputs, plan, runnable=rn, jitter=jit) as ex:
         c = ex.check(*inputs, runs=200)

@@ -187,15 +187,18 @@ def merge_chains(cs: list[list[str]], cap: int, order: list[str], times: dict[st
 
 
 # ------------------------------------------------------------------ algorithms
-def _finish(graph: Graph, order: list[str], assignment: dict[str, int], algorithm: str,
-            name: str | None = None, **meta) -> Plan:
+def plan_from_assignment(graph: Graph, assignment: dict[str, int], algorithm: str = "manual",
+                         name: str | None = None, *, order: list[str] | None = None,
+                         **meta) -> Plan:
+    """The plan of a stream assignment: its minimal events (plan.sync) and the streams it
+    uses; ``order`` is the graph's validated topological order when the caller has it."""
     events, lay = minimal_events(graph, assignment, order)
     return Plan(name=name or algorithm, algorithm=algorithm, assignment=assignment, events=events,
                 streams=len([s for s in lay.streams if lay.count[s]]), meta=meta)
 
 
 def plan_single(graph: Graph, order: list[str], **_) -> Plan:
-    return _finish(graph, order, {n: 0 for n in order}, "single")
+    return plan_from_assignment(graph, {n: 0 for n in order}, "single", order=order)
 
 
 def plan_matching(graph: Graph, order: list[str], dur: dict[str, float], max_streams: int | None,
@@ -207,8 +210,8 @@ def plan_matching(graph: Graph, order: list[str], dur: dict[str, float], max_str
     width = len(cs)
     cs = merge_chains(cs, max_streams or len(cs), order, times, main)
     assignment = {n: s for s, c in enumerate(cs) for n in c}
-    return _finish(graph, order, assignment, "matching", chain_cover=width,
-                   cap=max_streams)
+    return plan_from_assignment(graph, assignment, "matching", order=order,
+                                chain_cover=width, cap=max_streams)
 
 
 def plan_critical_path(graph: Graph, order: list[str], dur: dict[str, float],
@@ -223,12 +226,12 @@ def plan_critical_path(graph: Graph, order: list[str], dur: dict[str, float],
     for i, c in enumerate(cs):
         for n in c:
             assignment[n] = 1 + i % sides
-    return _finish(graph, order, assignment, "critical-path")
+    return plan_from_assignment(graph, assignment, "critical-path", order=order)
 
 
 def plan_resource_split(graph: Graph, order: list[str], bound: dict[str, str], **_) -> Plan:
     assignment = {n: (1 if bound.get(n) in ("memory", "comm") else 0) for n in order}
-    return _finish(graph, order, assignment, "resource-split")
+    return plan_from_assignment(graph, assignment, "resource-split", order=order)
 
 
 def plan_manual(graph: Graph, order: list[str], mapping: dict[str, int] | None, **_) -> Plan:
@@ -255,7 +258,8 @@ def plan_manual(graph: Graph, order: list[str], mapping: dict[str, int] | None, 
                if not any(_matches(p, (ops[n].name, ops[n].module, ops[n].type)) for n in order)]
     if unknown:
         raise PlanError(f"manual mapping names that match no op: {', '.join(map(repr, unknown))}")
-    return _finish(graph, order, assignment, "manual", mapping=dict(mapping))
+    return plan_from_assignment(graph, assignment, "manual", order=order,
+                                mapping=dict(mapping))
 
 
 def _matches(pattern: str, fields: tuple[str, ...]) -> bool:

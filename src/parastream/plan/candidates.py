@@ -27,8 +27,8 @@ from typing import Callable
 from ..graph.ir import Graph, validate
 from .estimate import make_estimate, wall_us
 from .lints import is_cheap, lint
+from .assign import plan_from_assignment
 from .model import Plan
-from .sync import minimal_events
 
 SWITCH = "PARASTREAM_MULTI_STREAM"
 
@@ -63,10 +63,10 @@ class DeviceFacts:
 
 def _plan(graph: Graph, order: list[str], assignment: dict[str, int], name: str, algorithm: str,
           point: Point | None) -> Plan:
-    events, lay = minimal_events(graph, assignment, order)
-    return Plan(name=name, algorithm=algorithm, assignment=assignment, events=events,
-                streams=len([s for s in lay.streams if lay.count[s]]),
-                parallel_point=point.name if point else None, switch=SWITCH)
+    plan = plan_from_assignment(graph, assignment, algorithm, name, order=order)
+    plan.parallel_point = point.name if point else None
+    plan.switch = SWITCH
+    return plan
 
 
 def _pinned_ops(graph: Graph, assignment: dict[str, int]) -> dict[str, int]:

@@ -200,13 +200,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         os.makedirs(args.trace, exist_ok=True)
         from ..report.kineto import write_kineto
 
-        for label, tl in result.pop("_timelines"):
+        for label, tl in _run_timelines(result["_runs"]):
             write_kineto(os.path.join(args.trace, _safe(label) + ".json"), tl, label)
         write_atomic(os.path.join(args.trace, "plan.json"), dumps(doc))
         out.write(f"timelines written to {args.trace}/ (parastream analyze DIR/<candidate>.json "
                   f"--baseline DIR/single.json --plan DIR/plan.json)\n")
-    else:
-        result.pop("_timelines", None)
     result.pop("_runs", None)
     if args.json:
         write_atomic(args.json, json.dumps(_jsonable(result), indent=1))
@@ -266,9 +264,9 @@ def run_candidates(module: Any, inputs: tuple, runnable: Any, doc: Any, chosen: 
     single-stream runs give them.
 
     Returns ``candidates`` (:class:`CandidateResult` s), ``details`` (JSON-ready), and, for
-    callers that write reports, ``_timelines`` ((label, timeline) pairs) and ``_runs``
-    (candidate name -> (Measurement, analysis)). ``on_candidate(k, n, plan)`` is called
-    before each candidate runs (progress)."""
+    callers that write reports, ``_runs`` (candidate name -> (Measurement, analysis)).
+    ``on_candidate(k, n, plan)`` is called before each candidate runs (progress)."""
+    from ..graph.ir import validate
     from ..sim.run import measured_costs, sim_label, simulate_plan
     from ..plan.model import Plan
     from .executor import Jitter, MultiStreamExecutor
@@ -276,6 +274,7 @@ def run_candidates(module: Any, inputs: tuple, runnable: Any, doc: Any, chosen: 
     from .recommend import CandidateResult
 
     graph = runnable.graph
+    order = validate(graph)  # once for every plan simulated below
     label = sim_label(profile)
     single_wall: dict[str, float] = {}
 
@@ -286,12 +285,13 @@ def run_candidates(module: Any, inputs: tuple, runnable: Any, doc: Any, chosen: 
             return plan.estimate.wall_us, plan.estimate.single_stream_wall_us
         if "single" not in single_wall:
             base = Plan.single(o.name for o in graph.ops)
-            single_wall["single"] = simulate_plan(graph, base, profile).result.wall_us
-        return simulate_plan(graph, plan, profile).result.wall_us, single_wall["single"]
+            single_wall["single"] = simulate_plan(graph, base, profile,
+                                                  order=order).result.wall_us
+        return (simulate_plan(graph, plan, profile, order=order).result.wall_us,
+                single_wall["single"])
 
     results: list[CandidateResult] = []
     details: list[dict] = []
-    timelines: list[tuple[str, Any]] = []
     # op_costs: given, or from the first measured single-stream executor runs
     runs_by_name: dict[str, tuple[Any, dict]] = {}
     for k, c in enumerate(chosen, 1):
@@ -313,7 +313,7 @@ def run_candidates(module: Any, inputs: tuple, runnable: Any, doc: Any, chosen: 
                     drop=drop, runnable=runnable)
         if op_costs is None and m.single_timelines:
             op_costs = measured_costs(graph, profile, m.single_timelines)
-        from_ops = (simulate_plan(graph, c, profile, costs=op_costs).result.wall_us
+        from_ops = (simulate_plan(graph, c, profile, costs=op_costs, order=order).result.wall_us
                     if op_costs is not None else None)
         an = analyse(m, doc, c.name)
         runs_by_name[c.name] = (m, an)
@@ -341,13 +341,20 @@ def run_candidates(module: Any, inputs: tuple, runnable: Any, doc: Any, chosen: 
                         "triage": {"verdict": tri.get("verdict"), "summary": tri.get("summary"),
                                    "evidence": tri.get("evidence", [])},
                         "check": check_note})
-        if m.multi_timeline is not None:
-            timelines.append((c.name, m.multi_timeline))
-        if m.single_timeline is not None and not any(l == "single" for l, _ in timelines):
-            timelines.append(("single", m.single_timeline))
     return {"model": graph.name, "device": device, "runs": runs, "drop": drop,
-            "candidates": results, "details": details, "_timelines": timelines,
-            "_runs": runs_by_name}
+            "candidates": results, "details": details, "_runs": runs_by_name}
+
+
+def _run_timelines(runs_by_name: dict) -> list[tuple[str, Any]]:
+    """(label, timeline) pairs of :func:`run_candidates`' runs: each candidate's median
+    multi-stream run, then the first single-stream run (the baseline for analyze)."""
+    out = [(name, m.multi_timeline) for name, (m, _) in runs_by_name.items()
+           if m.multi_timeline is not None]
+    single = next((m.single_timeline for m, _ in runs_by_name.values()
+                   if m.single_timeline is not None), None)
+    if single is not None:
+        out.append(("single", single))
+    return out
 
 
 def _print(out, result: dict, rec) -> None:
@@ -362,7 +369,7 @@ def _print(out, result: dict, rec) -> None:
                 "outputs"):
         t.add_column(col)
     for r, d in zip(result["candidates"], result["details"]):
-        pred_sp = (r.predicted_single_us / r.predicted_wall_us) if r.predicted_wall_us else 0.0
+        pred_sp = r.predicted_speedup or 0.0
         t.add_row(r.name[:48], str(d["streams"]), f"{r.single_median_us:,.0f}",
                   f"{r.multi_median_us:,.0f}", f"{r.speedup:.2f}x",
                   f"{r.predicted_wall_us:,.0f}" if r.predicted_wall_us is not None else "-",

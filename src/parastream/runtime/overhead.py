@@ -53,8 +53,8 @@ def measure_executor_overhead(quick: bool = False, rounds: int = 3,
     import torch
 
     from ..graph.torch_import import import_runnable
+    from ..plan.assign import plan_from_assignment
     from ..plan.model import Plan
-    from ..plan.sync import minimal_events
     from .executor import MultiStreamExecutor, _cores
     from .measure import median_wall_us
 
@@ -71,9 +71,7 @@ def measure_executor_overhead(quick: bool = False, rounds: int = 3,
             for label, assignment in (
                     ("ping-pong", {o: i % 2 for i, o in enumerate(names)}),
                     ("second stream", {o: int(i == 0) for i, o in enumerate(names)})):
-                events, _ = minimal_events(rn.graph, assignment)
-                plans[label] = (Plan(name=label, algorithm="manual", assignment=assignment,
-                                     events=events, streams=2), None)
+                plans[label] = (plan_from_assignment(rn.graph, assignment, name=label), None)
             for label, (plan, threads) in plans.items():
                 ex = MultiStreamExecutor(module, (x,), plan, intra_op_threads=threads, runnable=rn)
                 try:

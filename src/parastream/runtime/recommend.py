@@ -49,6 +49,13 @@ class CandidateResult:
         return min(x for x in (self.multi_median_us, self.iso_multi_us) if x is not None)
 
     @property
+    def predicted_speedup(self) -> float | None:
+        """The simulated single-stream wall over the simulated multi-stream wall."""
+        if not self.predicted_wall_us or self.predicted_single_us is None:
+            return None
+        return self.predicted_single_us / self.predicted_wall_us
+
+    @property
     def best_speedup(self) -> float:
         """Each side in its best setting (what a recommendation uses)."""
         return self.best_single_us / self.best_multi_us if self.best_multi_us else 0.0
