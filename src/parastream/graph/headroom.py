@@ -143,11 +143,8 @@ def _headroom(work: float, cp: float, names: list[str], costs: dict[str, OpCost]
 def graph_headroom(g: Graph, costs: dict[str, OpCost], profile: DeviceProfile,
                    order: list[str]) -> Headroom:
     """Headroom of the whole graph (``order``: a topological order from ``validate``)."""
-    preds: dict[str, list[str]] = defaultdict(list)
-    for e in g.edges:
-        preds[e.dst].append(e.src)
     dur = {n: costs[n].dur_us for n in order}
-    cp, _ = critical_path(order, preds, dur)
+    cp, _ = critical_path(order, g.predecessor_names(), dur)
     return _headroom(sum(dur.values()), cp, order, costs, profile)
 
 
@@ -168,14 +165,9 @@ class Analysis(msgspec.Struct):
     point_headroom: dict[str, Headroom]
 
 
+@gc_paused()  # hundreds of thousands of small acyclic objects: the collector only costs time
 def analyze_graph(g: Graph, profile: DeviceProfile) -> Analysis:
     """Validate, cost, decompose and bound ``g`` on ``profile`` in one call."""
-    # hundreds of thousands of small acyclic objects: the cycle collector only costs time
-    with gc_paused():
-        return _analyze(g, profile)
-
-
-def _analyze(g: Graph, profile: DeviceProfile) -> Analysis:
     order = validate(g)
     ops = g.index()
     costs = {n: estimate(ops[n], profile) for n in order}

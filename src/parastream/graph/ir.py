@@ -93,6 +93,13 @@ class Graph(msgspec.Struct, omit_defaults=True):
             out.setdefault(e.dst, []).append(e)
         return out
 
+    def predecessor_names(self) -> dict[str, list[str]]:
+        """Each op's predecessors' names, one entry per edge (what path searches take)."""
+        out: dict[str, list[str]] = {o.name: [] for o in self.ops}
+        for e in self.edges:
+            out.setdefault(e.dst, []).append(e.src)
+        return out
+
     def __iter__(self) -> Iterator[Op]:
         return iter(self.ops)
 

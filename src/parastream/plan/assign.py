@@ -126,16 +126,10 @@ def chains(order: list[str], matching: dict[str, str]) -> list[list[str]]:
     return out
 
 
-def _preds(order: list[str], graph: Graph) -> dict[str, list[str]]:
-    preds: dict[str, list[str]] = {n: [] for n in order}
-    for e in graph.edges:
-        preds[e.dst].append(e.src)
-    return preds
-
-
-def asap(order: list[str], graph: Graph, dur: dict[str, float]) -> dict[str, tuple[float, float]]:
-    """As-soon-as-possible start/end of every op with unlimited streams."""
-    preds = _preds(order, graph)
+def asap(order: list[str], preds: dict[str, list[str]],
+         dur: dict[str, float]) -> dict[str, tuple[float, float]]:
+    """As-soon-as-possible start/end of every op with unlimited streams (``preds``:
+    :meth:`Graph.predecessor_names`)."""
     t: dict[str, tuple[float, float]] = {}
     for n in order:
         s = max((t[p][1] for p in preds[n]), default=0.0)
@@ -143,9 +137,10 @@ def asap(order: list[str], graph: Graph, dur: dict[str, float]) -> dict[str, tup
     return t
 
 
-def critical_path(order: list[str], graph: Graph, dur: dict[str, float]) -> list[str]:
+def critical_path(order: list[str], preds: dict[str, list[str]],
+                  dur: dict[str, float]) -> list[str]:
     """The longest path by duration: the headroom bound's own (graph.headroom)."""
-    return longest_path(order, _preds(order, graph), dur)[1]
+    return longest_path(order, preds, dur)[1]
 
 
 def _overlap(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> float:
@@ -205,8 +200,9 @@ def plan_matching(graph: Graph, order: list[str], dur: dict[str, float], max_str
                   **_) -> Plan:
     red = transitive_reduction(order, successors(graph))
     cs = chains(order, max_matching(order, red))
-    times = asap(order, graph, dur)
-    main = set(critical_path(order, graph, dur))
+    preds = graph.predecessor_names()
+    times = asap(order, preds, dur)
+    main = set(critical_path(order, preds, dur))
     width = len(cs)
     cs = merge_chains(cs, max_streams or len(cs), order, times, main)
     assignment = {n: s for s, c in enumerate(cs) for n in c}
@@ -216,7 +212,7 @@ def plan_matching(graph: Graph, order: list[str], dur: dict[str, float], max_str
 
 def plan_critical_path(graph: Graph, order: list[str], dur: dict[str, float],
                        max_streams: int | None, **_) -> Plan:
-    path = set(critical_path(order, graph, dur))
+    path = set(critical_path(order, graph.predecessor_names(), dur))
     red = transitive_reduction(order, successors(graph))
     rest = [n for n in order if n not in path]
     sub = {n: [v for v in red[n] if v not in path] for n in rest}

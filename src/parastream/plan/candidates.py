@@ -259,7 +259,7 @@ def candidates(graph: Graph, points: list[Point], dur: dict[str, float], *,
     if wall is None:
         def wall(plan: Plan) -> float:
             return wall_us(graph, plan, dur, launch_us=device.launch_us,
-                           hw_queues=device.hw_queues)
+                           hw_queues=device.hw_queues, order=order)
         source = f"critical-path estimate on {device.name}"
     source = source or f"estimate on {device.name}"
     plans: list[Plan] = []

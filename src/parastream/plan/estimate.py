@@ -35,9 +35,10 @@ def schedule(graph: Graph, plan: Plan, dur: dict[str, float], *, launch_us: floa
 
 
 def wall_us(graph: Graph, plan: Plan, dur: dict[str, float], *, launch_us: float = 0.0,
-            hw_queues: int | None = None) -> float:
-    """The estimated wall of ``plan``: when its last op ends."""
-    t = schedule(graph, plan, dur, launch_us=launch_us, hw_queues=hw_queues)
+            hw_queues: int | None = None, order: list[str] | None = None) -> float:
+    """The estimated wall of ``plan``: when its last op ends (``order``: the graph's
+    validated topological order, when the caller has it)."""
+    t = schedule(graph, plan, dur, launch_us=launch_us, hw_queues=hw_queues, order=order)
     return max((e for _, e in t.values()), default=0.0)
 
 

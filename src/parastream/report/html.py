@@ -121,11 +121,10 @@ def _table(headers: list[str], rows: list[str], cls: str = "", empty: str = "non
 
 # ------------------------------------------------------------------ binning
 def busy_bins(starts: np.ndarray, ends: np.ndarray, edges: np.ndarray) -> np.ndarray:
-    """Fraction of each bin ``[edges[i], edges[i+1])`` covered by the union of intervals."""
-    # the timeline layer's union, on integer nanoseconds (the chart works in microseconds)
-    ms, me = union(np.rint(np.asarray(starts, np.float64) * 1e3),
-                   np.rint(np.asarray(ends, np.float64) * 1e3))
-    ms, me = ms / 1e3, me / 1e3
+    """Fraction of each bin ``[edges[i], edges[i+1])`` covered by the union of intervals;
+    ``starts``/``ends`` are integers (the timeline's nanoseconds), ``edges`` in the same
+    unit."""
+    ms, me = union(np.asarray(starts, np.int64), np.asarray(ends, np.int64))
     if len(ms) == 0:
         return np.zeros(len(edges) - 1)
     cum = np.concatenate(([0.0], np.cumsum(me - ms)))
@@ -280,14 +279,16 @@ def gantt_data(tl: Timeline, analysis: dict) -> dict:
     }
 
     # binned busy fraction per lane (heat strips, minimap), waits likewise
-    edges = np.linspace(0.0, extent, N_BINS + 1)
+    edges_ns = np.linspace(0.0, extent, N_BINS + 1) * 1000.0  # in the timeline's ns
     bins, wbins = [], []
     for k in range(len(lanes)):
         codes = [c for c, s in enumerate(tl.streams) if index[s] == k]
         m = np.isin(tl.stream, codes) if codes else np.zeros(n, bool)
-        bins.append(np.rint(100 * busy_bins(rs[m], re_[m], edges)).astype(int).tolist())
+        bins.append(np.rint(100 * busy_bins(tl.start_ns[m] - t0, tl.end_ns[m] - t0,
+                                            edges_ns)).astype(int).tolist())
         wm = np.isin(tl.wait_stream, codes) if codes else np.zeros(tl.n_waits, bool)
-        wb = busy_bins(wrs[wm], wre[wm], edges) if wm.any() else None
+        wb = busy_bins(tl.wait_start_ns[wm] - t0, tl.wait_end_ns[wm] - t0,
+                       edges_ns) if wm.any() else None
         wbins.append(np.rint(100 * wb).astype(int).tolist() if wb is not None else None)
 
     return {

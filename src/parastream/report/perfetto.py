@@ -104,6 +104,7 @@ def _flow_sources(tl: Timeline, t0: int) -> np.ndarray:
     return src
 
 
+@gc_paused()  # a dict per op
 def to_perfetto(timelines: list[Timeline], labels: list[str] | None = None) -> dict:
     """A Chrome-trace JSON object (``{"traceEvents": [...], "displayTimeUnit": "ns"}``).
 
@@ -111,11 +112,6 @@ def to_perfetto(timelines: list[Timeline], labels: list[str] | None = None) -> d
     :func:`parastream.timeline.analyze.capture_name`; one tid per stream (stream code + 1). Flow ids are unique
     across captures.
     """
-    with gc_paused():
-        return _to_perfetto(timelines, labels)
-
-
-def _to_perfetto(timelines: list[Timeline], labels: list[str] | None) -> dict:
     events: list[dict] = []
     flow_id = 0
     for ci, tl in enumerate(timelines):

@@ -21,8 +21,6 @@ from .model import Timeline
 from .readers import read_path
 from .readers.directory import CAPTURE_SUFFIXES, is_capture
 
-_ASCEND_MARKERS = ("ASCEND_PROFILER_OUTPUT", "PROF_*", "kernel_details.csv", "trace_view.json",
-                   "op_summary_*.csv", "*.db")
 _TRACE_FILES = ("*.json", "*.json.gz", "*.csv", "*.db", "*.pt.trace.json", "*.pt.trace.json.gz")
 
 
@@ -35,7 +33,7 @@ def expand(path: str) -> list[str]:
     entries = sorted(os.listdir(path))
     if is_capture(path):
         return [path]
-    if any(fnmatch.fnmatch(e, m) for e in entries for m in _ASCEND_MARKERS[:2]):
+    if any(fnmatch.fnmatch(e, "PROF_*") for e in entries):  # an msprof output folder
         return [path]
     pt = [os.path.join(path, e) for e in entries
           if e.endswith(CAPTURE_SUFFIXES) and os.path.isdir(os.path.join(path, e))]

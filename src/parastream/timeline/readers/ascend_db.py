@@ -434,8 +434,6 @@ def _steps(con, tables, start_ns: np.ndarray) -> np.ndarray:
         return out
     rows = [r for r in con.execute(f'SELECT "{cid}", "{cs}", "{ce}" FROM STEP_TIME')
             if None not in r and str(r[0]).lstrip("-").isdigit()]
-    if not rows:
-        return out
     sid = np.array([int(r[0]) for r in rows], np.int64)
     s0 = np.array([int(r[1]) for r in rows], np.int64)
     s1 = np.array([int(r[2]) for r in rows], np.int64)

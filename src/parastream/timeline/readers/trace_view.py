@@ -192,13 +192,10 @@ def _intern(values: list[str]) -> tuple[np.ndarray, list[str]]:
     return it.codes(values), it.values
 
 
+@gc_paused()  # millions of small objects
 def read(path: str | os.PathLike[str]) -> Timeline:
     """Read a torch_npu ``trace_view.json`` (plain or gzip) into a :class:`Timeline`."""
-    with gc_paused():  # millions of small objects
-        return _read(os.fspath(path))
-
-
-def _read(path: str) -> Timeline:
+    path = os.fspath(path)
     events = _decode(path, read_all(path))
 
     # metadata: which pid is which process, what each thread is called
