@@ -42,6 +42,33 @@ def test_cpu_stream_runs_work_in_fifo_order_on_one_thread():
     assert {name for _, name in seen} == {"parastream-stream-s0"}
 
 
+def test_held_stream_runs_nothing_until_released_and_keeps_fifo_and_event_semantics():
+    seen: list[str] = []
+    with CpuBackend() as b:
+        a, c = b.stream("A"), b.stream("B")
+        a.hold()
+        c.hold()
+        a.submit(seen.append, "a0")
+        ev = a.record_event()
+        c.wait_event(ev)  # captures the held recording, as issued
+        c.submit(seen.append, "c0")
+        a.submit(seen.append, "a1")
+        time.sleep(0.05)
+        assert seen == [] and not a.query() and not c.query() and not ev.query()
+        c.release()  # B's wait must still block on A's held recording
+        time.sleep(0.05)
+        assert seen == []
+        ev.synchronize()  # releases A: waiting on a held recording must not deadlock
+        c.synchronize()
+        a.synchronize()
+        assert seen.index("a0") < seen.index("c0") and seen.index("a0") < seen.index("a1")
+        assert a.query() and c.query()
+        a.hold()
+        a.submit(seen.append, "a2")
+        a.synchronize()  # synchronize releases what is held
+        assert seen[-1] == "a2"
+
+
 def test_event_orders_two_streams_and_the_wait_is_recorded():
     with CpuBackend() as b:
         a, c = b.stream("A"), b.stream("B")
