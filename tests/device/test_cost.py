@@ -340,3 +340,38 @@ def test_a_single_token_matmul_is_costed_on_one_thread():
     assert is_matrix_vector(mv) and is_matrix_vector(addmm)
     assert not is_matrix_vector(Op("b", "bmm", resource="cube", flops=1e5,
                                    inputs=[Tensor([8, 1, 64], "float32")]))
+
+
+def test_element_wise_ops_under_torchs_grain_are_costed_on_one_thread():
+    """Under 32Ki output elements CPU torch runs an element-wise op, a copy, a cat or a
+    softmax on the calling thread (no thread team); at and above it, on the team with its
+    fixed cost. Norms and matmuls do not follow that grain."""
+    import msgspec
+
+    from parastream.device.cost import GRAIN_ELEMENTS, runs_serial
+
+    prof = msgspec.structs.replace(
+        cpu_profile(add=("bytes", 1.0, 40.0, 20.0, 30.0), cat=("bytes", 1.0, 40.0, 20.0, 30.0),
+                    layer_norm=("bytes", 1.0, 40.0, 20.0, 30.0)),
+        cache_bytes=64 << 20)
+    cores = prof.cores.cube
+    assert cores > 1
+
+    def op(kind, elements):
+        return Op(kind, kind, resource="vector", bytes_read=8 * elements,
+                  bytes_written=4 * elements, outputs=[Tensor([elements], "float32")])
+
+    for kind, key in (("mul", "add"), ("neg", "add"), ("cat", "cat"), ("copy_", "cat")):
+        below, at = op(kind, GRAIN_ELEMENTS - 1), op(kind, GRAIN_ELEMENTS)
+        assert runs_serial(below, key) and not runs_serial(at, key)
+        cb, ca = estimate(below, prof), estimate(at, prof)
+        assert cb.threads == 1 and cb.block_dim == 1, kind
+        assert cb.dur_us == pytest_approx(
+            1.0 + 12.0 * (GRAIN_ELEMENTS - 1) / 20e3 + prof.launch_overhead_us)
+        assert ca.threads == cores and ca.dur_us > 40.0             # the team's fixed cost
+        assert with_cores(cb, prof, 1).dur_us == cb.dur_us
+    # a norm parallelises over rows, not by this grain
+    norm = op("layer_norm", 1024)
+    assert not runs_serial(norm, "layer_norm") and estimate(norm, prof).threads == cores
+    # an op with no known output shape is not assumed serial
+    assert not runs_serial(Op("x", "mul", resource="vector", bytes_read=64), "add")

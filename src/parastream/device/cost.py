@@ -217,6 +217,25 @@ def is_matrix_vector(op: Any) -> bool:
     return math.prod(max(0, int(d)) for d in ins[pos].shape[:-1]) == 1
 
 
+#: torch's intra-op grain (``at::internal::GRAIN_SIZE``): an element-wise op, a copy or a
+#: concatenation with fewer output elements runs on the calling thread alone
+GRAIN_ELEMENTS = 32768
+#: op-rate keys whose ops follow that grain (TensorIterator loops, cat's serial kernel,
+#: softmax's rows split by grain / row length)
+_GRAIN_KEYS = frozenset({"add", "silu", "cat", "softmax"})
+
+
+def runs_serial(op: Any, key: str) -> bool:
+    """True when CPU torch runs this op on the calling thread whatever its intra-op thread
+    count: a matrix-vector product (:func:`is_matrix_vector`), or an element-wise op, copy
+    or concatenation under the grain size. Such an op neither pays the thread team's fixed
+    cost (it dominates small ops on a stream worker: a 64Ki-element ``neg`` took 6 us
+    serially and 32-65 us on two threads there) nor holds the other cores."""
+    if is_matrix_vector(op):
+        return True
+    return key.split(".", 1)[0] in _GRAIN_KEYS and 0 < _elements(op.outputs) < GRAIN_ELEMENTS
+
+
 def _rated(op: Any, profile: DeviceProfile, key: str, max_cores: int | None,
            traffic: float) -> OpCost:
     """The cost from a measured CPU op rate, on the op's share of the cores: a CPU stream's
@@ -228,8 +247,8 @@ def _rated(op: Any, profile: DeviceProfile, key: str, max_cores: int | None,
     resource = op.resource
     cores = profile.unit_cores("cube")
     threads = max(1, min(cores, max_cores or cores))
-    gemv = is_matrix_vector(op)
-    if gemv:
+    serial = runs_serial(op, key)
+    if serial:
         # one thread, so it neither pays the thread team's fixed cost (54-82 us for a tiny
         # linear on 2 threads here; in-model GEMVs took 12-40 us) nor holds the other cores
         threads = 1
@@ -240,7 +259,7 @@ def _rated(op: Any, profile: DeviceProfile, key: str, max_cores: int | None,
     floor = rate.floor_us(traffic, profile.memory_bandwidth_gbps) \
         if traffic > profile.cache_bytes else 0.0
     dur, bound = _rated_time(rate, work, threads, cores, floor)
-    full = max(rate.duration_us(work, 1 if gemv else cores, cores), floor)
+    full = max(rate.duration_us(work, 1 if serial else cores, cores), floor)
     dur, bound = _with_launch(profile, dur, bound)
     return OpCost(dur, blocks, bound, resource, full, floor, False, key, work, threads)
 

@@ -142,7 +142,12 @@ def _op_cases() -> dict[str, tuple[str, Callable[[bool], tuple[Callable[[], Any]
     ``case(large)`` builds inputs and returns (the call, its work). Work is counted the way
     the graph importer counts it (FLOPs of matmuls, convolutions and attention; bytes read
     plus written for the rest), so a rate applies to imported ops unchanged. The two sizes
-    bracket the zoo's tiny and small scales."""
+    bracket the zoo's tiny and small scales, except that the element-wise, copy and softmax
+    cases start above torch's intra-op grain (32Ki output elements): below it
+    torch runs them on the calling thread, which the cost model costs on the one-thread
+    line (:func:`parastream.device.cost.runs_serial`); a line through one serial and one
+    multi-threaded point put the thread team's fixed cost (30-60 us on a stream worker
+    here) into the rate, and made a 64Ki-element op 5x too cheap."""
     import torch
     import torch.nn.functional as F
 
@@ -187,19 +192,19 @@ def _op_cases() -> dict[str, tuple[str, Callable[[bool], tuple[Callable[[], Any]
         return (lambda: F.layer_norm(x, (d,), w, b)), float(2 * _nbytes(x) + _nbytes(w, b))
 
     def softmax(large: bool):
-        x = r(16, 128, 128) if large else r(4, 16, 16)
+        x = r(16, 128, 128) if large else r(4, 128, 128)
         return (lambda: torch.softmax(x, -1)), float(2 * _nbytes(x))
 
     def add(large: bool):
-        a, b = (r(2, 128, 1376), r(2, 128, 1376)) if large else (r(1, 16, 64), r(1, 16, 64))
+        a, b = (r(2, 128, 1376), r(2, 128, 1376)) if large else (r(1, 128, 512), r(1, 128, 512))
         return (lambda: torch.add(a, b)), float(3 * _nbytes(a))
 
     def silu(large: bool):
-        x = r(2, 128, 1376) if large else r(1, 16, 172)
+        x = r(2, 128, 1376) if large else r(1, 128, 512)
         return (lambda: F.silu(x)), float(2 * _nbytes(x))
 
     def cat(large: bool):
-        a, b = (r(4, 64, 28, 28), r(4, 128, 28, 28)) if large else (r(1, 4, 16, 8), r(1, 4, 16, 8))
+        a, b = (r(4, 64, 28, 28), r(4, 128, 28, 28)) if large else (r(1, 32, 32, 32), r(1, 32, 32, 32))
         return (lambda: torch.cat([a, b], 1)), float(2 * _nbytes(a, b))
 
     return {"linear": ("flops", linear), "conv2d": ("flops", conv2d),
@@ -541,8 +546,10 @@ def calibrate(quick: bool = False, name: str = "cpu-calibrated") -> dict:
     if op_rates:
         profile["sources"]["op_rates"] = (
             f"{by}: {mode}each op type (and max_pool2d on channels-last data, attention "
-            "with v's head dim below q's) timed at two sizes (tiny and small zoo scale) on 1 "
-            "intra-op thread and on all cores, on a worker thread, median of a short burst, "
+            "with v's head dim below q's) timed at two sizes (tiny and small zoo scale; "
+            "element-wise, copy and softmax cases both above torch's 32Ki-element intra-op "
+            "grain) on 1 intra-op thread and on all cores, on a worker thread, median of a "
+            "short burst, "
             "lowest of several rounds; the line through the two sizes gives the fixed cost "
             "and the rate (GFLOP/s for linear, conv2d and attention, window elements per ns "
             "for max_pool2d, GB/s read + written for the rest)")
