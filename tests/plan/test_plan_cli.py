@@ -64,3 +64,16 @@ def test_manual_mapping_and_errors(tmp_path):
     bad.write_text(json.dumps(g))
     r = run(str(bad))
     assert r.returncode == 2 and "cycle" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_a_file_that_is_neither_graph_json_nor_a_model_is_named_as_such(tmp_path):
+    bad = tmp_path / "trace.json"
+    bad.write_text("not json {")
+    r = run(str(bad))
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert r.stderr.strip().count("\n") == 0
+    assert str(bad) in r.stderr and "not a graph JSON file" in r.stderr
+    r = subprocess.run([sys.executable, "-m", "parastream", "run", str(bad), "--auto"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert str(bad) in r.stderr and "not a model" in r.stderr

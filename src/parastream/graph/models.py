@@ -114,6 +114,8 @@ def load_model(spec: str, scale: str = "small", phase: str | None = None,
 def _load_from_file(spec: str, scale: str, phase: str | None) -> tuple[Any, tuple, str, dict]:
     path, sep, attr = spec.rpartition(":")
     if not sep or not path:
+        if os.path.isfile(spec) and not spec.endswith(".py"):
+            raise InputError(spec, "not a model: give a zoo name or path/to/file.py:factory")
         raise InputError(spec, "name the factory after the file: path/to/file.py:factory")
     if not attr.isidentifier():
         raise InputError(path, f"{attr!r} is not a Python name; expected path/to/file.py:factory")
@@ -249,6 +251,9 @@ def load_graph(model: str, scale: str = "small", phase: str | None = None,
                                         f"(expected \"schema\": \"{SCHEMA}\")")
             raise InputError(model, f"not a parastream graph: \"schema\" is {schema!r}, "
                                     f"expected {SCHEMA!r}")
+        if not model.endswith(".py"):
+            raise InputError(model, "not a graph JSON file (it does not start with '{') and "
+                                    "not a model (give path/to/file.py:factory or a zoo name)")
     try:
         return resolve(model, scale=scale, phase=phase, device=device)
     except (InputError, KeyboardInterrupt):

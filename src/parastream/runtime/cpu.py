@@ -5,6 +5,8 @@ only when the worker threads persist and torch's intra-op threads are set once, 
 (:func:`set_intra_op_threads`); creating threads per call or setting thread counts inside
 workers was slower, and ~20 us ops lose to the GIL hand-off. Events are completion flags
 (:class:`threading.Event`), so a waiting stream blocks in the kernel instead of polling.
+A stream can be held (:meth:`CpuStream.hold`) while a call is issued and then released at
+once: the issuing thread holds the GIL throughout, so per-op wake-ups bought nothing.
 
 Every stream records its own op intervals (``time.perf_counter_ns``, integer ns) and the
 time it spent blocked in ``wait_event`` as wait intervals; :meth:`CpuBackend.timeline`
