@@ -120,6 +120,32 @@ def test_worker_threads_keep_their_intra_op_count(tiny_models):
     assert seen == [1, 1] and torch.get_num_threads() == before
 
 
+def test_stream_workers_get_their_own_cores_when_they_fit(tiny_models):
+    import os
+    import threading
+
+    from parastream.runtime.executor import stream_cpus
+
+    cpus = sorted(os.sched_getaffinity(0))
+    assert stream_cpus(0, 1, len(cpus)) is None                 # one stream: not pinned
+    assert stream_cpus(0, len(cpus) + 1, 1) is None             # more threads than cores
+    if len(cpus) < 2:
+        pytest.skip("needs two cores")
+    assert stream_cpus(0, 2, 1) == {cpus[0]} and stream_cpus(1, 2, 1) == {cpus[1]}
+    module, inputs, rn = tiny_models["inception_block"]
+    plan = assign(rn.graph, "matching", max_streams=2)
+
+    def mask():
+        return os.sched_getaffinity(threading.get_native_id())
+
+    for pin, expect in ((True, [{cpus[0]}, {cpus[1]}]), (False, [set(cpus), set(cpus)])):
+        with MultiStreamExecutor(module, inputs, plan, runnable=rn, intra_op_threads=1,
+                                 pin=pin) as ex:
+            ex(*inputs)
+            assert [s.submit(mask).result() for s in ex.streams.values()] == expect
+    assert os.sched_getaffinity(0) == set(cpus)                  # the process is untouched
+
+
 def test_workers_run_without_autograd(tiny_models):
     # grad mode is per thread: the caller's no_grad does not reach the stream workers, so
     # they turn it off themselves (else every op on a weight builds an autograd graph)
