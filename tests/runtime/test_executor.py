@@ -120,7 +120,7 @@ def test_worker_threads_keep_their_intra_op_count(tiny_models):
     assert seen == [1, 1] and torch.get_num_threads() == before
 
 
-def test_stream_workers_get_their_own_cores_when_they_fit(tiny_models):
+def test_stream_workers_get_their_own_cores_when_asked_and_they_fit(tiny_models, monkeypatch):
     import os
     import threading
 
@@ -138,7 +138,10 @@ def test_stream_workers_get_their_own_cores_when_they_fit(tiny_models):
     def mask():
         return os.sched_getaffinity(threading.get_native_id())
 
-    for pin, expect in ((True, [{cpus[0]}, {cpus[1]}]), (False, [set(cpus), set(cpus)])):
+    pinned, free = [{cpus[0]}, {cpus[1]}], [set(cpus), set(cpus)]
+    for pin, env, expect in ((True, "", pinned), (False, "1", free), (None, "", free),
+                             (None, "1", pinned)):
+        monkeypatch.setenv("PARASTREAM_PIN_STREAMS", env)
         with MultiStreamExecutor(module, inputs, plan, runnable=rn, intra_op_threads=1,
                                  pin=pin) as ex:
             ex(*inputs)

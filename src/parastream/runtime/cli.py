@@ -53,6 +53,9 @@ def add_parser(sub) -> None:
     p.add_argument("--scale", default="small", help="zoo scale: tiny or small (7b is meta-only)")
     p.add_argument("--phase", help="zoo phase where it applies")
     p.add_argument("--json", metavar="FILE", help="also write the result as JSON")
+    p.add_argument("--pin", action="store_true", help="cpu: pin each stream's worker to its "
+                   "own cores when they fit (no late stream starts from the OS placing two "
+                   "workers on one core; slower for tiny ops: docs/benchmarks-run.md section 9)")
     p.add_argument("--side-by-side-only", dest="best_settings", action="store_false",
                    help="on cpu, skip measuring each side again in a process of its own in its "
                    "best OpenMP setting (single stream with threads spinning, streams with them "
@@ -105,6 +108,10 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     if args.runs < 5:
         raise InputError(None, "--runs must be at least 5 (the first runs are dropped as cold)")
+    if args.pin:
+        from .executor import PIN_ENV
+
+        os.environ[PIN_ENV] = "1"  # every executor here and in the processes it starts
     if not 0 <= args.drop < args.runs:
         raise InputError(None, "--drop must be >= 0 and below --runs")
     if args.warmup < 0 or args.top < 1 or args.margin < 0:

@@ -151,14 +151,16 @@ class MultiStreamExecutor(torch.fx.Interpreter):
     eager mode does (off: keep all of them until the call returns).
     ``pin`` (cpu): give each stream's worker (and the intra-op threads it starts) its own
     cores when the streams' threads fit in the cores this process may use
-    (:func:`stream_cpus`); off: the OS places them.
+    (:func:`stream_cpus`); off: the OS places them. Default: on when the environment sets
+    ``PARASTREAM_PIN_STREAMS=1`` (``parastream run --pin``), so processes it starts
+    measure the same way.
     """
 
     def __init__(self, module: torch.nn.Module, example_inputs: Sequence[Any] | Any,
                  plan: Plan | PlanDoc, backend: str | Backend = "cpu", enable: bool = True,
                  jitter: Jitter | None = None, intra_op_threads: int | None = None, *,
                  validate: bool = True, runnable: Any = None, name: str = "model",
-                 garbage_collect_values: bool = True, pin: bool = True) -> None:
+                 garbage_collect_values: bool = True, pin: bool | None = None) -> None:
         from ..graph.torch_import import import_runnable
 
         if not isinstance(example_inputs, (tuple, list)):
@@ -186,7 +188,7 @@ class MultiStreamExecutor(torch.fx.Interpreter):
             raise PlanError(f"op(s) without a stream: {', '.join(missing[:10])}")
         self.stream_ids = sorted(set(assignment.values()) | {0})
         self.intra_op_threads = intra_op_threads or default_threads(len(self.stream_ids))
-        self.pin = pin
+        self.pin = pin_streams() if pin is None else pin
         self._backend_spec = backend
         self.backend: Any = None
         self.streams: dict[int, Any] = {}
@@ -592,6 +594,16 @@ def _same_views(ref: Any, got: Any) -> bool:
     return False
 
 
+#: set to 1 to pin cpu stream workers by default (see :func:`stream_cpus`)
+PIN_ENV = "PARASTREAM_PIN_STREAMS"
+
+
+def pin_streams() -> bool:
+    """Whether cpu stream workers are pinned when the caller does not say
+    (``PARASTREAM_PIN_STREAMS=1``)."""
+    return os.environ.get(PIN_ENV, "") == "1"
+
+
 def stream_cpus(k: int, streams: int, threads: int) -> set[int] | None:
     """The cores stream ``k`` of ``streams`` (``threads`` intra-op threads each) is pinned
     to: its own slice of the cores this process may use. None with one stream, or when
@@ -601,7 +613,10 @@ def stream_cpus(k: int, streams: int, threads: int) -> set[int] | None:
     thread were often queued on the same core, and the second stream started only when
     the first one's whole program had run (two_chains small: 37 of 40 calls started one
     stream 0.2-1.2 ms late, 2,407 us median wall; the same calls pinned: none late,
-    1,629 us)."""
+    1,629 us). Not the default: a pinned worker cannot leave a core that something else
+    holds (the main thread, a single-stream run's spinning OpenMP threads), and multi-stream
+    walls of the tiny zoo models measured alternately with single stream came out
+    1.3-2x slower pinned (docs/benchmarks-run.md section 9)."""
     try:
         cpus = sorted(os.sched_getaffinity(0))
     except (AttributeError, OSError):
