@@ -613,10 +613,9 @@ def stream_cpus(k: int, streams: int, threads: int) -> set[int] | None:
     thread were often queued on the same core, and the second stream started only when
     the first one's whole program had run (two_chains small: 37 of 40 calls started one
     stream 0.2-1.2 ms late, 2,407 us median wall; the same calls pinned: none late,
-    1,629 us). Not the default: a pinned worker cannot leave a core that something else
-    holds (the main thread, a single-stream run's spinning OpenMP threads), and multi-stream
-    walls of the tiny zoo models measured alternately with single stream came out
-    1.3-2x slower pinned (docs/benchmarks-run.md section 9)."""
+    1,629 us). Not the default: multi-stream walls of the tiny zoo models measured
+    alternately with single stream came out 1.3-2x slower pinned, also when pinned only
+    until each worker's first op (docs/benchmarks-run.md section 9)."""
     try:
         cpus = sorted(os.sched_getaffinity(0))
     except (AttributeError, OSError):
