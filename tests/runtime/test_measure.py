@@ -144,3 +144,30 @@ def test_auto_ranks_candidates_by_the_models_own_op_times(inception):
     walls = [simulate_plan(rn.graph, c, prof, costs=costs).result.wall_us for c in ranked]
     assert walls == sorted(walls)
     assert rank_by_op_times(module, inputs, rn, prof, []) == ([], None)
+
+
+def test_start_lags_count_from_when_a_stream_could_start():
+    """A side stream whose first op waits for an event lags from that event's op end; one
+    with nothing to wait for lags from the run's first op; the first stream lags 0."""
+    from parastream.plan.model import Event, Plan
+    from parastream.runtime.measure import Measurement, late_starts, start_lags_us
+    from parastream.timeline.model import TimelineBuilder
+
+    plan = Plan(name="p", algorithm="manual", streams=3,
+                assignment={"a0": 0, "a1": 0, "b0": 1, "c0": 2},
+                events=[Event("a0", "b0")])
+    b = TimelineBuilder("test", "parastream-cpu")
+    us = 1000
+    b.add_op("0", "a0", 0, 100 * us)
+    b.add_op("0", "a1", 100 * us, 900 * us)
+    b.add_op("1", "b0", 150 * us, 300 * us)     # could start at 100 us (after a0): lag 50
+    b.add_op("2", "c0", 700 * us, 800 * us)     # nothing to wait for: lag 700
+    lags = start_lags_us(b.build(), plan)
+    assert lags == {"0": 0.0, "1": 50.0, "2": 700.0}
+    m = Measurement(plan="p", single_walls_us=[1000.0] * 3, multi_walls_us=[1000.0] * 3,
+                    single_executor_walls_us=[], dropped=2, single_threads=2,
+                    multi_threads=1, streams=3, multi_timelines=[b.build()] * 3)
+    doc = late_starts(m, plan)
+    assert doc["late_runs"] == 3 and doc["frequent"] and doc["median_lag_us"] == 700.0
+    assert doc["late_median_us"] == 700.0
+    assert doc["threshold_us"] == 200.0

@@ -49,6 +49,10 @@ def test_auto_with_check_trace_and_json(tmp_path, capsys, profile):
         if "predicted_from_ops_us" in d:
             assert d["predicted_from_ops_us"] > 0 and d["prediction_from_ops_error"] is not None
     assert all(c["outputs_ok"] for c in doc["candidates"])
+    for d in doc["details"]:  # late stream starts, counted over the kept multi-stream runs
+        lag = d["start_lag"]
+        assert lag["runs"] >= 1 and 0 <= lag["late_runs"] <= lag["runs"]
+        assert lag["threshold_us"] >= 200.0 and lag["median_lag_us"] >= 0
     files = os.listdir(tmp_path / "tr")
     assert "single.json" in files and "plan.json" in files and len(files) >= 3
     # the trace is what 'parastream analyze' reads
@@ -110,3 +114,29 @@ def test_untraceable_model_names_its_file(tmp_path):
     with pytest.raises(InputError, match=r"model from build\(\) cannot be traced") as info:
         run(f"{f}:build", "--auto")
     assert info.value.path == str(f) and "\n" not in str(info.value)
+
+
+def test_frequent_late_stream_starts_suggest_pin(tmp_path, capsys, profile, monkeypatch):
+    from parastream.device.profile import load_profile
+    from parastream.graph.models import resolve
+    from parastream.plan.cli import build
+    from parastream.plan.io import dumps
+    from parastream.runtime import measure
+
+    g = resolve("moe_layer", scale="tiny")
+    doc = build(g, load_profile("cpu"), algorithm="matching", mapping=None, max_streams=2)
+    path = tmp_path / "plan.json"
+    path.write_bytes(dumps(doc))
+    late = {"median_lag_us": 900.0, "late_runs": 3, "late_median_us": 950.0, "runs": 3,
+            "threshold_us": 200.0, "frequent": True}
+    monkeypatch.setattr(measure, "late_starts", lambda m, plan: late)
+    args = ("moe_layer", "--plan", str(path), "--scale", "tiny", "--runs", "5",
+            "--profile", profile, "--side-by-side-only", "--json", str(tmp_path / "r.json"))
+    monkeypatch.delenv("PARASTREAM_PIN_STREAMS", raising=False)
+    assert run(*args) == 0
+    out = capsys.readouterr().out.replace("\n", " ")
+    assert "in 3 of 3 runs a stream started its first op" in out and "--pin" in out
+    assert json.loads((tmp_path / "r.json").read_text())["details"][0]["start_lag"] == late
+    monkeypatch.setenv("PARASTREAM_PIN_STREAMS", "1")  # already pinned: nothing to suggest
+    assert run(*args) == 0
+    assert "started its first op" not in capsys.readouterr().out

@@ -277,7 +277,7 @@ def run_candidates(module: Any, inputs: tuple, runnable: Any, doc: Any, chosen: 
     from ..sim.run import measured_costs, sim_label, simulate_plan
     from ..plan.model import Plan
     from .executor import Jitter, MultiStreamExecutor
-    from .measure import analyse, measure
+    from .measure import analyse, late_starts, measure
     from .recommend import CandidateResult
 
     graph = runnable.graph
@@ -347,6 +347,7 @@ def run_candidates(module: Any, inputs: tuple, runnable: Any, doc: Any, chosen: 
                                       ("misplaced_count", "side_stream_never_ran", "stream_mapping")},
                         "triage": {"verdict": tri.get("verdict"), "summary": tri.get("summary"),
                                    "evidence": tri.get("evidence", [])},
+                        "start_lag": late_starts(m, c) if device == "cpu" else {},
                         "check": check_note})
     return {"model": graph.name, "device": device, "runs": runs, "drop": drop,
             "candidates": results, "details": details, "_runs": runs_by_name}
@@ -367,6 +368,8 @@ def _run_timelines(runs_by_name: dict) -> list[tuple[str, Any]]:
 def _print(out, result: dict, rec) -> None:
     from rich.console import Console
     from rich.table import Table
+
+    from .executor import pin_streams
 
     console = Console(file=out, width=160)
     t = Table(title=f"single vs multi-stream, medians of {result['runs'] - result['drop']} runs "
@@ -401,6 +404,14 @@ def _print(out, result: dict, rec) -> None:
                       f"(plain module {m['single_median_us']:,.0f} us, {m['single_threads']} threads); "
                       f"multi {m['multi_threads_per_stream']} thread(s)/stream; triage "
                       f"{d['triage']['verdict']}: {d['triage']['summary']}", markup=False)
+        lag = d.get("start_lag") or {}
+        if lag.get("frequent") and not pin_streams():
+            console.print(f"{d['candidate'][:60]}: in {lag['late_runs']} of {lag['runs']} runs a "
+                          f"stream started its first op {lag['threshold_us']:,.0f} us or more "
+                          f"after it could (median of those {lag['late_median_us']:,.0f} us): most "
+                          "likely the OS queued two stream workers on one core. --pin gives "
+                          "each its own (slower "
+                          "for tiny ops; docs/benchmarks-run.md section 9)", markup=False)
     word = {"keep": "KEEP", "change": "CHANGE CANDIDATE", "single": "STAY SINGLE-STREAM"}[rec.action]
     console.print(f"recommendation: {word} - {rec.summary}", markup=False)
     for e in rec.evidence:

@@ -205,3 +205,51 @@ def analyse(m: Measurement, doc: Any = None, candidate: str | None = None) -> di
 
 
 __all__ = ["Measurement", "analyse", "measure"]
+
+
+#: a stream that starts its first op this much after it could, in a third of the runs or
+#: more, is reported (and at least this fraction of the median wall)
+LATE_START_US = 200.0
+LATE_START_FRACTION = 0.1
+
+
+def start_lags_us(tl: Timeline, plan: Plan) -> dict[str, float]:
+    """Per stream of a captured run: microseconds between the moment its first op could
+    start and its start. "Could" is the run's first op anywhere, or later the end of the
+    ops whose events that first op waits for (the plan's events); the stream that starts
+    first lags 0. A lag well above a worker's wake-up is a worker that was runnable but
+    not running (docs/benchmarks-run.md section 9: the OS put two workers on one core)."""
+    n = len(tl)
+    if n == 0:
+        return {}
+    t0 = int(tl.start_ns.min())
+    end_of = {tl.op_name(i): int(tl.end_ns[i]) for i in range(n)}
+    deps: dict[str, list[str]] = {}
+    for e in plan.events:
+        if e.wait_before is not None:
+            deps.setdefault(e.wait_before, []).append(e.record_after)
+    out: dict[str, float] = {}
+    for s, sid in enumerate(tl.streams):
+        idx = [i for i in range(n) if tl.stream[i] == s]
+        if not idx:
+            continue
+        first = min(idx, key=lambda i: tl.start_ns[i])
+        ready = max([t0] + [end_of[d] for d in deps.get(tl.op_name(first), []) if d in end_of])
+        out[sid] = max(0.0, (int(tl.start_ns[first]) - ready) / 1e3)
+    return out
+
+
+def late_starts(m: Measurement, plan: Plan) -> dict:
+    """Over a measurement's multi-stream runs: the worst stream lag of each run
+    (:func:`start_lags_us`), its median, and how many runs had one above the threshold
+    (``LATE_START_US`` and ``LATE_START_FRACTION`` of the median multi-stream wall);
+    ``frequent`` when a third of the runs or more did."""
+    lags = [max(start_lags_us(tl, plan).values(), default=0.0) for tl in m.multi_timelines]
+    if not lags:
+        return {}
+    threshold = max(LATE_START_US, LATE_START_FRACTION * m.multi_median_us)
+    late = [lag for lag in lags if lag >= threshold]
+    return {"median_lag_us": round(statistics.median(lags), 1), "late_runs": len(late),
+            "late_median_us": round(statistics.median(late), 1) if late else None,
+            "runs": len(lags), "threshold_us": round(threshold, 1),
+            "frequent": 3 * len(late) >= len(lags)}
