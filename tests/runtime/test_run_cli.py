@@ -79,7 +79,7 @@ def test_plan_file_round_trip(tmp_path, capsys, profile):
         run("moe_layer", "--plan", str(path), "--candidate", "nope", "--scale", "tiny")
     # --pin: the stream workers of this run (and of processes it starts) get their own cores
     with pytest.MonkeyPatch.context() as mp:
-        mp.delenv("PARASTREAM_PIN_STREAMS", raising=False)
+        mp.setenv("PARASTREAM_PIN_STREAMS", "")  # recorded, so run's own setting is undone
         assert run("moe_layer", "--plan", str(path), "--scale", "tiny", "--runs", "5",
                    "--profile", profile, "--pin", "--side-by-side-only") == 0
         assert os.environ["PARASTREAM_PIN_STREAMS"] == "1"
