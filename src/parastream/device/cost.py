@@ -17,7 +17,8 @@ values in ``meta``: ``dur_us`` and ``block_dim`` override the estimate.
 
 On a CPU profile calibrated with op rates (``op_rates``, measured by ``parastream
 calibrate``) an op whose type or family was measured costs ``fixed_us + work / rate`` at the
-op's intra-op thread count instead: a CPU reaches its peak matmul rate only on large
+op's intra-op thread count (one thread for what torch runs serially, :func:`runs_serial`)
+instead: a CPU reaches its peak matmul rate only on large
 matmuls, and norms, pools and attention run far below it (see :func:`op_rate_key`). The
 rates are measured in cache, so such an op whose data exceeds the profile's ``cache_bytes``
 takes at least its bytes over one core's DRAM bandwidth (the rate's ``dram_gbps``), which is
@@ -133,7 +134,7 @@ class OpCost(msgspec.Struct, frozen=True, gc=False):
     ``compute_full_us`` / ``memory_full_us`` its compute and memory times at full
     occupancy and full bandwidth (what :func:`with_cores` and the headroom bounds use).
     For a CPU op costed by an op rate, ``compute_full_us`` is its rated time on all
-    cores and ``memory_full_us`` its DRAM floor (its bytes over one core's DRAM rate
+    cores (on one thread for an op torch runs serially) and ``memory_full_us`` its DRAM floor (its bytes over one core's DRAM rate
     when they exceed the profile's ``cache_bytes``, else 0): the time no thread count
     goes below.
     """
@@ -230,7 +231,8 @@ def runs_serial(op: Any, key: str) -> bool:
     count: a matrix-vector product (:func:`is_matrix_vector`), or an element-wise op, copy
     or concatenation under the grain size. Such an op neither pays the thread team's fixed
     cost (it dominates small ops on a stream worker: a 64Ki-element ``neg`` took 6 us
-    serially and 32-65 us on two threads there) nor holds the other cores."""
+    serially and 32-65 us on two threads there; a tiny linear's team cost 54-82 us, while
+    in-model GEMVs took 12-40 us) nor holds the other cores."""
     if is_matrix_vector(op):
         return True
     return key.split(".", 1)[0] in _GRAIN_KEYS and 0 < _elements(op.outputs) < GRAIN_ELEMENTS
@@ -239,9 +241,10 @@ def runs_serial(op: Any, key: str) -> bool:
 def _rated(op: Any, profile: DeviceProfile, key: str, max_cores: int | None,
            traffic: float) -> OpCost:
     """The cost from a measured CPU op rate, on the op's share of the cores: a CPU stream's
-    worker runs every op with its whole intra-op thread count (small ops too: they pay the
+    worker runs an op with its whole intra-op thread count (small ones too: they pay the
     thread team's fixed cost even when they cannot use it), so that count is the op's
-    block dim; copies and host work hold no core of the pool but run on those threads."""
+    block dim, unless torch runs it on the calling thread (:func:`runs_serial`); copies
+    and host work hold no core of the pool but run on those threads."""
     rate = profile.op_rates[key]
     work = float(op.flops or 0.0) if rate.metric == "flops" else traffic
     resource = op.resource
@@ -249,8 +252,6 @@ def _rated(op: Any, profile: DeviceProfile, key: str, max_cores: int | None,
     threads = max(1, min(cores, max_cores or cores))
     serial = runs_serial(op, key)
     if serial:
-        # one thread, so it neither pays the thread team's fixed cost (54-82 us for a tiny
-        # linear on 2 threads here; in-model GEMVs took 12-40 us) nor holds the other cores
         threads = 1
     blocks = threads if resource in ("cube", "vector") else 0
     # the rates are measured in cache; an op streaming more than that from DRAM takes at

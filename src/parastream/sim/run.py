@@ -12,8 +12,9 @@ from dataclasses import dataclass
 from typing import Iterable
 
 import msgspec
+import numpy as np
 
-from ..device.cost import OpCost, estimate, with_cores
+from ..device.cost import OpCost, estimate, runs_serial, with_cores
 from ..device.profile import DeviceProfile
 from ..graph.ir import Graph, validate
 from ..plan.lints import lint
@@ -105,11 +106,11 @@ def measured_costs(graph: Graph, profile: DeviceProfile,
     ops = graph.index()
     seen: dict[str, list[float]] = {}
     for tl in timelines:
-        dur = (tl.end_ns - tl.start_ns) / 1e3
-        for i in range(len(tl)):
-            name = tl.op_name(i)
+        dur = ((tl.end_ns - tl.start_ns) / 1e3).tolist()
+        names = np.asarray(tl.names, dtype=object)[tl.name].tolist()  # one lookup per run
+        for name, d in zip(names, dur):
             if name in ops:
-                seen.setdefault(name, []).append(float(dur[i]))
+                seen.setdefault(name, []).append(d)
     cpu = profile.kind == "cpu"
     launch = profile.op_host_us
     k = profile.cores.cube
@@ -119,9 +120,9 @@ def measured_costs(graph: Graph, profile: DeviceProfile,
         if n in seen:
             c = msgspec.structs.replace(c, dur_us=statistics.median(seen[n]) + launch,
                                         measured=True)
-            if cpu and not (c.rate_key and c.threads == 1):
-                # (a rated op the estimate put on one thread is a GEMV, which ran on one
-                # thread whatever the count; on a 1-core profile k is 1 anyway)
+            if cpu and not (c.rate_key and runs_serial(op, c.rate_key)):
+                # (an op torch runs on the calling thread ran on one whatever the count;
+                # on a 1-core profile k is 1 anyway)
                 on_cores = c.unit in ("cube", "vector")
                 c = msgspec.structs.replace(
                     c, block_dim=min(k, profile.unit_cores(c.unit)) if on_cores else 0,
