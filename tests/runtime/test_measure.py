@@ -156,18 +156,25 @@ def test_start_lags_count_from_when_a_stream_could_start():
     plan = Plan(name="p", algorithm="manual", streams=3,
                 assignment={"a0": 0, "a1": 0, "b0": 1, "c0": 2},
                 events=[Event("a0", "b0")])
-    b = TimelineBuilder("test", "parastream-cpu")
     us = 1000
-    b.add_op("0", "a0", 0, 100 * us)
-    b.add_op("0", "a1", 100 * us, 900 * us)
-    b.add_op("1", "b0", 150 * us, 300 * us)     # could start at 100 us (after a0): lag 50
-    b.add_op("2", "c0", 700 * us, 800 * us)     # nothing to wait for: lag 700
-    lags = start_lags_us(b.build(), plan)
-    assert lags == {"0": 0.0, "1": 50.0, "2": 700.0}
-    m = Measurement(plan="p", single_walls_us=[1000.0] * 3, multi_walls_us=[1000.0] * 3,
+
+    def run(c0_start_us):
+        b = TimelineBuilder("test", "parastream-cpu")
+        b.add_op("0", "a0", 0, 100 * us)
+        b.add_op("0", "a1", 100 * us, 900 * us)
+        b.add_op("1", "b0", 150 * us, 300 * us)  # could start at 100 us (after a0): lag 50
+        b.add_op("2", "c0", c0_start_us * us, (c0_start_us + 100) * us)  # nothing to wait for
+        return b.build()
+
+    assert start_lags_us(run(700), plan) == {"0": 0.0, "1": 50.0, "2": 700.0}
+    assert start_lags_us(run(10), plan) == {"0": 0.0, "1": 50.0, "2": 10.0}
+    # worst lag per run: 700, 300, 50, 50; late (>= 200 us) in 2 of 4 runs
+    m = Measurement(plan="p", single_walls_us=[1000.0] * 4, multi_walls_us=[1000.0] * 4,
                     single_executor_walls_us=[], dropped=2, single_threads=2,
-                    multi_threads=1, streams=3, multi_timelines=[b.build()] * 3)
+                    multi_threads=1, streams=3,
+                    multi_timelines=[run(700), run(300), run(10), run(20)])
     doc = late_starts(m, plan)
-    assert doc["late_runs"] == 3 and doc["frequent"] and doc["median_lag_us"] == 700.0
-    assert doc["late_median_us"] == 700.0
-    assert doc["threshold_us"] == 200.0
+    assert doc == {"median_lag_us": 175.0, "late_runs": 2, "late_median_us": 500.0, "runs": 4,
+                   "threshold_us": 200.0, "frequent": True}
+    m.multi_timelines = m.multi_timelines[2:]
+    assert late_starts(m, plan)["late_runs"] == 0 and not late_starts(m, plan)["frequent"]

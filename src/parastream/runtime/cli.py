@@ -108,14 +108,14 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     if args.runs < 5:
         raise InputError(None, "--runs must be at least 5 (the first runs are dropped as cold)")
-    if args.pin:
-        from .executor import PIN_ENV
-
-        os.environ[PIN_ENV] = "1"  # every executor here and in the processes it starts
     if not 0 <= args.drop < args.runs:
         raise InputError(None, "--drop must be >= 0 and below --runs")
     if args.warmup < 0 or args.top < 1 or args.margin < 0:
         raise InputError(None, "--warmup, --top and --margin must be positive")
+    if args.pin:
+        from .executor import PIN_ENV
+
+        os.environ[PIN_ENV] = "1"  # every executor here and in the processes it starts
     doc_in: PlanDoc | None = None
     op_costs = None  # op times from a single-stream capture (--auto)
     if args.plan:
@@ -408,10 +408,10 @@ def _print(out, result: dict, rec) -> None:
         if lag.get("frequent") and not pin_streams():
             console.print(f"{d['candidate'][:60]}: in {lag['late_runs']} of {lag['runs']} runs a "
                           f"stream started its first op {lag['threshold_us']:,.0f} us or more "
-                          f"after it could (median of those {lag['late_median_us']:,.0f} us): most "
-                          "likely the OS queued two stream workers on one core. --pin gives "
-                          "each its own (slower "
-                          "for tiny ops; docs/benchmarks-run.md section 9)", markup=False)
+                          f"after it could (median of those {lag['late_median_us']:,.0f} us): "
+                          "most likely the OS queued two stream workers on one core. --pin "
+                          "gives each its own (slower for tiny ops; docs/benchmarks-run.md "
+                          "section 9)", markup=False)
     word = {"keep": "KEEP", "change": "CHANGE CANDIDATE", "single": "STAY SINGLE-STREAM"}[rec.action]
     console.print(f"recommendation: {word} - {rec.summary}", markup=False)
     for e in rec.evidence:

@@ -370,20 +370,19 @@ class MultiStreamExecutor(torch.fx.Interpreter):
         self._events = [self.backend.event() for _ in self.plan.events]
         self._left = dict(self._uses)
         # a CPU stream's worker could not run before the issue loop ends anyway (this
-        # thread holds the GIL), so each gets its whole program in one hand-off
+        # thread holds the GIL), so each gets its whole program in one hand-off; on an
+        # error below, close() releases what is still held
         held = [st for st in self.streams.values() if hasattr(st, "hold")]
+        for st in held:
+            st.hold()
         try:
+            for item in self._issue_order():
+                self.run_node(item[0])
+            main = self.streams[0]
+            for k in self.end_waits:
+                main.wait_event(self._events[k])
             for st in held:
-                st.hold()
-            try:
-                for item in self._issue_order():
-                    self.run_node(item[0])
-                main = self.streams[0]
-                for k in self.end_waits:
-                    main.wait_event(self._events[k])
-            finally:
-                for st in held:
-                    st.release()
+                st.release()
             if host:
                 main.synchronize()
                 out = self._outputs()

@@ -19,8 +19,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
+import numpy as np
+
 from ..plan.model import Plan
 from ..timeline.model import Timeline
+
+__all__ = ["LATE_START_FRACTION", "LATE_START_US", "Measurement", "analyse", "late_starts",
+           "measure", "start_lags_us"]
 
 
 @dataclass
@@ -204,8 +209,6 @@ def analyse(m: Measurement, doc: Any = None, candidate: str | None = None) -> di
     return out
 
 
-__all__ = ["Measurement", "analyse", "measure"]
-
 
 #: a stream that starts its first op this much after it could, in a third of the runs or
 #: more, is reported (and at least this fraction of the median wall)
@@ -219,23 +222,22 @@ def start_lags_us(tl: Timeline, plan: Plan) -> dict[str, float]:
     ops whose events that first op waits for (the plan's events); the stream that starts
     first lags 0. A lag well above a worker's wake-up is a worker that was runnable but
     not running (docs/benchmarks-run.md section 9: the OS put two workers on one core)."""
-    n = len(tl)
-    if n == 0:
+    if len(tl) == 0:
         return {}
     t0 = int(tl.start_ns.min())
-    end_of = {tl.op_name(i): int(tl.end_ns[i]) for i in range(n)}
+    code = {name: c for c, name in enumerate(tl.names)}
     deps: dict[str, list[str]] = {}
     for e in plan.events:
         if e.wait_before is not None:
             deps.setdefault(e.wait_before, []).append(e.record_after)
+    # each stream's first op: the earliest start among its rows
+    order = np.lexsort((tl.start_ns, tl.stream))
+    firsts = order[np.r_[True, np.diff(tl.stream[order]) != 0]]
     out: dict[str, float] = {}
-    for s, sid in enumerate(tl.streams):
-        idx = [i for i in range(n) if tl.stream[i] == s]
-        if not idx:
-            continue
-        first = min(idx, key=lambda i: tl.start_ns[i])
-        ready = max([t0] + [end_of[d] for d in deps.get(tl.op_name(first), []) if d in end_of])
-        out[sid] = max(0.0, (int(tl.start_ns[first]) - ready) / 1e3)
+    for i in firsts.tolist():
+        ends = [tl.end_ns[tl.name == code[d]] for d in deps.get(tl.op_name(i), ()) if d in code]
+        ready = max([t0] + [int(e.max()) for e in ends if len(e)])
+        out[tl.streams[int(tl.stream[i])]] = max(0.0, (int(tl.start_ns[i]) - ready) / 1e3)
     return out
 
 
