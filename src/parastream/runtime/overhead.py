@@ -14,8 +14,8 @@ small model:
 * ``stream_overhead_us``: per forward call, what each stream beyond the first adds.
 
 Both come from running chains of ``x + 1`` on 16 floats through the executor on one stream,
-at two lengths: the slope is the per-op cost (less the add's own cost, timed the same way
-on a worker thread), the intercept the per-call cost. The same chains alternating between
+at two lengths: the slope is the per-op cost (less the add's own cost from the op rates: on
+16 floats it runs on the worker's own thread, at the one-thread line), the intercept the per-call cost. The same chains alternating between
 two streams (every op waits for the one before it, on the other stream) give the wake-up
 per wait as the extra slope; the chains with only their first op on a second stream give
 the second stream's cost per call. Medians of repeated calls, the lowest of a few rounds.
@@ -46,10 +46,10 @@ class _Chain:
 
 
 def measure_executor_overhead(quick: bool = False, rounds: int = 3,
-                              add_fixed_us: float = 0.0) -> dict[str, float]:
+                              add_rate: Any = None) -> dict[str, float]:
     """``{"per_op_us", "per_run_us", "chain_op_us", "event_wake_us", "stream_us"}`` of the
-    cpu backend; ``add_fixed_us`` is the add's own cost (from the op rates), taken out of
-    the per-op figure."""
+    cpu backend; the chain add's own cost at ``add_rate`` (an :class:`OpRate`, on one
+    thread: far under torch's intra-op grain) is taken out of the per-op figure."""
     import torch
 
     from ..graph.torch_import import import_runnable
@@ -60,6 +60,7 @@ def measure_executor_overhead(quick: bool = False, rounds: int = 3,
 
     x = torch.randn(16)
     cores = _cores()
+    add_us = add_rate.duration_us(3.0 * x.nbytes, 1, cores) if add_rate is not None else 0.0
     walls: dict[tuple[str, int], float] = {}
     calls = 15 if quick else 40
     with torch.no_grad():
@@ -91,7 +92,7 @@ def measure_executor_overhead(quick: bool = False, rounds: int = 3,
     # a difference of two noisy walls: on a busy 2-core VM single quick rounds gave 0 to
     # 384 us; a second stream's setup is part of a call's fixed cost, so it is capped there
     stream_us = min(max(0.0, second - wake), 2.0 * per_run)
-    return {"per_op_us": max(0.0, slope - add_fixed_us), "per_run_us": per_run,
+    return {"per_op_us": max(0.0, slope - add_us), "per_run_us": per_run,
             "chain_op_us": slope, "event_wake_us": wake, "stream_us": stream_us}
 
 
@@ -101,17 +102,17 @@ def calibrate_cpu(quick: bool = False, name: str = "cpu-calibrated") -> dict:
     the former: there is no executor to measure)."""
     import importlib.util
 
+    import msgspec
+
+    from ..device.profile import OpRate
     from ..graph.calibrate import calibrate
 
     profile = calibrate(quick=quick, name=name)
     if importlib.util.find_spec("torch") is None:
         return profile
-    add = profile.get("op_rates", {}).get("add", {})
-    # the chains' adds on 16 floats are far under torch's intra-op grain: they run on the
-    # worker's own thread, at the one-thread line (3 x 64 bytes read and written)
-    own = float(add.get("fixed_1_us", 0.0)) + (
-        192 / (float(add["rate_1"]) * 1e3) if add.get("rate_1") else 0.0)
-    ov = measure_executor_overhead(quick, rounds=2 if quick else 3, add_fixed_us=own)
+    add = profile.get("op_rates", {}).get("add")
+    ov = measure_executor_overhead(quick, rounds=2 if quick else 3,
+                                   add_rate=msgspec.convert(add, OpRate) if add else None)
     handoff = profile["launch_overhead_us"]
     profile["launch_overhead_us"] = float(f"{ov['per_op_us']:.4g}")
     profile["run_overhead_us"] = float(f"{ov['per_run_us']:.4g}")
