@@ -15,7 +15,8 @@ What is measured, and how (each number's method is written into the profile's ``
 * cores: the CPUs this process may run on.
 
 Each quantity is measured in several interleaved rounds and its best round kept (other
-processes on a small machine spoil single measurements). A full run takes about 10-15 s,
+processes on a small machine spoil single measurements), except the op rates, which keep
+the median of their rounds (see :func:`measure_op_rates`). A full run takes about 10-15 s,
 ``quick`` about 3 s.
 """
 
@@ -267,11 +268,11 @@ def measure_op_rates(quick: bool = False, rounds: int = 1) -> dict[str, dict]:
             for (name, is_large), t in _on_worker(burst, threads, "parastream-calibrate-ops").items():
                 key = (name, threads, is_large)
                 seen.setdefault(key, []).append(t)
-    best = {key: statistics.median(ts) for key, ts in seen.items()}
+    med = {key: statistics.median(ts) for key, ts in seen.items()}
     out = {}
     for name, (metric, small, large) in cases.items():
-        f1, r1 = _fit((small[1], best[name, 1, False]), (large[1], best[name, 1, True]))
-        fk, rk = _fit((small[1], best[name, cores, False]), (large[1], best[name, cores, True]))
+        f1, r1 = _fit((small[1], med[name, 1, False]), (large[1], med[name, 1, True]))
+        fk, rk = _fit((small[1], med[name, cores, False]), (large[1], med[name, cores, True]))
         out[name] = {"metric": metric, "fixed_1_us": float(f"{f1:.4g}"),
                      "fixed_all_us": float(f"{fk:.4g}"), "rate_1": float(f"{r1:.4g}"),
                      "rate_all": float(f"{rk:.4g}")}
