@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
+from pathlib import Path
 from unittest import mock
 
 
@@ -34,8 +36,7 @@ def main() -> None:
     from parastream.runtime.measure import measure
     from parastream.sim.run import simulate_plan
 
-    sys_path = __import__("sys").path
-    sys_path.insert(0, __file__.rsplit("/", 1)[0])
+    sys.path.insert(0, str(Path(__file__).parent))
     from bench_run import candidates_of
 
     profiles = {}

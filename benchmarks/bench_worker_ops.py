@@ -24,8 +24,6 @@ GAPS_US = (0, 10, 20, 50)
 
 
 def hold_ab(specs: list[str], calls: int) -> None:
-    import torch  # noqa: F401
-
     from parastream.device.profile import load_profile
     from parastream.graph.torch_import import import_runnable
     from parastream.graph.zoo import ZOO
@@ -73,7 +71,7 @@ def team_child(main_team: bool) -> dict:
     if main_team:
         torch.randn(1 << 20) + 1  # a threaded op on the main thread creates its team
     a, b = torch.randn(1, 128, 512), torch.randn(1, 128, 512)
-    out: dict[str, list[float]] = {}
+    out: dict[str, float] = {}
 
     def spin(us: float) -> None:
         end = time.perf_counter() + us / 1e6
@@ -90,7 +88,7 @@ def team_child(main_team: bool) -> dict:
                 t = time.perf_counter_ns()
                 torch.add(a, b)
                 ts.append((time.perf_counter_ns() - t) / 1e3)
-            out[f"{threads}t gap{gap}"] = [round(statistics.median(ts[30:]), 1)]
+            out[f"{threads}t gap{gap}"] = round(statistics.median(ts[30:]), 1)
 
     for threads in (2, 1):
         th = threading.Thread(target=worker, args=(threads,))
@@ -117,7 +115,7 @@ def main() -> None:
                                capture_output=True, text=True, check=True)
             res = json.loads(r.stdout)
             print(f"team  main thread team={main_team == '1'}:",
-                  "  ".join(f"{k} {v[0]:.0f}" for k, v in res.items()), flush=True)
+                  "  ".join(f"{k} {v:.0f}" for k, v in res.items()), flush=True)
     hold_ab([m for m in args.models.split(",") if m], args.calls)
 
 
