@@ -1,8 +1,9 @@
 """``parastream demo``: the whole loop on a built-in model, on this machine.
 
-import -> decompose (modules, parallel points, headroom) -> calibrate the local CPU ->
-plan candidates -> simulate them -> run the best candidates and the single-stream baseline
-on real streams (the cpu backend) -> analyse the captured timeline (placement, overlap_pct
+import -> decompose (modules, parallel points, headroom) -> calibrate the local CPU (or
+load ``--profile``) -> plan candidates -> simulate them -> run the best candidates (ranked
+again from this model's op times in one short single-stream capture) and the single-stream
+baseline on real streams (the cpu backend) -> analyse the captured timeline (placement, overlap_pct
 per parallel point, triage) -> a report folder:
 
 - ``report.html``: one self-contained page: the measured run's Gantt chart with side windows
@@ -141,7 +142,7 @@ def run_demo(out_dir: str = "out/demo", model: str = DEFAULT_MODEL, scale: str =
             step("separate processes skipped: " + ("--side-by-side-only" if not best_settings
                                                    else "OMP_WAIT_POLICY is set"))
         measured: list[dict] = []
-        for c, r in zip(multi, result["candidates"]):
+        for c, r, d in zip(multi, result["candidates"], result["details"]):
             predicted = r.predicted_wall_us
             pred_speedup = r.predicted_speedup
             measured.append({
@@ -154,8 +155,8 @@ def run_demo(out_dir: str = "out/demo", model: str = DEFAULT_MODEL, scale: str =
                 "measured_single_us": round(r.single_median_us, 1),
                 "measured_multi_us": round(r.multi_median_us, 1),
                 "measured_speedup": round(r.speedup, 3),
-                "prediction_error_pct": round(100 * (predicted - r.multi_median_us)
-                                              / r.multi_median_us, 1),
+                "prediction_error_pct": round(100 * d["prediction_error"], 1)
+                if d["prediction_error"] is not None else None,
                 "overlap_pct": [round(p, 4) for p in r.overlap_pcts],
                 "runs_kept": len(runs_by_name[r.name][0].multi_walls_us),
                 "separate_single_spinning_us": round(r.iso_single_us, 1)
@@ -167,10 +168,8 @@ def run_demo(out_dir: str = "out/demo", model: str = DEFAULT_MODEL, scale: str =
         # side taken in its best setting
         decision = recommend(result["candidates"])
         rec = decision.candidate or "single stream"
-        # the report shows the recommended candidate's run (else the one closest to winning),
-        # judged as the recommendation judges: each side in its best setting
-        closest = max(result["candidates"], key=lambda r: r.best_speedup, default=None)
-        best = decision.candidate or (closest.name if closest else None)
+        # the report shows the recommended candidate's run, else the one closest to winning
+        best = decision.closest
         m, res = runs_by_name[best] if best else (None, {})
         plan_check = res.get("plan_check")
         tl = m.multi_timeline if m else None

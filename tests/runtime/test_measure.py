@@ -48,12 +48,16 @@ def test_recommend_never_picks_a_candidate_under_the_margin():
     rec = recommend([_r("a", 1.03), _r("b", 0.8)], current="a")
     assert rec.action == "single" and rec.candidate is None
     assert "1.03x" in rec.summary
+    assert rec.closest == "a"  # what a report shows when nothing wins
+    assert recommend([_r("a", 1.5, ok=False), _r("b", 0.8)]).closest == "b"
+    assert recommend([_r("a", 1.5, ok=False)]).closest is None
 
 
 def test_recommend_keep_change_and_bad_outputs():
-    assert recommend([_r("a", 1.30), _r("b", 1.32)], current="a").action == "keep"
+    rec = recommend([_r("a", 1.30), _r("b", 1.32)], current="a")
+    assert (rec.action, rec.closest) == ("keep", "a")
     rec = recommend([_r("a", 1.10), _r("b", 1.40)], current="a")
-    assert (rec.action, rec.candidate) == ("change", "b")
+    assert (rec.action, rec.candidate, rec.closest) == ("change", "b", "b")
     rec = recommend([_r("a", 2.0, ok=False), _r("b", 1.2, ok=True)])
     assert rec.candidate == "b" and any("excluded" in e for e in rec.evidence)
 

@@ -67,6 +67,9 @@ class Recommendation:
     candidate: str | None              # the recommended candidate (None = single stream)
     summary: str
     evidence: list[str]
+    #: the usable candidate closest to winning (each side in its best setting): the
+    #: recommended one, else the best under the margin (None when none ran correctly)
+    closest: str | None = None
 
     def to_dict(self) -> dict:
         return {"action": self.action, "candidate": self.candidate, "summary": self.summary,
@@ -105,16 +108,17 @@ def recommend(results: list[CandidateResult], current: str | None = None,
         best = max(usable, key=lambda r: r.best_speedup, default=None)
         why = (f"the best candidate {best.name} measured {best.best_speedup:.2f}x, below the "
                f"{1 + margin:.2f}x margin" if best else "no candidate ran correctly")
-        return Recommendation("single", None, f"stay single-stream: {why}", evidence)
+        return Recommendation("single", None, f"stay single-stream: {why}", evidence,
+                              best.name if best else None)
     best = max(winners, key=lambda r: r.best_speedup)
     cur = next((r for r in winners if r.name == current), None)
     if cur is not None and cur.best_speedup >= best.best_speedup * (1.0 - margin):
         return Recommendation("keep", cur.name, f"keep {cur.name}: {cur.best_speedup:.2f}x measured"
                               + (f" (best {best.name} {best.best_speedup:.2f}x is within the margin)"
-                                 if best is not cur else ""), evidence)
+                                 if best is not cur else ""), evidence, cur.name)
     was = f" instead of {current}" if current else ""
     return Recommendation("change", best.name, f"use {best.name}{was}: {best.best_speedup:.2f}x "
-                          "measured", evidence)
+                          "measured", evidence, best.name)
 
 
 __all__ = ["MARGIN", "CandidateResult", "Recommendation", "recommend"]
