@@ -95,10 +95,7 @@ class Graph(msgspec.Struct, omit_defaults=True):
 
     def predecessor_names(self) -> dict[str, list[str]]:
         """Each op's predecessors' names, one entry per edge (what path searches take)."""
-        out: dict[str, list[str]] = {o.name: [] for o in self.ops}
-        for e in self.edges:
-            out.setdefault(e.dst, []).append(e.src)
-        return out
+        return {n: [e.src for e in es] for n, es in self.predecessors().items()}
 
     def __iter__(self) -> Iterator[Op]:
         return iter(self.ops)

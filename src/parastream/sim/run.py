@@ -40,9 +40,7 @@ def ge_reorder(graph: Graph, plan: Plan, order: list[str], dur: dict[str, float]
     """The issue order GE would produce: each cheap main-stream consumer of a side output
     (the ``ge-reorder`` lint) moved to just before the dominator it does not depend on."""
     order = list(order)
-    preds: dict[str, list[str]] = {}
-    for e in graph.edges:
-        preds.setdefault(e.dst, []).append(e.src)
+    preds = graph.predecessor_names()
     for l in lint(graph, plan, dur):
         if l.rule != "ge-reorder":
             continue
