@@ -351,25 +351,30 @@ def test_element_wise_ops_under_torchs_grain_are_costed_on_one_thread():
     from parastream.device.cost import GRAIN_ELEMENTS, runs_serial
 
     prof = msgspec.structs.replace(
-        cpu_profile(add=("bytes", 1.0, 40.0, 20.0, 30.0), cat=("bytes", 1.0, 40.0, 20.0, 30.0),
+        cpu_profile(add=("bytes", 1.0, 40.0, 20.0, 30.0), cat=("bytes", 2.0, 60.0, 10.0, 15.0),
                     layer_norm=("bytes", 1.0, 40.0, 20.0, 30.0)),
         cache_bytes=64 << 20)
     cores = prof.cores.cube
+    launch = prof.op_host_us
     assert cores > 1
 
-    def op(kind, elements):
-        return Op(kind, kind, resource="vector", bytes_read=8 * elements,
+    def op(kind, elements, resource="vector"):
+        return Op(kind, kind, resource=resource, bytes_read=8 * elements,
                   bytes_written=4 * elements, outputs=[Tensor([elements], "float32")])
 
-    for kind, key in (("mul", "add"), ("neg", "add"), ("cat", "cat"), ("copy_", "cat")):
-        below, at = op(kind, GRAIN_ELEMENTS - 1), op(kind, GRAIN_ELEMENTS)
+    for kind, resource, key in (("mul", "vector", "add"), ("neg", "vector", "add"),
+                                ("cat", "vector", "cat"), ("copy_", "memory", "cat")):
+        below, at = op(kind, GRAIN_ELEMENTS - 1, resource), op(kind, GRAIN_ELEMENTS, resource)
         assert runs_serial(below, key) and not runs_serial(at, key)
         cb, ca = estimate(below, prof), estimate(at, prof)
-        assert cb.threads == 1 and cb.block_dim == 1, kind
+        assert cb.rate_key == ca.rate_key == key, kind
+        r = prof.op_rates[key]
+        assert cb.threads == 1 and cb.block_dim == (1 if resource == "vector" else 0), kind
         assert cb.dur_us == pytest_approx(
-            1.0 + 12.0 * (GRAIN_ELEMENTS - 1) / 20e3 + prof.launch_overhead_us)
-        assert ca.threads == cores and ca.dur_us > 40.0             # the team's fixed cost
-        assert with_cores(cb, prof, 1).dur_us == cb.dur_us
+            r.fixed_1_us + 12.0 * (GRAIN_ELEMENTS - 1) / (r.rate_1 * 1e3) + launch)
+        assert ca.threads == cores                     # on the team, with its fixed cost
+        assert ca.dur_us == pytest_approx(
+            r.fixed_all_us + 12.0 * GRAIN_ELEMENTS / (r.rate_all * 1e3) + launch)
     # a norm parallelises over rows, not by this grain
     norm = op("layer_norm", 1024)
     assert not runs_serial(norm, "layer_norm") and estimate(norm, prof).threads == cores

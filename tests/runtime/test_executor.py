@@ -28,12 +28,18 @@ def tiny_models():
     return out
 
 
+@pytest.fixture
+def free_every_size(monkeypatch):
+    """Free every intermediate after its last reader (by default only big ones are, and the
+    tiny models have none)."""
+    monkeypatch.setattr(executor_module, "FREE_MIN_BYTES", 0)
+
+
 @pytest.mark.parametrize("name", list(ZOO))
 def test_every_model_and_algorithm_bitwise_also_under_200_jittered_runs(tiny_models, name,
-                                                                        monkeypatch):
-    # every intermediate freed after its last reader (by default only big ones are, and
-    # tiny models have none): jitter must not find a value freed under a later reader
-    monkeypatch.setattr(executor_module, "FREE_MIN_BYTES", 0)
+                                                                        free_every_size):
+    # every intermediate freed after its last reader: jitter must not find a value freed
+    # under a later reader
     module, inputs, rn = tiny_models[name]
     for k, algo in enumerate(ALGOS):
         plan = assign(rn.graph, algo, max_streams=2)
@@ -168,12 +174,11 @@ def test_workers_run_without_autograd(tiny_models):
 
 
 @pytest.mark.parametrize("name", ["llama_stack", "inception_block", "moe_layer"])
-def test_intermediates_are_freed_after_their_last_reader(tiny_models, name, monkeypatch):
+def test_intermediates_are_freed_after_their_last_reader(tiny_models, name, free_every_size):
     """As in eager mode, an op's output leaves the executor once every op reading it (on
     any stream) has run: after a call only what the outputs read is held, and during it
     far fewer values than ops are alive. Off, everything is held to the end. (Every size
     is freed here; by default only intermediates of FREE_MIN_BYTES or more are.)"""
-    monkeypatch.setattr(executor_module, "FREE_MIN_BYTES", 0)
     module, inputs, rn = tiny_models[name]
     plan = assign(rn.graph, "matching", max_streams=2)
     with MultiStreamExecutor(module, inputs, plan, runnable=rn) as ex:
@@ -213,7 +218,7 @@ def test_only_big_intermediates_are_freed_early():
             assert c.ok and c.exact, c.describe()
 
 
-def test_a_value_read_on_two_streams_waits_for_both_readers_before_it_goes(monkeypatch):
+def test_a_value_read_on_two_streams_waits_for_both_readers_before_it_goes(free_every_size):
     """y is read by an op on each stream; whichever reader finishes first must not free
     it under the other (jittered delays and issue orders, 200 runs, bitwise)."""
     from parastream.plan.assign import plan_from_assignment
@@ -225,7 +230,6 @@ def test_a_value_read_on_two_streams_waits_for_both_readers_before_it_goes(monke
             b = torch.sigmoid(y.t()).sum(1)
             return a + b
 
-    monkeypatch.setattr(executor_module, "FREE_MIN_BYTES", 0)
     module, inputs = Fork(), (torch.randn(64, 64), torch.randn(64, 64))
     rn = import_runnable(module, inputs, name="fork")
     names = [o.name for o in rn.graph.ops]

@@ -62,7 +62,9 @@ def test_auto_with_check_trace_and_json(tmp_path, capsys, profile):
     assert len(tl) > 0 and set(tl.streams) == {"0"}
 
 
-def test_plan_file_round_trip(tmp_path, capsys, profile):
+@pytest.fixture(scope="module")
+def moe_plan(tmp_path_factory):
+    """A matching plan file for the tiny moe_layer."""
     from parastream.device.profile import load_profile
     from parastream.graph.models import resolve
     from parastream.plan.cli import build
@@ -70,8 +72,13 @@ def test_plan_file_round_trip(tmp_path, capsys, profile):
 
     g = resolve("moe_layer", scale="tiny")
     doc = build(g, load_profile("cpu"), algorithm="matching", mapping=None, max_streams=2)
-    path = tmp_path / "plan.json"
+    path = tmp_path_factory.mktemp("plan") / "plan.json"
     path.write_bytes(dumps(doc))
+    return path
+
+
+def test_plan_file_round_trip(moe_plan, capsys, profile):
+    path = moe_plan
     assert run("moe_layer", "--plan", str(path), "--scale", "tiny", "--runs", "5",
                "--profile", profile) == 0
     assert "recommendation:" in capsys.readouterr().out
@@ -99,6 +106,9 @@ def test_bad_inputs_are_one_line_errors(tmp_path):
         run("moe_layer", "--plan", str(bad))
     with pytest.raises(InputError, match="meta device"):
         run("moe_layer", "--auto", "--scale", "7b")
+    with pytest.raises(InputError, match="not a model") as info:  # a file, but no model
+        run(str(bad), "--auto")
+    assert info.value.path == str(bad)
     with pytest.raises(SystemExit):
         run("moe_layer")  # --plan or --auto is required
 
@@ -116,17 +126,11 @@ def test_untraceable_model_names_its_file(tmp_path):
     assert info.value.path == str(f) and "\n" not in str(info.value)
 
 
-def test_frequent_late_stream_starts_suggest_pin(tmp_path, capsys, profile, monkeypatch):
-    from parastream.device.profile import load_profile
-    from parastream.graph.models import resolve
-    from parastream.plan.cli import build
-    from parastream.plan.io import dumps
+def test_frequent_late_stream_starts_suggest_pin(tmp_path, moe_plan, capsys, profile,
+                                                  monkeypatch):
     from parastream.runtime import measure
 
-    g = resolve("moe_layer", scale="tiny")
-    doc = build(g, load_profile("cpu"), algorithm="matching", mapping=None, max_streams=2)
-    path = tmp_path / "plan.json"
-    path.write_bytes(dumps(doc))
+    path = moe_plan
     late = {"median_lag_us": 900.0, "late_runs": 3, "late_median_us": 950.0, "runs": 3,
             "threshold_us": 200.0, "frequent": True}
     monkeypatch.setattr(measure, "late_starts", lambda m, plan: late)
