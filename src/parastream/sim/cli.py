@@ -56,7 +56,7 @@ def sweep(graph, profile, stream_counts: list[int], *, ge: bool = False, jitter:
         if plans is not None:
             cands = [p for p in plans if p.streams == k] if k else plans
         elif k == 1:
-            cands = [assign(graph, "single", durations=dur)]
+            cands = [assign(graph, "single", durations=dur, order=order)]
         else:
             # the planner simulates every candidate (and keeps C2 limits only where they pay);
             # its best within k streams is the answer, unless GE reorder or jitter change the
