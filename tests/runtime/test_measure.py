@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import statistics
+
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from parastream.graph.torch_import import import_runnable
 from parastream.graph.zoo import ZOO
 from parastream.plan.assign import assign
-from parastream.runtime.measure import analyse, measure
+from parastream.runtime.measure import analyse, measure, paired_quartiles
 from parastream.runtime.recommend import CandidateResult, recommend
 
 
@@ -28,6 +32,10 @@ def test_measure_runs_drops_and_keeps_representative_timelines(inception):
     assert set(m.single_timeline.streams) == {"0"}
     s = m.summary()
     assert s["runs_kept"] == 4 and s["multi_threads_per_stream"] == 1
+    lo, hi = m.speedup_quartiles
+    ratios = [a / b for a, b in zip(m.single_walls_us, m.multi_walls_us)]
+    assert min(ratios) <= lo <= hi <= max(ratios)
+    assert s["speedup_quartiles"] == [round(lo, 4), round(hi, 4)]
     an = analyse(m)
     assert an["triage"]["verdict"] in ("faster", "3a", "3b", "3c")
     assert an["multi"]["summary"]["median_wall_us"] == round(m.multi_median_us, 3)
@@ -60,6 +68,40 @@ def test_recommend_keep_change_and_bad_outputs():
     assert (rec.action, rec.candidate, rec.closest) == ("change", "b", "b")
     rec = recommend([_r("a", 2.0, ok=False), _r("b", 1.2, ok=True)])
     assert rec.candidate == "b" and any("excluded" in e for e in rec.evidence)
+
+
+walls = st.floats(min_value=1.0, max_value=1e6, allow_nan=False)
+
+
+@given(st.lists(st.tuples(walls, walls), min_size=1, max_size=40))
+def test_paired_quartiles_bracket_the_median_round(rounds):
+    single, multi = [s for s, _ in rounds], [m for _, m in rounds]
+    ratios = sorted(s / m for s, m in rounds)
+    lo, hi = paired_quartiles(single, multi)
+    tol = 1e-9 * ratios[-1]
+    assert ratios[0] - tol <= lo <= statistics.median(ratios) + tol
+    assert statistics.median(ratios) - tol <= hi <= ratios[-1] + tol
+    if len(rounds) == 1:
+        assert lo == hi == ratios[0]
+
+
+def test_paired_quartiles_cancel_a_slow_spell():
+    """Half the rounds ran on a machine twice as slow: the medians of the two sides mix
+    slow and fast rounds, the rounds' own speedups do not move."""
+    single = [1000.0, 1000.0, 2000.0, 2000.0, 2000.0]
+    multi = [500.0, 500.0, 1000.0, 1000.0, 1000.0]
+    assert paired_quartiles(single, multi) == (2.0, 2.0)
+    assert paired_quartiles([], []) == (0.0, 0.0)
+
+
+def test_recommend_cautions_when_the_rounds_do_not_clear_the_margin():
+    steady = CandidateResult("a", 1.4, 1400.0, 1000.0, speedup_quartiles=(1.3, 1.5))
+    rec = recommend([steady])
+    assert rec.action == "change" and "noisy" not in rec.summary
+    assert "(rounds 1.30-1.50x)" in rec.evidence[0]
+    shaky = CandidateResult("a", 1.4, 1400.0, 1000.0, speedup_quartiles=(0.9, 1.6))
+    rec = recommend([shaky], current="a")
+    assert rec.action == "keep" and "0.90x or less" in rec.summary and "--runs" in rec.summary
 
 
 def test_recommend_takes_each_side_in_its_best_setting():

@@ -49,6 +49,10 @@ def test_auto_with_check_trace_and_json(tmp_path, capsys, profile):
         if "predicted_from_ops_us" in d:
             assert d["predicted_from_ops_us"] > 0 and d["prediction_from_ops_error"] is not None
     assert all(c["outputs_ok"] for c in doc["candidates"])
+    for c in doc["candidates"]:  # how far the speedup moved between the rounds
+        lo, hi = c["speedup_quartiles"]
+        assert 0 < lo <= hi
+    assert "quartiles of the rounds' own speedups" in out
     for d in doc["details"]:  # late stream starts, counted over the kept multi-stream runs
         lag = d["start_lag"]
         assert lag["runs"] >= 1 and 0 <= lag["late_runs"] <= lag["runs"]

@@ -331,7 +331,8 @@ def run_candidates(module: Any, inputs: tuple, runnable: Any, doc: Any, chosen: 
             multi_median_us=m.multi_median_us, predicted_wall_us=pred,
             predicted_single_us=pred_single, predicted_from_ops_us=from_ops,
             overlap_pcts=[p["overlap_pct"] for p in found], verdicts=[p["verdict"] for p in found],
-            triage=an.get("triage", {}).get("verdict"), outputs_ok=ok))
+            triage=an.get("triage", {}).get("verdict"), outputs_ok=ok,
+            speedup_quartiles=m.speedup_quartiles))
         tri = an.get("triage", {})
         details.append({"candidate": c.name, "algorithm": c.algorithm, "streams": m.streams,
                         "measurement": m.summary(), "predicted_wall_us": round(pred, 3),
@@ -373,7 +374,9 @@ def _print(out, result: dict, rec) -> None:
 
     console = Console(file=out, width=160)
     t = Table(title=f"single vs multi-stream, medians of {result['runs'] - result['drop']} runs "
-              f"(first {result['drop']} dropped)")
+              f"(first {result['drop']} dropped)",
+              caption="speedup (a-b): quartiles of the rounds' own speedups (each round's "
+                      "single-stream wall over its multi-stream wall)")
     for col in ("candidate", "streams", "single us", "multi us", "speedup", "predicted us",
                 "pred. speedup", "pred. from ops us", "overlap_pct", "verdicts", "triage",
                 "outputs"):
@@ -381,7 +384,9 @@ def _print(out, result: dict, rec) -> None:
     for r, d in zip(result["candidates"], result["details"]):
         pred_sp = r.predicted_speedup or 0.0
         t.add_row(r.name[:48], str(d["streams"]), f"{r.single_median_us:,.0f}",
-                  f"{r.multi_median_us:,.0f}", f"{r.speedup:.2f}x",
+                  f"{r.multi_median_us:,.0f}", f"{r.speedup:.2f}x" + (
+                      f" ({r.speedup_quartiles[0]:.2f}-{r.speedup_quartiles[1]:.2f})"
+                      if r.speedup_quartiles else ""),
                   f"{r.predicted_wall_us:,.0f}" if r.predicted_wall_us is not None else "-",
                   f"{pred_sp:.2f}x",
                   f"{r.predicted_from_ops_us:,.0f}" if r.predicted_from_ops_us is not None else "-",

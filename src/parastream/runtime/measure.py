@@ -25,7 +25,7 @@ from ..plan.model import Plan
 from ..timeline.model import Timeline
 
 __all__ = ["LATE_START_FRACTION", "LATE_START_US", "Measurement", "analyse", "late_starts",
-           "measure", "start_lags_us"]
+           "measure", "paired_quartiles", "start_lags_us"]
 
 
 @dataclass
@@ -62,6 +62,14 @@ class Measurement:
         """Single-stream median wall / multi-stream median wall."""
         return self.single_median_us / self.multi_median_us if self.multi_median_us else 0.0
 
+    @property
+    def speedup_quartiles(self) -> tuple[float, float]:
+        """Lower and upper quartile of the per-round speedups (each round's single-stream
+        wall over the multi-stream wall of the same round): how far the speedup moves
+        between rounds. Pairing the rounds cancels a machine that slows down for a while,
+        which the two medians alone would hide or blame on the plan."""
+        return paired_quartiles(self.single_walls_us, self.multi_walls_us)
+
     def summary(self) -> dict:
         return {"plan": self.plan, "streams": self.streams, "runs_kept": len(self.multi_walls_us),
                 "dropped": self.dropped, "single_threads": self.single_threads,
@@ -70,8 +78,19 @@ class Measurement:
                 "single_executor_median_us": round(self.single_executor_median_us, 3),
                 "multi_median_us": round(self.multi_median_us, 3),
                 "speedup": round(self.speedup, 4),
+                "speedup_quartiles": [round(q, 4) for q in self.speedup_quartiles],
                 "single_walls_us": [round(x, 3) for x in self.single_walls_us],
                 "multi_walls_us": [round(x, 3) for x in self.multi_walls_us]}
+
+
+def paired_quartiles(single_us: Sequence[float], multi_us: Sequence[float]) -> tuple[float, float]:
+    """(lower, upper) quartile of ``single_us[i] / multi_us[i]`` over the rounds (both
+    quartiles the one ratio for one round; (0, 0) for none)."""
+    ratios = [s / m for s, m in zip(single_us, multi_us) if m > 0]
+    if len(ratios) < 2:
+        return (ratios[0], ratios[0]) if ratios else (0.0, 0.0)
+    q1, _, q3 = statistics.quantiles(ratios, n=4, method="inclusive")
+    return q1, q3
 
 
 def median_wall_us(fn: Any, runs: int, warmup: int = 2, drop: int = 0) -> float:

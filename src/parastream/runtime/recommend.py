@@ -37,6 +37,9 @@ class CandidateResult:
     #: threads spinning, this candidate with them sleeping
     iso_single_us: float | None = None
     iso_multi_us: float | None = None
+    #: lower and upper quartile of the side-by-side rounds' own speedups
+    #: (:attr:`parastream.runtime.measure.Measurement.speedup_quartiles`)
+    speedup_quartiles: tuple[float, float] | None = None
 
     @property
     def best_single_us(self) -> float:
@@ -91,8 +94,19 @@ def _line(r: CandidateResult) -> str:
         iso = (f"; in separate processes multi {us(r.iso_multi_us)} (OpenMP threads sleeping) "
                f"vs single {us(r.iso_single_us)} (spinning); best of each "
                f"{r.best_speedup:.2f}x")
+    rounds = (f" (rounds {r.speedup_quartiles[0]:.2f}-{r.speedup_quartiles[1]:.2f}x)"
+              if r.speedup_quartiles else "")
     return (f"{r.name}: multi {r.multi_median_us:,.0f} us vs single {r.single_median_us:,.0f} us "
-            f"= {r.speedup:.2f}x{iso}{pred}; overlap_pct [{pcts}]{tri}{ok}")
+            f"= {r.speedup:.2f}x{rounds}{iso}{pred}; overlap_pct [{pcts}]{tri}{ok}")
+
+
+def _noisy(r: CandidateResult, margin: float) -> str:
+    """A caution when a quarter of the recommended candidate's side-by-side rounds did not
+    clear the margin: the median may be luck on a noisy machine."""
+    if not r.speedup_quartiles or r.speedup_quartiles[0] >= 1.0 + margin:
+        return ""
+    return (f"; noisy: a quarter of its rounds measured {r.speedup_quartiles[0]:.2f}x or less "
+            "side by side, confirm with more --runs")
 
 
 def recommend(results: list[CandidateResult], current: str | None = None,
@@ -115,10 +129,11 @@ def recommend(results: list[CandidateResult], current: str | None = None,
     if cur is not None and cur.best_speedup >= best.best_speedup * (1.0 - margin):
         return Recommendation("keep", cur.name, f"keep {cur.name}: {cur.best_speedup:.2f}x measured"
                               + (f" (best {best.name} {best.best_speedup:.2f}x is within the margin)"
-                                 if best is not cur else ""), evidence, cur.name)
+                                 if best is not cur else "") + _noisy(cur, margin),
+                              evidence, cur.name)
     was = f" instead of {current}" if current else ""
     return Recommendation("change", best.name, f"use {best.name}{was}: {best.best_speedup:.2f}x "
-                          "measured", evidence, best.name)
+                          "measured" + _noisy(best, margin), evidence, best.name)
 
 
 __all__ = ["MARGIN", "CandidateResult", "Recommendation", "recommend"]
