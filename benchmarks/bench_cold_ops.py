@@ -74,7 +74,7 @@ def main() -> None:
     for threads in sorted({1, cpu_count()}):
         r = _on_worker(one_thread_count, threads, "bench-cold-ops")
         print(f"\n{threads} intra-op thread(s)")
-        print(f"| case | size | burst | rotation | rotation / burst |\n| --- | --- | ---: | ---: | ---: |")
+        print("| case | size | burst | rotation | rotation / burst |\n| --- | --- | ---: | ---: | ---: |")
         for (name, big) in calls:
             b, ro = r["burst"][name, big], r["rotation"][name, big]
             print(f"| {name} | {'large' if big else 'small'} | {b:,.1f} | {ro:,.1f} | {ro / b:.1f} |")

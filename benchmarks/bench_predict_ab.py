@@ -2,13 +2,14 @@
 measured walls (CPU; docs/benchmarks-run.md section 9).
 
 Each variant is a device profile (a JSON file from ``parastream calibrate``, possibly made
-by another commit's code) with or without the rule that element-wise ops under torch's
-intra-op grain run on one thread (``parastream.device.cost.runs_serial``). Every zoo
+by another commit's code, or with fields taken out), with ``--grain`` also without the rule
+that element-wise ops under torch's intra-op grain run on one thread
+(``parastream.device.cost.runs_serial``). Every zoo
 model's single-stream plan and best multi-stream candidate are measured once per pass, and
 every variant's simulated wall is compared with the same measurement, so the variants
 differ only in what they predict, not in the machine's state.
 
-    python benchmarks/bench_predict_ab.py A=old.json B=new.json [--passes 2] [--runs 9]
+    python benchmarks/bench_predict_ab.py A=old.json B=new.json [--passes 2] [--runs 9] [--grain]
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=9)
     ap.add_argument("--passes", type=int, default=2)
     ap.add_argument("--models", default="")
+    ap.add_argument("--grain", action="store_true",
+                    help="also each profile without the serial-under-grain rule ('-grain')")
     args = ap.parse_args()
 
     from parastream.device import cost
@@ -54,7 +57,7 @@ def main() -> None:
             for plan in [Plan.single(o.name for o in rn.graph.ops)] + multi:
                 preds = {}
                 for label, prof in profiles.items():
-                    for rule in (True, False):
+                    for rule in ((True, False) if args.grain else (True,)):
                         patch = mock.patch.object(cost, "runs_serial", cost.runs_serial if rule
                                                   else (lambda op, key: cost.is_matrix_vector(op)))
                         with patch:

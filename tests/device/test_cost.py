@@ -380,3 +380,47 @@ def test_element_wise_ops_under_torchs_grain_are_costed_on_one_thread():
     assert not runs_serial(norm, "layer_norm") and estimate(norm, prof).threads == cores
     # an op with no known output shape is not assumed serial
     assert not runs_serial(Op("x", "mul", resource="vector", bytes_read=64), "add")
+
+
+def test_a_cold_op_pays_its_rates_cold_cost_in_proportion_to_its_idle_time():
+    import msgspec
+    import pytest
+
+    from parastream.device.cost import cold_us
+    from parastream.device.profile import OpRate
+
+    rate = OpRate("flops", 2.0, 10.0, 100.0, 300.0, cold_1_us=40.0, cold_all_us=80.0)
+    prof = msgspec.structs.replace(cpu_profile(), op_rates={"linear": rate}, cold_after_us=1000.0)
+    op = Op("l", "linear", resource="cube", flops=1e6, outputs=[Tensor([64, 64], "float32")])
+    c = estimate(op, prof)
+    assert c.threads == prof.cores.cube > 1
+    assert cold_us(c, prof, 0.0) == 0.0
+    assert cold_us(c, prof, 250.0) == pytest.approx(20.0)        # a quarter of all cores' cost
+    assert cold_us(c, prof, 5000.0) == cold_us(c, prof, 1000.0) == 80.0  # whole past cold_after
+    assert cold_us(with_cores(c, prof, 1), prof, 500.0) == pytest.approx(20.0)  # one thread's
+    # a measured op already holds its cold cost; a profile without cold costs adds none
+    assert cold_us(msgspec.structs.replace(c, measured=True), prof, 5000.0) == 0.0
+    plain = msgspec.structs.replace(prof, op_rates={"linear": OpRate("flops", 2.0, 10.0, 100.0, 300.0)})
+    assert cold_us(estimate(op, plain), plain, 5000.0) == 0.0
+    # cold_after 0: the whole cost whatever the idle time; never on an accelerator profile
+    assert cold_us(c, msgspec.structs.replace(prof, cold_after_us=0.0), 1.0) == 80.0
+    assert cold_us(c, msgspec.structs.replace(prof, kind="npu"), 5000.0) == 0.0
+
+
+def test_profile_rejects_negative_cold_costs():
+    import json
+
+    import pytest
+
+    from parastream.device.profile import dumps_profile, loads_profile
+    from parastream.errors import InputError
+
+    doc = json.loads(dumps_profile(load_profile("cpu")))
+    doc["op_rates"] = {"linear": {"metric": "flops", "fixed_1_us": 1, "fixed_all_us": 1,
+                                  "rate_1": 1, "rate_all": 1, "cold_1_us": -1}}
+    with pytest.raises(InputError, match="cold times"):
+        loads_profile(json.dumps(doc), "p.json")
+    doc["op_rates"]["linear"]["cold_1_us"] = 5
+    doc["cold_after_us"] = -2
+    with pytest.raises(InputError, match="cold_after_us"):
+        loads_profile(json.dumps(doc), "p.json")

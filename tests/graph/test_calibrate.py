@@ -47,6 +47,8 @@ def test_cli_quick_writes_a_loadable_profile(tmp_path):
     assert doc["event_wake_us"] >= 0 and doc["stream_overhead_us"] >= 0
     assert 1.0 <= doc["memory_streams"] <= doc["cores"]["cube"] and doc["cache_bytes"] >= 0
     assert doc["op_rates"]["linear"]["dram_gbps"] > 0 and doc["op_rates"]["add"]["dram_gbps"] > 0
+    assert doc["cold_after_us"] >= 0 and "rms_norm" in doc["sources"]["cold_after_us"]
+    assert all(r["cold_1_us"] >= 0 and r["cold_all_us"] >= 0 for r in doc["op_rates"].values())
     assert all(v.startswith("measured by parastream calibrate on ") for v in doc["sources"].values())
     from parastream.device.profile import load_profile
 
@@ -107,3 +109,26 @@ def test_op_rates_are_measured_on_a_worker_thread_for_every_case():
     for r in rates.values():
         assert r["rate_1"] > 0 and r["rate_all"] > 0
         assert r["fixed_1_us"] >= 0 and r["fixed_all_us"] >= 0
+
+
+def test_cold_ramp_passes_through_half_the_longest_idles_extra():
+    import pytest
+
+    ms = cal.IDLE_MS
+    # extra growing linearly with idle time: half of the last is at half the longest idle
+    assert cal.cold_ramp_us(ms, [10.0 * t for t in ms]) == pytest.approx(2e3 * ms[-1] / 2)
+    # a step from 0 to 100 us between 0.5 and 1 ms: half way at 0.75 ms
+    step = [0.0 if t < 1.0 else 100.0 for t in ms]
+    assert cal.cold_ramp_us(ms, step) == pytest.approx(1500.0)
+    # no measurable cost of idling (or a faster op after idling): no ramp
+    assert cal.cold_ramp_us(ms, [0.5] * len(ms)) == 0.0
+    assert cal.cold_ramp_us(ms, [-3.0] * len(ms)) == 0.0
+
+
+def test_cold_after_is_measured_and_op_rates_carry_cold_costs():
+    import pytest
+
+    pytest.importorskip("torch")
+    assert 0.0 <= cal.measure_cold_after(reps=3) <= 2e3 * cal.IDLE_MS[-1]
+    for r in cal.measure_op_rates(quick=True).values():
+        assert r["cold_1_us"] >= 0 and r["cold_all_us"] >= 0

@@ -162,3 +162,53 @@ def test_a_replayed_gemv_keeps_one_thread():
     tasks = {t.name: t for t in tasks_for(g, plan, prof, costs=costs, order=["gemv", "gemm"])}
     assert tasks["gemv"].dur_us == pytest.approx(costs["gemv"].dur_us)
     assert tasks["gemm"].dur_us != pytest.approx(costs["gemm"].dur_us)
+
+
+def test_idle_by_type_counts_from_the_previous_op_of_the_type_across_calls():
+    from parastream.device.cost import OpCost
+    from parastream.sim.run import idle_by_type
+
+    types = {"a": "linear", "b": "add", "c": "linear", "d": "add", "e": "cat"}
+    ops = {n: Op(name=n, type=t) for n, t in types.items()}
+    costs = {n: OpCost(10.0 * (i + 1), 0, "compute", "host") for i, n in enumerate(types)}
+    # starts: a 0, b 10, c 30, d 60, e 100; the call takes 150 us plus 50 between calls
+    idle = idle_by_type(ops, costs, list(types), run_overhead_us=50.0)
+    assert idle == {"a": 200.0 - 30.0, "b": 200.0 - 60.0 + 10.0, "c": 30.0, "d": 50.0,
+                    "e": 200.0}
+
+
+def test_profile_estimates_pay_the_cold_cost_and_replayed_op_times_do_not():
+    """The simulated wall grows by each rated op's cold cost, in proportion to the time
+    since its type last ran; measured op times already hold it."""
+    import msgspec
+
+    from parastream.device.profile import OpRate
+    from parastream.plan.model import Plan
+    from parastream.sim.run import idle_by_type, measured_costs
+
+    names = ["a", "b", "c", "d"]
+    g = Graph(name="chain", ops=[Op(name=n, type="linear" if n in "ac" else "add",
+                                    resource="cube", flops=1e6, bytes_read=4096,
+                                    bytes_written=4096) for n in names],
+              edges=[Edge(src=a, dst=b) for a, b in zip(names, names[1:])])
+    hot = msgspec.structs.replace(load_profile("cpu"), op_rates={
+        "linear": OpRate("flops", 1.0, 5.0, 50.0, 100.0),
+        "add": OpRate("bytes", 1.0, 5.0, 10.0, 20.0)}, cold_after_us=400.0)
+    cold = msgspec.structs.replace(hot, op_rates={
+        "linear": OpRate("flops", 1.0, 5.0, 50.0, 100.0, cold_1_us=30.0, cold_all_us=60.0),
+        "add": OpRate("bytes", 1.0, 5.0, 10.0, 20.0, cold_1_us=10.0, cold_all_us=20.0)},
+        cold_after_us=400.0)
+    single = Plan.single(names)
+    base = simulate_plan(g, single, hot).result.wall_us
+    ops = g.index()
+    from parastream.device.cost import cold_us, estimate
+
+    costs = {n: estimate(ops[n], cold) for n in names}
+    idle = idle_by_type(ops, costs, names, cold.run_overhead_us)
+    extra = sum(cold_us(costs[n], cold, idle[n]) for n in names)
+    assert 0 < extra < 2 * (60.0 + 20.0)
+    assert simulate_plan(g, single, cold).result.wall_us == pytest.approx(base + extra)
+    replay = measured_costs(g, cold, [])  # nothing captured: profile estimates, cold paid
+    assert simulate_plan(g, single, cold, costs=replay).result.wall_us == pytest.approx(base + extra)
+    measured = {n: msgspec.structs.replace(c, measured=True) for n, c in replay.items()}
+    assert simulate_plan(g, single, cold, costs=measured).result.wall_us == pytest.approx(base)

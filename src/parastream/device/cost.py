@@ -354,3 +354,22 @@ def with_cores(op_or_cost: Any, profile: DeviceProfile, cores: int) -> OpCost:
                                                         c.memory_full_us, cores, total))
     return msgspec.structs.replace(c, dur_us=dur, block_dim=cores if on_cores else 0,
                                    threads=cores if rate is not None else c.threads, bound=bound)
+
+
+def cold_us(cost: OpCost, profile: DeviceProfile, idle_us: float) -> float:
+    """Extra microseconds a CPU op costed by an op rate takes because its code has not run
+    for ``idle_us`` (the time since the last op of its type): the rate's cold cost on the
+    op's thread count (``cold_1_us`` on one thread, ``cold_all_us`` on more), in
+    proportion to ``idle_us / profile.cold_after_us`` up to the whole of it.
+
+    Why: on the development VM a 4 KiB rms_norm took 11 us back to back and 150 us after
+    8 ms of a Python loop that touches no memory; ops in a model mostly run after others
+    (docs/benchmarks-run.md section 10). A measured cost already holds it: 0 then."""
+    rate = profile.op_rates.get(cost.rate_key) if cost.rate_key else None
+    if rate is None or cost.measured or profile.kind != "cpu":
+        return 0.0
+    whole = rate.cold_1_us if cost.threads <= 1 else rate.cold_all_us
+    if whole <= 0.0:
+        return 0.0
+    after = profile.cold_after_us
+    return whole * (min(1.0, max(0.0, idle_us) / after) if after > 0 else 1.0)

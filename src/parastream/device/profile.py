@@ -50,6 +50,12 @@ class OpRate(msgspec.Struct, forbid_unknown_fields=True):
     #: ``memory_bandwidth_gbps`` stands in. The rate above is measured in cache, so without
     #: this floor a matrix-vector product over a 64 MB weight would look 20x too cheap.
     dram_gbps: float = 0.0
+    #: extra microseconds the op takes when its code has not run for a while (on one
+    #: thread / on all cores): measured as the op timed once per pass over all calibrated
+    #: op types less the op timed back to back. 0 = not measured. See the profile's
+    #: ``cold_after_us`` and :func:`parastream.device.cost.cold_us`.
+    cold_1_us: float = 0.0
+    cold_all_us: float = 0.0
 
     def duration_us(self, work: float, cores: int, all_cores: int) -> float:
         """Microseconds for ``work`` (FLOPs or bytes) on ``cores`` intra-op threads."""
@@ -110,6 +116,10 @@ class DeviceProfile(msgspec.Struct, forbid_unknown_fields=True):
     #: rated op whose traffic exceeds it is costed at no less than its DRAM floor (see
     #: ``OpRate.floor_us``). 0 = not measured: every rated op gets the floor.
     cache_bytes: int = 0
+    #: CPU only: after how long without running an op type its ops pay their whole cold
+    #: cost (``OpRate.cold_1_us`` / ``cold_all_us``); sooner, a share in proportion. 0 =
+    #: always the whole cost (when the op rates carry one).
+    cold_after_us: float = 0.0
     schema: str = SCHEMA
 
     @property
@@ -185,14 +195,14 @@ def _check(p: DeviceProfile, where: str | None) -> DeviceProfile:
             raise bad(f"op_rates.{key}.metric must be 'flops' or 'bytes'")
         if not (r.rate_1 > 0 and r.rate_all > 0 and r.fixed_1_us >= 0 and r.fixed_all_us >= 0):
             raise bad(f"op_rates.{key}: rates must be positive and fixed times not negative")
-        if not r.dram_gbps >= 0:
-            raise bad(f"op_rates.{key}.dram_gbps must be zero or positive")
+        if not (r.dram_gbps >= 0 and r.cold_1_us >= 0 and r.cold_all_us >= 0):
+            raise bad(f"op_rates.{key}: dram_gbps and cold times must be zero or positive")
     if not p.memory_streams >= 1.0:
         raise bad("memory_streams must be at least 1")
     if p.cache_bytes < 0:
         raise bad("cache_bytes must be zero or positive")
     for key in ("launch_overhead_us", "scheduler_sweep_us", "run_overhead_us", "event_wake_us",
-                "stream_overhead_us"):
+                "stream_overhead_us", "cold_after_us"):
         if not getattr(p, key) >= 0:
             raise bad(f"{key} must be zero or positive")
     missing = [k for k in SOURCED_KEYS if not p.sources.get(k, "").strip()]

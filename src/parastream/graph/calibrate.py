@@ -29,7 +29,7 @@ import statistics
 import threading
 import time
 from functools import partial
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from ..device.profile import SCHEMA, dumps_profile, loads_profile
 
@@ -258,25 +258,120 @@ def measure_op_rates(quick: bool = False, rounds: int = 1) -> dict[str, dict]:
     seen: dict[tuple[str, int, bool], list[float]] = {}
     torch.add(torch.ones(1 << 16), 1)  # the main thread's team, as in the executor's process
 
-    def burst() -> dict[tuple[str, bool], float]:
-        return {(name, is_large): _median_time(fn, budget, 5, 2000) * 1e6
-                for name, (_, small, large) in cases.items()
-                for is_large, (fn, _) in ((False, small), (True, large))}
+    calls = [((name, is_large), fn) for name, (_, small, large) in cases.items()
+             for is_large, (fn, _) in ((False, small), (True, large))]
 
+    def burst() -> dict[tuple[str, bool], float]:
+        return {key: _median_time(fn, budget, 5, 2000) * 1e6 for key, fn in calls}
+
+    def rotation() -> dict[str, float]:
+        # each small case once per pass over all cases: as in a model, other ops ran
+        # between two calls of one; the median per case
+        times: dict[str, list[float]] = {}
+        for _, fn in calls:
+            fn()
+        for _ in range(ROTATION_PASSES // (3 if quick else 1)):
+            for (name, is_large), fn in calls:
+                t0 = time.perf_counter()
+                fn()
+                if not is_large:
+                    times.setdefault(name, []).append((time.perf_counter() - t0) * 1e6)
+        return {name: statistics.median(ts) for name, ts in times.items()}
+
+    cold: dict[tuple[str, int], list[float]] = {}
     for _ in range(rounds):
         for threads in sorted({1, cores}):
             for (name, is_large), t in _on_worker(burst, threads, "parastream-calibrate-ops").items():
                 key = (name, threads, is_large)
                 seen.setdefault(key, []).append(t)
+            for name, t in _on_worker(rotation, threads, "parastream-calibrate-ops").items():
+                cold.setdefault((name, threads), []).append(t)
     med = {key: statistics.median(ts) for key, ts in seen.items()}
     out = {}
     for name, (metric, small, large) in cases.items():
         f1, r1 = _fit((small[1], med[name, 1, False]), (large[1], med[name, 1, True]))
         fk, rk = _fit((small[1], med[name, cores, False]), (large[1], med[name, cores, True]))
+        # the cold cost: the small case in the rotation over the small case back to back
+        # (at the small size the op's own work is least: what is left is the code going cold)
+        c1, ck = (max(0.0, statistics.median(cold[name, t]) - med[name, t, False])
+                  for t in (1, cores))
         out[name] = {"metric": metric, "fixed_1_us": float(f"{f1:.4g}"),
                      "fixed_all_us": float(f"{fk:.4g}"), "rate_1": float(f"{r1:.4g}"),
-                     "rate_all": float(f"{rk:.4g}")}
+                     "rate_all": float(f"{rk:.4g}"), "cold_1_us": float(f"{c1:.4g}"),
+                     "cold_all_us": float(f"{ck:.4g}")}
     return out
+
+
+#: passes over all op cases when timing them in rotation (each pass runs every case once)
+ROTATION_PASSES = 30
+#: idle times (ms) after which :func:`measure_cold_after` times an op
+IDLE_MS = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0)
+#: the op cases whose cold ramp :func:`measure_cold_after` measures (a composite of several
+#: kernels, a matmul, an element-wise op and a copy)
+COLD_TARGETS = ("rms_norm", "linear", "add", "cat")
+
+
+def measure_cold_after(reps: int = 9, targets: Sequence[str] = COLD_TARGETS) -> float:
+    """Microseconds after which an op whose code has not run pays its whole cold cost
+    (the profile's ``cold_after_us``; 0 without torch or when idling costs nothing).
+
+    For each of ``targets`` (small cases of :func:`_op_cases`), on a worker thread with one
+    intra-op thread and with all cores: the op back to back, then right after the other
+    op cases, run in turn for each of :data:`IDLE_MS` (as in a model, other ops run
+    between two of one type), the median of ``reps`` each. Each curve gives the idle time
+    at which the op pays half its extra after the longest idle (:func:`cold_ramp_us`); the
+    result is the median over the targets and thread counts. (A Python spin that runs no
+    other op gives a ramp 2-5x longer on the development VM: other ops evict more.)"""
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is None:
+        return 0.0
+    cases = {name: (case(False)[0], case(True)[0]) for name, (_, case) in _op_cases().items()}
+
+    def probe(name: str) -> tuple[float, list[float]]:
+        target = cases[name][0]
+        family = name.split(".", 1)[0]
+        others = [fn for other, pair in cases.items() if other.split(".", 1)[0] != family
+                  for fn in pair]
+
+        def after(ms: float) -> float:
+            times = []
+            for _ in range(reps):
+                end, i = time.perf_counter() + ms / 1e3, 0
+                while time.perf_counter() < end:
+                    others[i % len(others)]()
+                    i += 1
+                t0 = time.perf_counter()
+                target()
+                times.append(time.perf_counter() - t0)
+            return statistics.median(times) * 1e6
+
+        return _median_time(target, 0.05, 5, 2000) * 1e6, [after(ms) for ms in IDLE_MS]
+
+    ramps = []
+    for threads in sorted({1, cpu_count()}):
+        for name in targets:
+            hot, cold = _on_worker(partial(probe, name), threads, "parastream-calibrate-cold")
+            ramps.append(cold_ramp_us(IDLE_MS, [t - hot for t in cold]))
+    ramps = [r for r in ramps if r > 0]
+    return statistics.median(ramps) if ramps else 0.0
+
+
+def cold_ramp_us(idle_ms: Sequence[float], extra_us: Sequence[float]) -> float:
+    """The ``cold_after_us`` of extra times ``extra_us`` measured after idle times
+    ``idle_ms`` (ascending): twice the idle time, interpolated from 0 us at 0 ms, at which
+    the extra first reaches half the last one; 0 when the last extra is under 1 us (idling
+    costs nothing measurable)."""
+    extra = [max(0.0, e) for e in extra_us]
+    if not extra or extra[-1] < 1.0:
+        return 0.0
+    half = extra[-1] / 2
+    prev_ms, prev = 0.0, 0.0
+    for ms, e in zip(idle_ms, extra):
+        if e >= half:
+            return 2e3 * (prev_ms + (ms - prev_ms) * (half - prev) / (e - prev))
+        prev_ms, prev = ms, e
+    return 2e3 * idle_ms[-1]  # (not reached: the last extra is its own half's upper bound)
 
 
 #: cores the at-once DRAM run uses at most (one weight each; more would allocate gigabytes)
@@ -497,6 +592,7 @@ def calibrate(quick: bool = False, name: str = "cpu-calibrated") -> dict:
         return float(f"{x:.{digits}g}")
 
     op_rates = measure_op_rates(quick, rounds=2 if quick else 3)
+    cold_after = measure_cold_after(3 if quick else 9) if op_rates else 0.0
     dram: dict[str, float] = {}
     streams, cache = 1.0, 0
     for _ in range(2):  # best of two: a busy neighbour only lowers a rate
@@ -532,6 +628,7 @@ def calibrate(quick: bool = False, name: str = "cpu-calibrated") -> dict:
         "op_rates": op_rates,
         "memory_streams": r(streams, 3),
         "cache_bytes": cache,
+        "cold_after_us": r(cold_after),
         "sources": {
             "cores": f"{by}: os.sched_getaffinity (CPUs this process may use)",
             "peak_tflops": (f"{by}: {mode}best of {rounds} rounds; cube = best time of "
@@ -565,7 +662,15 @@ def calibrate(quick: bool = False, name: str = "cpu-calibrated") -> dict:
             "thread's thread team alive, median of a short burst, median of several rounds; "
             "the line through the two sizes gives the fixed cost "
             "and the rate (GFLOP/s for linear, conv2d and attention, window elements per ns "
-            "for max_pool2d, GB/s read + written for the rest)")
+            "for max_pool2d, GB/s read + written for the rest); cold_1_us / cold_all_us: "
+            f"the small case timed once per pass over all cases ({ROTATION_PASSES} passes "
+            "a round, median) less the small case back to back")
+        profile["sources"]["cold_after_us"] = (
+            f"{by}: the small {', '.join(COLD_TARGETS)} cases, on 1 thread and on all cores, "
+            "each right after the other op cases ran in turn for "
+            f"{', '.join(f'{ms:g}' for ms in IDLE_MS)} ms: twice the idle time at which one "
+            "takes half its extra time after the longest idle, the median over cases and "
+            "thread counts (0 = idling cost nothing measurable)")
     if dram:
         profile["sources"]["op_rates"] += (
             f"; dram_gbps: best of 2 rounds, median time of a batch-1 F.linear over a "
