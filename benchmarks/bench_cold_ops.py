@@ -43,7 +43,8 @@ def main() -> None:
     args = ap.parse_args()
     import torch
 
-    from parastream.graph.calibrate import _median_time, _on_worker, _op_cases, cpu_count
+    from parastream.graph.calibrate import (_median_time, _on_worker, _op_cases, cpu_count,
+                                            rotation_times)
 
     torch.add(torch.ones(1 << 16), 1)  # the main thread's team, as in parastream run
     calls = {(name, big): case(big)[0] for name, (_, case) in _op_cases().items()
@@ -53,15 +54,9 @@ def main() -> None:
 
     def one_thread_count() -> dict:
         burst = {k: _median_time(fn, 0.05, 5, 2000) * 1e6 for k, fn in calls.items()}
-        rot: dict = {k: [] for k in calls}
-        for fn in calls.values():
-            fn()
-        for _ in range(args.passes):
-            for k, fn in calls.items():
-                rot[k].append(timed(fn))
+        rot = rotation_times(list(calls.items()), args.passes)
         after = {ms: statistics.median(_after(ms)) for ms in spins_ms}
-        return {"burst": burst, "rotation": {k: statistics.median(v) for k, v in rot.items()},
-                "after": after}
+        return {"burst": burst, "rotation": rot, "after": after}
 
     def _after(ms: float) -> list[float]:
         out = []

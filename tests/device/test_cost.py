@@ -424,3 +424,58 @@ def test_profile_rejects_negative_cold_costs():
     doc["cold_after_us"] = -2
     with pytest.raises(InputError, match="cold_after_us"):
         loads_profile(json.dumps(doc), "p.json")
+
+
+def test_idle_by_type_counts_from_the_end_of_the_previous_op_of_the_type_across_calls():
+    from parastream.device.cost import OpCost, idle_by_type
+
+    types = {"a": "linear", "b": "add", "c": "linear", "d": "add", "e": "cat"}
+    ops = {n: Op(name=n, type=t) for n, t in types.items()}
+    costs = {n: OpCost(10.0 * (i + 1), 0, "compute", "host") for i, n in enumerate(types)}
+    # a 0-10, b 10-30, c 30-60, d 60-100, e 100-150; 50 us between calls: 200 us a call
+    idle = idle_by_type(ops, costs, list(types), run_overhead_us=50.0)
+    assert idle == {"a": 200.0 - 60.0, "b": 200.0 - 100.0 + 10.0, "c": 30.0 - 10.0,
+                    "d": 60.0 - 30.0, "e": 200.0 - 150.0 + 100.0}
+
+
+def test_with_cold_adds_the_cold_cost_for_ranking_and_nothing_without_one():
+    import msgspec
+
+    from parastream.device.cost import has_cold, with_cold
+    from parastream.device.profile import OpRate
+
+    rate = OpRate("flops", 2.0, 10.0, 100.0, 300.0)
+    plain = msgspec.structs.replace(cpu_profile(), op_rates={"linear": rate})
+    cold = msgspec.structs.replace(plain, cold_after_us=0.0, op_rates={
+        "linear": msgspec.structs.replace(rate, cold_all_us=50.0)})
+    assert has_cold(cold) and not has_cold(plain)
+    assert not has_cold(msgspec.structs.replace(cold, kind="npu"))
+    ops = {n: Op(n, "linear", resource="cube", flops=1e6) for n in "xy"}
+    costs = {n: estimate(o, plain) for n, o in ops.items()}
+    assert with_cold(ops, costs, ["x", "y"], plain) == costs
+    out = with_cold(ops, costs, ["x", "y"], cold)  # cold_after 0: the whole cost always
+    assert all(out[n].dur_us == pytest_approx(costs[n].dur_us + 50.0) for n in ops)
+
+
+def test_a_cold_rate_adds_the_slower_data_and_not_for_an_op_at_its_dram_floor():
+    import msgspec
+    import pytest
+
+    from parastream.device.cost import cold_us
+    from parastream.device.profile import OpRate
+
+    r = OpRate("bytes", 1.0, 5.0, 100.0, 200.0, cold_1_us=10.0, cold_all_us=20.0,
+               cold_rate_1=50.0, cold_rate_all=100.0)
+    # 1 MB: warm on one thread 10 us of data, cold 20 us: 10 fixed + 10 slower data
+    assert r.cold_extra_us(1e6, 1, 2) == pytest.approx(10.0 + 10.0)
+    assert r.cold_extra_us(1e6, 2, 2) == pytest.approx(20.0 + 5.0)
+    assert r.cold_extra_us(0.0, 2, 2) == pytest.approx(20.0)
+    # a cold rate above the warm one is noise: the extra never goes negative
+    assert OpRate("bytes", 1, 1, 10, 10, cold_rate_1=1e6, cold_rate_all=1e6).cold_extra_us(1e9, 1, 2) == 0.0
+    prof = msgspec.structs.replace(cpu_profile(), op_rates={"add": r}, cold_after_us=0.0,
+                                   cache_bytes=1 << 20)
+    big = Op("x", "add", resource="vector", bytes_read=1 << 26, bytes_written=1 << 25,
+             outputs=[Tensor([1 << 23], "float32")])
+    c = estimate(big, prof)
+    assert c.memory_full_us > 0 and c.bound == "memory"  # at its DRAM floor: data cold anyway
+    assert cold_us(c, prof, 1e9) == pytest.approx(20.0)

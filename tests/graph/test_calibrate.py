@@ -132,3 +132,14 @@ def test_cold_after_is_measured_and_op_rates_carry_cold_costs():
     assert 0.0 <= cal.measure_cold_after(reps=3) <= 2e3 * cal.IDLE_MS[-1]
     for r in cal.measure_op_rates(quick=True).values():
         assert r["cold_1_us"] >= 0 and r["cold_all_us"] >= 0
+
+
+def test_cold_line_splits_the_extra_into_code_and_data():
+    import pytest
+
+    # extra 20 us at 1 MB and 120 us at 11 MB: 10 us per MB on top of a 100 GB/s warm rate
+    fixed, rate = cal.cold_line(1e6, 11e6, 20.0, 120.0, 100.0)
+    assert fixed == pytest.approx(10.0)
+    assert 1e6 / (rate * 1e3) - 1e6 / (100.0 * 1e3) == pytest.approx(10.0)
+    # an extra that does not grow with the work is all code: the small size's, warm rate
+    assert cal.cold_line(1e6, 11e6, 30.0, 25.0, 100.0) == (30.0, 0.0)

@@ -164,51 +164,71 @@ def test_a_replayed_gemv_keeps_one_thread():
     assert tasks["gemm"].dur_us != pytest.approx(costs["gemm"].dur_us)
 
 
-def test_idle_by_type_counts_from_the_previous_op_of_the_type_across_calls():
-    from parastream.device.cost import OpCost
-    from parastream.sim.run import idle_by_type
-
-    types = {"a": "linear", "b": "add", "c": "linear", "d": "add", "e": "cat"}
-    ops = {n: Op(name=n, type=t) for n, t in types.items()}
-    costs = {n: OpCost(10.0 * (i + 1), 0, "compute", "host") for i, n in enumerate(types)}
-    # starts: a 0, b 10, c 30, d 60, e 100; the call takes 150 us plus 50 between calls
-    idle = idle_by_type(ops, costs, list(types), run_overhead_us=50.0)
-    assert idle == {"a": 200.0 - 30.0, "b": 200.0 - 60.0 + 10.0, "c": 30.0, "d": 50.0,
-                    "e": 200.0}
+def _cold_graph(pairs):
+    """Chains of (linear, add) pairs from their own inputs: 1 MFLOP linears, 8 KiB adds."""
+    ops, edges = [], []
+    for lin, add in pairs:
+        ops += [Op(name=lin, type="linear", resource="cube", flops=1e6),
+                Op(name=add, type="add", resource="vector", bytes_read=4096, bytes_written=4096)]
+        edges.append(Edge(src=lin, dst=add))
+    return Graph(name="cold", ops=ops, edges=edges)
 
 
-def test_profile_estimates_pay_the_cold_cost_and_replayed_op_times_do_not():
-    """The simulated wall grows by each rated op's cold cost, in proportion to the time
-    since its type last ran; measured op times already hold it."""
+def _cold_profiles(after_us=1000.0):
     import msgspec
 
     from parastream.device.profile import OpRate
+
+    rates = {"linear": OpRate("flops", 1.0, 5.0, 50.0, 100.0),
+             "add": OpRate("bytes", 1.0, 5.0, 10.0, 20.0)}
+    hot = msgspec.structs.replace(load_profile("cpu"), op_rates=rates)
+    cold = msgspec.structs.replace(hot, cold_after_us=after_us, op_rates={
+        k: msgspec.structs.replace(r, cold_1_us=c1, cold_all_us=call)
+        for (k, r), (c1, call) in zip(rates.items(), ((30.0, 60.0), (10.0, 20.0)))})
+    return hot, cold
+
+
+def test_profile_estimates_pay_the_cold_cost_and_replayed_op_times_do_not():
+    """One stream: a linear and an add, then another pair; each op pays its type's
+    all-cores cold cost times (time other ops ran since its type's last op) / 1000 us."""
+    import msgspec
+
+    from parastream.device.cost import estimate
     from parastream.plan.model import Plan
-    from parastream.sim.run import idle_by_type, measured_costs
+    from parastream.sim.run import measured_costs
 
-    names = ["a", "b", "c", "d"]
-    g = Graph(name="chain", ops=[Op(name=n, type="linear" if n in "ac" else "add",
-                                    resource="cube", flops=1e6, bytes_read=4096,
-                                    bytes_written=4096) for n in names],
-              edges=[Edge(src=a, dst=b) for a, b in zip(names, names[1:])])
-    hot = msgspec.structs.replace(load_profile("cpu"), op_rates={
-        "linear": OpRate("flops", 1.0, 5.0, 50.0, 100.0),
-        "add": OpRate("bytes", 1.0, 5.0, 10.0, 20.0)}, cold_after_us=400.0)
-    cold = msgspec.structs.replace(hot, op_rates={
-        "linear": OpRate("flops", 1.0, 5.0, 50.0, 100.0, cold_1_us=30.0, cold_all_us=60.0),
-        "add": OpRate("bytes", 1.0, 5.0, 10.0, 20.0, cold_1_us=10.0, cold_all_us=20.0)},
-        cold_after_us=400.0)
-    single = Plan.single(names)
+    g = _cold_graph([("a", "b"), ("c", "d")])
+    hot, cold = _cold_profiles()
+    assert hot.cores.cube == 2
+    d = {o.name: estimate(o, hot).dur_us for o in g.ops}
+    assert estimate(g.ops[0], hot).threads == 2  # all cores: the cold_all costs apply
+    r = hot.run_overhead_us
+    idle = {"a": d["d"] + r,            # from c's end, through d and the call boundary
+            "b": r + d["a"],            # from d's end in the call before
+            "c": d["b"], "d": d["c"]}
+    expected = (60.0 * (idle["a"] + idle["c"]) + 20.0 * (idle["b"] + idle["d"])) / 1000.0
+    assert all(v < 1000.0 for v in idle.values())  # on the ramp, not at its top
+    single = Plan.single(["a", "b", "c", "d"])
     base = simulate_plan(g, single, hot).result.wall_us
-    ops = g.index()
-    from parastream.device.cost import cold_us, estimate
-
-    costs = {n: estimate(ops[n], cold) for n in names}
-    idle = idle_by_type(ops, costs, names, cold.run_overhead_us)
-    extra = sum(cold_us(costs[n], cold, idle[n]) for n in names)
-    assert 0 < extra < 2 * (60.0 + 20.0)
-    assert simulate_plan(g, single, cold).result.wall_us == pytest.approx(base + extra)
-    replay = measured_costs(g, cold, [])  # nothing captured: profile estimates, cold paid
-    assert simulate_plan(g, single, cold, costs=replay).result.wall_us == pytest.approx(base + extra)
-    measured = {n: msgspec.structs.replace(c, measured=True) for n, c in replay.items()}
+    assert simulate_plan(g, single, cold).result.wall_us == pytest.approx(base + expected)
+    # op times from a capture already hold their cold cost
+    measured = {n: msgspec.structs.replace(c, measured=True)
+                for n, c in measured_costs(g, cold, []).items()}
     assert simulate_plan(g, single, cold, costs=measured).result.wall_us == pytest.approx(base)
+
+
+def test_a_stream_with_one_thread_pays_the_one_thread_cold_cost():
+    """Two streams on two cores: each op runs on one thread and pays cold_1 (30 us for a
+    linear), with its idle still taken from the issue order."""
+    from parastream.device.cost import estimate, with_cores
+
+    g = _cold_graph([("a", "b"), ("c", "d")])
+    hot, cold = _cold_profiles()
+    d = {o.name: estimate(o, hot).dur_us for o in g.ops}
+    two = assign(g, "manual", mapping={"c": 1, "d": 1})
+    tl = simulate_plan(g, two, cold).result.timeline
+    took = {tl.op_name(i): (int(tl.end_ns[i]) - int(tl.start_ns[i])) / 1e3 for i in range(len(tl))}
+    one = with_cores(estimate(g.ops[0], hot), hot, 1).dur_us
+    r = hot.run_overhead_us
+    assert took["a"] == pytest.approx(one + 30.0 * (d["d"] + r) / 1000.0, abs=0.01)
+    assert took["c"] == pytest.approx(one + 30.0 * d["b"] / 1000.0, abs=0.01)

@@ -36,7 +36,7 @@ Ops are read duck-typed (``flops``, ``bytes_read``, ``bytes_written``, ``resourc
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Mapping
 
 import msgspec
 
@@ -357,19 +357,76 @@ def with_cores(op_or_cost: Any, profile: DeviceProfile, cores: int) -> OpCost:
 
 
 def cold_us(cost: OpCost, profile: DeviceProfile, idle_us: float) -> float:
-    """Extra microseconds a CPU op costed by an op rate takes because its code has not run
-    for ``idle_us`` (the time since the last op of its type): the rate's cold cost on the
-    op's thread count (``cold_1_us`` on one thread, ``cold_all_us`` on more), in
-    proportion to ``idle_us / profile.cold_after_us`` up to the whole of it.
+    """Extra microseconds a CPU op costed by an op rate takes because other ops ran for
+    ``idle_us`` since the last op of its type: its rate's cold extra on the op's thread
+    count (:meth:`parastream.device.profile.OpRate.cold_extra_us`; just the fixed part for
+    an op at its DRAM floor, whose data is out of cache anyway), in proportion to
+    ``idle_us / profile.cold_after_us`` up to the whole of it.
 
-    Why: on the development VM a 4 KiB rms_norm took 11 us back to back and 150 us after
-    8 ms of a Python loop that touches no memory; ops in a model mostly run after others
-    (docs/benchmarks-run.md section 10). A measured cost already holds it: 0 then."""
+    Why: on the development VM a 4 KiB rms_norm took 11 us back to back and 150 us in
+    turn with other ops (docs/benchmarks-run.md section 10). A measured cost already
+    holds it: 0 then."""
     rate = profile.op_rates.get(cost.rate_key) if cost.rate_key else None
     if rate is None or cost.measured or profile.kind != "cpu":
         return 0.0
-    whole = rate.cold_1_us if cost.threads <= 1 else rate.cold_all_us
+    cores = profile.unit_cores("cube")
+    threads = max(1, cost.threads)
+    at_floor = cost.memory_full_us > rate.duration_us(cost.work, threads, cores)
+    whole = rate.cold_extra_us(0.0 if at_floor else cost.work, threads, cores)
     if whole <= 0.0:
         return 0.0
     after = profile.cold_after_us
     return whole * (min(1.0, max(0.0, idle_us) / after) if after > 0 else 1.0)
+
+
+def has_cold(profile: DeviceProfile) -> bool:
+    """True for a CPU profile whose op rates carry cold costs (:func:`cold_us`)."""
+    return profile.kind == "cpu" and any(
+        r.cold_1_us or r.cold_all_us or r.cold_rate_1 or r.cold_rate_all
+        for r in profile.op_rates.values())
+
+
+def idle_by_type(ops: Mapping[str, Any], costs: Mapping[str, OpCost], order: list[str],
+                 run_overhead_us: float = 0.0) -> dict[str, float]:
+    """Per op, how long other ops ran since the previous op of its type ended, on the
+    one-stream timeline of ``costs`` in ``order``, forward calls back to back (the first op
+    of a type counts from its type's last op in the call before, ``run_overhead_us``
+    between calls): how long its code and data have had to go cold (:func:`cold_us`; the
+    calibration's idle is the same, other ops running in between). Taken from the issue
+    order whatever the plan, so every plan of a graph is charged alike."""
+    start: dict[str, float] = {}
+    t = 0.0
+    for n in order:
+        start[n] = t
+        t += costs[n].dur_us
+    period = t + run_overhead_us
+    last: dict[str, str] = {}
+    for n in order:  # each type's last op in a call: the first op's predecessor
+        last[ops[n].type] = n
+    idle: dict[str, float] = {}
+    prev_end: dict[str, float] = {}
+    for n in order:
+        ty = ops[n].type
+        if ty in prev_end:
+            idle[n] = start[n] - prev_end[ty]
+        else:
+            p = last[ty]
+            idle[n] = period - (start[p] + costs[p].dur_us) + start[n]
+        prev_end[ty] = start[n] + costs[n].dur_us
+    return idle
+
+
+def with_cold(ops: Mapping[str, Any], costs: Mapping[str, OpCost], order: list[str],
+              profile: DeviceProfile) -> dict[str, OpCost]:
+    """``costs`` (one stream, as estimated) with each op's cold cost added: for what ranks
+    or bounds a graph by op durations without simulating it (the critical path, headroom,
+    lints). Not for the simulator, which adds it itself once a stream's share of the cores
+    is known; returns ``costs`` unchanged when the profile has no cold costs."""
+    if not has_cold(profile):
+        return dict(costs)
+    idle = idle_by_type(ops, costs, order, profile.run_overhead_us)
+    out = {}
+    for n, c in costs.items():
+        extra = cold_us(c, profile, idle[n]) if n in idle else 0.0
+        out[n] = msgspec.structs.replace(c, dur_us=c.dur_us + extra) if extra else c
+    return out

@@ -50,12 +50,15 @@ class OpRate(msgspec.Struct, forbid_unknown_fields=True):
     #: ``memory_bandwidth_gbps`` stands in. The rate above is measured in cache, so without
     #: this floor a matrix-vector product over a 64 MB weight would look 20x too cheap.
     dram_gbps: float = 0.0
-    #: extra microseconds the op takes when its code has not run for a while (on one
-    #: thread / on all cores): measured as the op timed once per pass over all calibrated
-    #: op types less the op timed back to back. 0 = not measured. See the profile's
-    #: ``cold_after_us`` and :func:`parastream.device.cost.cold_us`.
+    #: the op once other ops ran since its type last did ("cold"): its fixed cost is
+    #: ``cold_*_us`` higher and its rate ``cold_rate_*`` (0 = the rate above), on one
+    #: thread / on all cores; measured as the op timed once per pass over all calibrated
+    #: op types. 0 = not measured. See the profile's ``cold_after_us`` and
+    #: :func:`parastream.device.cost.cold_us`.
     cold_1_us: float = 0.0
     cold_all_us: float = 0.0
+    cold_rate_1: float = 0.0
+    cold_rate_all: float = 0.0
 
     def duration_us(self, work: float, cores: int, all_cores: int) -> float:
         """Microseconds for ``work`` (FLOPs or bytes) on ``cores`` intra-op threads."""
@@ -64,6 +67,19 @@ class OpRate(msgspec.Struct, forbid_unknown_fields=True):
         rate = self.rate_1 + (self.rate_all - self.rate_1) * frac
         fixed = self.fixed_1_us + (self.fixed_all_us - self.fixed_1_us) * frac
         return fixed + work / (rate * 1e3)
+
+    def cold_extra_us(self, work: float, cores: int, all_cores: int) -> float:
+        """Microseconds the op takes on top of :meth:`duration_us` when cold (never
+        negative: a cold line under the warm one is measurement noise)."""
+        k = min(max(1, cores), max(1, all_cores))
+        frac = (k - 1) / (all_cores - 1) if all_cores > 1 else 1.0
+        extra = self.cold_1_us + (self.cold_all_us - self.cold_1_us) * frac
+        if work > 0 and (self.cold_rate_1 > 0 or self.cold_rate_all > 0):
+            warm = self.rate_1 + (self.rate_all - self.rate_1) * frac
+            c1, call = self.cold_rate_1 or self.rate_1, self.cold_rate_all or self.rate_all
+            cold = c1 + (call - c1) * frac
+            extra += work / (cold * 1e3) - work / (warm * 1e3)
+        return max(0.0, extra)
 
     @property
     def bound(self) -> str:
@@ -195,8 +211,10 @@ def _check(p: DeviceProfile, where: str | None) -> DeviceProfile:
             raise bad(f"op_rates.{key}.metric must be 'flops' or 'bytes'")
         if not (r.rate_1 > 0 and r.rate_all > 0 and r.fixed_1_us >= 0 and r.fixed_all_us >= 0):
             raise bad(f"op_rates.{key}: rates must be positive and fixed times not negative")
-        if not (r.dram_gbps >= 0 and r.cold_1_us >= 0 and r.cold_all_us >= 0):
-            raise bad(f"op_rates.{key}: dram_gbps and cold times must be zero or positive")
+        if not (r.dram_gbps >= 0 and r.cold_1_us >= 0 and r.cold_all_us >= 0
+                and r.cold_rate_1 >= 0 and r.cold_rate_all >= 0):
+            raise bad(f"op_rates.{key}: dram_gbps and cold times and rates must be zero or "
+                      "positive")
     if not p.memory_streams >= 1.0:
         raise bad("memory_streams must be at least 1")
     if p.cache_bytes < 0:

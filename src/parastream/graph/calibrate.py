@@ -227,6 +227,21 @@ def _fit(small: tuple[float, float], large: tuple[float, float]) -> tuple[float,
     return fixed, wl / (max(tl - fixed, 1e-3) * 1e3)
 
 
+def rotation_times(calls: Sequence[tuple[Any, Callable[[], Any]]], passes: int) -> dict[Any, float]:
+    """Median microseconds of each ``(key, call)`` timed once per pass over all of them,
+    ``passes`` passes after an untimed one: as in a model, other ops run between two calls
+    of one (:func:`measure_op_rates`' cold line; ``benchmarks/bench_cold_ops.py``)."""
+    times: dict[Any, list[float]] = {key: [] for key, _ in calls}
+    for _, fn in calls:
+        fn()
+    for _ in range(passes):
+        for key, fn in calls:
+            t0 = time.perf_counter()
+            fn()
+            times[key].append((time.perf_counter() - t0) * 1e6)
+    return {key: statistics.median(ts) for key, ts in times.items()}
+
+
 def measure_op_rates(quick: bool = False, rounds: int = 1) -> dict[str, dict]:
     """Measured cost of each op type in :func:`_op_cases`, on one intra-op thread and on
     all cores, as ``parastream.device/1`` ``op_rates`` entries (empty without torch).
@@ -264,42 +279,46 @@ def measure_op_rates(quick: bool = False, rounds: int = 1) -> dict[str, dict]:
     def burst() -> dict[tuple[str, bool], float]:
         return {key: _median_time(fn, budget, 5, 2000) * 1e6 for key, fn in calls}
 
-    def rotation() -> dict[str, float]:
-        # each small case once per pass over all cases: as in a model, other ops ran
-        # between two calls of one; the median per case
-        times: dict[str, list[float]] = {}
-        for _, fn in calls:
-            fn()
-        for _ in range(ROTATION_PASSES // (3 if quick else 1)):
-            for (name, is_large), fn in calls:
-                t0 = time.perf_counter()
-                fn()
-                if not is_large:
-                    times.setdefault(name, []).append((time.perf_counter() - t0) * 1e6)
-        return {name: statistics.median(ts) for name, ts in times.items()}
+    rotation = partial(rotation_times, calls, ROTATION_PASSES // (3 if quick else 1))
 
-    cold: dict[tuple[str, int], list[float]] = {}
+    cold: dict[tuple[str, int, bool], list[float]] = {}
     for _ in range(rounds):
         for threads in sorted({1, cores}):
             for (name, is_large), t in _on_worker(burst, threads, "parastream-calibrate-ops").items():
                 key = (name, threads, is_large)
                 seen.setdefault(key, []).append(t)
-            for name, t in _on_worker(rotation, threads, "parastream-calibrate-ops").items():
-                cold.setdefault((name, threads), []).append(t)
+            for (name, is_large), t in _on_worker(rotation, threads,
+                                                  "parastream-calibrate-ops").items():
+                cold.setdefault((name, threads, is_large), []).append(t)
     med = {key: statistics.median(ts) for key, ts in seen.items()}
     out = {}
     for name, (metric, small, large) in cases.items():
         f1, r1 = _fit((small[1], med[name, 1, False]), (large[1], med[name, 1, True]))
         fk, rk = _fit((small[1], med[name, cores, False]), (large[1], med[name, cores, True]))
-        # the cold cost: the small case in the rotation over the small case back to back
-        # (at the small size the op's own work is least: what is left is the code going cold)
-        c1, ck = (max(0.0, statistics.median(cold[name, t]) - med[name, t, False])
-                  for t in (1, cores))
         out[name] = {"metric": metric, "fixed_1_us": float(f"{f1:.4g}"),
                      "fixed_all_us": float(f"{fk:.4g}"), "rate_1": float(f"{r1:.4g}"),
-                     "rate_all": float(f"{rk:.4g}"), "cold_1_us": float(f"{c1:.4g}"),
-                     "cold_all_us": float(f"{ck:.4g}")}
+                     "rate_all": float(f"{rk:.4g}")}
+        for suffix, t, rate in (("1", 1, r1), ("all", cores, rk)):
+            extra = [max(0.0, statistics.median(cold[name, t, big]) - med[name, t, big])
+                     for big in (False, True)]
+            fixed, cold_rate = cold_line(small[1], large[1], extra[0], extra[1], rate)
+            out[name][f"cold_{suffix}_us"] = float(f"{fixed:.4g}")
+            out[name][f"cold_rate_{suffix}"] = float(f"{cold_rate:.4g}")
     return out
+
+
+def cold_line(work_small: float, work_large: float, extra_small: float, extra_large: float,
+              rate: float) -> tuple[float, float]:
+    """(``cold_*_us``, ``cold_rate_*``) of an op whose cold runs took ``extra_small`` /
+    ``extra_large`` us more than its warm ones at the two sizes, warm rate ``rate``: the
+    extra as a line in the work, its value at no work (the code gone cold) and the rate
+    that adds its slope (the data gone cold too). An extra that does not grow with the
+    work is all fixed: the small size's, at the warm rate (``cold_rate`` 0)."""
+    slope = (extra_large - extra_small) / (work_large - work_small) if work_large > work_small else 0.0
+    if slope <= 0.0 or rate <= 0.0:
+        return extra_small, 0.0
+    # work / (cold_rate * 1e3) - work / (rate * 1e3) = slope * work
+    return max(0.0, extra_small - slope * work_small), 1.0 / (1.0 / rate + slope * 1e3)
 
 
 #: passes over all op cases when timing them in rotation (each pass runs every case once)
@@ -317,10 +336,10 @@ def measure_cold_after(reps: int = 9, targets: Sequence[str] = COLD_TARGETS) -> 
 
     For each of ``targets`` (small cases of :func:`_op_cases`), on a worker thread with one
     intra-op thread and with all cores: the op back to back, then right after the other
-    op cases, run in turn for each of :data:`IDLE_MS` (as in a model, other ops run
-    between two of one type), the median of ``reps`` each. Each curve gives the idle time
-    at which the op pays half its extra after the longest idle (:func:`cold_ramp_us`); the
-    result is the median over the targets and thread counts. (A Python spin that runs no
+    op cases, run in turn for at least each of :data:`IDLE_MS` (as in a model, other ops
+    run between two of one type), the median of ``reps`` each, with the median idle really
+    spent. Each curve gives the idle at which the op pays half its extra after the longest
+    idle (:func:`cold_ramp_us`); the result is the median over targets and thread counts. (A Python spin that runs no
     other op gives a ramp 2-5x longer on the development VM: other ops evict more.)"""
     import importlib.util
 
@@ -334,17 +353,24 @@ def measure_cold_after(reps: int = 9, targets: Sequence[str] = COLD_TARGETS) -> 
         others = [fn for other, pair in cases.items() if other.split(".", 1)[0] != family
                   for fn in pair]
 
-        def after(ms: float) -> float:
-            times = []
+        turn = [0]  # the filler goes on where it stopped: each idle starts with other ops
+
+        def after(ms: float) -> tuple[float, float]:
+            """(median idle really spent, ms; median time of the op after it, us): the
+            filler's ops only stop once the nominal idle has passed, so the real one is
+            longer, by up to a large case's time."""
+            times, idles = [], []
             for _ in range(reps):
-                end, i = time.perf_counter() + ms / 1e3, 0
-                while time.perf_counter() < end:
-                    others[i % len(others)]()
-                    i += 1
                 t0 = time.perf_counter()
+                end = t0 + ms / 1e3
+                while time.perf_counter() < end:
+                    others[turn[0] % len(others)]()
+                    turn[0] += 1
+                t1 = time.perf_counter()
                 target()
-                times.append(time.perf_counter() - t0)
-            return statistics.median(times) * 1e6
+                times.append(time.perf_counter() - t1)
+                idles.append(t1 - t0)
+            return statistics.median(idles) * 1e3, statistics.median(times) * 1e6
 
         return _median_time(target, 0.05, 5, 2000) * 1e6, [after(ms) for ms in IDLE_MS]
 
@@ -352,16 +378,17 @@ def measure_cold_after(reps: int = 9, targets: Sequence[str] = COLD_TARGETS) -> 
     for threads in sorted({1, cpu_count()}):
         for name in targets:
             hot, cold = _on_worker(partial(probe, name), threads, "parastream-calibrate-cold")
-            ramps.append(cold_ramp_us(IDLE_MS, [t - hot for t in cold]))
+            cold.sort()
+            ramps.append(cold_ramp_us([ms for ms, _ in cold], [t - hot for _, t in cold]))
     ramps = [r for r in ramps if r > 0]
     return statistics.median(ramps) if ramps else 0.0
 
 
 def cold_ramp_us(idle_ms: Sequence[float], extra_us: Sequence[float]) -> float:
     """The ``cold_after_us`` of extra times ``extra_us`` measured after idle times
-    ``idle_ms`` (ascending): twice the idle time, interpolated from 0 us at 0 ms, at which
-    the extra first reaches half the last one; 0 when the last extra is under 1 us (idling
-    costs nothing measurable)."""
+    ``idle_ms`` (ascending; equal ones allowed): twice the idle time, interpolated from
+    0 us at 0 ms, at which the extra first reaches half the last one; 0 when the last extra
+    is under 1 us (idling costs nothing measurable)."""
     extra = [max(0.0, e) for e in extra_us]
     if not extra or extra[-1] < 1.0:
         return 0.0
@@ -662,9 +689,11 @@ def calibrate(quick: bool = False, name: str = "cpu-calibrated") -> dict:
             "thread's thread team alive, median of a short burst, median of several rounds; "
             "the line through the two sizes gives the fixed cost "
             "and the rate (GFLOP/s for linear, conv2d and attention, window elements per ns "
-            "for max_pool2d, GB/s read + written for the rest); cold_1_us / cold_all_us: "
-            f"the small case timed once per pass over all cases ({ROTATION_PASSES} passes "
-            "a round, median) less the small case back to back")
+            "for max_pool2d, GB/s read + written for the rest); cold_*: each case timed "
+            f"once per pass over all cases ({ROTATION_PASSES // (3 if quick else 1)} passes a "
+            "round, median), less "
+            "the burst, as a line in the work: its value at no work and the rate that adds "
+            "its slope (parastream.graph.calibrate.cold_line)")
         profile["sources"]["cold_after_us"] = (
             f"{by}: the small {', '.join(COLD_TARGETS)} cases, on 1 thread and on all cores, "
             "each right after the other op cases ran in turn for "

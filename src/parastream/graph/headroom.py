@@ -32,7 +32,7 @@ from typing import Iterable
 
 import msgspec
 
-from ..device.cost import OpCost, estimate
+from ..device.cost import OpCost, estimate, with_cold
 from ..timeline.nogc import gc_paused
 from ..device.profile import DeviceProfile
 from .decompose import Decomposition, decompose
@@ -170,7 +170,7 @@ def analyze_graph(g: Graph, profile: DeviceProfile) -> Analysis:
     """Validate, cost, decompose and bound ``g`` on ``profile`` in one call."""
     order = validate(g)
     ops = g.index()
-    costs = {n: estimate(ops[n], profile) for n in order}
+    costs = with_cold(ops, {n: estimate(ops[n], profile) for n in order}, order, profile)
     dec = decompose(g, profile, costs=costs, order=order)
     members = {m.module_id: m.ops for m in dec.modules}
     per_point = {}

@@ -168,15 +168,17 @@ def build(graph: Graph, profile, *, algorithm: str | None, mapping: dict | None,
     candidates are ranked by the simulator's prediction instead of the critical-path
     estimate."""
     from ..device.cost import estimate as op_cost
+    from ..device.cost import with_cold
     from ..graph.decompose import decompose
     from ..graph.ir import validate
     from .assign import assign
 
     order = validate(graph)  # once: every step below needs the same topological order
-    costs = {o.name: op_cost(o, profile) for o in graph.ops}
-    dur = {n: c.dur_us for n, c in costs.items()}
+    costs = {o.name: op_cost(o, profile) for o in graph.ops}  # the simulator adds cold costs
+    ranked = with_cold(graph.index(), costs, order, profile)  # what durations rank and bound by
+    dur = {n: c.dur_us for n, c in ranked.items()}
     bound = {n: ("comm" if c.unit == "comm" else c.bound) for n, c in costs.items()}
-    dec = decompose(graph, profile, costs, order)
+    dec = decompose(graph, profile, ranked, order)
     points = points_from(graph, dec, dur, order)
     cap = max_streams or profile.hw_queues
     algos = [algorithm] if algorithm else ["matching", "critical-path", "resource-split"]

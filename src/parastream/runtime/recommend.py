@@ -101,12 +101,17 @@ def _line(r: CandidateResult) -> str:
 
 
 def _noisy(r: CandidateResult, margin: float) -> str:
-    """A caution when a quarter of the recommended candidate's side-by-side rounds did not
-    clear the margin: the median may be luck on a noisy machine."""
-    if not r.speedup_quartiles or r.speedup_quartiles[0] >= 1.0 + margin:
+    """A caution when the spread of the recommended candidate's side-by-side rounds, put
+    around the speedup that decided (each side's best figure), reaches under the margin:
+    the median may be luck on a noisy machine."""
+    if not r.speedup_quartiles or r.speedup <= 0:
         return ""
-    return (f"; noisy: a quarter of its rounds measured {r.speedup_quartiles[0]:.2f}x or less "
-            "side by side, confirm with more --runs")
+    below = r.speedup_quartiles[0] / r.speedup  # the lower quartile, relative to the median
+    low = below * r.best_speedup
+    if low >= 1.0 + margin:
+        return ""
+    return (f"; noisy: a quarter of its side-by-side rounds measured {1 - below:.0%} or more "
+            f"under their median, which would put it at {low:.2f}x, confirm with more --runs")
 
 
 def recommend(results: list[CandidateResult], current: str | None = None,

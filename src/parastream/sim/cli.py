@@ -40,16 +40,16 @@ def add_parser(sub) -> None:
 def sweep(graph, profile, stream_counts: list[int], *, ge: bool = False, jitter: float = 0.0,
           seed: int = 0, plans: list | None = None) -> dict:
     """Simulate the best plan for every stream count (or the given plans)."""
-    from ..device.cost import estimate
+    from ..device.cost import estimate, with_cold
     from ..graph.ir import validate
     from ..plan.assign import assign
     from ..plan.cli import build
     from ..timeline.analyze import analyze_capture
     from .run import sim_label, simulate_plan
 
-    costs = {o.name: estimate(o, profile) for o in graph.ops}
-    dur = {n: c.dur_us for n, c in costs.items()}
+    costs = {o.name: estimate(o, profile) for o in graph.ops}  # the simulator adds cold costs
     order = validate(graph)  # once for every plan simulated below
+    dur = {n: c.dur_us for n, c in with_cold(graph.index(), costs, order, profile).items()}
     rows = []
     best_runs = {}
     for k in stream_counts:

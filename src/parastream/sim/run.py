@@ -14,7 +14,8 @@ from typing import Iterable
 import msgspec
 import numpy as np
 
-from ..device.cost import OpCost, cold_us, estimate, runs_serial, with_cores
+from ..device.cost import (OpCost, cold_us, estimate, has_cold, idle_by_type, runs_serial,
+                           with_cores)
 from ..device.profile import DeviceProfile
 from ..graph.ir import Graph, validate
 from ..plan.lints import lint
@@ -54,30 +55,6 @@ def ge_reorder(graph: Graph, plan: Plan, order: list[str], dur: dict[str, float]
     return order
 
 
-def idle_by_type(ops: dict, costs: dict[str, OpCost], order: list[str],
-                 run_overhead_us: float = 0.0) -> dict[str, float]:
-    """Per op, the time since the previous op of its type started, on the one-stream
-    timeline of ``costs`` in ``order``, forward calls back to back (the first op of a type
-    counts from its last op in the call before, ``run_overhead_us`` between calls): how
-    long its code has had to go cold (:func:`parastream.device.cost.cold_us`). Taken
-    from the issue order whatever the plan, so every plan of a graph is charged alike."""
-    start: dict[str, float] = {}
-    t = 0.0
-    for n in order:
-        start[n] = t
-        t += costs[n].dur_us
-    period = t + run_overhead_us
-    by_type: dict[str, list[str]] = {}
-    for n in order:
-        by_type.setdefault(ops[n].type, []).append(n)
-    idle: dict[str, float] = {}
-    for names in by_type.values():
-        for i, n in enumerate(names):
-            prev = names[i - 1]  # the first one's is the last one of the call before
-            idle[n] = start[n] - start[prev] if i else period - start[prev] + start[n]
-    return idle
-
-
 def tasks_for(graph: Graph, plan: Plan, profile: DeviceProfile, *, costs: dict[str, OpCost],
               order: list[str]) -> list[Task]:
     """Tasks in ``order`` (the issue order); plan events become waits; C2 core limits and a
@@ -99,14 +76,15 @@ def tasks_for(graph: Graph, plan: Plan, profile: DeviceProfile, *, costs: dict[s
     # CPU streams are Python threads: each op's dispatch (the executor's per-op cost) holds
     # the interpreter lock, so two streams' dispatches never overlap, only their kernels
     host_us = profile.op_host_us
-    idle = idle_by_type(ops, costs, order, profile.run_overhead_us)
+    # the cold cost goes on after a stream's share of the cores is known (it depends on it)
+    idle = idle_by_type(ops, costs, order, profile.run_overhead_us) if has_cold(profile) else {}
     out = []
     for n in order:
         c = costs[n]
         s = plan.assignment.get(n, 0)
         if limits.get(s):
             c = with_cores(c, profile, limits[s])
-        extra = cold_us(c, profile, idle[n])
+        extra = cold_us(c, profile, idle[n]) if idle else 0.0
         if extra:
             c = msgspec.structs.replace(c, dur_us=c.dur_us + extra)
         pool = c.unit if c.unit in ("cube", "vector") else "none"
