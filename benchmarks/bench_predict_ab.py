@@ -10,11 +10,13 @@ every variant's simulated wall is compared with the same measurement, so the var
 differ only in what they predict, not in the machine's state.
 
     python benchmarks/bench_predict_ab.py A=old.json B=new.json [--passes 2] [--runs 9] [--grain]
+        [--lock-wake]
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import statistics
 import sys
 from pathlib import Path
@@ -29,6 +31,9 @@ def main() -> None:
     ap.add_argument("--models", default="")
     ap.add_argument("--grain", action="store_true",
                     help="also each profile without the serial-under-grain rule ('-grain')")
+    ap.add_argument("--lock-wake", action="store_true",
+                    help="also each profile without the simulator's wake-up of a worker "
+                         "sleeping on the interpreter lock ('-nolockwake')")
     args = ap.parse_args()
 
     from parastream.device import cost
@@ -37,6 +42,7 @@ def main() -> None:
     from parastream.graph.zoo import ZOO
     from parastream.plan.model import Plan
     from parastream.runtime.measure import measure
+    from parastream.sim import run as sim_run
     from parastream.sim.run import simulate_plan
 
     sys.path.insert(0, str(Path(__file__).parent))
@@ -62,6 +68,13 @@ def main() -> None:
                                                   else (lambda op, key: cost.is_matrix_vector(op)))
                         with patch:
                             preds[f"{label}{'' if rule else '-grain'}"] = simulate_plan(
+                                rn.graph, plan, prof, order=order).result.wall_us
+                    if args.lock_wake:
+                        def no_lock_wake(p, _of=sim_run.device_of):
+                            return dataclasses.replace(_of(p), lock_wake_us=0.0)
+
+                        with mock.patch.object(sim_run, "device_of", no_lock_wake):
+                            preds[f"{label}-nolockwake"] = simulate_plan(
                                 rn.graph, plan, prof, order=order).result.wall_us
                 setups.append((f"{name}/{scale}", plan.name, module, inputs, rn, plan, preds))
     walls: list[list[float]] = [[] for _ in setups]

@@ -184,3 +184,26 @@ def test_a_sleeping_worker_holds_neither_the_lock_nor_cores():
                   Task("b", 2, 10, "cube", 1, waits=[0])], one)
     start = {r.timeline.op_name(k): int(r.timeline.start_ns[k]) for k in range(len(r.timeline))}
     assert start["b"] == 100_000
+
+
+def test_a_worker_sleeping_on_the_lock_goes_on_one_wake_up_after_its_release():
+    """With ``lock_wake_us`` a task needs the host lock at its end too: a (20 us, 5 us of
+    host) ends at 20 while b holds the lock, so it hands over its result at b's release
+    plus the wake-up; b, blocked at its start by a, started one wake-up after a's release."""
+    from dataclasses import replace
+
+    tasks = [Task("a", 0, 20, "cube", 1, host_us=5), Task("b", 1, 40, "cube", 1, host_us=30)]
+
+    def spans(dev):
+        r = simulate(tasks, dev)
+        tl = r.timeline
+        return {tl.op_name(k): (int(tl.start_ns[k]) // 1000, int(tl.end_ns[k]) // 1000)
+                for k in range(len(tl))}, r.wall_us
+
+    # without the wake-up: b starts at a's release (5) and a ends when its kernel does
+    assert spans(replace(DEV, host_lock=True)) == ({"a": (0, 20), "b": (5, 45)}, 45)
+    # with it: b wakes at 5 + 10 and holds the lock 15-45; a waits for it: 45 + 10
+    assert spans(replace(DEV, host_lock=True, lock_wake_us=10.0)) == (
+        {"a": (0, 55), "b": (15, 55)}, 55)
+    # nothing changes on a device without the host lock
+    assert spans(replace(DEV, lock_wake_us=10.0)) == ({"a": (0, 20), "b": (0, 40)}, 40)

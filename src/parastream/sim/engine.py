@@ -17,6 +17,9 @@
   no cores and no host lock while its worker sleeps.
 - With a host lock (CPU streams: Python's interpreter lock), a task starts only when the
   lock is free as well, and holds it for its first ``host_us``; the others wait for it.
+  With ``lock_wake_us`` a task also needs the lock when it ends (to hand over its result);
+  one that finds it taken at its end or at its start goes on ``lock_wake_us`` after the
+  release (its worker thread sleeps on the lock and is woken by the OS).
 - Optional seeded jitter scales each task's duration.
 
 The loop is a hand-rolled heap keyed by (time, sequence), as in SimPy, without its
@@ -78,6 +81,11 @@ class Device:
     #: a task whose wait blocked starts this long after the event it waited for (a CPU
     #: stream's worker sleeps on the event and is woken by the OS)
     wake_us: float = 0.0
+    #: with the host lock, a task needs it at its end too (a CPU worker takes Python's
+    #: interpreter lock back to hand over the op's result): one that finds it taken, or
+    #: that could not start for it, goes on this long after the lock's release (its worker
+    #: sleeps on the lock). 0: no such wait, and a blocked start goes on at the release
+    lock_wake_us: float = 0.0
 
 
 @dataclass
@@ -181,6 +189,11 @@ def _simulate(tasks: list[Task], device: Device, jitter: float, seed: int, name:
     host_of = [t.host_us for t in tasks] if device.host_lock else [0.0] * n
     lock_busy = False
     lock_blocked: set[int] = set()  # queues whose head waits for the host lock
+    # a CPU op's worker takes the lock again when its kernel ends (to hand over the result):
+    # finished tasks that found it taken, and whether a task already waited so
+    lock_wake_us = device.lock_wake_us if device.host_lock else 0.0
+    done_blocked: list[int] = []
+    deferred = [False] * n
     retry_at = [-1.0] * q_count  # when a queue's woken head is next looked at
     launch = device.launch_us
     # tasks at the head of their queue that the host has not issued yet, by index (= issue time)
@@ -210,10 +223,22 @@ def _simulate(tasks: list[Task], device: Device, jitter: float, seed: int, name:
                     qs = (j - n,)
                 else:  # task j released the host lock: sweep the queues waiting for it
                     lock_busy = False
+                    for k in done_blocked:  # finished kernels waiting to return
+                        seq += 1
+                        expect[k] = seq
+                        push(heap, (t + lock_wake_us, seq, k))
+                    done_blocked.clear()
                     # most releases find no queue waiting, or one: sort only when it matters
                     qs = sorted(lock_blocked, key=partial(_rr_distance, rr, q_count)) \
                         if len(lock_blocked) > 1 else tuple(lock_blocked)
                     lock_blocked.clear()
+                    if lock_wake_us and qs:
+                        # their workers sleep on the lock: each is looked at again one
+                        # wake-up later (and may find it taken again by then)
+                        for qw in qs:
+                            seq += 1
+                            push(heap, (t + lock_wake_us, seq, ~(n + qw)))
+                        qs = ()
             else:
                 if has_mem:
                     if sq != expect[i]:
@@ -222,6 +247,12 @@ def _simulate(tasks: list[Task], device: Device, jitter: float, seed: int, name:
                         settle_mem(t)
                         del mem_left[i]
                         seq = reschedule_mem(t, seq)
+                if lock_busy and lock_wake_us and host_of[i] and not deferred[i]:
+                    # its worker needs the lock back to hand over the result, and another
+                    # stream's task holds it: it sleeps until the release and one wake-up
+                    deferred[i] = True
+                    done_blocked.append(i)
+                    continue
                 done_at[i] = t
                 p = pool_of[i]
                 qi = queue_of[i]

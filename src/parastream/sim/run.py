@@ -34,7 +34,10 @@ def device_of(profile: DeviceProfile) -> Device:
                   vector_cores=profile.cores.vector, hw_queues=profile.hw_queues,
                   launch_us=profile.launch_overhead_us, sweep_us=profile.scheduler_sweep_us,
                   memory_streams=profile.memory_streams, host_lock=profile.op_host_us > 0,
-                  wake_us=profile.event_wake_us)
+                  wake_us=profile.event_wake_us,
+                  # a worker sleeping on the interpreter lock is woken like one sleeping on
+                  # an event: the same OS wake-up, which calibrate measures
+                  lock_wake_us=profile.event_wake_us)
 
 
 def ge_reorder(graph: Graph, plan: Plan, order: list[str], dur: dict[str, float]) -> list[str]:
