@@ -91,3 +91,23 @@ def test_bound_never_exceeds_queues_or_logical():
             h = analyze_graph(build(), p).headroom
             assert 1.0 <= h.bound_speedup <= min(h.logical_speedup, p.hw_queues) + 1e-9
             assert h.work_us >= h.critical_path_us > 0
+
+
+def test_headroom_counts_the_profiles_cold_costs():
+    """A calibrated CPU profile's cold costs are part of the work the bound is taken over
+    (the simulator charges them too), here the whole 50 us per op (cold_after_us 0)."""
+    import msgspec
+
+    from parastream.device.profile import OpRate
+    from parastream.graph.ir import Edge, Graph, Op
+
+    g = Graph(name="two", ops=[Op(name=n, type="linear", resource="cube", flops=1e7)
+                               for n in "abc"],
+              edges=[Edge(src="a", dst="c"), Edge(src="b", dst="c")])
+    rate = OpRate("flops", 2.0, 10.0, 100.0, 300.0)
+    warm = msgspec.structs.replace(load_profile("cpu"), op_rates={"linear": rate})
+    cold = msgspec.structs.replace(warm, cold_after_us=0.0, op_rates={
+        "linear": msgspec.structs.replace(rate, cold_all_us=50.0)})
+    w, c = analyze_graph(g, warm).headroom, analyze_graph(g, cold).headroom
+    assert c.work_us == pytest.approx(w.work_us + 3 * 50.0)
+    assert c.critical_path_us == pytest.approx(w.critical_path_us + 2 * 50.0)
