@@ -10,7 +10,7 @@ every variant's simulated wall is compared with the same measurement, so the var
 differ only in what they predict, not in the machine's state.
 
     python benchmarks/bench_predict_ab.py A=old.json B=new.json [--passes 2] [--runs 9] [--grain]
-        [--lock-wake]
+        [--lock-wake] [--data-share]
 """
 
 from __future__ import annotations
@@ -31,6 +31,10 @@ def main() -> None:
     ap.add_argument("--models", default="")
     ap.add_argument("--grain", action="store_true",
                     help="also each profile without the serial-under-grain rule ('-grain')")
+    ap.add_argument("--data-share", action="store_true",
+                    help="also each profile with the data part of the cold cost due as the "
+                         "code part is, not by the share of input bytes gone cold "
+                         "('-nodatashare')")
     ap.add_argument("--lock-wake", action="store_true",
                     help="also each profile without the simulator's wake-up of a worker "
                          "sleeping on the interpreter lock ('-nolockwake')")
@@ -68,6 +72,10 @@ def main() -> None:
                                                   else (lambda op, key: cost.is_matrix_vector(op)))
                         with patch:
                             preds[f"{label}{'' if rule else '-grain'}"] = simulate_plan(
+                                rn.graph, plan, prof, order=order).result.wall_us
+                    if args.data_share:
+                        with mock.patch.object(sim_run, "cold_data_shares", lambda *a: {}):
+                            preds[f"{label}-nodatashare"] = simulate_plan(
                                 rn.graph, plan, prof, order=order).result.wall_us
                     if args.lock_wake:
                         def no_lock_wake(p, _of=sim_run.device_of):

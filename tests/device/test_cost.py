@@ -479,3 +479,51 @@ def test_a_cold_rate_adds_the_slower_data_and_not_for_an_op_at_its_dram_floor():
     c = estimate(big, prof)
     assert c.memory_full_us > 0 and c.bound == "memory"  # at its DRAM floor: data cold anyway
     assert cold_us(c, prof, 1e9) == pytest.approx(20.0)
+
+
+def test_cold_data_shares_weigh_each_input_by_how_long_since_it_was_touched():
+    """A weight read once a call is cold for its first reader, an activation just written
+    is warm; each input counts by its bytes."""
+    import msgspec
+    import pytest
+
+    from parastream.device.cost import OpCost, cold_data_shares
+
+    def t(name, size):
+        return Tensor([size // 4], "float32", bytes=size, name=name)
+
+    ops = {"a": Op("a", "linear", inputs=[t("x", 1000), t("w1", 3000)], outputs=[t("a", 1000)]),
+           "b": Op("b", "add", inputs=[t("a", 1000), t("x", 1000)], outputs=[t("b", 1000)]),
+           "c": Op("c", "linear", inputs=[t("b", 1000), t("w1", 3000)], outputs=[t("c", 1000)])}
+    costs = {n: OpCost(d, 0, "compute", "cube") for n, d in zip("abc", (10.0, 20.0, 30.0))}
+    prof = msgspec.structs.replace(cpu_profile(), run_overhead_us=50.0, cold_after_us=100.0)
+    # a 0-10, b 10-30, c 30-60, 110 us a call. a: x last read by b a call ago (80 us),
+    # w1 by c (50 us); b: a and x touched by a as it ended (0 us); c: w1 read by a 20 us ago
+    shares = cold_data_shares(ops, costs, list("abc"), prof)
+    assert shares == pytest.approx({"a": (1000 * 0.8 + 3000 * 0.5) / 4000, "b": 0.0,
+                                    "c": 3000 * 0.2 / 4000})
+    # unnamed inputs (a graph from a trace without tensor names): no share, the code
+    # part's ramp stands in
+    bare = {"a": Op("a", "linear", inputs=[Tensor([4], bytes=16)])}
+    assert cold_data_shares(bare, {"a": costs["a"]}, ["a"], prof) == {}
+
+
+def test_the_data_part_of_the_cold_cost_follows_the_data_share():
+    import msgspec
+    import pytest
+
+    from parastream.device.cost import cold_us
+    from parastream.device.profile import OpRate
+
+    # code 20 us on all cores; data: 1 MB at 100 GB/s cold against 200 warm = 5 us
+    r = OpRate("bytes", 1.0, 5.0, 100.0, 200.0, cold_1_us=10.0, cold_all_us=20.0,
+               cold_rate_1=50.0, cold_rate_all=100.0)
+    prof = msgspec.structs.replace(cpu_profile(), op_rates={"add": r}, cold_after_us=100.0,
+                                   cache_bytes=1 << 30)  # in cache: no DRAM floor
+    op = Op("x", "add", resource="vector", bytes_read=500_000, bytes_written=500_000,
+            outputs=[Tensor([1 << 17], "float32")])
+    c = estimate(op, prof)
+    assert c.threads == 2 and c.work == 1e6
+    assert cold_us(c, prof, 50.0) == pytest.approx((20.0 + 5.0) * 0.5)   # both on the ramp
+    assert cold_us(c, prof, 50.0, data_share=1.0) == pytest.approx(20.0 * 0.5 + 5.0)
+    assert cold_us(c, prof, 200.0, data_share=0.0) == pytest.approx(20.0)

@@ -356,27 +356,36 @@ def with_cores(op_or_cost: Any, profile: DeviceProfile, cores: int) -> OpCost:
                                    threads=cores if rate is not None else c.threads, bound=bound)
 
 
-def cold_us(cost: OpCost, profile: DeviceProfile, idle_us: float) -> float:
-    """Extra microseconds a CPU op costed by an op rate takes because other ops ran for
-    ``idle_us`` since the last op of its type: its rate's cold extra on the op's thread
-    count (:meth:`parastream.device.profile.OpRate.cold_extra_us`; just the fixed part for
-    an op at its DRAM floor, whose data is out of cache anyway), in proportion to
-    ``idle_us / profile.cold_after_us`` up to the whole of it.
+def cold_share(idle_us: float, profile: DeviceProfile) -> float:
+    """How much of a cold cost is due after ``idle_us`` of other ops:
+    ``min(1, idle / cold_after_us)`` (1 when the profile's ``cold_after_us`` is 0)."""
+    after = profile.cold_after_us
+    return min(1.0, max(0.0, idle_us) / after) if after > 0 else 1.0
+
+
+def cold_us(cost: OpCost, profile: DeviceProfile, idle_us: float,
+            data_share: float | None = None) -> float:
+    """Extra microseconds a CPU op costed by an op rate takes because other ops ran since
+    it last could use its cache: its rate's cold extra on the op's thread count
+    (:meth:`parastream.device.profile.OpRate.cold_parts_us`). The code part is due in
+    proportion to ``idle_us`` since the last op of its type (:func:`cold_share`); the data
+    part in proportion to ``data_share``, the share of its input bytes gone cold
+    (:func:`cold_data_shares`; as the code part when not known). An op at its DRAM floor
+    pays the code part only: its data is out of cache anyway.
 
     Why: on the development VM a 4 KiB rms_norm took 11 us back to back and 150 us in
-    turn with other ops (docs/benchmarks-run.md section 10). A measured cost already
-    holds it: 0 then."""
+    turn with other ops, and a 512x512 linear right after another ran 1.25x its
+    calibrated time, its weight last read a call before (docs/benchmarks-run.md section
+    10). A measured cost already holds all this: 0 then."""
     rate = profile.op_rates.get(cost.rate_key) if cost.rate_key else None
     if rate is None or cost.measured or profile.kind != "cpu":
         return 0.0
     cores = profile.unit_cores("cube")
     threads = max(1, cost.threads)
     at_floor = cost.memory_full_us > rate.duration_us(cost.work, threads, cores)
-    whole = rate.cold_extra_us(0.0 if at_floor else cost.work, threads, cores)
-    if whole <= 0.0:
-        return 0.0
-    after = profile.cold_after_us
-    return whole * (min(1.0, max(0.0, idle_us) / after) if after > 0 else 1.0)
+    code, data = rate.cold_parts_us(0.0 if at_floor else cost.work, threads, cores)
+    share = cold_share(idle_us, profile)
+    return max(0.0, code * share + data * (share if data_share is None else data_share))
 
 
 def has_cold(profile: DeviceProfile) -> bool:
@@ -416,6 +425,48 @@ def idle_by_type(ops: Mapping[str, Any], costs: Mapping[str, OpCost], order: lis
     return idle
 
 
+def cold_data_shares(ops: Mapping[str, Any], costs: Mapping[str, OpCost], order: list[str],
+                     profile: DeviceProfile) -> dict[str, float]:
+    """Per op with named inputs, the share of its input bytes gone cold (each input's
+    :func:`cold_share` of how long other ops ran since it was last touched, weighted by its
+    bytes), on the same one-stream timeline as :func:`idle_by_type`, calls back to back.
+    An op touches its inputs and outputs when it ends; a tensor no op writes (a weight, a
+    buffer, an input passed again) was last touched by its last reader in the call before
+    until its first reader in this one. So a 512x512 linear right after another still
+    reads a weight last read a whole call ago."""
+    start: dict[str, float] = {}
+    t = 0.0
+    for n in order:
+        start[n] = t
+        t += costs[n].dur_us
+    period = t + profile.run_overhead_us
+    touched: dict[str, float] = {}
+    for n in order:  # the call before: where each tensor was last touched, less a period
+        for ten in (*ops[n].inputs, *ops[n].outputs):
+            if ten.name:
+                touched[ten.name] = start[n] + costs[n].dur_us - period
+    out: dict[str, float] = {}
+    for n in order:
+        op = ops[n]
+        cold = total = 0.0
+        for ten in op.inputs:
+            size = float(ten.bytes or 0)
+            if not ten.name or size <= 0:
+                continue
+            # a tensor this call writes was written before this op (topological order);
+            # one it does not (a weight, an input the caller passes again), last touched
+            # in this call or, before its first reader, in the call before
+            cold += size * cold_share(start[n] - touched[ten.name], profile)
+            total += size
+        if total > 0:
+            out[n] = cold / total
+        end = start[n] + costs[n].dur_us
+        for ten in (*op.inputs, *op.outputs):
+            if ten.name:
+                touched[ten.name] = end
+    return out
+
+
 def with_cold(ops: Mapping[str, Any], costs: Mapping[str, OpCost], order: list[str],
               profile: DeviceProfile) -> dict[str, OpCost]:
     """``costs`` (one stream, as estimated) with each op's cold cost added: for what ranks
@@ -425,8 +476,9 @@ def with_cold(ops: Mapping[str, Any], costs: Mapping[str, OpCost], order: list[s
     if not has_cold(profile):
         return dict(costs)
     idle = idle_by_type(ops, costs, order, profile.run_overhead_us)
+    data = cold_data_shares(ops, costs, order, profile)
     out = {}
     for n, c in costs.items():
-        extra = cold_us(c, profile, idle[n]) if n in idle else 0.0
+        extra = cold_us(c, profile, idle[n], data.get(n)) if n in idle else 0.0
         out[n] = msgspec.structs.replace(c, dur_us=c.dur_us + extra) if extra else c
     return out

@@ -68,18 +68,25 @@ class OpRate(msgspec.Struct, forbid_unknown_fields=True):
         fixed = self.fixed_1_us + (self.fixed_all_us - self.fixed_1_us) * frac
         return fixed + work / (rate * 1e3)
 
-    def cold_extra_us(self, work: float, cores: int, all_cores: int) -> float:
-        """Microseconds the op takes on top of :meth:`duration_us` when cold (never
-        negative: a cold line under the warm one is measurement noise)."""
+    def cold_parts_us(self, work: float, cores: int, all_cores: int) -> tuple[float, float]:
+        """(code, data): microseconds the op takes on top of :meth:`duration_us` when its
+        code has gone cold (the fixed part) and when its data has (what the cold rate
+        adds for ``work``; negative when the cold rate is the faster, which is noise)."""
         k = min(max(1, cores), max(1, all_cores))
         frac = (k - 1) / (all_cores - 1) if all_cores > 1 else 1.0
-        extra = self.cold_1_us + (self.cold_all_us - self.cold_1_us) * frac
+        code = self.cold_1_us + (self.cold_all_us - self.cold_1_us) * frac
+        data = 0.0
         if work > 0 and (self.cold_rate_1 > 0 or self.cold_rate_all > 0):
             warm = self.rate_1 + (self.rate_all - self.rate_1) * frac
             c1, call = self.cold_rate_1 or self.rate_1, self.cold_rate_all or self.rate_all
             cold = c1 + (call - c1) * frac
-            extra += work / (cold * 1e3) - work / (warm * 1e3)
-        return max(0.0, extra)
+            data = work / (cold * 1e3) - work / (warm * 1e3)
+        return code, data
+
+    def cold_extra_us(self, work: float, cores: int, all_cores: int) -> float:
+        """Microseconds the op takes on top of :meth:`duration_us` when code and data are
+        cold (never negative: a cold line under the warm one is measurement noise)."""
+        return max(0.0, sum(self.cold_parts_us(work, cores, all_cores)))
 
     @property
     def bound(self) -> str:

@@ -14,8 +14,8 @@ from typing import Iterable
 import msgspec
 import numpy as np
 
-from ..device.cost import (OpCost, cold_us, estimate, has_cold, idle_by_type, runs_serial,
-                           with_cores)
+from ..device.cost import (OpCost, cold_data_shares, cold_us, estimate, has_cold, idle_by_type,
+                           runs_serial, with_cores)
 from ..device.profile import DeviceProfile
 from ..graph.ir import Graph, validate
 from ..plan.lints import lint
@@ -81,13 +81,14 @@ def tasks_for(graph: Graph, plan: Plan, profile: DeviceProfile, *, costs: dict[s
     host_us = profile.op_host_us
     # the cold cost goes on after a stream's share of the cores is known (it depends on it)
     idle = idle_by_type(ops, costs, order, profile.run_overhead_us) if has_cold(profile) else {}
+    data = cold_data_shares(ops, costs, order, profile) if idle else {}
     out = []
     for n in order:
         c = costs[n]
         s = plan.assignment.get(n, 0)
         if limits.get(s):
             c = with_cores(c, profile, limits[s])
-        extra = cold_us(c, profile, idle[n]) if idle else 0.0
+        extra = cold_us(c, profile, idle[n], data.get(n)) if idle else 0.0
         if extra:
             c = msgspec.structs.replace(c, dur_us=c.dur_us + extra)
         pool = c.unit if c.unit in ("cube", "vector") else "none"
