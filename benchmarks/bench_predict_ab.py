@@ -74,7 +74,8 @@ def main() -> None:
                             preds[f"{label}{'' if rule else '-grain'}"] = simulate_plan(
                                 rn.graph, plan, prof, order=order).result.wall_us
                     if args.data_share:
-                        with mock.patch.object(sim_run, "cold_data_shares", lambda *a: {}):
+                        with mock.patch.object(cost, "cold_data_shares",
+                                               lambda *a: {}):
                             preds[f"{label}-nodatashare"] = simulate_plan(
                                 rn.graph, plan, prof, order=order).result.wall_us
                     if args.lock_wake:

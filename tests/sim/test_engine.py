@@ -207,3 +207,35 @@ def test_a_worker_sleeping_on_the_lock_goes_on_one_wake_up_after_its_release():
         {"a": (0, 55), "b": (15, 55)}, 55)
     # nothing changes on a device without the host lock
     assert spans(replace(DEV, lock_wake_us=10.0)) == ({"a": (0, 20), "b": (0, 40)}, 40)
+
+
+def test_a_task_never_waits_for_its_own_release_of_the_lock():
+    """A memory-bound task that is all host work releases the lock as it ends; with a
+    sweep cost the two can land a rounding step apart, and the task must not sleep on its
+    own lock (it did: 6 us for a 2 us op)."""
+    from dataclasses import replace
+
+    dev = replace(DEV, host_lock=True, lock_wake_us=4.0, sweep_us=0.1)
+    # (1.1, 0.3) and (2.9, 0.2) each took 4 us more before the fix
+    for first, dur in ((1.1, 0.3), (2.9, 0.2), (0.7, 2.0), (13.3, 7.7)):
+        r = simulate([Task("x", 0, first, "vector", 1),
+                      Task("m", 0, dur, "vector", 1, memory_bound=True, host_us=dur)], dev)
+        assert r.wall_us == pytest.approx(first + dur + 0.2), (first, dur)
+
+
+def test_a_task_sleeping_on_the_lock_gives_its_cores_back():
+    """Two cores, four streams: b's kernel ends while c holds the lock, and d, which needs
+    a core but not the lock, gets b's core then, not when b's worker has the lock back."""
+
+    # issued 5 us apart: a at 0, b at 5, c at 10, d at 15
+    two = Device("two", cube_cores=2, vector_cores=2, hw_queues=4, launch_us=5.0, sweep_us=0.0,
+                 host_lock=True, lock_wake_us=10.0)
+    tasks = [Task("a", 0, 100, "cube", 1, host_us=2),   # lock 0-2, a core to 100
+             Task("b", 1, 20, "cube", 1, host_us=2),    # lock 5-7, the other core, kernel to 25
+             Task("c", 2, 60, "none", 0, host_us=30),   # lock 10-40, no core
+             Task("d", 3, 10, "cube", 1)]               # no host part: only needs a core
+    r = simulate(tasks, two)
+    tl = r.timeline
+    span = {tl.op_name(k): (tl.start_ns[k] / 1e3, tl.end_ns[k] / 1e3) for k in range(len(tl))}
+    assert span["b"] == (pytest.approx(5.0), pytest.approx(50.0))   # c's release + wake-up
+    assert span["d"] == (pytest.approx(25.0), pytest.approx(35.0))  # b's core, as b slept

@@ -385,7 +385,8 @@ def cold_us(cost: OpCost, profile: DeviceProfile, idle_us: float,
     at_floor = cost.memory_full_us > rate.duration_us(cost.work, threads, cores)
     code, data = rate.cold_parts_us(0.0 if at_floor else cost.work, threads, cores)
     share = cold_share(idle_us, profile)
-    return max(0.0, code * share + data * (share if data_share is None else data_share))
+    # a cold rate above the warm one is noise: it may not cancel the code part
+    return max(0.0, code) * share + max(0.0, data) * (share if data_share is None else data_share)
 
 
 def has_cold(profile: DeviceProfile) -> bool:
@@ -475,10 +476,19 @@ def with_cold(ops: Mapping[str, Any], costs: Mapping[str, OpCost], order: list[s
     is known; returns ``costs`` unchanged when the profile has no cold costs."""
     if not has_cold(profile):
         return dict(costs)
-    idle = idle_by_type(ops, costs, order, profile.run_overhead_us)
-    data = cold_data_shares(ops, costs, order, profile)
+    idle, data = cold_idles(ops, costs, order, profile)
     out = {}
     for n, c in costs.items():
         extra = cold_us(c, profile, idle[n], data.get(n)) if n in idle else 0.0
         out[n] = msgspec.structs.replace(c, dur_us=c.dur_us + extra) if extra else c
     return out
+
+
+def cold_idles(ops: Mapping[str, Any], costs: Mapping[str, OpCost], order: list[str],
+               profile: DeviceProfile) -> tuple[dict[str, float], dict[str, float]]:
+    """(:func:`idle_by_type`, :func:`cold_data_shares`) on the one-stream timeline of
+    ``costs``. Laid out without the cold costs, so the gaps come out shorter than the
+    calibration's (the time other ops really took, cold included); laying it out again
+    with them moved the predictions by 0-3% (docs/benchmarks-run.md section 10)."""
+    return (idle_by_type(ops, costs, order, profile.run_overhead_us),
+            cold_data_shares(ops, costs, order, profile))

@@ -106,12 +106,13 @@ def _noisy(r: CandidateResult, margin: float) -> str:
     the median may be luck on a noisy machine."""
     if not r.speedup_quartiles or r.speedup <= 0:
         return ""
-    below = r.speedup_quartiles[0] / r.speedup  # the lower quartile, relative to the median
+    below = r.speedup_quartiles[0] / r.speedup  # relative to the side-by-side speedup
     low = below * r.best_speedup
     if low >= 1.0 + margin:
         return ""
-    return (f"; noisy: a quarter of its side-by-side rounds measured {1 - below:.0%} or more "
-            f"under their median, which would put it at {low:.2f}x, confirm with more --runs")
+    return (f"; noisy: a quarter of its side-by-side rounds measured "
+            f"{r.speedup_quartiles[0]:.2f}x or less, {1 - below:.0%} under its side-by-side "
+            f"speedup, which would put it at {low:.2f}x; confirm with more --runs")
 
 
 def recommend(results: list[CandidateResult], current: str | None = None,

@@ -19,7 +19,9 @@
   lock is free as well, and holds it for its first ``host_us``; the others wait for it.
   With ``lock_wake_us`` a task also needs the lock when it ends (to hand over its result);
   one that finds it taken at its end or at its start goes on ``lock_wake_us`` after the
-  release (its worker thread sleeps on the lock and is woken by the OS).
+  release (its worker thread sleeps on the lock and is woken by the OS). At its start it
+  may find the lock taken again then and wait again; at its end it waits once (handing
+  over a result is short), and gives its cores back while it sleeps.
 - Optional seeded jitter scales each task's duration.
 
 The loop is a hand-rolled heap keyed by (time, sequence), as in SimPy, without its
@@ -188,6 +190,7 @@ def _simulate(tasks: list[Task], device: Device, jitter: float, seed: int, name:
 
     host_of = [t.host_us for t in tasks] if device.host_lock else [0.0] * n
     lock_busy = False
+    lock_holder = -1  # the task holding it (a task never waits for its own release)
     lock_blocked: set[int] = set()  # queues whose head waits for the host lock
     # a CPU op's worker takes the lock again when its kernel ends (to hand over the result):
     # finished tasks that found it taken, and whether a task already waited so
@@ -223,6 +226,7 @@ def _simulate(tasks: list[Task], device: Device, jitter: float, seed: int, name:
                     qs = (j - n,)
                 else:  # task j released the host lock: sweep the queues waiting for it
                     lock_busy = False
+                    lock_holder = -1
                     for k in done_blocked:  # finished kernels waiting to return
                         seq += 1
                         expect[k] = seq
@@ -247,51 +251,60 @@ def _simulate(tasks: list[Task], device: Device, jitter: float, seed: int, name:
                         settle_mem(t)
                         del mem_left[i]
                         seq = reschedule_mem(t, seq)
-                if lock_busy and lock_wake_us and host_of[i] and not deferred[i]:
+                if (lock_busy and lock_holder != i and lock_wake_us and host_of[i]
+                        and not deferred[i]):
                     # its worker needs the lock back to hand over the result, and another
-                    # stream's task holds it: it sleeps until the release and one wake-up
+                    # stream's task holds it: it sleeps until the release and one wake-up.
+                    # Its kernel is done: its cores go back now, to whoever waits for them
                     deferred[i] = True
                     done_blocked.append(i)
-                    continue
-                done_at[i] = t
-                p = pool_of[i]
-                qi = queue_of[i]
-                h = head[qi] + 1  # the head is the task that just finished (FIFO per queue)
-                head[qi] = h
-                running[qi] = False
-                qq = queues[qi]
-                if h < len(qq) and qq[h] * launch > t:
-                    push(wake, qq[h])
-                wl = waiters[i]
-                if p:
-                    free[p] += need[i]
-                    bc = blocked[p]
+                    p = pool_of[i]
+                    bc = blocked[p] if p else None
+                    if p:
+                        free[p] += need[i]
+                    if not bc:
+                        continue
+                    qs = sorted(bc, key=partial(_rr_distance, rr, q_count)) if len(bc) > 1 else tuple(bc)
                 else:
-                    bc = None
-                if not bc and (not wl or len(wl) == 1):
-                    if not wl:
-                        qs = (qi,)
-                    else:  # the common wait: one task released, at most two queues to sweep
-                        w = wl[0]
-                        pending[w] -= 1
-                        last_done[w] = i
-                        qw = queue_of[w]
-                        if qw == qi:
+                    done_at[i] = t
+                    p = pool_of[i]
+                    qi = queue_of[i]
+                    h = head[qi] + 1  # the head is the task that just finished (FIFO per queue)
+                    head[qi] = h
+                    running[qi] = False
+                    qq = queues[qi]
+                    if h < len(qq) and qq[h] * launch > t:
+                        push(wake, qq[h])
+                    wl = waiters[i]
+                    if p and not deferred[i]:  # (a deferred task gave its cores back)
+                        free[p] += need[i]
+                        bc = blocked[p]
+                    else:
+                        bc = None
+                    if not bc and (not wl or len(wl) == 1):
+                        if not wl:
                             qs = (qi,)
-                        elif (qi - rr) % q_count < (qw - rr) % q_count:
-                            qs = (qi, qw)
-                        else:
-                            qs = (qw, qi)
-                else:
-                    check = {qi}
-                    for w in wl or ():
-                        pending[w] -= 1
-                        last_done[w] = i
-                        check.add(queue_of[w])
-                    if bc:
-                        check |= bc
-                    # round-robin order from rr (a partial, not a closure: rr stays a fast local)
-                    qs = sorted(check, key=partial(_rr_distance, rr, q_count)) if len(check) > 1 else check
+                        else:  # the common wait: one task released, at most two queues to sweep
+                            w = wl[0]
+                            pending[w] -= 1
+                            last_done[w] = i
+                            qw = queue_of[w]
+                            if qw == qi:
+                                qs = (qi,)
+                            elif (qi - rr) % q_count < (qw - rr) % q_count:
+                                qs = (qi, qw)
+                            else:
+                                qs = (qw, qi)
+                    else:
+                        check = {qi}
+                        for w in wl or ():
+                            pending[w] -= 1
+                            last_done[w] = i
+                            check.add(queue_of[w])
+                        if bc:
+                            check |= bc
+                        # round-robin order from rr (a partial, not a closure: rr stays a fast local)
+                        qs = sorted(check, key=partial(_rr_distance, rr, q_count)) if len(check) > 1 else check
         for qi in qs:
             # start queue qi's head task at t if its events are recorded and its cores free
             qq = queues[qi]
@@ -343,6 +356,7 @@ def _simulate(tasks: list[Task], device: Device, jitter: float, seed: int, name:
             dur = dur_of[i]
             if hu:
                 lock_busy = True
+                lock_holder = i
                 seq += 1
                 push(heap, (begin + min(hu, dur), seq, ~i))
             seq += 1

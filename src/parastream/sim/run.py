@@ -14,8 +14,8 @@ from typing import Iterable
 import msgspec
 import numpy as np
 
-from ..device.cost import (OpCost, cold_data_shares, cold_us, estimate, has_cold, idle_by_type,
-                           runs_serial, with_cores)
+from ..device.cost import (OpCost, cold_idles, cold_us, estimate, has_cold, runs_serial,
+                           with_cores)
 from ..device.profile import DeviceProfile
 from ..graph.ir import Graph, validate
 from ..plan.lints import lint
@@ -80,8 +80,7 @@ def tasks_for(graph: Graph, plan: Plan, profile: DeviceProfile, *, costs: dict[s
     # the interpreter lock, so two streams' dispatches never overlap, only their kernels
     host_us = profile.op_host_us
     # the cold cost goes on after a stream's share of the cores is known (it depends on it)
-    idle = idle_by_type(ops, costs, order, profile.run_overhead_us) if has_cold(profile) else {}
-    data = cold_data_shares(ops, costs, order, profile) if idle else {}
+    idle, data = cold_idles(ops, costs, order, profile) if has_cold(profile) else ({}, {})
     out = []
     for n in order:
         c = costs[n]
