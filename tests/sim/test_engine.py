@@ -226,7 +226,6 @@ def test_a_task_never_waits_for_its_own_release_of_the_lock():
 def test_a_task_sleeping_on_the_lock_gives_its_cores_back():
     """Two cores, four streams: b's kernel ends while c holds the lock, and d, which needs
     a core but not the lock, gets b's core then, not when b's worker has the lock back."""
-
     # issued 5 us apart: a at 0, b at 5, c at 10, d at 15
     two = Device("two", cube_cores=2, vector_cores=2, hw_queues=4, launch_us=5.0, sweep_us=0.0,
                  host_lock=True, lock_wake_us=10.0)
