@@ -457,7 +457,7 @@ def test_with_cold_adds_the_cold_cost_for_ranking_and_nothing_without_one():
     assert all(out[n].dur_us == pytest_approx(costs[n].dur_us + 50.0) for n in ops)
 
 
-def test_a_cold_rate_adds_the_slower_data_and_not_for_an_op_at_its_dram_floor():
+def test_cold_bytes_are_read_at_the_cold_rate_but_not_by_an_op_at_its_dram_floor():
     import msgspec
     import pytest
 
@@ -465,21 +465,20 @@ def test_a_cold_rate_adds_the_slower_data_and_not_for_an_op_at_its_dram_floor():
     from parastream.device.profile import OpRate
 
     r = OpRate("bytes", 1.0, 5.0, 100.0, 200.0, cold_1_us=10.0, cold_all_us=20.0,
-               cold_rate_1=50.0, cold_rate_all=100.0)
-    # 1 MB: warm on one thread 10 us of data, cold 20 us: 10 fixed + 10 slower data
-    assert r.cold_extra_us(1e6, 1, 2) == pytest.approx(10.0 + 10.0)
-    assert r.cold_extra_us(1e6, 2, 2) == pytest.approx(20.0 + 5.0)
+               cold_gbps_1=50.0, cold_gbps_all=100.0)
+    # 1 MB cold: 20 us at 50 GB/s on one thread, 10 us at 100 on two (of two)
+    assert r.cold_extra_us(1e6, 1, 2) == pytest.approx(10.0 + 20.0)
+    assert r.cold_extra_us(1e6, 2, 2) == pytest.approx(20.0 + 10.0)
     assert r.cold_extra_us(0.0, 2, 2) == pytest.approx(20.0)
-    # a cold rate above the warm one is noise: the extra never goes negative
-    assert OpRate("bytes", 1, 1, 10, 10, cold_rate_1=1e6, cold_rate_all=1e6).cold_extra_us(1e9, 1, 2) == 0.0
+    assert OpRate("bytes", 1, 1, 10, 10, cold_all_us=3.0).cold_extra_us(1e9, 2, 2) == 3.0
     prof = msgspec.structs.replace(cpu_profile(), op_rates={"add": r}, cold_after_us=0.0,
                                    cache_bytes=1 << 20)
     big = Op("x", "add", resource="vector", bytes_read=1 << 26, bytes_written=1 << 25,
              outputs=[Tensor([1 << 23], "float32")])
     c = estimate(big, prof)
-    assert c.memory_full_us > 0 and c.bound == "memory"  # at its DRAM floor: data cold anyway
+    assert c.memory_full_us > 0 and c.bound == "memory"  # at its DRAM floor: read from DRAM
+    assert c.read_bytes == 1 << 26
     assert cold_us(c, prof, 1e9) == pytest.approx(20.0)
-
 
 def test_cold_data_shares_weigh_each_input_by_how_long_since_it_was_touched():
     """A weight read once a call is cold for its first reader, an activation just written
@@ -515,15 +514,15 @@ def test_the_data_part_of_the_cold_cost_follows_the_data_share():
     from parastream.device.cost import cold_us
     from parastream.device.profile import OpRate
 
-    # code 20 us on all cores; data: 1 MB at 100 GB/s cold against 200 warm = 5 us
+    # code 20 us on all cores; data: 500 kB read, at 100 GB/s cold = 5 us when all cold
     r = OpRate("bytes", 1.0, 5.0, 100.0, 200.0, cold_1_us=10.0, cold_all_us=20.0,
-               cold_rate_1=50.0, cold_rate_all=100.0)
+               cold_gbps_1=50.0, cold_gbps_all=100.0)
     prof = msgspec.structs.replace(cpu_profile(), op_rates={"add": r}, cold_after_us=100.0,
                                    cache_bytes=1 << 30)  # in cache: no DRAM floor
     op = Op("x", "add", resource="vector", bytes_read=500_000, bytes_written=500_000,
             outputs=[Tensor([1 << 17], "float32")])
     c = estimate(op, prof)
-    assert c.threads == 2 and c.work == 1e6
+    assert c.threads == 2 and c.read_bytes == 500_000
     assert cold_us(c, prof, 50.0) == pytest.approx((20.0 + 5.0) * 0.5)   # both on the ramp
     assert cold_us(c, prof, 50.0, data_share=1.0) == pytest.approx(20.0 * 0.5 + 5.0)
     assert cold_us(c, prof, 200.0, data_share=0.0) == pytest.approx(20.0)

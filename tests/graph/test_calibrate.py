@@ -84,7 +84,7 @@ def test_op_case_work_is_counted_like_the_importer_counts_it():
     cases = cal._op_cases()
     for name, (metric, case) in cases.items():
         for large in (False, True):
-            fn, work = case(large)
+            fn, work, read = case(large)
 
             class One(torch.nn.Module):
                 def forward(self, dummy):
@@ -95,6 +95,7 @@ def test_op_case_work_is_counted_like_the_importer_counts_it():
             op = next(o for o in g.ops if o.type == op_type)
             counted = op.flops if metric == "flops" else op.bytes_read + op.bytes_written
             assert counted == pytest.approx(work, rel=1e-6), (name, large)
+            assert op.bytes_read == pytest.approx(read, rel=1e-6), (name, large)
             # and the cost model picks this case's rate for the op it imports to
             assert op_rate_key(op.type, op.resource, cases, rate_variant(op.meta)) \
                 == name, (name, layout, op.meta)
@@ -137,9 +138,9 @@ def test_cold_after_is_measured_and_op_rates_carry_cold_costs():
 def test_cold_line_splits_the_extra_into_code_and_data():
     import pytest
 
-    # extra 20 us at 1 MB and 120 us at 11 MB: 10 us per MB on top of a 100 GB/s warm rate
-    fixed, rate = cal.cold_line(1e6, 11e6, 20.0, 120.0, 100.0)
-    assert fixed == pytest.approx(10.0)
-    assert 1e6 / (rate * 1e3) - 1e6 / (100.0 * 1e3) == pytest.approx(10.0)
-    # an extra that does not grow with the work is all code: the small size's, warm rate
-    assert cal.cold_line(1e6, 11e6, 30.0, 25.0, 100.0) == (30.0, 0.0)
+    # extra 20 us reading 1 MB and 120 us reading 11 MB: 10 us per MB (100 GB/s) on top
+    # of 10 us at no bytes
+    fixed, gbps = cal.cold_line(1e6, 11e6, 20.0, 120.0)
+    assert fixed == pytest.approx(10.0) and gbps == pytest.approx(100.0)
+    # an extra that does not grow with the bytes is all code: the small size's
+    assert cal.cold_line(1e6, 11e6, 30.0, 25.0) == (30.0, 0.0)

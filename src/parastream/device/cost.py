@@ -152,6 +152,8 @@ class OpCost(msgspec.Struct, frozen=True, gc=False):
     rate_key: str = ""
     work: float = 0.0
     threads: int = 0
+    #: bytes the op reads (what can have gone cold: :func:`cold_us`)
+    read_bytes: float = 0.0
 
 
 def _elements(tensors: Any) -> int:
@@ -262,7 +264,8 @@ def _rated(op: Any, profile: DeviceProfile, key: str, max_cores: int | None,
     dur, bound = _rated_time(rate, work, threads, cores, floor)
     full = max(rate.duration_us(work, 1 if serial else cores, cores), floor)
     dur, bound = _with_launch(profile, dur, bound)
-    return OpCost(dur, blocks, bound, resource, full, floor, False, key, work, threads)
+    return OpCost(dur, blocks, bound, resource, full, floor, False, key, work, threads,
+                  float(op.bytes_read or 0))
 
 
 def _rated_time(rate: Any, work: float, threads: int, cores: int,
@@ -369,9 +372,10 @@ def cold_us(cost: OpCost, profile: DeviceProfile, idle_us: float,
     it last could use its cache: its rate's cold extra on the op's thread count
     (:meth:`parastream.device.profile.OpRate.cold_parts_us`). The code part is due in
     proportion to ``idle_us`` since the last op of its type (:func:`cold_share`); the data
-    part in proportion to ``data_share``, the share of its input bytes gone cold
-    (:func:`cold_data_shares`; as the code part when not known). An op at its DRAM floor
-    pays the code part only: its data is out of cache anyway.
+    part is its read bytes times ``data_share``, the share of its input bytes gone cold
+    (:func:`cold_data_shares`; the code part's share when not known), read at the rate's
+    cold GB/s. An op at its DRAM floor pays the code part only: it is costed as reading
+    from DRAM already.
 
     Why: on the development VM a 4 KiB rms_norm took 11 us back to back and 150 us in
     turn with other ops, and a 512x512 linear right after another ran 1.25x its
@@ -383,16 +387,16 @@ def cold_us(cost: OpCost, profile: DeviceProfile, idle_us: float,
     cores = profile.unit_cores("cube")
     threads = max(1, cost.threads)
     at_floor = cost.memory_full_us > rate.duration_us(cost.work, threads, cores)
-    code, data = rate.cold_parts_us(0.0 if at_floor else cost.work, threads, cores)
     share = cold_share(idle_us, profile)
-    # a cold rate above the warm one is noise: it may not cancel the code part
-    return max(0.0, code) * share + max(0.0, data) * (share if data_share is None else data_share)
+    cold_bytes = 0.0 if at_floor else cost.read_bytes * (share if data_share is None else data_share)
+    code, data = rate.cold_parts_us(cold_bytes, threads, cores)
+    return code * share + data
 
 
 def has_cold(profile: DeviceProfile) -> bool:
     """True for a CPU profile whose op rates carry cold costs (:func:`cold_us`)."""
     return profile.kind == "cpu" and any(
-        r.cold_1_us or r.cold_all_us or r.cold_rate_1 or r.cold_rate_all
+        r.cold_1_us or r.cold_all_us or r.cold_gbps_1 or r.cold_gbps_all
         for r in profile.op_rates.values())
 
 

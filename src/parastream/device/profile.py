@@ -50,15 +50,15 @@ class OpRate(msgspec.Struct, forbid_unknown_fields=True):
     #: ``memory_bandwidth_gbps`` stands in. The rate above is measured in cache, so without
     #: this floor a matrix-vector product over a 64 MB weight would look 20x too cheap.
     dram_gbps: float = 0.0
-    #: the op once other ops ran since its type last did ("cold"): its fixed cost is
-    #: ``cold_*_us`` higher and its rate ``cold_rate_*`` (0 = the rate above), on one
-    #: thread / on all cores; measured as the op timed once per pass over all calibrated
-    #: op types. 0 = not measured. See the profile's ``cold_after_us`` and
-    #: :func:`parastream.device.cost.cold_us`.
+    #: the op once other ops ran since it last could use its cache ("cold"): its code
+    #: costs ``cold_*_us`` more, and each input byte gone cold is read at ``cold_gbps_*``
+    #: GB/s on top (0 = no such part), on one thread / on all cores; measured as each op
+    #: type timed once per pass over all calibrated op types. 0 = not measured. See the
+    #: profile's ``cold_after_us`` and :func:`parastream.device.cost.cold_us`.
     cold_1_us: float = 0.0
     cold_all_us: float = 0.0
-    cold_rate_1: float = 0.0
-    cold_rate_all: float = 0.0
+    cold_gbps_1: float = 0.0
+    cold_gbps_all: float = 0.0
 
     def duration_us(self, work: float, cores: int, all_cores: int) -> float:
         """Microseconds for ``work`` (FLOPs or bytes) on ``cores`` intra-op threads."""
@@ -68,25 +68,21 @@ class OpRate(msgspec.Struct, forbid_unknown_fields=True):
         fixed = self.fixed_1_us + (self.fixed_all_us - self.fixed_1_us) * frac
         return fixed + work / (rate * 1e3)
 
-    def cold_parts_us(self, work: float, cores: int, all_cores: int) -> tuple[float, float]:
+    def cold_parts_us(self, cold_bytes: float, cores: int, all_cores: int) -> tuple[float, float]:
         """(code, data): microseconds the op takes on top of :meth:`duration_us` when its
-        code has gone cold (the fixed part) and when its data has (what the cold rate
-        adds for ``work``; negative when the cold rate is the faster, which is noise)."""
+        code has gone cold (the fixed part) and for ``cold_bytes`` of its inputs gone cold
+        (read at the cold GB/s; where calibrate found none for one thread count, the other
+        count's stands in; 0 without either)."""
         k = min(max(1, cores), max(1, all_cores))
         frac = (k - 1) / (all_cores - 1) if all_cores > 1 else 1.0
         code = self.cold_1_us + (self.cold_all_us - self.cold_1_us) * frac
-        data = 0.0
-        if work > 0 and (self.cold_rate_1 > 0 or self.cold_rate_all > 0):
-            warm = self.rate_1 + (self.rate_all - self.rate_1) * frac
-            c1, call = self.cold_rate_1 or self.rate_1, self.cold_rate_all or self.rate_all
-            cold = c1 + (call - c1) * frac
-            data = work / (cold * 1e3) - work / (warm * 1e3)
-        return code, data
+        g1, gall = self.cold_gbps_1 or self.cold_gbps_all, self.cold_gbps_all or self.cold_gbps_1
+        gbps = g1 + (gall - g1) * frac
+        return code, (cold_bytes / (gbps * 1e3) if gbps > 0 and cold_bytes > 0 else 0.0)
 
-    def cold_extra_us(self, work: float, cores: int, all_cores: int) -> float:
-        """Microseconds the op takes on top of :meth:`duration_us` when code and data are
-        cold (never negative: a cold line under the warm one is measurement noise)."""
-        return max(0.0, sum(self.cold_parts_us(work, cores, all_cores)))
+    def cold_extra_us(self, cold_bytes: float, cores: int, all_cores: int) -> float:
+        """Microseconds on top of :meth:`duration_us` with code and ``cold_bytes`` cold."""
+        return sum(self.cold_parts_us(cold_bytes, cores, all_cores))
 
     @property
     def bound(self) -> str:
@@ -219,7 +215,7 @@ def _check(p: DeviceProfile, where: str | None) -> DeviceProfile:
         if not (r.rate_1 > 0 and r.rate_all > 0 and r.fixed_1_us >= 0 and r.fixed_all_us >= 0):
             raise bad(f"op_rates.{key}: rates must be positive and fixed times not negative")
         if not (r.dram_gbps >= 0 and r.cold_1_us >= 0 and r.cold_all_us >= 0
-                and r.cold_rate_1 >= 0 and r.cold_rate_all >= 0):
+                and r.cold_gbps_1 >= 0 and r.cold_gbps_all >= 0):
             raise bad(f"op_rates.{key}: dram_gbps and cold times and rates must be zero or "
                       "positive")
     if not p.memory_streams >= 1.0:

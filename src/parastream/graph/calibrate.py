@@ -140,7 +140,8 @@ def _nbytes(*ts: Any) -> int:
 
 def _op_cases() -> dict[str, tuple[str, Callable[[bool], tuple[Callable[[], Any], float]]]]:
     """The op types whose CPU cost is measured: name -> (metric, case), where
-    ``case(large)`` builds inputs and returns (the call, its work). Work is counted the way
+    ``case(large)`` builds inputs and returns (the call, its work, the bytes it reads). Work
+    and bytes read are counted the way
     the graph importer counts it (FLOPs of matmuls, convolutions and attention; bytes read
     plus written for the rest), so a rate applies to imported ops unchanged. The two sizes
     bracket the zoo's tiny and small scales, except that the element-wise, copy and softmax
@@ -157,13 +158,14 @@ def _op_cases() -> dict[str, tuple[str, Callable[[bool], tuple[Callable[[], Any]
     def linear(large: bool):
         m, k, n = (256, 512, 512) if large else (16, 64, 64)
         x, w = r(m, k), r(n, k)
-        return (lambda: F.linear(x, w)), 2.0 * m * k * n
+        return (lambda: F.linear(x, w)), 2.0 * m * k * n, float(_nbytes(x, w))
 
     def conv2d(large: bool):
         nb, c, hw, o, ks = (2, 64, 28, 64, 3) if large else (1, 8, 8, 8, 3)
         x, w, b = r(nb, c, hw, hw), r(o, c, ks, ks), r(o)
         out = nb * o * hw * hw
-        return (lambda: F.conv2d(x, w, b, padding=1)), 2.0 * out * c * ks * ks + out
+        return ((lambda: F.conv2d(x, w, b, padding=1)), 2.0 * out * c * ks * ks + out,
+                float(_nbytes(x, w, b)))
 
     def sdpa(large: bool, mixed: bool = False):
         # mixed: v's head dim below q's (MLA's decoupled rope): the unfused math kernel
@@ -171,7 +173,7 @@ def _op_cases() -> dict[str, tuple[str, Callable[[bool], tuple[Callable[[], Any]
             else ((2, 8, 128, 64, 64) if large else (1, 4, 16, 16, 16))
         q, k, v = r(b, h, L, e), r(b, h, L, e), r(b, h, L, ev)
         return (lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True)), \
-            2.0 * b * h * L * L * (e + ev)
+            2.0 * b * h * L * L * (e + ev), float(_nbytes(q, k, v))
 
     def max_pool2d(large: bool, channels_last: bool = False):
         # channels_last: the same pool on NHWC data (an image permuted from HWC), another
@@ -180,33 +182,36 @@ def _op_cases() -> dict[str, tuple[str, Callable[[bool], tuple[Callable[[], Any]
         if channels_last:
             x = x.contiguous(memory_format=torch.channels_last)
         out = F.max_pool2d(x, 3, 2, 1)
-        return (lambda: F.max_pool2d(x, 3, 2, 1)), 9.0 * out.numel()  # a 3x3 window each
+        # a 3x3 window each
+        return (lambda: F.max_pool2d(x, 3, 2, 1)), 9.0 * out.numel(), float(_nbytes(x))
 
     def rms_norm(large: bool):
         d = 512 if large else 64
         x, w = r(2 if large else 1, 128 if large else 16, d), r(d)
-        return (lambda: F.rms_norm(x, (d,), w)), float(2 * _nbytes(x) + _nbytes(w))
+        return (lambda: F.rms_norm(x, (d,), w)), float(2 * _nbytes(x) + _nbytes(w)), \
+            float(_nbytes(x, w))
 
     def layer_norm(large: bool):
         d = 512 if large else 64
         x, w, b = r(2 if large else 1, 128 if large else 16, d), r(d), r(d)
-        return (lambda: F.layer_norm(x, (d,), w, b)), float(2 * _nbytes(x) + _nbytes(w, b))
+        return (lambda: F.layer_norm(x, (d,), w, b)), float(2 * _nbytes(x) + _nbytes(w, b)), \
+            float(_nbytes(x, w, b))
 
     def softmax(large: bool):
         x = r(16, 128, 128) if large else r(4, 128, 128)
-        return (lambda: torch.softmax(x, -1)), float(2 * _nbytes(x))
+        return (lambda: torch.softmax(x, -1)), float(2 * _nbytes(x)), float(_nbytes(x))
 
     def add(large: bool):
         a, b = (r(2, 128, 1376), r(2, 128, 1376)) if large else (r(1, 128, 512), r(1, 128, 512))
-        return (lambda: torch.add(a, b)), float(3 * _nbytes(a))
+        return (lambda: torch.add(a, b)), float(3 * _nbytes(a)), float(_nbytes(a, b))
 
     def silu(large: bool):
         x = r(2, 128, 1376) if large else r(1, 128, 512)
-        return (lambda: F.silu(x)), float(2 * _nbytes(x))
+        return (lambda: F.silu(x)), float(2 * _nbytes(x)), float(_nbytes(x))
 
     def cat(large: bool):
         a, b = (r(4, 64, 28, 28), r(4, 128, 28, 28)) if large else (r(1, 32, 32, 32), r(1, 32, 32, 32))
-        return (lambda: torch.cat([a, b], 1)), float(2 * _nbytes(a, b))
+        return (lambda: torch.cat([a, b], 1)), float(2 * _nbytes(a, b)), float(_nbytes(a, b))
 
     return {"linear": ("flops", linear), "conv2d": ("flops", conv2d),
             "scaled_dot_product_attention": ("flops", sdpa),
@@ -274,7 +279,7 @@ def measure_op_rates(quick: bool = False, rounds: int = 1) -> dict[str, dict]:
     torch.add(torch.ones(1 << 16), 1)  # the main thread's team, as in the executor's process
 
     calls = [((name, is_large), fn) for name, (_, small, large) in cases.items()
-             for is_large, (fn, _) in ((False, small), (True, large))]
+             for is_large, (fn, *_) in ((False, small), (True, large))]
 
     def burst() -> dict[tuple[str, bool], float]:
         return {key: _median_time(fn, budget, 5, 2000) * 1e6 for key, fn in calls}
@@ -298,27 +303,26 @@ def measure_op_rates(quick: bool = False, rounds: int = 1) -> dict[str, dict]:
         out[name] = {"metric": metric, "fixed_1_us": float(f"{f1:.4g}"),
                      "fixed_all_us": float(f"{fk:.4g}"), "rate_1": float(f"{r1:.4g}"),
                      "rate_all": float(f"{rk:.4g}")}
-        for suffix, t, rate in (("1", 1, r1), ("all", cores, rk)):
+        for suffix, t in (("1", 1), ("all", cores)):
             extra = [max(0.0, statistics.median(cold[name, t, big]) - med[name, t, big])
                      for big in (False, True)]
-            fixed, cold_rate = cold_line(small[1], large[1], extra[0], extra[1], rate)
+            fixed, gbps = cold_line(small[2], large[2], extra[0], extra[1])
             out[name][f"cold_{suffix}_us"] = float(f"{fixed:.4g}")
-            out[name][f"cold_rate_{suffix}"] = float(f"{cold_rate:.4g}")
+            out[name][f"cold_gbps_{suffix}"] = float(f"{gbps:.4g}")
     return out
 
 
-def cold_line(work_small: float, work_large: float, extra_small: float, extra_large: float,
-              rate: float) -> tuple[float, float]:
-    """(``cold_*_us``, ``cold_rate_*``) of an op whose cold runs took ``extra_small`` /
-    ``extra_large`` us more than its warm ones at the two sizes, warm rate ``rate``: the
-    extra as a line in the work, its value at no work (the code gone cold) and the rate
-    that adds its slope (the data gone cold too). An extra that does not grow with the
-    work is all fixed: the small size's, at the warm rate (``cold_rate`` 0)."""
-    slope = (extra_large - extra_small) / (work_large - work_small) if work_large > work_small else 0.0
-    if slope <= 0.0 or rate <= 0.0:
+def cold_line(read_small: float, read_large: float, extra_small: float,
+              extra_large: float) -> tuple[float, float]:
+    """(``cold_*_us``, ``cold_gbps_*``) of an op whose cold runs took ``extra_small`` /
+    ``extra_large`` us more than its warm ones, reading ``read_small`` / ``read_large``
+    bytes: the extra as a line in the bytes read, its value at none (the code gone cold)
+    and the GB/s its slope stands for (the data gone cold too). An extra that does not grow
+    with the bytes is all code: the small size's, and no cold GB/s (0)."""
+    if read_large <= read_small or extra_large <= extra_small:
         return extra_small, 0.0
-    # work / (cold_rate * 1e3) - work / (rate * 1e3) = slope * work
-    return max(0.0, extra_small - slope * work_small), 1.0 / (1.0 / rate + slope * 1e3)
+    us_per_byte = (extra_large - extra_small) / (read_large - read_small)
+    return max(0.0, extra_small - us_per_byte * read_small), 1.0 / (us_per_byte * 1e3)
 
 
 #: passes over all op cases when timing them in rotation (each pass runs every case once)
@@ -692,8 +696,8 @@ def calibrate(quick: bool = False, name: str = "cpu-calibrated") -> dict:
             "for max_pool2d, GB/s read + written for the rest); cold_*: each case timed "
             f"once per pass over all cases ({ROTATION_PASSES // (3 if quick else 1)} passes a "
             "round, median), less "
-            "the burst, as a line in the work: its value at no work and the rate that adds "
-            "its slope (parastream.graph.calibrate.cold_line)")
+            "the burst, as a line in the bytes read: its value at none and the GB/s of its "
+            "slope (parastream.graph.calibrate.cold_line)")
         profile["sources"]["cold_after_us"] = (
             f"{by}: the small {', '.join(COLD_TARGETS)} cases, on 1 thread and on all cores, "
             "each right after the other op cases ran in turn for "
