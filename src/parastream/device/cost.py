@@ -400,6 +400,18 @@ def has_cold(profile: DeviceProfile) -> bool:
         for r in profile.op_rates.values())
 
 
+def _one_stream(costs: Mapping[str, OpCost], order: list[str],
+                run_overhead_us: float) -> tuple[dict[str, float], float]:
+    """Each op's start on one stream, ops back to back in ``order``, and a call's period
+    (its ops and ``run_overhead_us``): the timeline the cold costs are reckoned on."""
+    start: dict[str, float] = {}
+    t = 0.0
+    for n in order:
+        start[n] = t
+        t += costs[n].dur_us
+    return start, t + run_overhead_us
+
+
 def idle_by_type(ops: Mapping[str, Any], costs: Mapping[str, OpCost], order: list[str],
                  run_overhead_us: float = 0.0) -> dict[str, float]:
     """Per op, how long other ops ran since the previous op of its type ended, on the
@@ -408,12 +420,7 @@ def idle_by_type(ops: Mapping[str, Any], costs: Mapping[str, OpCost], order: lis
     between calls): how long its code and data have had to go cold (:func:`cold_us`; the
     calibration's idle is the same, other ops running in between). Taken from the issue
     order whatever the plan, so every plan of a graph is charged alike."""
-    start: dict[str, float] = {}
-    t = 0.0
-    for n in order:
-        start[n] = t
-        t += costs[n].dur_us
-    period = t + run_overhead_us
+    start, period = _one_stream(costs, order, run_overhead_us)
     last: dict[str, str] = {}
     for n in order:  # each type's last op in a call: the first op's predecessor
         last[ops[n].type] = n
@@ -439,12 +446,7 @@ def cold_data_shares(ops: Mapping[str, Any], costs: Mapping[str, OpCost], order:
     buffer, an input passed again) was last touched by its last reader in the call before
     until its first reader in this one. So a 512x512 linear right after another still
     reads a weight last read a whole call ago."""
-    start: dict[str, float] = {}
-    t = 0.0
-    for n in order:
-        start[n] = t
-        t += costs[n].dur_us
-    period = t + profile.run_overhead_us
+    start, period = _one_stream(costs, order, profile.run_overhead_us)
     touched: dict[str, float] = {}
     for n in order:  # the call before: where each tensor was last touched, less a period
         for ten in (*ops[n].inputs, *ops[n].outputs):

@@ -60,10 +60,15 @@ class OpRate(msgspec.Struct, forbid_unknown_fields=True):
     cold_gbps_1: float = 0.0
     cold_gbps_all: float = 0.0
 
+    @staticmethod
+    def _frac(cores: int, all_cores: int) -> float:
+        """Where ``cores`` intra-op threads sit between one (0) and all cores (1)."""
+        k = min(max(1, cores), max(1, all_cores))
+        return (k - 1) / (all_cores - 1) if all_cores > 1 else 1.0
+
     def duration_us(self, work: float, cores: int, all_cores: int) -> float:
         """Microseconds for ``work`` (FLOPs or bytes) on ``cores`` intra-op threads."""
-        k = min(max(1, cores), max(1, all_cores))
-        frac = (k - 1) / (all_cores - 1) if all_cores > 1 else 1.0
+        frac = self._frac(cores, all_cores)
         rate = self.rate_1 + (self.rate_all - self.rate_1) * frac
         fixed = self.fixed_1_us + (self.fixed_all_us - self.fixed_1_us) * frac
         return fixed + work / (rate * 1e3)
@@ -73,8 +78,7 @@ class OpRate(msgspec.Struct, forbid_unknown_fields=True):
         code has gone cold (the fixed part) and for ``cold_bytes`` of its inputs gone cold
         (read at the cold GB/s; where calibrate found none for one thread count, the other
         count's stands in; 0 without either)."""
-        k = min(max(1, cores), max(1, all_cores))
-        frac = (k - 1) / (all_cores - 1) if all_cores > 1 else 1.0
+        frac = self._frac(cores, all_cores)
         code = self.cold_1_us + (self.cold_all_us - self.cold_1_us) * frac
         g1, gall = self.cold_gbps_1 or self.cold_gbps_all, self.cold_gbps_all or self.cold_gbps_1
         gbps = g1 + (gall - g1) * frac

@@ -138,7 +138,7 @@ def _nbytes(*ts: Any) -> int:
     return sum(t.numel() * t.element_size() for t in ts)
 
 
-def _op_cases() -> dict[str, tuple[str, Callable[[bool], tuple[Callable[[], Any], float]]]]:
+def _op_cases() -> dict[str, tuple[str, Callable[[bool], tuple[Callable[[], Any], float, float]]]]:
     """The op types whose CPU cost is measured: name -> (metric, case), where
     ``case(large)`` builds inputs and returns (the call, its work, the bytes it reads). Work
     and bytes read are counted the way
@@ -284,7 +284,7 @@ def measure_op_rates(quick: bool = False, rounds: int = 1) -> dict[str, dict]:
     def burst() -> dict[tuple[str, bool], float]:
         return {key: _median_time(fn, budget, 5, 2000) * 1e6 for key, fn in calls}
 
-    rotation = partial(rotation_times, calls, ROTATION_PASSES // (3 if quick else 1))
+    rotation = partial(rotation_times, calls, rotation_passes(quick))
 
     cold: dict[tuple[str, int, bool], list[float]] = {}
     for _ in range(rounds):
@@ -327,6 +327,11 @@ def cold_line(read_small: float, read_large: float, extra_small: float,
 
 #: passes over all op cases when timing them in rotation (each pass runs every case once)
 ROTATION_PASSES = 30
+
+
+def rotation_passes(quick: bool) -> int:
+    """Rotation passes a round of :func:`measure_op_rates` makes (a third in quick mode)."""
+    return ROTATION_PASSES // (3 if quick else 1)
 #: idle times (ms) after which :func:`measure_cold_after` times an op
 IDLE_MS = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0)
 #: the op cases whose cold ramp :func:`measure_cold_after` measures (a composite of several
@@ -343,8 +348,9 @@ def measure_cold_after(reps: int = 9, targets: Sequence[str] = COLD_TARGETS) -> 
     op cases, run in turn for at least each of :data:`IDLE_MS` (as in a model, other ops
     run between two of one type), the median of ``reps`` each, with the median idle really
     spent. Each curve gives the idle at which the op pays half its extra after the longest
-    idle (:func:`cold_ramp_us`); the result is the median over targets and thread counts. (A Python spin that runs no
-    other op gives a ramp 2-5x longer on the development VM: other ops evict more.)"""
+    idle (:func:`cold_ramp_us`); the result is the median over targets and thread counts.
+    (A Python spin that runs no other op gives a ramp 2-5x longer on the development VM:
+    other ops evict more.)"""
     import importlib.util
 
     if importlib.util.find_spec("torch") is None:
@@ -397,12 +403,9 @@ def cold_ramp_us(idle_ms: Sequence[float], extra_us: Sequence[float]) -> float:
     if not extra or extra[-1] < 1.0:
         return 0.0
     half = extra[-1] / 2
-    prev_ms, prev = 0.0, 0.0
-    for ms, e in zip(idle_ms, extra):
-        if e >= half:
-            return 2e3 * (prev_ms + (ms - prev_ms) * (half - prev) / (e - prev))
-        prev_ms, prev = ms, e
-    return 2e3 * idle_ms[-1]  # (not reached: the last extra is its own half's upper bound)
+    k = next(i for i, e in enumerate(extra) if e >= half)  # the last one at the latest
+    prev_ms, prev = (idle_ms[k - 1], extra[k - 1]) if k else (0.0, 0.0)
+    return 2e3 * (prev_ms + (idle_ms[k] - prev_ms) * (half - prev) / (extra[k] - prev))
 
 
 #: cores the at-once DRAM run uses at most (one weight each; more would allocate gigabytes)
@@ -694,8 +697,8 @@ def calibrate(quick: bool = False, name: str = "cpu-calibrated") -> dict:
             "the line through the two sizes gives the fixed cost "
             "and the rate (GFLOP/s for linear, conv2d and attention, window elements per ns "
             "for max_pool2d, GB/s read + written for the rest); cold_*: each case timed "
-            f"once per pass over all cases ({ROTATION_PASSES // (3 if quick else 1)} passes a "
-            "round, median), less "
+            f"once per pass over all cases ({rotation_passes(quick)} passes a round, median), "
+            "less "
             "the burst, as a line in the bytes read: its value at none and the GB/s of its "
             "slope (parastream.graph.calibrate.cold_line)")
         profile["sources"]["cold_after_us"] = (

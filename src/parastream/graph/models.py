@@ -67,6 +67,10 @@ def _check_device(device: str | None) -> str | None:
     return load_profile(device).name
 
 
+#: a file that is neither a graph JSON file nor a ``.py`` factory, given as a model
+NOT_A_MODEL = "not a model: give a zoo name or path/to/file.py:factory"
+
+
 def _looks_like_file(spec: str) -> bool:
     path = spec.rpartition(":")[0] if ":" in spec else spec
     return path.endswith(".py") or os.sep in path or "/" in path
@@ -92,6 +96,8 @@ def load_model(spec: str, scale: str = "small", phase: str | None = None,
     cannot be built."""
     if scale not in SCALES:
         raise InputError(None, f"unknown scale {scale!r} (expected one of {', '.join(SCALES)})")
+    if os.path.isfile(spec) and not spec.endswith(".py"):
+        raise InputError(spec, NOT_A_MODEL)
     if _looks_like_file(spec):
         return _load_from_file(spec, scale, phase)
     _need_torch(spec)
@@ -114,8 +120,6 @@ def load_model(spec: str, scale: str = "small", phase: str | None = None,
 def _load_from_file(spec: str, scale: str, phase: str | None) -> tuple[Any, tuple, str, dict]:
     path, sep, attr = spec.rpartition(":")
     if not sep or not path:
-        if os.path.isfile(spec) and not spec.endswith(".py"):
-            raise InputError(spec, "not a model: give a zoo name or path/to/file.py:factory")
         raise InputError(spec, "name the factory after the file: path/to/file.py:factory")
     if not attr.isidentifier():
         raise InputError(path, f"{attr!r} is not a Python name; expected path/to/file.py:factory")
@@ -253,7 +257,7 @@ def load_graph(model: str, scale: str = "small", phase: str | None = None,
                                     f"expected {SCHEMA!r}")
         if not model.endswith(".py"):
             raise InputError(model, "not a graph JSON file (it does not start with '{') and "
-                                    "not a model (give path/to/file.py:factory or a zoo name)")
+                                    + NOT_A_MODEL)
     try:
         return resolve(model, scale=scale, phase=phase, device=device)
     except (InputError, KeyboardInterrupt):

@@ -228,7 +228,6 @@ def analyse(m: Measurement, doc: Any = None, candidate: str | None = None) -> di
     return out
 
 
-
 #: a stream that starts its first op this much after it could, in a third of the runs or
 #: more, is reported (and at least this fraction of the median wall)
 LATE_START_US = 200.0

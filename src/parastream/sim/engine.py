@@ -113,6 +113,15 @@ def _rr_distance(rr: int, q_count: int, q: int) -> int:
     return (q - rr) % q_count
 
 
+def _rr_order(queues: set[int], rr: int, q_count: int) -> tuple[int, ...] | list[int]:
+    """``queues`` in round-robin order from ``rr``, as a copy (the caller may clear the
+    set); most sets hold no queue or one, so sorting happens only when it matters (a
+    partial, not a closure: ``rr`` stays a fast local of the loop)."""
+    if len(queues) > 1:
+        return sorted(queues, key=partial(_rr_distance, rr, q_count))
+    return tuple(queues)
+
+
 def _simulate(tasks: list[Task], device: Device, jitter: float, seed: int, name: str,
               shared_pool: bool) -> Result:
     n = len(tasks)
@@ -232,9 +241,7 @@ def _simulate(tasks: list[Task], device: Device, jitter: float, seed: int, name:
                         expect[k] = seq
                         push(heap, (t + lock_wake_us, seq, k))
                     done_blocked.clear()
-                    # most releases find no queue waiting, or one: sort only when it matters
-                    qs = sorted(lock_blocked, key=partial(_rr_distance, rr, q_count)) \
-                        if len(lock_blocked) > 1 else tuple(lock_blocked)
+                    qs = _rr_order(lock_blocked, rr, q_count)
                     lock_blocked.clear()
                     if lock_wake_us and qs:
                         # their workers sleep on the lock: each is looked at again one
@@ -259,12 +266,12 @@ def _simulate(tasks: list[Task], device: Device, jitter: float, seed: int, name:
                     deferred[i] = True
                     done_blocked.append(i)
                     p = pool_of[i]
-                    bc = blocked[p] if p else None
-                    if p:
-                        free[p] += need[i]
-                    if not bc:
+                    if not p:
                         continue
-                    qs = sorted(bc, key=partial(_rr_distance, rr, q_count)) if len(bc) > 1 else tuple(bc)
+                    free[p] += need[i]
+                    if not blocked[p]:
+                        continue
+                    qs = _rr_order(blocked[p], rr, q_count)
                 else:
                     done_at[i] = t
                     p = pool_of[i]
@@ -303,8 +310,7 @@ def _simulate(tasks: list[Task], device: Device, jitter: float, seed: int, name:
                             check.add(queue_of[w])
                         if bc:
                             check |= bc
-                        # round-robin order from rr (a partial, not a closure: rr stays a fast local)
-                        qs = sorted(check, key=partial(_rr_distance, rr, q_count)) if len(check) > 1 else check
+                        qs = _rr_order(check, rr, q_count)
         for qi in qs:
             # start queue qi's head task at t if its events are recorded and its cores free
             qq = queues[qi]
