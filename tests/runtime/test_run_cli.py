@@ -99,7 +99,7 @@ def test_plan_file_round_trip(moe_plan, capsys, profile):
         run("inception_block", "--plan", str(path), "--scale", "tiny", "--profile", profile)
 
 
-def test_bad_inputs_are_one_line_errors(tmp_path):
+def test_bad_inputs_are_one_line_errors(tmp_path, monkeypatch):
     with pytest.raises(InputError, match="at least 5"):
         run("moe_layer", "--auto", "--runs", "3")
     with pytest.raises(InputError, match="unknown model"):
@@ -113,6 +113,10 @@ def test_bad_inputs_are_one_line_errors(tmp_path):
     with pytest.raises(InputError, match="not a model") as info:  # a file, but no model
         run(str(bad), "--auto")
     assert info.value.path == str(bad)
+    monkeypatch.chdir(tmp_path)  # the same file named as typed in its folder
+    with pytest.raises(InputError, match="not a model") as info:
+        run("bad.json", "--auto")
+    assert info.value.path == "bad.json"
     with pytest.raises(SystemExit):
         run("moe_layer")  # --plan or --auto is required
 
