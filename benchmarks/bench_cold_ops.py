@@ -43,7 +43,7 @@ def main() -> None:
     args = ap.parse_args()
     import torch
 
-    from parastream.graph.calibrate import (_median_time, _on_worker, _op_cases, cpu_count,
+    from parastream.graph.calibrate import (_median_time, _on_executor_thread, _op_cases, cpu_count,
                                             rotation_times)
 
     torch.add(torch.ones(1 << 16), 1)  # the main thread's team, as in parastream run
@@ -67,7 +67,7 @@ def main() -> None:
 
     print(f"CPU ({cpu_count()} cores), torch {torch.__version__}; medians in us")
     for threads in sorted({1, cpu_count()}):
-        r = _on_worker(one_thread_count, threads, "bench-cold-ops")
+        r = _on_executor_thread(one_thread_count, threads, "bench-cold-ops")
         print(f"\n{threads} intra-op thread(s)")
         print("| case | size | burst | rotation | rotation / burst |\n| --- | --- | ---: | ---: | ---: |")
         for (name, big) in calls:

@@ -126,6 +126,30 @@ def test_worker_threads_keep_their_intra_op_count(tiny_models):
     assert seen == [1, 1] and torch.get_num_threads() == before
 
 
+def test_stream_zero_runs_on_the_calling_thread_with_its_own_thread_count(tiny_models,
+                                                                        monkeypatch):
+    import threading
+
+    module, inputs, rn = tiny_models["inception_block"]
+    plan = assign(rn.graph, "matching", max_streams=2)
+    seen: dict[int, set] = {0: set(), 1: set()}
+    real = MultiStreamExecutor._exec
+
+    def spy(self, n):
+        seen[self._op_info[n][1]].add((threading.get_ident(), torch.get_num_threads()))
+        return real(self, n)
+
+    monkeypatch.setattr(MultiStreamExecutor, "_exec", spy)
+    before = torch.get_num_threads()
+    with MultiStreamExecutor(module, inputs, plan, runnable=rn, intra_op_threads=1) as ex:
+        with torch.no_grad():
+            assert compare(module(*inputs), ex(*inputs)).ok
+    me = threading.get_ident()
+    assert seen[0] == {(me, 1)}                       # here, on the stream's one thread
+    assert len(seen[1]) == 1 and next(iter(seen[1]))[0] != me
+    assert torch.get_num_threads() == before          # this thread's count is given back
+
+
 def test_stream_workers_get_their_own_cores_when_asked_and_they_fit(tiny_models, monkeypatch):
     import os
     import threading
@@ -144,14 +168,26 @@ def test_stream_workers_get_their_own_cores_when_asked_and_they_fit(tiny_models,
     def mask():
         return os.sched_getaffinity(threading.get_native_id())
 
+    here: list[set] = []  # stream 0's ops run on this thread: its mask while they run
+    real = MultiStreamExecutor._exec
+
+    def spy(self, n):
+        if self._op_info[n][1] == 0:
+            here.append(mask())
+        return real(self, n)
+
+    monkeypatch.setattr(MultiStreamExecutor, "_exec", spy)
     pinned, free = [{cpus[0]}, {cpus[1]}], [set(cpus), set(cpus)]
     for pin, env, expect in ((True, "", pinned), (False, "1", free), (None, "", free),
                              (None, "1", pinned)):
         monkeypatch.setenv("PARASTREAM_PIN_STREAMS", env)
+        here.clear()
         with MultiStreamExecutor(module, inputs, plan, runnable=rn, intra_op_threads=1,
                                  pin=pin) as ex:
             ex(*inputs)
             assert [s.submit(mask).result() for s in ex.streams.values()] == expect
+        assert here and all(m == expect[0] for m in here)
+        assert mask() == set(cpus)
     assert os.sched_getaffinity(0) == set(cpus)                  # the process is untouched
 
 

@@ -141,6 +141,34 @@ def test_errors_are_sticky_and_propagate_through_events():
             a.synchronize()
 
 
+def test_run_here_runs_the_held_program_on_the_calling_thread():
+    with CpuBackend() as b:
+        a, c = b.stream("a"), b.stream("c")
+        a.hold()
+        c.hold()
+        c_ev = c.record_event()  # nothing before it on c: reached as soon as c runs
+        a.wait_event(c_ev)
+        first = a.submit(threading.get_ident, name="first")
+        a_ev = a.record_event()
+        c.wait_event(a_ev)       # c's second part waits for a's program, run here
+        later = c.submit(threading.get_ident, name="later")
+        c.release()
+        a.run_here()
+        assert first.result() == threading.get_ident()      # ran on this thread
+        assert a_ev.query() and later.result() != threading.get_ident()
+        assert a.error is None and [n for n, *_ in a.recorder.ops] == ["first"]
+        # errors stay sticky when the program runs here, as on the worker
+        a.hold()
+        bad = a.submit(lambda: 1 / 0, name="div")
+        skipped = a.submit(lambda: "never", name="after")
+        a.run_here()
+        assert isinstance(a.error, StreamError) and "div" in str(a.error)
+        with pytest.raises(StreamError):
+            bad.result()
+        with pytest.raises(StreamError):
+            skipped.result()
+
+
 def test_waiting_stream_does_not_burn_cpu():
     with CpuBackend() as b:
         a, c = b.stream("a"), b.stream("c")

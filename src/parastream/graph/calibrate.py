@@ -60,13 +60,24 @@ def _median_time(fn: Callable[[], Any], budget_s: float, min_runs: int = 5,
     return statistics.median(_run_times(fn, budget_s, min_runs, max_runs))
 
 
-def _on_worker(fn: Callable[[], Any], threads: int = 1,
+def _on_executor_thread(fn: Callable[[], Any], threads: int = 1,
                name: str = "parastream-calibrate") -> Any:
-    """``fn()`` on a fresh thread with ``threads`` intra-op threads and autograd off, as
-    the cpu backend's stream workers run ops (a multi-threaded op called off the main
-    thread pays for waking its thread team); its result, or its exception re-raised."""
+    """``fn()`` where the cpu backend's executor runs an op on ``threads`` intra-op
+    threads, with autograd off: on all cores, on the calling thread with its own thread
+    team (a single-stream plan and stream 0 run on the thread that calls the executor);
+    on fewer, on a fresh thread that set its own count, as a stream worker does (a
+    multi-threaded op called off the main thread pays for waking a second thread team).
+    Returns its result, or re-raises its exception."""
     import torch
 
+    if threads >= cpu_count():
+        before = torch.get_num_threads()
+        torch.set_num_threads(threads)  # this thread's count, restored below
+        try:
+            with torch.no_grad():
+                return fn()
+        finally:
+            torch.set_num_threads(before)
     out: list = []
     failed: list[BaseException] = []
 
@@ -149,7 +160,7 @@ def _op_cases() -> dict[str, tuple[str, Callable[[bool], tuple[Callable[[], Any]
     torch runs them on the calling thread, which the cost model costs on the one-thread
     line (:func:`parastream.device.cost.runs_serial`); a line through one serial and one
     multi-threaded point put the thread team's fixed cost (30-60 us on a stream worker
-    here) into the rate, and made a 64Ki-element op 5x too cheap."""
+    with the main thread's team alive) into the rate, and made a 64Ki-element op 5x too cheap."""
     import torch
     import torch.nn.functional as F
 
@@ -251,21 +262,19 @@ def measure_op_rates(quick: bool = False, rounds: int = 1) -> dict[str, dict]:
     """Measured cost of each op type in :func:`_op_cases`, on one intra-op thread and on
     all cores, as ``parastream.device/1`` ``op_rates`` entries (empty without torch).
 
-    The ops run where the CPU stream backend runs them: on a persistent worker thread that
-    set its own intra-op thread count. That matters: a multi-threaded op called from a
-    thread other than the main one pays for waking its thread team each time (tens of us
-    here, 5-6x an element-wise op's own time), which a main-thread micro-benchmark would
-    miss. Every case is timed at two sizes and both thread counts, the median of a short
+    The ops run where the CPU stream backend runs them (:func:`_on_executor_thread`): on all
+    cores on the calling thread, on one thread on a worker thread that set its own
+    intra-op thread count. That matters: a multi-threaded op called from a thread other
+    than the main one pays for waking its thread team each time (tens of us here, 5-6x an
+    element-wise op's own time). Every case is timed at two sizes and both thread counts, the median of a short
     burst, the median of ``rounds`` rounds; the line through the two sizes gives the fixed
     per-call cost and the rate.
 
     The state is the executor's: the main thread's own thread team is alive first (it is
-    in every ``parastream run``, whose single-stream reference runs there). With more
-    OpenMP threads than cores libgomp barely spins, so a worker's threaded op wakes its
-    helper through the kernel each time (a 64Ki-element add: 28-32 us against 6-12 us
-    without the main team). Bursts still catch the team spinning now and then (that add's
-    fixed cost came out 0 us in one full calibration and 46 us in the next), which the
-    lowest round would then keep; the median of the rounds does not."""
+    in every ``parastream run``, whose single-stream reference runs there). Bursts catch
+    a thread team spinning now and then (a 64Ki-element add's fixed cost on a worker came
+    out 0 us in one full calibration and 46 us in the next), which the lowest round would
+    then keep; the median of the rounds does not."""
     import importlib.util
 
     if importlib.util.find_spec("torch") is None:
@@ -289,10 +298,10 @@ def measure_op_rates(quick: bool = False, rounds: int = 1) -> dict[str, dict]:
     cold: dict[tuple[str, int, bool], list[float]] = {}
     for _ in range(rounds):
         for threads in sorted({1, cores}):
-            for (name, is_large), t in _on_worker(burst, threads, "parastream-calibrate-ops").items():
+            for (name, is_large), t in _on_executor_thread(burst, threads, "parastream-calibrate-ops").items():
                 key = (name, threads, is_large)
                 seen.setdefault(key, []).append(t)
-            for (name, is_large), t in _on_worker(rotation, threads,
+            for (name, is_large), t in _on_executor_thread(rotation, threads,
                                                   "parastream-calibrate-ops").items():
                 cold.setdefault((name, threads, is_large), []).append(t)
     med = {key: statistics.median(ts) for key, ts in seen.items()}
@@ -343,10 +352,10 @@ def measure_cold_after(reps: int = 9, targets: Sequence[str] = COLD_TARGETS) -> 
     """Microseconds after which an op whose code has not run pays its whole cold cost
     (the profile's ``cold_after_us``; 0 without torch or when idling costs nothing).
 
-    For each of ``targets`` (small cases of :func:`_op_cases`), on a worker thread with one
-    intra-op thread and with all cores: the op back to back, then right after the other
-    op cases, run in turn for at least each of :data:`IDLE_MS` (as in a model, other ops
-    run between two of one type), the median of ``reps`` each, with the median idle really
+    For each of ``targets`` (small cases of :func:`_op_cases`), where the executor runs
+    an op on one intra-op thread and on all cores (:func:`_on_executor_thread`): the op
+    back to back, then right after the other op cases, run in turn for at least each of
+    :data:`IDLE_MS` (as in a model, other ops run between two of one type), the median of ``reps`` each, with the median idle really
     spent. Each curve gives the idle at which the op pays half its extra after the longest
     idle (:func:`cold_ramp_us`); the result is the median over targets and thread counts.
     (A Python spin that runs no other op gives a ramp 2-5x longer on the development VM:
@@ -387,7 +396,7 @@ def measure_cold_after(reps: int = 9, targets: Sequence[str] = COLD_TARGETS) -> 
     ramps = []
     for threads in sorted({1, cpu_count()}):
         for name in targets:
-            hot, cold = _on_worker(partial(probe, name), threads, "parastream-calibrate-cold")
+            hot, cold = _on_executor_thread(partial(probe, name), threads, "parastream-calibrate-cold")
             cold.sort()
             ramps.append(cold_ramp_us([ms for ms, _ in cold], [t - hot for _, t in cold]))
     ramps = [r for r in ramps if r > 0]
@@ -478,8 +487,8 @@ def measure_dram(megabytes: int = 64,
             mb *= 2
         return cached
 
-    rates = _on_worker(alone, 1, "parastream-calibrate-dram")
-    cached = _on_worker(cache_size, 1, "parastream-calibrate-dram")
+    rates = _on_executor_thread(alone, 1, "parastream-calibrate-dram")
+    cached = _on_executor_thread(cache_size, 1, "parastream-calibrate-dram")
     if start is None:
         return rates, 1.0, cached
     weights += [torch.randn(rows, k) for _ in range(cores - 1)]
@@ -692,8 +701,8 @@ def calibrate(quick: bool = False, name: str = "cpu-calibrated") -> dict:
             f"{by}: {mode}each op type (and max_pool2d on channels-last data, attention "
             "with v's head dim below q's) timed at two sizes (tiny and small zoo scale; "
             "element-wise, copy and softmax cases both above torch's 32Ki-element intra-op "
-            "grain) on 1 intra-op thread and on all cores, on a worker thread with the main "
-            "thread's thread team alive, median of a short burst, median of several rounds; "
+            "grain) on 1 intra-op thread (on a worker thread) and on all cores (on the main "
+            "thread, as the executor runs them), median of a short burst, median of several rounds; "
             "the line through the two sizes gives the fixed cost "
             "and the rate (GFLOP/s for linear, conv2d and attention, window elements per ns "
             "for max_pool2d, GB/s read + written for the rest); cold_*: each case timed "

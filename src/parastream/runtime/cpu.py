@@ -6,7 +6,9 @@ only when the worker threads persist and torch's intra-op threads are set once, 
 workers was slower, and ~20 us ops lose to the GIL hand-off. Events are completion flags
 (:class:`threading.Event`), so a waiting stream blocks in the kernel instead of polling.
 A stream can be held (:meth:`CpuStream.hold`) while a call is issued and then released at
-once: the issuing thread holds the GIL throughout, so per-op wake-ups bought nothing.
+once: the issuing thread holds the GIL throughout, so per-op wake-ups bought nothing. Or
+the issuing thread runs a held stream's program itself (:meth:`CpuStream.run_here`), as
+the executor does with stream 0.
 
 Every stream records its own op intervals (``time.perf_counter_ns``, integer ns) and the
 time it spent blocked in ``wait_event`` as wait intervals; :meth:`CpuBackend.timeline`
@@ -248,7 +250,6 @@ class CpuStream:
             self._cond.notify()
 
     def _loop(self) -> None:
-        rec = self.recorder
         while True:
             # one lock round per command: the next one is taken where the last one is finished
             with self._cond:
@@ -257,37 +258,57 @@ class CpuStream:
                     self._cond.wait()
                 cmd = self._queue.popleft()
                 self._running = True
-            tag = cmd[0]
-            if tag == "work":
-                _, fn, args, kwargs, name, work = cmd
-                t0 = now_ns()
-                if self._error is not None:  # sticky: skip work after a failure
-                    work._error = self._error
-                else:
-                    try:
-                        work._value = fn(*args, **kwargs)
-                    except BaseException as exc:  # noqa: BLE001 - reported via the stream
-                        self._error = StreamError(self.name, name, exc)
-                        work._error = self._error
-                    rec.op(name, t0, now_ns())
-                work._flag.set()
-            elif tag == "record":
-                mark = cmd[1]
-                mark.t_ns = now_ns()
-                mark.error = self._error
-                mark.flag.set()
-            elif tag == "wait":
-                mark = cmd[1]
-                if not mark.flag.is_set():
-                    t0 = now_ns()
-                    mark.flag.wait()
-                    rec.wait(t0, now_ns(), on=mark.stream.name)
-                if mark.error is not None and self._error is None:
-                    self._error = mark.error  # do not compute on a failed producer's data
-            else:  # stop
+            if not self._do(cmd):
                 with self._cond:
                     self._running = False
                 return
+
+    @property
+    def error(self) -> BaseException | None:
+        """The stream's sticky error (a :class:`StreamError`), None while it is healthy."""
+        return self._error
+
+    def run_here(self) -> None:
+        """Run what was issued since :meth:`hold` on the calling thread, now, instead of
+        handing it to the worker: the executor runs stream 0 on the thread that issues
+        the call. Events, waits and the stream's recorder behave as on the worker."""
+        held, self._held = self._held, None
+        for cmd in held or ():
+            self._do(cmd)
+
+    def _do(self, cmd: tuple) -> bool:
+        """Carry out one command on the calling thread; False for ``stop``."""
+        tag = cmd[0]
+        rec = self.recorder
+        if tag == "work":
+            _, fn, args, kwargs, name, work = cmd
+            t0 = now_ns()
+            if self._error is not None:  # sticky: skip work after a failure
+                work._error = self._error
+            else:
+                try:
+                    work._value = fn(*args, **kwargs)
+                except BaseException as exc:  # noqa: BLE001 - reported via the stream
+                    self._error = StreamError(self.name, name, exc)
+                    work._error = self._error
+                rec.op(name, t0, now_ns())
+            work._flag.set()
+        elif tag == "record":
+            mark = cmd[1]
+            mark.t_ns = now_ns()
+            mark.error = self._error
+            mark.flag.set()
+        elif tag == "wait":
+            mark = cmd[1]
+            if not mark.flag.is_set():
+                t0 = now_ns()
+                mark.flag.wait()
+                rec.wait(t0, now_ns(), on=mark.stream.name)
+            if mark.error is not None and self._error is None:
+                self._error = mark.error  # do not compute on a failed producer's data
+        else:  # stop
+            return False
+        return True
 
 
 class CpuBackend:

@@ -15,7 +15,13 @@ How a call runs (DESIGN.md: override ``run_node``: switch stream, wait, run, rec
   side-stream tensor is never taken before the tensor exists.
 * cpu backend: each plan stream is a persistent worker thread with a FIFO; torch's intra-op
   thread count is set once from the main thread before the workers start (DOMAIN.md §8:
-  worker threads keep the count they first saw). cuda/npu: the same walk launches kernels
+  worker threads keep the count they first saw). The streams are held while the call is
+  issued; then the other streams' workers get their programs and stream 0's runs on the
+  calling thread itself, with the stream's thread count: no hand-off and no sleep for
+  it, and its threaded ops use this thread's own OpenMP team (on a worker they woke a
+  second team through the kernel: a single-stream plan of two_chains small ran in
+  1,781 us here against 3,903 us on a worker; docs/benchmarks-run.md section 11).
+  cuda/npu: the same walk launches kernels
   under ``torch.cuda.stream`` / ``torch.npu.stream``; tensors read on another stream than
   the one that made them are ``record_stream``-ed, and the caller's current stream is
   joined at the start and at the end.
@@ -151,7 +157,8 @@ class MultiStreamExecutor(torch.fx.Interpreter):
     eager mode does (off: keep all of them until the call returns).
     ``pin`` (cpu): give each stream's worker (and the intra-op threads it starts) its own
     cores when the streams' threads fit in the cores this process may use
-    (:func:`stream_cpus`); off: the OS places them. Default: on when the environment sets
+    (:func:`stream_cpus`); stream 0's, which is the calling thread, only while it runs
+    the stream's program; off: the OS places them. Default: on when the environment sets
     ``PARASTREAM_PIN_STREAMS=1`` (``parastream run --pin``), so processes it starts
     measure the same way.
     """
@@ -192,6 +199,7 @@ class MultiStreamExecutor(torch.fx.Interpreter):
         self._backend_spec = backend
         self.backend: Any = None
         self.streams: dict[int, Any] = {}
+        self._here_cpus: set[int] | None = None
         self._prepare()
         self._last_timeline: Timeline | None = None
 
@@ -324,6 +332,8 @@ class MultiStreamExecutor(torch.fx.Interpreter):
                      for k, st in enumerate(self.streams.values())]
             for w in works:
                 w.result()
+            # stream 0 runs on the calling thread (run): pinned there, while it runs
+            self._here_cpus = stream_cpus(0, n, self.intra_op_threads) if self.pin else None
             set_intra_op_threads(main_threads)
             for st in self.streams.values():
                 st.recorder.ops.clear()
@@ -381,10 +391,19 @@ class MultiStreamExecutor(torch.fx.Interpreter):
             main = self.streams[0]
             for k in self.end_waits:
                 main.wait_event(self._events[k])
-            for st in held:
-                st.release()
             if host:
-                main.synchronize()
+                # stream 0's program runs on this thread (cpu backend): no hand-off, no
+                # sleep until the other streams end, and it uses this thread's OpenMP team
+                # (a worker's threaded op wakes a second team through the kernel); the
+                # others go to their workers first, so they start while this one computes
+                here = main if hasattr(main, "run_here") else None
+                for st in held:
+                    if st is not here:
+                        st.release()
+                if here is not None:
+                    self._run_main_here(here)
+                else:
+                    main.synchronize()
                 out = self._outputs()
                 for s in self.stream_ids[1:]:
                     self.streams[s].synchronize()
@@ -402,6 +421,30 @@ class MultiStreamExecutor(torch.fx.Interpreter):
             raise
         self._last_timeline = None
         return out
+
+    def _run_main_here(self, main: Any) -> None:
+        """Run stream 0's issued program on the calling thread with the stream's intra-op
+        thread count (restored after), as a worker would; raise its stream error."""
+        threads = torch.get_num_threads()
+        if threads != self.intra_op_threads:
+            torch.set_num_threads(self.intra_op_threads)  # this thread's own count
+        cpus, mask = self._here_cpus, None
+        if cpus:
+            try:
+                mask = os.sched_getaffinity(0)
+                os.sched_setaffinity(0, cpus)
+            except (AttributeError, OSError):
+                mask = None
+        try:
+            with torch.no_grad():
+                main.run_here()
+        finally:
+            if threads != self.intra_op_threads:
+                torch.set_num_threads(threads)
+            if mask is not None:
+                os.sched_setaffinity(0, mask)
+        if main.error is not None:
+            raise main.error
 
     def run_node(self, n: torch.fx.Node) -> Any:
         """Host side of one op: wait, hand to its stream, record (switch/wait/run/record)."""
@@ -609,7 +652,7 @@ def stream_cpus(k: int, streams: int, threads: int) -> set[int] | None:
     the streams' threads do not fit (then the OS shares the cores out).
 
     Why: on a 2-core VM, two one-thread stream workers woken together by the issuing
-    thread were often queued on the same core, and the second stream started only when
+    thread (before stream 0 ran on the calling thread) were often queued on the same core, and the second stream started only when
     the first one's whole program had run (two_chains small: 37 of 40 calls started one
     stream 0.2-1.2 ms late, 2,407 us median wall; the same calls pinned: none late,
     1,629 us). Not the default: multi-stream walls of the tiny zoo models measured
