@@ -169,6 +169,19 @@ def test_run_here_runs_the_held_program_on_the_calling_thread():
             skipped.result()
 
 
+def test_launched_work_has_no_handle_but_records_and_keeps_errors_sticky():
+    ran: list[str] = []
+    with CpuBackend() as b:
+        a = b.stream("a")
+        assert a.launch(ran.append, "x", name="first") is None
+        a.launch(lambda: 1 / 0, name="div")
+        a.launch(ran.append, "never", name="after")
+        with pytest.raises(StreamError, match="div"):
+            a.synchronize()
+        assert ran == ["x"] and isinstance(a.error.cause, ZeroDivisionError)
+        assert [n for n, *_ in a.recorder.ops] == ["first", "div"]
+
+
 def test_waiting_stream_does_not_burn_cpu():
     with CpuBackend() as b:
         a, c = b.stream("a"), b.stream("c")

@@ -191,6 +191,13 @@ class CpuStream:
         self._enqueue(("work", fn, args, kwargs, name or getattr(fn, "__name__", "op"), work))
         return work
 
+    def launch(self, fn: Callable[..., Any], *args: Any, name: str = "op") -> None:
+        """:meth:`submit` without a result handle, for callers that take results some
+        other way (the executor's ops store their values themselves): no completion
+        flag to make and set per op. An error still stops the stream (sticky) and
+        reaches whoever synchronises with it."""
+        self._enqueue(("work", fn, args, {}, name, None))
+
     def record_event(self, event: CpuEvent | None = None) -> CpuEvent:
         if event is None:
             event = CpuEvent(self._backend)  # type: ignore[arg-type]
@@ -282,8 +289,17 @@ class CpuStream:
         rec = self.recorder
         if tag == "work":
             _, fn, args, kwargs, name, work = cmd
+            if work is None:  # launched: no handle to fill
+                if self._error is None:  # sticky: skip work after a failure
+                    t0 = now_ns()
+                    try:
+                        fn(*args, **kwargs)
+                    except BaseException as exc:  # noqa: BLE001 - reported via the stream
+                        self._error = StreamError(self.name, name, exc)
+                    rec.op(name, t0, now_ns())
+                return True
             t0 = now_ns()
-            if self._error is not None:  # sticky: skip work after a failure
+            if self._error is not None:
                 work._error = self._error
             else:
                 try:

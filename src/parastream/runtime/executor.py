@@ -452,7 +452,11 @@ class MultiStreamExecutor(torch.fx.Interpreter):
         stream = self.streams[s]
         for k in waits:
             stream.wait_event(self._events[k])
-        stream.submit(self._exec, n, name=name)
+        launch = getattr(stream, "launch", None)
+        if launch is not None:  # no result handle: _exec stores the value itself
+            launch(self._exec, n, name=name)
+        else:
+            stream.submit(self._exec, n, name=name)
         for k in records:
             stream.record_event(self._events[k])
 
