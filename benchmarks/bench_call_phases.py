@@ -1,0 +1,189 @@
+"""Where a cpu-backend executor call spends its time (CPU; docs/benchmarks-run.md section 11).
+
+1. ``chain``: the executor's cost per op on a chain of varied tiny ops (views, ``cat``,
+   ``linear``, norms, softmax) on one stream, against the same module run eagerly: the
+   slope between two chain lengths, the lowest of 3 medians of 40 calls each.
+2. ``phases MODEL SCALE``: one zoo model's single-stream plan, the plain module run
+   between calls as ``measure`` does: the issue loop (call start to first op), the ops'
+   busy time, the gaps between them, the end of the call; the sum of the profile's
+   estimates for the same ops; and every folded view's own time, which runs inside the
+   interval of the op that first reads it.
+3. ``late MODEL SCALE``: the model's best multi-stream candidate, 40 calls, with nothing /
+   the plain module / the plain module and an untimed call between two timed calls:
+   how often stream 0's first op (on the calling thread) lasts over 300 us because another
+   stream's worker took its core.
+
+    python benchmarks/bench_call_phases.py chain
+    python benchmarks/bench_call_phases.py phases llama_layer tiny [--profile P.json]
+    python benchmarks/bench_call_phases.py late two_chains small [--profile P.json]
+
+Without ``--profile`` the profile is calibrated first (``parastream calibrate --quick``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+warnings.filterwarnings("ignore")
+KEEP = slice(5, None)  # calls kept of 40 (the first ones warm up)
+
+
+class VariedChain(torch.nn.Module):
+    """``n`` rounds of nine tiny ops of seven types, two of them reading folded views."""
+
+    def __init__(self, n: int) -> None:
+        super().__init__()
+        self.n = n
+        self.w = torch.nn.Parameter(torch.randn(16, 16) / 4)
+        self.g = torch.nn.Parameter(torch.ones(16))
+
+    def forward(self, x):
+        for _ in range(self.n):
+            a, b = x[..., :8], x[..., 8:]
+            x = x * 0.5 + torch.cat([-b, a], dim=-1)
+            x = F.layer_norm(F.silu(F.linear(x, self.w)), (16,), self.g)
+            x = torch.softmax(x, dim=-1) + x
+        return x
+
+
+def chain() -> None:
+    from parastream.graph.torch_import import import_runnable
+    from parastream.plan.model import Plan
+    from parastream.runtime.executor import MultiStreamExecutor
+    from parastream.runtime.measure import median_wall_us
+
+    torch.set_num_threads(1)
+    x = torch.randn(1, 16)
+    walls = {}
+    for n in (2, 16):
+        m = VariedChain(n).eval()
+        rn = import_runnable(m, (x,))
+        ops = len(rn.graph.ops)
+        with MultiStreamExecutor(m, (x,), Plan.single(o.name for o in rn.graph.ops),
+                                 runnable=rn, intra_op_threads=1) as ex, torch.no_grad():
+            walls[n] = (ops, min(median_wall_us(lambda: ex(x), 40) for _ in range(3)),
+                        min(median_wall_us(lambda: m(x), 40) for _ in range(3)))
+    (o1, e1, p1), (o2, e2, p2) = walls[2], walls[16]
+    print(f"varied chain, {o1} and {o2} ops: executor {(e2 - e1) / (o2 - o1):.2f} us per op, "
+          f"eager {(p2 - p1) / (o2 - o1):.2f} us per op (CPU)")
+
+
+def _model(name: str, scale: str):
+    from parastream.graph.torch_import import import_runnable
+    from parastream.graph.zoo import ZOO
+
+    module, inputs = ZOO[name].factory(scale, ZOO[name].phases[0])
+    return module, inputs, import_runnable(module, inputs, name=name)
+
+
+def phases(name: str, scale: str, profile) -> None:
+    from parastream.device.cost import estimate
+    from parastream.graph.ir import validate
+    from parastream.plan.model import Plan
+    from parastream.runtime.executor import MultiStreamExecutor
+    from parastream.sim.run import tasks_for
+
+    module, inputs, rn = _model(name, scale)
+    order = validate(rn.graph)
+    plan = Plan.single(order)
+    ops = rn.graph.index()
+    costs = {n: estimate(ops[n], profile) for n in order}
+    est = sum(t.dur_us for t in tasks_for(rn.graph, plan, profile, costs=costs, order=order))
+    own: dict[str, list[float]] = {}
+    ex = MultiStreamExecutor(module, inputs, plan, runnable=rn)
+    real = ex._call
+
+    def timed_call(n, args, kwargs):  # every node's own time, views included
+        t = time.perf_counter_ns()
+        out = real(n, args, kwargs)
+        own.setdefault(n.name, []).append((time.perf_counter_ns() - t) / 1e3)
+        return out
+
+    rows = []
+    with torch.no_grad():
+        for i in range(40):
+            module(*inputs)  # the single-stream reference between calls, as measure does
+            ex._call = timed_call if i % 2 else real  # odd calls: views timed, not kept
+            t0 = time.perf_counter_ns()
+            ex(*inputs)
+            t1 = time.perf_counter_ns()
+            if i % 2 == 0:
+                rec = ex.streams[0].recorder.ops
+                busy = sum(e - s for _, s, e in rec)
+                rows.append(((rec[0][1] - t0) / 1e3, busy / 1e3,
+                             (rec[-1][2] - rec[0][1] - busy) / 1e3, (t1 - rec[-1][2]) / 1e3,
+                             (t1 - t0) / 1e3))
+    ex.close()
+    keep = rows[3:]
+    print(f"{name} {scale}, single stream, {len(order)} ops, medians of {len(keep)} calls (CPU):")
+    for k, label in enumerate(("issue loop", "ops busy", "gaps between ops",
+                               "after the last op", "wall")):
+        print(f"  {label:18s} {statistics.median(r[k] for r in keep):9.1f} us")
+    print(f"  profile's estimates of the ops: {est:.1f} us (executor "
+          f"{profile.launch_overhead_us} us per op and {profile.run_overhead_us} per call)")
+    views = {n: statistics.median(ts[3:]) for n, ts in own.items() if n not in ops}
+    if views:
+        print(f"  {len(views)} folded views, {sum(views.values()):.1f} us per call: " +
+              ", ".join(f"{n} {t:.1f}" for n, t in views.items()))
+
+
+def late(name: str, scale: str, profile) -> None:
+    from parastream.runtime.executor import MultiStreamExecutor
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from bench_run import candidates_of
+
+    module, inputs, _ = _model(name, scale)
+    rn, _, multi = candidates_of(module, inputs, name, profile, top=1)
+    if not multi:
+        print(f"{name} {scale}: no multi-stream candidate")
+        return
+    for mode in ("nothing", "plain module", "plain module + untimed call"):
+        walls, first = [], []
+        with MultiStreamExecutor(module, inputs, multi[0], runnable=rn) as ex, torch.no_grad():
+            for _ in range(40):
+                if mode != "nothing":
+                    module(*inputs)
+                if mode.endswith("call"):
+                    ex(*inputs)
+                t0 = time.perf_counter_ns()
+                ex(*inputs)
+                walls.append((time.perf_counter_ns() - t0) / 1e3)
+                _, s, e = ex.streams[0].recorder.ops[0]
+                first.append((e - s) / 1e3)
+        kept = first[KEEP]
+        print(f"{name} {scale} {multi[0].name[:40]}, between timed calls: {mode:28s} "
+              f"wall {statistics.median(walls[KEEP]):8.0f} us, stream 0's first op over "
+              f"300 us in {sum(f > 300 for f in kept)}/{len(kept)} calls (CPU)")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("what", choices=("chain", "phases", "late"))
+    ap.add_argument("model", nargs="?", default="llama_layer")
+    ap.add_argument("scale", nargs="?", default="tiny")
+    ap.add_argument("--profile", default=None)
+    args = ap.parse_args()
+    if args.what == "chain":
+        chain()
+        return
+    import msgspec
+
+    from parastream.device.profile import load_profile, loads_profile
+    from parastream.runtime.overhead import calibrate_cpu
+
+    profile = (load_profile(args.profile) if args.profile else
+               loads_profile(msgspec.json.encode(calibrate_cpu(quick=True))))
+    (phases if args.what == "phases" else late)(args.model, args.scale, profile)
+
+
+if __name__ == "__main__":
+    main()
