@@ -150,6 +150,28 @@ def test_stream_zero_runs_on_the_calling_thread_with_its_own_thread_count(tiny_m
     assert torch.get_num_threads() == before          # this thread's count is given back
 
 
+def test_an_interrupt_in_a_stream_zero_op_is_raised_as_it_is(tiny_models, monkeypatch):
+    module, inputs, rn = tiny_models["inception_block"]
+    plan = assign(rn.graph, "matching", max_streams=2)
+    real = MultiStreamExecutor._exec
+    hit = {"n": 0}
+
+    def interrupt_once(self, n):
+        if self._op_info[n][1] == 0 and not hit["n"]:
+            hit["n"] += 1
+            raise KeyboardInterrupt
+        return real(self, n)
+
+    monkeypatch.setattr(MultiStreamExecutor, "_exec", interrupt_once)
+    ex = MultiStreamExecutor(module, inputs, plan, runnable=rn)
+    with pytest.raises(KeyboardInterrupt):   # not a StreamError that check() would swallow
+        ex(*inputs)
+    assert ex.backend is None                # closed; the next call starts fresh workers
+    with torch.no_grad():
+        assert compare(module(*inputs), ex(*inputs)).ok
+    ex.close()
+
+
 def test_stream_workers_get_their_own_cores_when_asked_and_they_fit(tiny_models, monkeypatch):
     import os
     import threading

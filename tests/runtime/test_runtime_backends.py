@@ -182,6 +182,33 @@ def test_launched_work_has_no_handle_but_records_and_keeps_errors_sticky():
         assert [n for n, *_ in a.recorder.ops] == ["first", "div"]
 
 
+def test_an_interrupt_while_running_here_is_raised_and_fails_the_recordings_ahead():
+    """KeyboardInterrupt reaches the caller's thread, never a worker: raised as it is (not
+    as an op's failure), and the recordings other streams wait on fail instead of never
+    coming (close() would join a worker waiting on them for ever)."""
+    def interrupted():
+        raise KeyboardInterrupt
+
+    with CpuBackend() as b:
+        a, c = b.stream("a"), b.stream("c")
+        a.hold()
+        c.hold()
+        a.launch(interrupted, name="op")
+        ev = a.record_event()
+        c.wait_event(ev)
+        after = c.submit(lambda: "never", name="after")
+        c.release()
+        with pytest.raises(KeyboardInterrupt):
+            a.run_here()
+        assert isinstance(a.error, StreamError) and a.query()
+        done = threading.Thread(target=lambda: pytest.raises(StreamError, after.result))
+        done.start()
+        done.join(5)
+        assert not done.is_alive()  # c's wait ended: a's recording failed, did not hang
+        with pytest.raises(StreamError):
+            after.result()
+
+
 def test_waiting_stream_does_not_burn_cpu():
     with CpuBackend() as b:
         a, c = b.stream("a"), b.stream("c")

@@ -16,7 +16,8 @@ can wrap them thinly:
 =====================  ==========================================================
 
 ``submit`` returns a :class:`Work` handle. On a host backend (cpu) the function runs on the
-stream's worker thread and ``Work.result()`` blocks until it ran; on a device backend the
+stream's worker thread (or on the caller's, for a held stream it runs itself:
+``CpuStream.run_here``) and ``Work.result()`` blocks until it ran; on a device backend the
 function is the host-side launch code, called under the stream (``torch.cuda.stream(s)``),
 so ``result()`` is available at once while the device work it issued is still queued —
 consumers order themselves after it with an event, exactly as with CUDA.

@@ -279,12 +279,33 @@ class CpuStream:
         """Run what was issued since :meth:`hold` on the calling thread, now, instead of
         handing it to the worker: the executor runs stream 0 on the thread that issues
         the call. Events, waits and the stream's recorder behave as on the worker."""
-        held, self._held = self._held, None
-        for cmd in held or ():
-            self._do(cmd)
+        cmds, self._held = self._held or [], None
+        with self._cond:
+            self._running = True  # query() says busy while it runs here
+        try:
+            for i, cmd in enumerate(cmds):
+                try:
+                    self._do(cmd, here=True)
+                except BaseException as exc:  # an interrupt here, on the caller's thread
+                    if self._error is None:
+                        self._error = StreamError(self.name, "interrupted", exc)
+                    # the recordings still ahead fail rather than never come: other
+                    # streams' workers may wait on them, and close() joins those
+                    for rest in cmds[i:]:
+                        if rest[0] == "record":
+                            rest[1].t_ns = now_ns()
+                            rest[1].error = self._error
+                            rest[1].flag.set()
+                    raise
+        finally:
+            with self._cond:
+                self._running = False
 
-    def _do(self, cmd: tuple) -> bool:
-        """Carry out one command on the calling thread; False for ``stop``."""
+    def _do(self, cmd: tuple, here: bool = False) -> bool:
+        """Carry out one command on the calling thread; False for ``stop``. ``here`` (the
+        caller's own thread, :meth:`run_here`): an op interrupted by a signal
+        (KeyboardInterrupt, SystemExit) stops the stream and is raised as it is, not
+        reported as the op's failure; a worker thread never gets those."""
         tag = cmd[0]
         rec = self.recorder
         if tag == "work":
@@ -296,6 +317,8 @@ class CpuStream:
                         fn(*args, **kwargs)
                     except BaseException as exc:  # noqa: BLE001 - reported via the stream
                         self._error = StreamError(self.name, name, exc)
+                        if here and isinstance(exc, (KeyboardInterrupt, SystemExit)):
+                            raise
                     rec.op(name, t0, now_ns())
                 return True
             t0 = now_ns()
@@ -307,6 +330,9 @@ class CpuStream:
                 except BaseException as exc:  # noqa: BLE001 - reported via the stream
                     self._error = StreamError(self.name, name, exc)
                     work._error = self._error
+                    if here and isinstance(exc, (KeyboardInterrupt, SystemExit)):
+                        work._flag.set()
+                        raise
                 rec.op(name, t0, now_ns())
             work._flag.set()
         elif tag == "record":

@@ -11,7 +11,8 @@ How a call runs (DESIGN.md: override ``run_node``: switch stream, wait, run, rec
   none are derived here (the validator, :func:`parastream.plan.hb.check`, proved them
   sufficient). After the last op, stream 0 waits on the plan's end-join events.
 * Folded views (and asserts / size queries) are not ops of the plan: they run lazily, on
-  the worker of the first op that reads them, after that op's waits, so a view of a
+  the thread of the first op that reads them (its stream's worker, or the calling thread
+  for stream 0), after that op's waits, so a view of a
   side-stream tensor is never taken before the tensor exists.
 * cpu backend: each plan stream is a persistent worker thread with a FIFO; torch's intra-op
   thread count is set once from the main thread before the workers start (DOMAIN.md §8:
@@ -424,7 +425,12 @@ class MultiStreamExecutor(torch.fx.Interpreter):
 
     def _run_main_here(self, main: Any) -> None:
         """Run stream 0's issued program on the calling thread with the stream's intra-op
-        thread count (restored after), as a worker would; raise its stream error."""
+        thread count (restored after), as a worker would; raise its stream error.
+
+        Changing the count (multi-stream plans only) also changes torch's default for
+        threads that first run torch during the call; the stream workers fixed theirs when
+        they started. An interrupt (Ctrl-C reaches this thread only) is raised as it is,
+        after the stream's recordings still ahead are failed (:meth:`CpuStream.run_here`)."""
         threads = torch.get_num_threads()
         if threads != self.intra_op_threads:
             torch.set_num_threads(self.intra_op_threads)  # this thread's own count
