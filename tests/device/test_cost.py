@@ -202,6 +202,40 @@ def test_a_channels_last_op_takes_its_layout_rate_where_one_was_measured():
     assert estimate(nhwc, plain).rate_key == "max_pool2d"
 
 
+def test_a_matmul_of_a_few_rows_takes_the_few_rows_rate_in_bytes():
+    """A decode linear of 2 to FEW_ROWS rows reads its whole weight for a few rows and runs
+    far below the FLOP line of bigger products: costed by ``linear.few_rows`` (bytes read
+    + written) where it was measured; one row stays a GEMV, more rows the plain line."""
+    from parastream.device.cost import FEW_ROWS, left_rows, rate_variant
+
+    import msgspec
+
+    prof = msgspec.structs.replace(   # in cache: no DRAM floor
+        cpu_profile(linear=("flops", 3.0, 5.0, 90.0, 160.0),
+                    **{"linear.few_rows": ("bytes", 2.0, 4.0, 25.0, 40.0)}),
+        cache_bytes=16 << 20)
+    w = Tensor([512, 512], "float32")
+
+    def lin(rows, typ="linear"):
+        x = Tensor([rows, 512], "float32")
+        nbytes = 4 * (rows * 512 + 512 * 512)
+        return Op("l", typ, resource="cube", flops=2.0 * rows * 512 * 512,
+                  bytes_read=nbytes, bytes_written=4 * rows * 512, inputs=[x, w],
+                  outputs=[Tensor([rows, 512], "float32")])
+
+    two = estimate(lin(2), prof)
+    assert two.rate_key == "linear.few_rows"
+    traffic = 4 * (2 * 512 + 512 * 512 + 2 * 512)
+    assert two.dur_us == pytest_approx(4.0 + traffic / 40e3 + prof.launch_overhead_us)
+    assert estimate(lin(FEW_ROWS, "mm"), prof).rate_key == "linear.few_rows"
+    assert estimate(lin(1), prof).rate_key == "linear"            # a GEMV: its own path
+    assert estimate(lin(FEW_ROWS + 1), prof).rate_key == "linear"
+    assert left_rows(lin(3)) == 3 and rate_variant(None, lin(3)) == "few_rows"
+    assert rate_variant({"memory_format": "channels_last"}, lin(3)) == "channels_last"
+    plain = cpu_profile(linear=("flops", 3.0, 5.0, 90.0, 160.0))
+    assert estimate(lin(2), plain).rate_key == "linear"           # not measured: the plain line
+
+
 def test_fewer_threads_rescale_rated_and_measured_cpu_costs():
     prof = cpu_profile(linear=("flops", 3.0, 5.0, 50.0, 90.0))
     lin = Op("l", "linear", resource="cube", flops=1e8, outputs=[Tensor([4096, 4096], "float32")])

@@ -97,11 +97,32 @@ def test_op_case_work_is_counted_like_the_importer_counts_it():
             assert counted == pytest.approx(work, rel=1e-6), (name, large)
             assert op.bytes_read == pytest.approx(read, rel=1e-6), (name, large)
             # and the cost model picks this case's rate for the op it imports to
-            assert op_rate_key(op.type, op.resource, cases, rate_variant(op.meta)) \
+            assert op_rate_key(op.type, op.resource, cases, rate_variant(op.meta, op)) \
                 == name, (name, layout, op.meta)
 
 
-def test_op_rates_are_measured_on_a_worker_thread_for_every_case():
+def test_ops_are_timed_where_the_executor_runs_them():
+    """All cores: on the calling thread with that many threads (stream 0 and single-stream
+    plans run there), its own count given back; fewer: on a thread of their own."""
+    import threading
+
+    import pytest
+
+    torch = pytest.importorskip("torch")
+    cores = cal.cpu_count()
+    before = torch.get_num_threads()
+    here = cal._on_executor_thread(
+        lambda: (threading.get_ident(), torch.get_num_threads(), torch.is_grad_enabled()),
+        cores)
+    assert here == (threading.get_ident(), cores, False)
+    assert torch.get_num_threads() == before
+    if cores > 1:
+        ident, n, _ = cal._on_executor_thread(
+            lambda: (threading.get_ident(), torch.get_num_threads(), 0), 1)
+        assert ident != threading.get_ident() and n == 1
+
+
+def test_op_rates_are_measured_for_every_case():
     import pytest
 
     pytest.importorskip("torch")

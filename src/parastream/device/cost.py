@@ -81,15 +81,28 @@ _FAMILIES: tuple[tuple[str, Any], ...] = (
 )
 
 
-def rate_variant(meta: dict | None) -> str | None:
-    """The op-rate variant an op's meta asks for: its input layout (``channels_last``), or
+#: a matmul-like op with this many rows on its left or fewer (two at least: one is a GEMV)
+#: takes the ``few_rows`` rate: decode with a small batch
+FEW_ROWS = 8
+
+
+def rate_variant(meta: dict | None, op: Any = None) -> str | None:
+    """The op-rate variant an op asks for: its input layout (``channels_last``),
     ``mixed_head_dims`` for attention whose v head dim differs from q's (CPU torch then
-    runs the unfused math kernel); None for the plain rate."""
+    runs the unfused math kernel), or ``few_rows`` for a matmul-like ``op`` with 2 to
+    :data:`FEW_ROWS` rows on its left (:func:`left_rows`); None for the plain rate.
+
+    Why ``few_rows``: on CPU such a product reads its whole weight for a handful of rows
+    and runs far below the FLOP rate of bigger ones (a 512x512 weight, one thread, on the
+    development VM: 25 GFLOP/s at 2 rows, 41 at 4, 75 at 16, 89 at 64), so a line in FLOPs
+    through 16- and 256-row cases put a batch-2 decode linear at a third of its time."""
     meta = meta or {}
     if meta.get("memory_format"):
         return str(meta["memory_format"])
     if meta.get("head_dims") == "mixed":
         return "mixed_head_dims"
+    if op is not None and 2 <= left_rows(op) <= FEW_ROWS:
+        return "few_rows"
     return None
 
 
@@ -103,10 +116,11 @@ def op_rate_key(op_type: str, resource: str, rates: dict,
     as preprocessing is real work on its cores (costing it as the launch alone would make
     a uint8 normalisation of a batch of images free).
 
-    An op of a ``variant`` (:func:`rate_variant`: ``channels_last``, ``mixed_head_dims``)
-    takes the rate ``<key>.<variant>`` where one was measured, else the plain one: CPU
-    pooling runs 10-20x faster on NHWC than on NCHW data, and attention with mixed head
-    dims about half as fast as the fused kernel, so one rate cannot serve both."""
+    An op of a ``variant`` (:func:`rate_variant`: ``channels_last``, ``mixed_head_dims``,
+    ``few_rows``) takes the rate ``<key>.<variant>`` where one was measured, else the
+    plain one: CPU pooling runs 10-20x faster on NHWC than on NCHW data, attention with
+    mixed head dims about half as fast as the fused kernel, and a matmul of a few rows at
+    a third of the FLOP rate of a big one, so one rate cannot serve both."""
     if resource == "comm" or not rates:
         return None
     t = op_type.lower()
@@ -206,18 +220,25 @@ def _with_launch(profile: DeviceProfile, dur: float, bound: str) -> tuple[float,
     return dur + profile.op_host_us, ("launch" if launch > dur else bound)
 
 
+def left_rows(op: Any) -> int:
+    """Rows of the left operand of a ``linear``/``mm``/``matmul``/``addmm`` (all its dims
+    but the last: tokens times batch); 1 for ``mv``/``addmv``; 0 for other ops or when
+    the shape is not known."""
+    t = (op.type or "").lower()
+    if t in ("mv", "addmv"):
+        return 1
+    pos = 1 if t == "addmm" else 0 if t in ("linear", "mm", "matmul") else None
+    ins = op.inputs or ()
+    if pos is None or len(ins) <= pos or not ins[pos].shape:
+        return 0
+    return math.prod(max(0, int(d)) for d in ins[pos].shape[:-1])
+
+
 def is_matrix_vector(op: Any) -> bool:
     """A matmul-like op with one row on its left (``mv``, or ``linear``/``mm``/``matmul``/
     ``addmm`` on a single token): CPU torch runs it as a GEMV on the calling thread,
     whatever its intra-op thread count (a 2048x8192 GEMV: 3.2 ms on 1 thread and on 2)."""
-    t = (op.type or "").lower()
-    if t in ("mv", "addmv"):
-        return True
-    pos = 1 if t == "addmm" else 0 if t in ("linear", "mm", "matmul") else None
-    ins = op.inputs or ()
-    if pos is None or len(ins) <= pos or not ins[pos].shape:
-        return False
-    return math.prod(max(0, int(d)) for d in ins[pos].shape[:-1]) == 1
+    return left_rows(op) == 1
 
 
 #: torch's intra-op grain (``at::internal::GRAIN_SIZE``): an element-wise op, a copy or a
@@ -284,7 +305,7 @@ def estimate(op: Any, profile: DeviceProfile, max_cores: int | None = None) -> O
     on_host = profile.kind == "cpu"
     resource = op.resource
     if on_host and profile.op_rates and meta.get("dur_us") is None:
-        key = op_rate_key(op.type, resource, profile.op_rates, rate_variant(meta))
+        key = op_rate_key(op.type, resource, profile.op_rates, rate_variant(meta, op))
         if key is not None:
             return _rated(op, profile, key, max_cores, traffic)
     memory_full = traffic / (profile.memory_bandwidth_gbps * 1e3)

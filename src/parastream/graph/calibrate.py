@@ -8,8 +8,9 @@ What is measured, and how (each number's method is written into the profile's ``
 * vector throughput: ``addcmul`` (2 FLOPs per element) on cache-resident arrays;
 * memory bandwidth: copying a large array (bytes read + bytes written over the time);
 * per-task overhead (``launch_overhead_us``): handing a no-op task to a persistent worker
-  thread through a queue and waiting for its completion, the median round trip: what a CPU
-  "stream" pays per op (docs/DOMAIN.md section 8);
+  thread through a queue and waiting for its completion, the median round trip (without
+  torch; with it, :mod:`parastream.runtime.overhead` replaces it by the executor's own
+  cost per op, measured through the executor);
 * scheduler sweep: one pass over ``hw_queues`` queues checking each for work;
 * plain Python call overhead, recorded in the sources for reference;
 * cores: the CPUs this process may run on.
@@ -66,7 +67,9 @@ def _on_executor_thread(fn: Callable[[], Any], threads: int = 1,
     threads, with autograd off: on all cores, on the calling thread with its own thread
     team (a single-stream plan and stream 0 run on the thread that calls the executor);
     on fewer, on a fresh thread that set its own count, as a stream worker does (a
-    multi-threaded op called off the main thread pays for waking a second thread team).
+    multi-threaded op called off the main thread pays for waking a second thread team;
+    on one thread, which uses no team, an op costs the same on either thread, so stream
+    0's one-thread ops on the calling thread are costed right too).
     Returns its result, or re-raises its exception."""
     import torch
 
@@ -171,6 +174,13 @@ def _op_cases() -> dict[str, tuple[str, Callable[[bool], tuple[Callable[[], Any]
         x, w = r(m, k), r(n, k)
         return (lambda: F.linear(x, w)), 2.0 * m * k * n, float(_nbytes(x, w))
 
+    def few_rows(large: bool):
+        # a batch-2 decode linear: it reads its whole weight for two rows (FEW_ROWS), so
+        # its time follows the bytes, not the FLOPs
+        k = n = 512 if large else 64
+        x, w = r(2, k), r(n, k)
+        return (lambda: F.linear(x, w)), float(_nbytes(x, w) + 2 * n * 4), float(_nbytes(x, w))
+
     def conv2d(large: bool):
         nb, c, hw, o, ks = (2, 64, 28, 64, 3) if large else (1, 8, 8, 8, 3)
         x, w, b = r(nb, c, hw, hw), r(o, c, ks, ks), r(o)
@@ -224,7 +234,8 @@ def _op_cases() -> dict[str, tuple[str, Callable[[bool], tuple[Callable[[], Any]
         a, b = (r(4, 64, 28, 28), r(4, 128, 28, 28)) if large else (r(1, 32, 32, 32), r(1, 32, 32, 32))
         return (lambda: torch.cat([a, b], 1)), float(2 * _nbytes(a, b)), float(_nbytes(a, b))
 
-    return {"linear": ("flops", linear), "conv2d": ("flops", conv2d),
+    return {"linear": ("flops", linear), "linear.few_rows": ("bytes", few_rows),
+            "conv2d": ("flops", conv2d),
             "scaled_dot_product_attention": ("flops", sdpa),
             "scaled_dot_product_attention.mixed_head_dims": ("flops", partial(sdpa, mixed=True)),
             "max_pool2d": ("flops", max_pool2d),
