@@ -13,12 +13,17 @@ small model:
   switch);
 * ``stream_overhead_us``: per forward call, what each stream beyond the first adds.
 
-Both come from running chains of ``x + 1`` on 16 floats through the executor on one stream,
-at two lengths: the slope is the per-op cost (less the add's own cost from the op rates: on
-16 floats it runs on the worker's own thread, at the one-thread line), the intercept the per-call cost. The same chains alternating between
-two streams (every op waits for the one before it, on the other stream) give the wake-up
-per wait as the extra slope; the chains with only their first op on a second stream give
-the second stream's cost per call. Medians of repeated calls, the lowest of a few rounds.
+The per-op and per-call costs come from chains of varied tiny ops run through the executor
+on one stream (:class:`_VariedChain`: folded views, ``cat``, ``linear``, ``silu``,
+``layer_norm``, ``softmax``, adds, as in a model's layers), at two lengths: the slope per op
+less the ops' own costs at the profile's op rates is the per-op cost, the intercept the
+per-call cost. (Chains of ``x + 1`` gave 0.03-5 us per op once the executor dropped its
+per-op completion flag: one op type over and over is the cheapest case there is, while
+the varied chain's ops cost the executor about 3 us each more than eager mode.) Chains
+of ``x + 1`` on 16 floats alternating between two streams (every op waits for the one
+before it, on the other stream) give the wake-up per wait as their extra slope over the
+same chains on one stream; the chains with only their first op on a second stream give
+the second stream's cost per call. Medians of repeated calls, the median of a few rounds.
 """
 
 from __future__ import annotations
@@ -45,13 +50,46 @@ class _Chain:
         return Chain().eval()
 
 
+#: rounds of the varied chain at its two lengths (nine ops a round)
+VARIED_SHORT, VARIED_LONG = 1, 8
+
+
+class _VariedChain:
+    """``n`` rounds of nine tiny ops of seven types, two of them reading folded views, on
+    a (1, 16) input: the executor's work per op as in a model's layers."""
+
+    @staticmethod
+    def make(n: int) -> Any:
+        import torch
+        import torch.nn.functional as F
+
+        class VariedChain(torch.nn.Module):
+            def __init__(self) -> None:
+                super().__init__()
+                self.w = torch.nn.Parameter(torch.randn(16, 16) / 4)
+                self.g = torch.nn.Parameter(torch.ones(16))
+
+            def forward(self, x):
+                for _ in range(n):
+                    a, b = x[..., :8], x[..., 8:]
+                    x = x * 0.5 + torch.cat([-b, a], dim=-1)
+                    x = F.layer_norm(F.silu(F.linear(x, self.w)), (16,), self.g)
+                    x = torch.softmax(x, dim=-1) + x
+                return x
+
+        return VariedChain().eval()
+
+
 def measure_executor_overhead(quick: bool = False, rounds: int = 3,
-                              add_rate: Any = None) -> dict[str, float]:
+                              profile: Any = None) -> dict[str, float]:
     """``{"per_op_us", "per_run_us", "chain_op_us", "event_wake_us", "stream_us"}`` of the
-    cpu backend; the chain add's own cost at ``add_rate`` (an :class:`OpRate`, on one
-    thread: far under torch's intra-op grain) is taken out of the per-op figure."""
+    cpu backend. The varied chain's ops' own costs at ``profile``'s op rates (a
+    :class:`~parastream.device.profile.DeviceProfile`; none: nothing is taken out) are
+    taken out of the per-op figure; ``chain_op_us`` is its slope with them in."""
+    import msgspec
     import torch
 
+    from ..device.cost import estimate
     from ..graph.torch_import import import_runnable
     from ..plan.assign import plan_from_assignment
     from ..plan.model import Plan
@@ -60,10 +98,31 @@ def measure_executor_overhead(quick: bool = False, rounds: int = 3,
 
     x = torch.randn(16)
     cores = _cores()
-    add_us = add_rate.duration_us(3.0 * x.nbytes, 1, cores) if add_rate is not None else 0.0
-    walls: dict[tuple[str, int], float] = {}
     calls = 15 if quick else 40
+    # the ops' own costs without the executor's (the figure being measured)
+    bare = msgspec.structs.replace(profile, launch_overhead_us=0.0) if profile is not None \
+        else None
+
+    def wall(module: Any, rn: Any, plan: Any, threads: int | None, arg: Any) -> float:
+        ex = MultiStreamExecutor(module, (arg,), plan, intra_op_threads=threads, runnable=rn)
+        try:
+            # the median round, as for the op rates: the lowest kept this VM's quietest
+            # moment (a varied chain's slope: 2.9 to 9.6 us per op in three calibrations)
+            return statistics.median(median_wall_us(lambda: ex(arg), calls)
+                                     for _ in range(rounds))
+        finally:
+            ex.close()
+
+    varied: dict[int, tuple[int, float, float]] = {}  # rounds -> (ops, wall, own cost)
+    xv = torch.randn(1, 16)
     with torch.no_grad():
+        for n in (VARIED_SHORT, VARIED_LONG):
+            module = _VariedChain.make(n)
+            rn = import_runnable(module, (xv,), name=f"varied{n}")
+            names = [o.name for o in rn.graph.ops]
+            own = sum(estimate(o, bare).dur_us for o in rn.graph.ops) if bare else 0.0
+            varied[n] = (len(names), wall(module, rn, Plan.single(names), cores, xv), own)
+        walls: dict[tuple[str, int], float] = {}
         for n in (SHORT, LONG):
             module = _Chain.make(n)
             rn = import_runnable(module, (x,), name=f"chain{n}")
@@ -74,26 +133,25 @@ def measure_executor_overhead(quick: bool = False, rounds: int = 3,
                     ("second stream", {o: int(i == 0) for i, o in enumerate(names)})):
                 plans[label] = (plan_from_assignment(rn.graph, assignment, name=label), None)
             for label, (plan, threads) in plans.items():
-                ex = MultiStreamExecutor(module, (x,), plan, intra_op_threads=threads, runnable=rn)
-                try:
-                    walls[label, n] = min(median_wall_us(lambda: ex(x), calls)
-                                          for _ in range(rounds))
-                finally:
-                    ex.close()
+                walls[label, n] = wall(module, rn, plan, threads, x)
 
     def line(label: str) -> tuple[float, float]:
         slope = max(0.0, (walls[label, LONG] - walls[label, SHORT]) / (LONG - SHORT))
         return slope, max(0.0, walls[label, SHORT] - SHORT * slope)
 
-    slope, per_run = line("single")
-    wake = max(0.0, line("ping-pong")[0] - slope)
+    (o1, w1, c1), (o2, w2, c2) = varied[VARIED_SHORT], varied[VARIED_LONG]
+    chain_op = max(0.0, (w2 - w1) / (o2 - o1))
+    per_op = max(0.0, chain_op - (c2 - c1) / (o2 - o1))
+    per_run = max(0.0, w1 - o1 * chain_op)
+    add_slope = line("single")[0]
+    wake = max(0.0, line("ping-pong")[0] - add_slope)
     # the second stream's chains wait once (their second op), so one wake-up is not its cost
     second = statistics.median(walls["second stream", n] - walls["single", n] for n in (SHORT, LONG))
     # a difference of two noisy walls: on a busy 2-core VM single quick rounds gave 0 to
     # 384 us; a second stream's setup is part of a call's fixed cost, so it is capped there
     stream_us = min(max(0.0, second - wake), 2.0 * per_run)
-    return {"per_op_us": max(0.0, slope - add_us), "per_run_us": per_run,
-            "chain_op_us": slope, "event_wake_us": wake, "stream_us": stream_us}
+    return {"per_op_us": per_op, "per_run_us": per_run, "chain_op_us": chain_op,
+            "event_wake_us": wake, "stream_us": stream_us}
 
 
 def calibrate_cpu(quick: bool = False, name: str = "cpu-calibrated") -> dict:
@@ -104,31 +162,32 @@ def calibrate_cpu(quick: bool = False, name: str = "cpu-calibrated") -> dict:
 
     import msgspec
 
-    from ..device.profile import OpRate
+    from ..device.profile import loads_profile
     from ..graph.calibrate import calibrate
 
     profile = calibrate(quick=quick, name=name)
     if importlib.util.find_spec("torch") is None:
         return profile
-    add = profile.get("op_rates", {}).get("add")
     ov = measure_executor_overhead(quick, rounds=2 if quick else 3,
-                                   add_rate=msgspec.convert(add, OpRate) if add else None)
+                                   profile=loads_profile(msgspec.json.encode(profile)))
     handoff = profile["launch_overhead_us"]
     profile["launch_overhead_us"] = float(f"{ov['per_op_us']:.4g}")
     profile["run_overhead_us"] = float(f"{ov['per_run_us']:.4g}")
     by = profile["sources"]["launch_overhead_us"].split(":")[0]
     profile["sources"]["launch_overhead_us"] = (
-        f"{by}: the cpu backend's executor on one stream, chains of {SHORT} and {LONG} "
-        f"'x + 1' ops on 16 floats, median call wall; the slope per op ({ov['chain_op_us']:.3g} "
-        f"us) less the add's own cost; a bare hand-off round trip to a worker thread "
-        f"measured {handoff:.3g} us")
+        f"{by}: the cpu backend's executor on one stream, chains of {VARIED_SHORT} and "
+        f"{VARIED_LONG} rounds of nine varied tiny ops (folded views, cat, linear, silu, "
+        f"layer_norm, softmax, adds), median call wall; the slope per op "
+        f"({ov['chain_op_us']:.3g} us) less the ops' own costs at the op rates; a bare "
+        f"hand-off round trip to a worker thread measured {handoff:.3g} us")
     profile["sources"]["run_overhead_us"] = (
         f"{by}: the intercept of the same two chains: the executor's fixed cost per call")
     profile["event_wake_us"] = float(f"{ov['event_wake_us']:.4g}")
     profile["stream_overhead_us"] = float(f"{ov['stream_us']:.4g}")
     profile["sources"]["event_wake_us"] = (
-        f"{by}: the same chains alternating between two streams (each op waits for the one "
-        "before it): their slope per op less the one-stream slope")
+        f"{by}: chains of {SHORT} and {LONG} 'x + 1' ops on 16 floats alternating between two "
+        "streams (each op waits for the one before it): their slope per op less the same "
+        "chains' on one stream")
     profile["sources"]["stream_overhead_us"] = (
         f"{by}: the same chains with their first op on a second stream, less the one-stream "
         "chains and one wake-up (median of the two lengths)")
