@@ -460,6 +460,39 @@ def test_profile_rejects_negative_cold_costs():
         loads_profile(json.dumps(doc), "p.json")
 
 
+def test_an_op_pays_for_the_folded_views_it_computes_on_a_cpu_only():
+    """The executor computes an op's folded views inside its interval (meta ``views``):
+    ``view_us`` each on a CPU profile, like the launch not stretched by fewer threads, and
+    not again for a measured op (its captured interval holds them); a device profile's
+    host computes views while kernels queue, so they cost nothing there."""
+    import json
+
+    import msgspec
+    import pytest
+
+    from parastream.device.profile import dumps_profile, loads_profile
+    from parastream.errors import InputError
+
+    prof = msgspec.structs.replace(cpu_profile(add=("bytes", 1.0, 1.0, 20.0, 30.0)), view_us=3.0)
+    plain = Op("a", "mul", resource="vector", bytes_read=4000, bytes_written=2000)
+    viewed = Op("b", "mul", resource="vector", bytes_read=4000, bytes_written=2000,
+                meta={"views": 2})
+    base, with_views = estimate(plain, prof), estimate(viewed, prof)
+    assert with_views.views_us == 6.0
+    assert with_views.dur_us == pytest_approx(base.dur_us + 6.0)
+    one = with_cores(with_views, prof, 1)
+    assert one.dur_us == pytest_approx(with_cores(base, prof, 1).dur_us + 6.0)
+    measured = Op("c", "mul", resource="vector", meta={"views": 2, "dur_us": 10.0})
+    assert estimate(measured, prof).views_us == 0.0
+    copy = Op("d", "copy_", resource="memory", bytes_read=8, bytes_written=8, meta={"views": 1})
+    assert estimate(copy, msgspec.structs.replace(prof, op_rates={})).views_us == 3.0
+    assert estimate(viewed, load_profile("ascend910b")).views_us == 0.0
+    doc = json.loads(dumps_profile(load_profile("cpu")))
+    doc["view_us"] = -1
+    with pytest.raises(InputError, match="view_us"):
+        loads_profile(json.dumps(doc), "p.json")
+
+
 def test_idle_by_type_counts_from_the_end_of_the_previous_op_of_the_type_across_calls():
     from parastream.device.cost import OpCost, idle_by_type
 

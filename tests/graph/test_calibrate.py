@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 
 from parastream.device.cost import op_rate_key, rate_variant
 from parastream.graph import calibrate as cal
@@ -26,12 +25,9 @@ def test_measurements_are_positive():
 
 def test_cli_quick_writes_a_loadable_profile(tmp_path):
     out = tmp_path / "cpu.json"
-    t0 = time.perf_counter()
     r = subprocess.run([sys.executable, "-m", "parastream", "calibrate", "--quick", "-o", str(out),
                         "--name", "ci-cpu"], capture_output=True, text=True, timeout=120)
-    elapsed = time.perf_counter() - t0
     assert r.returncode == 0, r.stderr
-    assert elapsed < 30          # ~3-5 s alone; generous for a busy 2-core CI machine
     doc = json.loads(out.read_text())
     assert json.loads(r.stdout) == doc                # printed and written
     assert doc["schema"] == "parastream.device/1" and doc["kind"] == "cpu"
@@ -45,6 +41,7 @@ def test_cli_quick_writes_a_loadable_profile(tmp_path):
     assert "intercept" in doc["sources"]["run_overhead_us"]
     # the streams' own costs, and the memory system's, for the simulator
     assert doc["event_wake_us"] >= 0 and doc["stream_overhead_us"] >= 0
+    assert doc["view_us"] >= 0 and "folded views" in doc["sources"]["view_us"]
     assert 1.0 <= doc["memory_streams"] <= doc["cores"]["cube"] and doc["cache_bytes"] >= 0
     assert doc["op_rates"]["linear"]["dram_gbps"] > 0 and doc["op_rates"]["add"]["dram_gbps"] > 0
     assert doc["cold_after_us"] >= 0 and "rms_norm" in doc["sources"]["cold_after_us"]

@@ -291,6 +291,24 @@ def test_an_op_on_channels_last_data_says_so_in_its_meta():
         assert pools == ["channels_last", None], (method, pools)
 
 
+def test_an_op_counts_the_folded_views_it_computes_first():
+    """The executor computes a folded view inside the interval of the first op that reads
+    it, once a call: the importer counts them on that op (meta ``views``) for the cost
+    model; a later reader of the same view, and a view of a view's reader, count apart."""
+    class Rotate(nn.Module):
+        def forward(self, x):
+            a, b = x[..., :8], x[..., 8:]            # two slices
+            r = torch.cat([-b, a], dim=-1)             # neg reads b; cat reads a
+            h = r.view(2, 4, 4).transpose(1, 2)        # view + transpose, read by mul
+            return h * 2, b + 1                        # b again: already computed
+
+    for method in ("export", "fx"):
+        g = import_module(Rotate().eval(), (torch.randn(2, 16),), method=method)
+        views = {o.type: (o.meta or {}).get("views", 0) for o in g.ops}
+        assert views == {"neg": 1, "cat": 1, "mul": 2, "add": 0}, (method, views)
+        assert sum(views.values()) == g.meta["folded_views"]
+
+
 def test_max_unpool_still_imports():
     class Unpool(nn.Module):
         def forward(self, x):

@@ -168,6 +168,9 @@ class OpCost(msgspec.Struct, frozen=True, gc=False):
     threads: int = 0
     #: bytes the op reads (what can have gone cold: :func:`cold_us`)
     read_bytes: float = 0.0
+    #: CPU: the executor's time for the folded views the op computes (:func:`views_us`),
+    #: in ``dur_us`` like the launch, and like it not stretched by fewer threads
+    views_us: float = 0.0
 
 
 def _elements(tensors: Any) -> int:
@@ -213,11 +216,26 @@ def _core_time(profile: DeviceProfile, compute_full: float, memory_full: float, 
     return dur, bound
 
 
-def _with_launch(profile: DeviceProfile, dur: float, bound: str) -> tuple[float, str]:
-    """On a CPU the host's hand-off is part of every op; anywhere, an op shorter than its
-    launch is launch-bound."""
+def _with_launch(profile: DeviceProfile, dur: float, bound: str,
+                 extra_us: float = 0.0) -> tuple[float, str]:
+    """On a CPU the host's hand-off is part of every op, and so are the folded views it
+    computes (``extra_us``: :func:`views_us`); anywhere, an op shorter than its launch is
+    launch-bound."""
     launch = profile.launch_overhead_us
-    return dur + profile.op_host_us, ("launch" if launch > dur else bound)
+    return dur + profile.op_host_us + extra_us, ("launch" if launch > dur else bound)
+
+
+def views_us(op: Any, profile: DeviceProfile) -> float:
+    """The executor's time for the folded views ``op`` reads first (``meta["views"]``, set
+    by the importer), at the profile's ``view_us``: it computes them inside the op's
+    interval. CPU profiles only (a device runs views on the host while kernels queue).
+
+    Why: llama_layer tiny ran 16 of them a call at 2-14 us each (about 96 us, a quarter
+    of its ops' estimated time), which no op rate holds (docs/benchmarks-run.md
+    section 11)."""
+    if profile.kind != "cpu" or not profile.view_us:
+        return 0.0
+    return profile.view_us * int((op.meta or {}).get("views", 0) or 0)
 
 
 def left_rows(op: Any) -> int:
@@ -284,9 +302,10 @@ def _rated(op: Any, profile: DeviceProfile, key: str, max_cores: int | None,
         if traffic > profile.cache_bytes else 0.0
     dur, bound = _rated_time(rate, work, threads, cores, floor)
     full = max(rate.duration_us(work, 1 if serial else cores, cores), floor)
-    dur, bound = _with_launch(profile, dur, bound)
+    extra = views_us(op, profile)
+    dur, bound = _with_launch(profile, dur, bound, extra)
     return OpCost(dur, blocks, bound, resource, full, floor, False, key, work, threads,
-                  float(op.bytes_read or 0))
+                  float(op.bytes_read or 0), extra)
 
 
 def _rated_time(rate: Any, work: float, threads: int, cores: int,
@@ -326,8 +345,10 @@ def estimate(op: Any, profile: DeviceProfile, max_cores: int | None = None) -> O
         else:
             dur, bound = _core_time(profile, compute_full, memory_full, blocks, cores)
             measured = False
-        dur, bound = _with_launch(profile, dur, bound)
-        return OpCost(dur, blocks, bound, resource, compute_full, memory_full, measured)
+        extra = 0.0 if measured else views_us(op, profile)
+        dur, bound = _with_launch(profile, dur, bound, extra)
+        return OpCost(dur, blocks, bound, resource, compute_full, memory_full, measured,
+                      views_us=extra)
 
     # memory copies, communication and host work use no compute cores
     if meta.get("dur_us") is not None:
@@ -336,11 +357,13 @@ def estimate(op: Any, profile: DeviceProfile, max_cores: int | None = None) -> O
         dur, measured = launch, False
     else:
         dur, measured = max(memory_full, 0.0 if on_host else MIN_KERNEL_US), False
+    extra = 0.0
     if resource == "host":
         bound = "launch"
     else:  # on a CPU a copy is an op like any other: the executor's per-op cost applies
-        dur, bound = _with_launch(profile, dur, "memory")
-    return OpCost(dur, 0, bound, resource, 0.0, memory_full, measured)
+        extra = 0.0 if measured else views_us(op, profile)
+        dur, bound = _with_launch(profile, dur, "memory", extra)
+    return OpCost(dur, 0, bound, resource, 0.0, memory_full, measured, views_us=extra)
 
 
 def with_cores(op_or_cost: Any, profile: DeviceProfile, cores: int) -> OpCost:
@@ -359,7 +382,8 @@ def with_cores(op_or_cost: Any, profile: DeviceProfile, cores: int) -> OpCost:
     total = profile.unit_cores(c.unit if on_cores else "cube")
     # on a CPU a cost includes the launch (the executor's per-op cost), which fewer
     # threads do not stretch: scale the op's own time only
-    own = max(0.0, c.dur_us - profile.op_host_us)
+    own = max(0.0, c.dur_us - profile.op_host_us - c.views_us)
+    extra = c.views_us
     if rate is not None and c.measured:
         # a measured CPU op: its own time scaled as its op rate, floored at DRAM speed,
         # scales with threads (a decode GEMV at its floor on one thread does not stretch)
@@ -367,15 +391,15 @@ def with_cores(op_or_cost: Any, profile: DeviceProfile, cores: int) -> OpCost:
         before = _rated_time(rate, c.work, was, total, floor)[0]
         now = _rated_time(rate, c.work, cores, total, floor)[0]
         scale = now / before if before > 0 else was / cores
-        dur, bound = _with_launch(profile, own * scale, c.bound)
+        dur, bound = _with_launch(profile, own * scale, c.bound, extra)
     elif rate is not None:
         dur, bound = _with_launch(profile, *_rated_time(rate, c.work, cores, total,
-                                                         c.memory_full_us))
+                                                         c.memory_full_us), extra)
     elif c.measured:
-        dur, bound = _with_launch(profile, own * c.block_dim / cores, c.bound)
+        dur, bound = _with_launch(profile, own * c.block_dim / cores, c.bound, extra)
     else:
         dur, bound = _with_launch(profile, *_core_time(profile, c.compute_full_us,
-                                                        c.memory_full_us, cores, total))
+                                                        c.memory_full_us, cores, total), extra)
     return msgspec.structs.replace(c, dur_us=dur, block_dim=cores if on_cores else 0,
                                    threads=cores if rate is not None else c.threads, bound=bound)
 

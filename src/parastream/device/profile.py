@@ -127,8 +127,12 @@ class DeviceProfile(msgspec.Struct, forbid_unknown_fields=True):
     #: CPU only: per cross-stream wait that blocks, from the event's record to the waiting
     #: worker thread running again (an OS wake-up)
     event_wake_us: float = 0.0
-    #: CPU only: the executor's cost per forward call for each stream beyond the first
+    #: CPU only: the executor's cost per stream beyond the first, per forward call
     stream_overhead_us: float = 0.0
+    #: CPU only: the executor's cost of one folded view (a ``view``, ``transpose``,
+    #: ``slice``, ... that is no op of the plan): it runs inside the interval of the first
+    #: op that reads it, which the importer counts in that op's meta (``views``)
+    view_us: float = 0.0
     #: how many memory-bound tasks can run at once at their full speed: one core of a CPU
     #: cannot pull the whole DRAM bandwidth (two pulled 1.5-1.8x one core's on this
     #: machine), so ``n`` concurrent memory-bound tasks each run at ``min(1, this / n)`` of
@@ -227,7 +231,7 @@ def _check(p: DeviceProfile, where: str | None) -> DeviceProfile:
     if p.cache_bytes < 0:
         raise bad("cache_bytes must be zero or positive")
     for key in ("launch_overhead_us", "scheduler_sweep_us", "run_overhead_us", "event_wake_us",
-                "stream_overhead_us", "cold_after_us"):
+                "stream_overhead_us", "cold_after_us", "view_us"):
         if not getattr(p, key) >= 0:
             raise bad(f"{key} must be zero or positive")
     missing = [k for k in SOURCED_KEYS if not p.sources.get(k, "").strip()]

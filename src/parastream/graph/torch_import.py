@@ -473,6 +473,20 @@ def _build(recs: list[_Rec], info: dict, module: Any, name: str, source: str,
     readers: dict[str, list[str]] = {}
     collectives: list[str] = []
     folded = 0
+    # folded views by name -> the nodes they read; each is computed by the first op that
+    # reads it (the executor runs views lazily, inside that op's interval)
+    view_reads: dict[str, list[str]] = {}
+    views_done: set[str] = set()
+
+    def views_first_read(node: Any) -> int:
+        count, stack = 0, [a.name for a in node.all_input_nodes]
+        while stack:
+            a = stack.pop()
+            if a in view_reads and a not in views_done:
+                views_done.add(a)
+                count += 1
+                stack.extend(view_reads[a])
+        return count
 
     def add_edge(src: str, dst: str, typ: str, reason: str, tensor: str | None = None) -> None:
         if src == dst or (src, dst, typ) in edge_set:
@@ -493,6 +507,10 @@ def _build(recs: list[_Rec], info: dict, module: Any, name: str, source: str,
         view = rec.kind == "view" or rec.short in VIEW_OPS or _folds(rec)
         if view:
             folded += 1
+            src0 = rec.args[0] if rec.args else None
+            # picking a tuple element runs no torch call; indexing a tensor does
+            if rec.short != "getitem" or _is_tensor(_val(src0) if src0 is not None else None):
+                view_reads[node.name] = [a.name for a in node.all_input_nodes]
             src = rec.args[0] if rec.args else None
             if rec.short == "getitem":
                 base = refs.get(getattr(src, "name", None))
@@ -564,6 +582,9 @@ def _build(recs: list[_Rec], info: dict, module: Any, name: str, source: str,
         if arg_refs and _channels_last(arg_refs[0][2]):
             op_meta["memory_format"] = "channels_last"
         op_meta["target"] = rec.target
+        views = views_first_read(node)
+        if views:
+            op_meta["views"] = views
         if rec.stack:
             op_meta["module_class"] = rec.stack[-1][1].rsplit(".", 1)[-1]
         ops.append(Op(name=op_name, type=rec.short, module=path, inputs=in_tensors,

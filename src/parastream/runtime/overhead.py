@@ -11,7 +11,9 @@ small model:
 * ``event_wake_us``: per cross-stream wait that blocks, the time from the event's record to
   the waiting worker running again (it sleeps on a condition; the wake-up is an OS thread
   switch);
-* ``stream_overhead_us``: per forward call, what each stream beyond the first adds.
+* ``stream_overhead_us``: per forward call, what each stream beyond the first adds;
+* ``view_us``: per folded view an op computes (a ``view``, ``transpose``, ``slice`` that is
+  no op of the plan: the executor runs it inside the interval of the first op reading it).
 
 The per-op and per-call costs come from chains of varied tiny ops run through the executor
 on one stream (:class:`_VariedChain`: folded views, ``cat``, ``linear``, ``silu``,
@@ -50,6 +52,26 @@ class _Chain:
         return Chain().eval()
 
 
+class _ViewChain:
+    """A chain of ``n`` adds on 16 floats, each reading its input through three folded
+    views (``unsqueeze``, ``transpose``, ``squeeze``): against :class:`_Chain`, the
+    executor's cost per view."""
+
+    VIEWS = 3
+
+    @staticmethod
+    def make(n: int) -> Any:
+        import torch
+
+        class ViewChain(torch.nn.Module):
+            def forward(self, x):
+                for _ in range(n):
+                    x = x.unsqueeze(0).transpose(0, 1).squeeze(1) + 1
+                return x
+
+        return ViewChain().eval()
+
+
 #: rounds of the varied chain at its two lengths (nine ops a round)
 VARIED_SHORT, VARIED_LONG = 1, 8
 
@@ -82,10 +104,11 @@ class _VariedChain:
 
 def measure_executor_overhead(quick: bool = False, rounds: int = 3,
                               profile: Any = None) -> dict[str, float]:
-    """``{"per_op_us", "per_run_us", "chain_op_us", "event_wake_us", "stream_us"}`` of the
-    cpu backend. The varied chain's ops' own costs at ``profile``'s op rates (a
-    :class:`~parastream.device.profile.DeviceProfile`; none: nothing is taken out) are
-    taken out of the per-op figure; ``chain_op_us`` is its slope with them in."""
+    """``{"per_op_us", "per_run_us", "chain_op_us", "view_us", "event_wake_us",
+    "stream_us"}`` of the cpu backend. The varied chain's ops' own costs at ``profile``'s
+    op rates (a :class:`~parastream.device.profile.DeviceProfile`; none: nothing is taken
+    out) and its folded views at the measured ``view_us`` are taken out of the per-op
+    figure; ``chain_op_us`` is its slope with them in."""
     import msgspec
     import torch
 
@@ -99,9 +122,6 @@ def measure_executor_overhead(quick: bool = False, rounds: int = 3,
     x = torch.randn(16)
     cores = _cores()
     calls = 15 if quick else 40
-    # the ops' own costs without the executor's (the figure being measured)
-    bare = msgspec.structs.replace(profile, launch_overhead_us=0.0) if profile is not None \
-        else None
 
     def wall(module: Any, rn: Any, plan: Any, threads: int | None, arg: Any) -> float:
         ex = MultiStreamExecutor(module, (arg,), plan, intra_op_threads=threads, runnable=rn)
@@ -115,15 +135,13 @@ def measure_executor_overhead(quick: bool = False, rounds: int = 3,
 
     varied: dict[int, tuple[int, float, float]] = {}  # rounds -> (ops, wall, own cost)
     xv = torch.randn(1, 16)
+    walls: dict[tuple[str, int], float] = {}
     with torch.no_grad():
-        for n in (VARIED_SHORT, VARIED_LONG):
-            module = _VariedChain.make(n)
-            rn = import_runnable(module, (xv,), name=f"varied{n}")
-            names = [o.name for o in rn.graph.ops]
-            own = sum(estimate(o, bare).dur_us for o in rn.graph.ops) if bare else 0.0
-            varied[n] = (len(names), wall(module, rn, Plan.single(names), cores, xv), own)
-        walls: dict[tuple[str, int], float] = {}
         for n in (SHORT, LONG):
+            module = _ViewChain.make(n)
+            rn = import_runnable(module, (x,), name=f"views{n}")
+            walls["views", n] = wall(module, rn, Plan.single(o.name for o in rn.graph.ops),
+                                     cores, x)
             module = _Chain.make(n)
             rn = import_runnable(module, (x,), name=f"chain{n}")
             names = [o.name for o in rn.graph.ops]
@@ -139,11 +157,24 @@ def measure_executor_overhead(quick: bool = False, rounds: int = 3,
         slope = max(0.0, (walls[label, LONG] - walls[label, SHORT]) / (LONG - SHORT))
         return slope, max(0.0, walls[label, SHORT] - SHORT * slope)
 
+    add_slope = line("single")[0]
+    view = max(0.0, (line("views")[0] - add_slope) / _ViewChain.VIEWS)
+    # the varied chain's ops' own costs and its views' without the executor's per-op cost
+    # (the figure being measured)
+    bare = msgspec.structs.replace(profile, launch_overhead_us=0.0, view_us=view) \
+        if profile is not None else None
+    with torch.no_grad():
+        for n in (VARIED_SHORT, VARIED_LONG):
+            module = _VariedChain.make(n)
+            rn = import_runnable(module, (xv,), name=f"varied{n}")
+            names = [o.name for o in rn.graph.ops]
+            own = sum(estimate(o, bare).dur_us for o in rn.graph.ops) if bare else 0.0
+            varied[n] = (len(names), wall(module, rn, Plan.single(names), cores, xv), own)
+
     (o1, w1, c1), (o2, w2, c2) = varied[VARIED_SHORT], varied[VARIED_LONG]
     chain_op = max(0.0, (w2 - w1) / (o2 - o1))
     per_op = max(0.0, chain_op - (c2 - c1) / (o2 - o1))
     per_run = max(0.0, w1 - o1 * chain_op)
-    add_slope = line("single")[0]
     wake = max(0.0, line("ping-pong")[0] - add_slope)
     # the second stream's chains wait once (their second op), so one wake-up is not its cost
     second = statistics.median(walls["second stream", n] - walls["single", n] for n in (SHORT, LONG))
@@ -151,7 +182,7 @@ def measure_executor_overhead(quick: bool = False, rounds: int = 3,
     # 384 us; a second stream's setup is part of a call's fixed cost, so it is capped there
     stream_us = min(max(0.0, second - wake), 2.0 * per_run)
     return {"per_op_us": per_op, "per_run_us": per_run, "chain_op_us": chain_op,
-            "event_wake_us": wake, "stream_us": stream_us}
+            "view_us": view, "event_wake_us": wake, "stream_us": stream_us}
 
 
 def calibrate_cpu(quick: bool = False, name: str = "cpu-calibrated") -> dict:
@@ -178,10 +209,15 @@ def calibrate_cpu(quick: bool = False, name: str = "cpu-calibrated") -> dict:
         f"{by}: the cpu backend's executor on one stream, chains of {VARIED_SHORT} and "
         f"{VARIED_LONG} rounds of nine varied tiny ops (folded views, cat, linear, silu, "
         f"layer_norm, softmax, adds), median call wall; the slope per op "
-        f"({ov['chain_op_us']:.3g} us) less the ops' own costs at the op rates; a bare "
+        f"({ov['chain_op_us']:.3g} us) less the ops' own costs at the op rates and their "
+        f"views' at view_us; a bare "
         f"hand-off round trip to a worker thread measured {handoff:.3g} us")
     profile["sources"]["run_overhead_us"] = (
         f"{by}: the intercept of the same two chains: the executor's fixed cost per call")
+    profile["view_us"] = float(f"{ov['view_us']:.4g}")
+    profile["sources"]["view_us"] = (
+        f"{by}: chains of {SHORT} and {LONG} 'x + 1' ops each reading its input through "
+        f"{_ViewChain.VIEWS} folded views, their slope per op less the plain chains', per view")
     profile["event_wake_us"] = float(f"{ov['event_wake_us']:.4g}")
     profile["stream_overhead_us"] = float(f"{ov['stream_us']:.4g}")
     profile["sources"]["event_wake_us"] = (

@@ -94,7 +94,9 @@ def tasks_for(graph: Graph, plan: Plan, profile: DeviceProfile, *, costs: dict[s
         kind = {"comm": KIND_COMM, "memory": KIND_MEMCPY}.get(c.unit, KIND_COMPUTE)
         out.append(Task(name=n, stream=s, dur_us=c.dur_us, pool=pool, block_dim=c.block_dim,
                         memory_bound=(c.bound == "memory" and c.unit != "comm"),
-                        waits=waits.get(n, []), type=ops[n].type, kind=kind, host_us=host_us))
+                        waits=waits.get(n, []), type=ops[n].type, kind=kind,
+                        # its folded views are Python-level torch calls: lock held too
+                        host_us=host_us + c.views_us))
     return out
 
 
@@ -125,8 +127,9 @@ def measured_costs(graph: Graph, profile: DeviceProfile,
     for n, op in ops.items():
         c = estimate(op, profile)
         if n in seen:
+            # the captured interval holds the op's folded views too
             c = msgspec.structs.replace(c, dur_us=statistics.median(seen[n]) + launch,
-                                        measured=True)
+                                        measured=True, views_us=0.0)
             if cpu and not (c.rate_key and runs_serial(op, c.rate_key)):
                 # (an op torch runs on the calling thread ran on one whatever the count;
                 # on a 1-core profile k is 1 anyway)
