@@ -231,6 +231,11 @@ def test_a_matmul_of_a_few_rows_takes_the_few_rows_rate_in_bytes():
     assert estimate(lin(1), prof).rate_key == "linear"            # a GEMV: its own path
     assert estimate(lin(FEW_ROWS + 1), prof).rate_key == "linear"
     assert left_rows(lin(3)) == 3 and rate_variant(None, lin(3)) == "few_rows"
+    # decode attention written as matmul, batched on both sides: eight 1-row products
+    # against activations, not a few rows reading a weight (as bmm)
+    scores = Op("s", "matmul", resource="cube", flops=2.0 * 8 * 64 * 128,
+                inputs=[Tensor([1, 8, 1, 64], "float32"), Tensor([1, 8, 64, 128], "float32")])
+    assert left_rows(scores) == 0 and estimate(scores, prof).rate_key == "linear"
     assert rate_variant({"memory_format": "channels_last"}, lin(3)) == "channels_last"
     plain = cpu_profile(linear=("flops", 3.0, 5.0, 90.0, 160.0))
     assert estimate(lin(2), plain).rate_key == "linear"           # not measured: the plain line

@@ -308,6 +308,16 @@ def test_an_op_counts_the_folded_views_it_computes_first():
         assert views == {"neg": 1, "cat": 1, "mul": 2, "add": 0}, (method, views)
         assert sum(views.values()) == g.meta["folded_views"]
 
+    class Halves(nn.Module):  # views behind a tuple element count too
+        def forward(self, x):
+            a, b = x.transpose(0, 1).chunk(2, dim=-1)   # transpose + chunk, then getitems
+            return a * 2 + b
+
+    for method in ("export", "fx"):
+        g = import_module(Halves().eval(), (torch.randn(4, 2),), method=method)
+        views = {o.type: (o.meta or {}).get("views", 0) for o in g.ops}
+        assert views == {"mul": 2, "add": 0}, (method, views)
+
 
 def test_max_unpool_still_imports():
     class Unpool(nn.Module):

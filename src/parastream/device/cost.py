@@ -240,8 +240,8 @@ def views_us(op: Any, profile: DeviceProfile) -> float:
 
 def left_rows(op: Any) -> int:
     """Rows of the left operand of a ``linear``/``mm``/``matmul``/``addmm`` (all its dims
-    but the last: tokens times batch); 1 for ``mv``/``addmv``; 0 for other ops or when
-    the shape is not known."""
+    but the last: tokens times batch); 1 for ``mv``/``addmv``; 0 for other ops, for a
+    ``matmul`` batched on both sides (like ``bmm``), or when the shape is not known."""
     t = (op.type or "").lower()
     if t in ("mv", "addmv"):
         return 1
@@ -249,6 +249,8 @@ def left_rows(op: Any) -> int:
     ins = op.inputs or ()
     if pos is None or len(ins) <= pos or not ins[pos].shape:
         return 0
+    if t == "matmul" and len(ins) > 1 and len(ins[1].shape or ()) > 2:
+        return 0  # batched on both sides (attention scores): many products, no weight
     return math.prod(max(0, int(d)) for d in ins[pos].shape[:-1])
 
 

@@ -476,16 +476,24 @@ def _build(recs: list[_Rec], info: dict, module: Any, name: str, source: str,
     # folded views by name -> the nodes they read; each is computed by the first op that
     # reads it (the executor runs views lazily, inside that op's interval)
     view_reads: dict[str, list[str]] = {}
+    # a tuple element picked from a view that splits (chunk, split, unbind): no torch call
+    # of its own, but the views behind it run when it is read
+    passes: dict[str, list[str]] = {}
     views_done: set[str] = set()
 
     def views_first_read(node: Any) -> int:
         count, stack = 0, [a.name for a in node.all_input_nodes]
         while stack:
             a = stack.pop()
-            if a in view_reads and a not in views_done:
+            if a in views_done:
+                continue
+            if a in view_reads:
                 views_done.add(a)
                 count += 1
                 stack.extend(view_reads[a])
+            elif a in passes:
+                views_done.add(a)
+                stack.extend(passes[a])
         return count
 
     def add_edge(src: str, dst: str, typ: str, reason: str, tensor: str | None = None) -> None:
@@ -508,9 +516,12 @@ def _build(recs: list[_Rec], info: dict, module: Any, name: str, source: str,
         if view:
             folded += 1
             src0 = rec.args[0] if rec.args else None
+            reads = [a.name for a in node.all_input_nodes]
             # picking a tuple element runs no torch call; indexing a tensor does
             if rec.short != "getitem" or _is_tensor(_val(src0) if src0 is not None else None):
-                view_reads[node.name] = [a.name for a in node.all_input_nodes]
+                view_reads[node.name] = reads
+            else:
+                passes[node.name] = reads
             src = rec.args[0] if rec.args else None
             if rec.short == "getitem":
                 base = refs.get(getattr(src, "name", None))

@@ -12,7 +12,7 @@ How a call runs (DESIGN.md: override ``run_node``: switch stream, wait, run, rec
   sufficient). After the last op, stream 0 waits on the plan's end-join events.
 * Folded views (and asserts / size queries) are not ops of the plan: they run lazily, on
   the thread of the first op that reads them (its stream's worker, or the calling thread
-  for stream 0), after that op's waits, so a view of a
+  for stream 0; readers on two streams at once may both compute one, without harm), after that op's waits, so a view of a
   side-stream tensor is never taken before the tensor exists.
 * cpu backend: each plan stream is a persistent worker thread with a FIFO; torch's intra-op
   thread count is set once from the main thread before the workers start (DOMAIN.md §8:
