@@ -82,8 +82,10 @@ _FAMILIES: tuple[tuple[str, Any], ...] = (
 
 
 #: a matmul-like op with this many rows on its left or fewer (two at least: one is a GEMV)
-#: takes the ``few_rows`` rate: decode with a small batch
-FEW_ROWS = 8
+#: takes the ``few_rows`` rate: decode with a small batch. Above it the time stops
+#: growing with the rows (a 512x512 weight, one thread: 40, 58, 69 us at 2, 3, 4 rows, then
+#: 89, 95, 133 at 6, 8, 16) and the plain line comes closer
+FEW_ROWS = 4
 
 
 def rate_variant(meta: dict | None, op: Any = None) -> str | None:
@@ -92,9 +94,9 @@ def rate_variant(meta: dict | None, op: Any = None) -> str | None:
     runs the unfused math kernel), or ``few_rows`` for a matmul-like ``op`` with 2 to
     :data:`FEW_ROWS` rows on its left (:func:`left_rows`); None for the plain rate.
 
-    Why ``few_rows``: on CPU such a product reads its whole weight for a handful of rows
-    and runs far below the FLOP rate of bigger ones (a 512x512 weight, one thread, on the
-    development VM: 25 GFLOP/s at 2 rows, 41 at 4, 75 at 16, 89 at 64), so a line in FLOPs
+    Why ``few_rows``: on CPU such a product runs far below the FLOP rate of bigger ones
+    (a 512x512 weight, one thread, on the development VM: 25-30 GFLOP/s at 2 to 4 rows,
+    44 at 8, 63-75 at 16, 89 at 64; about one pass over the weight per row), so the line
     through 16- and 256-row cases put a batch-2 decode linear at a third of its time."""
     meta = meta or {}
     if meta.get("memory_format"):
