@@ -162,3 +162,21 @@ def test_cold_line_splits_the_extra_into_code_and_data():
     assert fixed == pytest.approx(10.0) and gbps == pytest.approx(100.0)
     # an extra that does not grow with the bytes is all code: the small size's
     assert cal.cold_line(1e6, 11e6, 30.0, 25.0) == (30.0, 0.0)
+
+
+def test_a_busy_machine_is_named_before_calibrating(monkeypatch):
+    import os
+
+    from parastream.graph.cli_zoo import busy_note
+
+    monkeypatch.setattr(os, "getloadavg", lambda: (3.1, 2.0, 1.0))
+    note = busy_note(2)
+    assert note is not None and "3.1 on 2 core(s)" in note
+    monkeypatch.setattr(os, "getloadavg", lambda: (0.4, 2.0, 1.0))
+    assert busy_note(2) is None
+
+    def no_load():
+        raise OSError("no load average here")
+
+    monkeypatch.setattr(os, "getloadavg", no_load)
+    assert busy_note(2) is None
