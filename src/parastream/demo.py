@@ -70,6 +70,7 @@ def run_demo(out_dir: str = "out/demo", model: str = DEFAULT_MODEL, scale: str =
     import torch
 
     from .device.profile import load_profile, loads_profile
+    from .graph.calibrate import busy_note, cpu_count
     from .graph.calibrate import dumps as dump_profile
     from .runtime.overhead import calibrate_cpu
     from .graph.headroom import analyze_graph
@@ -100,7 +101,8 @@ def run_demo(out_dir: str = "out/demo", model: str = DEFAULT_MODEL, scale: str =
             step(f"loading the device profile {profile_path}")
             profile = load_profile(profile_path)
         else:
-            step("calibrating the local CPU")
+            busy = busy_note(cpu_count())
+            step("calibrating the local CPU" + (f" ({busy})" if busy else ""))
             prof_dict = calibrate_cpu(quick=True, name="cpu-calibrated")
             profile = loads_profile(dump_profile(prof_dict))
         os.makedirs(out_dir, exist_ok=True)  # only once the model and the profile are good

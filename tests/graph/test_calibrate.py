@@ -165,18 +165,26 @@ def test_cold_line_splits_the_extra_into_code_and_data():
 
 
 def test_a_busy_machine_is_named_before_calibrating(monkeypatch):
-    import os
+    import builtins
+    import io
 
-    from parastream.graph.cli_zoo import busy_note
+    from parastream.graph.calibrate import busy_note
 
-    monkeypatch.setattr(os, "getloadavg", lambda: (3.1, 2.0, 1.0))
-    note = busy_note(2)
-    assert note is not None and "3.1 on 2 core(s)" in note
-    monkeypatch.setattr(os, "getloadavg", lambda: (0.4, 2.0, 1.0))
-    assert busy_note(2) is None
+    real_open = builtins.open
 
-    def no_load():
-        raise OSError("no load average here")
+    def loadavg(text):
+        def fake(path, *a, **k):
+            if path == "/proc/loadavg":
+                if text is None:
+                    raise OSError("no /proc here")
+                return io.StringIO(text)
+            return real_open(path, *a, **k)
+        return fake
 
-    monkeypatch.setattr(os, "getloadavg", no_load)
-    assert busy_note(2) is None
+    monkeypatch.setattr(builtins, "open", loadavg("2.10 1.50 1.20 3/412 999\n"))
+    note = busy_note(2, samples=3)
+    assert note is not None and "2 other task(s) are running on 2 core(s)" in note
+    monkeypatch.setattr(builtins, "open", loadavg("2.10 1.50 1.20 1/412 999\n"))
+    assert busy_note(2, samples=3) is None      # only this process: quiet, whatever the average
+    monkeypatch.setattr(builtins, "open", loadavg(None))
+    assert busy_note(2, samples=3) is None

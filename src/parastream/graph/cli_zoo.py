@@ -58,23 +58,6 @@ def cmd_zoo(args: argparse.Namespace) -> int:
     return 0
 
 
-def busy_note(cores: int) -> str | None:
-    """A warning when other work is running (the 1-minute load average is over half the
-    cores): a calibration then fits lines through descheduled runs (a busy 2-core VM gave
-    ``linear`` a 16 ms fixed cost on all cores, against 3-7 us when quiet). None when
-    quiet, or where the OS gives no load average."""
-    import os
-
-    try:
-        load = os.getloadavg()[0]
-    except (AttributeError, OSError):
-        return None
-    if load <= 0.5 * cores:
-        return None
-    return (f"the load average is {load:.1f} on {cores} core(s): other work is running, so "
-            "the figures will be noisy; calibrate on a quiet machine")
-
-
 def cmd_calibrate(args: argparse.Namespace) -> int:
     from ..report.atomic import write_atomic
     from .calibrate import dumps
@@ -87,7 +70,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     if not os.path.isdir(directory):  # fail before spending seconds measuring
         raise InputError(args.output, f"cannot write: no directory {directory}")
     from ..runtime.overhead import calibrate_cpu
-    from .calibrate import cpu_count
+    from .calibrate import busy_note, cpu_count
 
     busy = busy_note(cpu_count())
     if busy:
