@@ -538,10 +538,10 @@ def test_cold_bytes_are_read_at_the_cold_rate_but_not_by_an_op_at_its_dram_floor
     r = OpRate("bytes", 1.0, 5.0, 100.0, 200.0, cold_1_us=10.0, cold_all_us=20.0,
                cold_gbps_1=50.0, cold_gbps_all=100.0)
     # 1 MB cold: 20 us at 50 GB/s on one thread, 10 us at 100 on two (of two)
-    assert r.cold_extra_us(1e6, 1, 2) == pytest.approx(10.0 + 20.0)
-    assert r.cold_extra_us(1e6, 2, 2) == pytest.approx(20.0 + 10.0)
-    assert r.cold_extra_us(0.0, 2, 2) == pytest.approx(20.0)
-    assert OpRate("bytes", 1, 1, 10, 10, cold_all_us=3.0).cold_extra_us(1e9, 2, 2) == 3.0
+    assert sum(r.cold_parts_us(1e6, 1, 2)) == pytest.approx(10.0 + 20.0)
+    assert sum(r.cold_parts_us(1e6, 2, 2)) == pytest.approx(20.0 + 10.0)
+    assert sum(r.cold_parts_us(0.0, 2, 2)) == pytest.approx(20.0)
+    assert OpRate("bytes", 1, 1, 10, 10, cold_all_us=3.0).cold_parts_us(1e9, 2, 2) == (3.0, 0.0)
     prof = msgspec.structs.replace(cpu_profile(), op_rates={"add": r}, cold_after_us=0.0,
                                    cache_bytes=1 << 20)
     big = Op("x", "add", resource="vector", bytes_read=1 << 26, bytes_written=1 << 25,

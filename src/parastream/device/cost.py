@@ -150,8 +150,9 @@ class OpCost(msgspec.Struct, frozen=True, gc=False):
     ``compute_full_us`` / ``memory_full_us`` its compute and memory times at full
     occupancy and full bandwidth (what :func:`with_cores` and the headroom bounds use).
     For a CPU op costed by an op rate, ``compute_full_us`` is its rated time on all
-    cores (on one thread for an op torch runs serially) and ``memory_full_us`` its DRAM floor (its bytes over one core's DRAM rate
-    when they exceed the profile's ``cache_bytes``, else 0): the time no thread count
+    cores (on one thread for an op torch runs serially) and ``memory_full_us`` its DRAM
+    floor (its bytes over one core's DRAM rate when they exceed the profile's
+    ``cache_bytes``, else 0): the time no thread count
     goes below.
     """
 
@@ -284,7 +285,7 @@ def runs_serial(op: Any, key: str) -> bool:
 
 
 def _rated(op: Any, profile: DeviceProfile, key: str, max_cores: int | None,
-           traffic: float) -> OpCost:
+           traffic: float, extra: float) -> OpCost:
     """The cost from a measured CPU op rate, on the op's share of the cores: a CPU stream's
     worker runs an op with its whole intra-op thread count (small ones too: they pay the
     thread team's fixed cost even when they cannot use it), so that count is the op's
@@ -306,7 +307,6 @@ def _rated(op: Any, profile: DeviceProfile, key: str, max_cores: int | None,
         if traffic > profile.cache_bytes else 0.0
     dur, bound = _rated_time(rate, work, threads, cores, floor)
     full = max(rate.duration_us(work, 1 if serial else cores, cores), floor)
-    extra = views_us(op, profile)
     dur, bound = _with_launch(profile, dur, bound, extra)
     return OpCost(dur, blocks, bound, resource, full, floor, False, key, work, threads,
                   float(op.bytes_read or 0), extra)
@@ -327,10 +327,13 @@ def estimate(op: Any, profile: DeviceProfile, max_cores: int | None = None) -> O
     traffic = float((op.bytes_read or 0) + (op.bytes_written or 0))
     on_host = profile.kind == "cpu"
     resource = op.resource
-    if on_host and profile.op_rates and meta.get("dur_us") is None:
+    measured = meta.get("dur_us") is not None
+    # the views it computes first: a measured duration holds them already
+    extra = 0.0 if measured else views_us(op, profile)
+    if on_host and profile.op_rates and not measured:
         key = op_rate_key(op.type, resource, profile.op_rates, rate_variant(meta, op))
         if key is not None:
-            return _rated(op, profile, key, max_cores, traffic)
+            return _rated(op, profile, key, max_cores, traffic, extra)
     memory_full = traffic / (profile.memory_bandwidth_gbps * 1e3)
     launch = profile.launch_overhead_us
 
@@ -341,31 +344,26 @@ def estimate(op: Any, profile: DeviceProfile, max_cores: int | None = None) -> O
         wanted = int(meta["block_dim"]) if meta.get("block_dim") else _wanted_blocks(op, resource, cores)
         wanted = max(1, min(wanted, cores))
         blocks = min(wanted, max_cores or cores)
-        if meta.get("dur_us") is not None:
+        if measured:
             # measured with ``wanted`` cores; fewer cores stretch it as if compute-bound
             dur = float(meta["dur_us"]) * wanted / blocks
             bound = "memory" if memory_full > compute_full else "compute"
-            measured = True
         else:
             dur, bound = _core_time(profile, compute_full, memory_full, blocks, cores)
-            measured = False
-        extra = 0.0 if measured else views_us(op, profile)
         dur, bound = _with_launch(profile, dur, bound, extra)
         return OpCost(dur, blocks, bound, resource, compute_full, memory_full, measured,
                       views_us=extra)
 
     # memory copies, communication and host work use no compute cores
-    if meta.get("dur_us") is not None:
-        dur, measured = float(meta["dur_us"]), True
+    if measured:
+        dur = float(meta["dur_us"])
     elif resource == "host":
-        dur, measured = launch, False
+        dur = launch
     else:
-        dur, measured = max(memory_full, 0.0 if on_host else MIN_KERNEL_US), False
-    extra = 0.0
+        dur = max(memory_full, 0.0 if on_host else MIN_KERNEL_US)
     if resource == "host":
-        bound = "launch"
+        bound, extra = "launch", 0.0
     else:  # on a CPU a copy is an op like any other: the executor's per-op cost applies
-        extra = 0.0 if measured else views_us(op, profile)
         dur, bound = _with_launch(profile, dur, "memory", extra)
     return OpCost(dur, 0, bound, resource, 0.0, memory_full, measured, views_us=extra)
 
@@ -387,7 +385,7 @@ def with_cores(op_or_cost: Any, profile: DeviceProfile, cores: int) -> OpCost:
     # on a CPU a cost includes the launch (the executor's per-op cost), which fewer
     # threads do not stretch: scale the op's own time only
     own = max(0.0, c.dur_us - profile.op_host_us - c.views_us)
-    extra = c.views_us
+    extra = c.views_us  # like the launch, not stretched
     if rate is not None and c.measured:
         # a measured CPU op: its own time scaled as its op rate, floored at DRAM speed,
         # scales with threads (a decode GEMV at its floor on one thread does not stretch)

@@ -84,10 +84,6 @@ class OpRate(msgspec.Struct, forbid_unknown_fields=True):
         gbps = g1 + (gall - g1) * frac
         return code, (cold_bytes / (gbps * 1e3) if gbps > 0 and cold_bytes > 0 else 0.0)
 
-    def cold_extra_us(self, cold_bytes: float, cores: int, all_cores: int) -> float:
-        """Microseconds on top of :meth:`duration_us` with code and ``cold_bytes`` cold."""
-        return sum(self.cold_parts_us(cold_bytes, cores, all_cores))
-
     @property
     def bound(self) -> str:
         """What an op limited by this rate is bound by."""

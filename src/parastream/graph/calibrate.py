@@ -62,7 +62,7 @@ def _median_time(fn: Callable[[], Any], budget_s: float, min_runs: int = 5,
 
 
 def _on_executor_thread(fn: Callable[[], Any], threads: int = 1,
-               name: str = "parastream-calibrate") -> Any:
+                        name: str = "parastream-calibrate") -> Any:
     """``fn()`` where the cpu backend's executor runs an op on ``threads`` intra-op
     threads, with autograd off: on all cores, on the calling thread with its own thread
     team (a single-stream plan and stream 0 run on the thread that calls the executor);
@@ -163,7 +163,8 @@ def _op_cases() -> dict[str, tuple[str, Callable[[bool], tuple[Callable[[], Any]
     torch runs them on the calling thread, which the cost model costs on the one-thread
     line (:func:`parastream.device.cost.runs_serial`); a line through one serial and one
     multi-threaded point put the thread team's fixed cost (30-60 us on a stream worker
-    with the main thread's team alive) into the rate, and made a 64Ki-element op 5x too cheap."""
+    with the main thread's team alive) into the rate, and made a 64Ki-element op 5x too
+    cheap."""
     import torch
     import torch.nn.functional as F
 
@@ -277,8 +278,8 @@ def measure_op_rates(quick: bool = False, rounds: int = 1) -> dict[str, dict]:
     cores on the calling thread, on one thread on a worker thread that set its own
     intra-op thread count. That matters: a multi-threaded op called from a thread other
     than the main one pays for waking its thread team each time (tens of us here, 5-6x an
-    element-wise op's own time). Every case is timed at two sizes and both thread counts, the median of a short
-    burst, the median of ``rounds`` rounds; the line through the two sizes gives the fixed
+    element-wise op's own time). Every case is timed at two sizes and both thread counts,
+    the median of a short burst, the median of ``rounds`` rounds; the line through the two sizes gives the fixed
     per-call cost and the rate.
 
     The state is the executor's: the main thread's own thread team is alive first (it is
@@ -309,11 +310,11 @@ def measure_op_rates(quick: bool = False, rounds: int = 1) -> dict[str, dict]:
     cold: dict[tuple[str, int, bool], list[float]] = {}
     for _ in range(rounds):
         for threads in sorted({1, cores}):
-            for (name, is_large), t in _on_executor_thread(burst, threads, "parastream-calibrate-ops").items():
-                key = (name, threads, is_large)
-                seen.setdefault(key, []).append(t)
+            for (name, is_large), t in _on_executor_thread(burst, threads,
+                                                            "parastream-calibrate-ops").items():
+                seen.setdefault((name, threads, is_large), []).append(t)
             for (name, is_large), t in _on_executor_thread(rotation, threads,
-                                                  "parastream-calibrate-ops").items():
+                                                            "parastream-calibrate-ops").items():
                 cold.setdefault((name, threads, is_large), []).append(t)
     med = {key: statistics.median(ts) for key, ts in seen.items()}
     out = {}
@@ -352,6 +353,8 @@ ROTATION_PASSES = 30
 def rotation_passes(quick: bool) -> int:
     """Rotation passes a round of :func:`measure_op_rates` makes (a third in quick mode)."""
     return ROTATION_PASSES // (3 if quick else 1)
+
+
 #: idle times (ms) after which :func:`measure_cold_after` times an op
 IDLE_MS = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0)
 #: the op cases whose cold ramp :func:`measure_cold_after` measures (a composite of several
@@ -366,9 +369,9 @@ def measure_cold_after(reps: int = 9, targets: Sequence[str] = COLD_TARGETS) -> 
     For each of ``targets`` (small cases of :func:`_op_cases`), where the executor runs
     an op on one intra-op thread and on all cores (:func:`_on_executor_thread`): the op
     back to back, then right after the other op cases, run in turn for at least each of
-    :data:`IDLE_MS` (as in a model, other ops run between two of one type), the median of ``reps`` each, with the median idle really
-    spent. Each curve gives the idle at which the op pays half its extra after the longest
-    idle (:func:`cold_ramp_us`); the result is the median over targets and thread counts.
+    :data:`IDLE_MS` (as in a model, other ops run between two of one type), the median of
+    ``reps`` each, with the median idle really spent. Each curve gives the idle at which
+    the op pays half its extra after the longest idle (:func:`cold_ramp_us`); the result is the median over targets and thread counts.
     (A Python spin that runs no other op gives a ramp 2-5x longer on the development VM:
     other ops evict more.)"""
     import importlib.util
@@ -407,7 +410,8 @@ def measure_cold_after(reps: int = 9, targets: Sequence[str] = COLD_TARGETS) -> 
     ramps = []
     for threads in sorted({1, cpu_count()}):
         for name in targets:
-            hot, cold = _on_executor_thread(partial(probe, name), threads, "parastream-calibrate-cold")
+            hot, cold = _on_executor_thread(partial(probe, name), threads,
+                                            "parastream-calibrate-cold")
             cold.sort()
             ramps.append(cold_ramp_us([ms for ms, _ in cold], [t - hot for _, t in cold]))
     ramps = [r for r in ramps if r > 0]
@@ -734,16 +738,15 @@ def calibrate(quick: bool = False, name: str = "cpu-calibrated") -> dict:
     if op_rates:
         profile["sources"]["op_rates"] = (
             f"{by}: {mode}each op type (and max_pool2d on channels-last data, attention "
-            "with v's head dim below q's) timed at two sizes (tiny and small zoo scale; "
+            "with v's head dim below q's, linear on 2 rows) timed at two sizes (tiny and small zoo scale; "
             "element-wise, copy and softmax cases both above torch's 32Ki-element intra-op "
             "grain) on 1 intra-op thread (on a worker thread) and on all cores (on the main "
-            "thread, as the executor runs them), median of a short burst, median of several rounds; "
-            "the line through the two sizes gives the fixed cost "
+            "thread, as the executor runs them), median of a short burst, median of several "
+            "rounds; the line through the two sizes gives the fixed cost "
             "and the rate (GFLOP/s for linear, conv2d and attention, window elements per ns "
             "for max_pool2d, GB/s read + written for the rest); cold_*: each case timed "
             f"once per pass over all cases ({rotation_passes(quick)} passes a round, median), "
-            "less "
-            "the burst, as a line in the bytes read: its value at none and the GB/s of its "
+            "less the burst, as a line in the bytes read: its value at none and the GB/s of its "
             "slope (parastream.graph.calibrate.cold_line)")
         profile["sources"]["cold_after_us"] = (
             f"{by}: the small {', '.join(COLD_TARGETS)} cases, on 1 thread and on all cores, "

@@ -309,32 +309,23 @@ class CpuStream:
         tag = cmd[0]
         rec = self.recorder
         if tag == "work":
-            _, fn, args, kwargs, name, work = cmd
-            if work is None:  # launched: no handle to fill
+            _, fn, args, kwargs, name, work = cmd  # work: None when launched (no handle)
+            try:
                 if self._error is None:  # sticky: skip work after a failure
                     t0 = now_ns()
                     try:
-                        fn(*args, **kwargs)
+                        value = fn(*args, **kwargs)
+                        if work is not None:
+                            work._value = value
                     except BaseException as exc:  # noqa: BLE001 - reported via the stream
                         self._error = StreamError(self.name, name, exc)
                         if here and isinstance(exc, (KeyboardInterrupt, SystemExit)):
                             raise
                     rec.op(name, t0, now_ns())
-                return True
-            t0 = now_ns()
-            if self._error is not None:
-                work._error = self._error
-            else:
-                try:
-                    work._value = fn(*args, **kwargs)
-                except BaseException as exc:  # noqa: BLE001 - reported via the stream
-                    self._error = StreamError(self.name, name, exc)
+            finally:
+                if work is not None:
                     work._error = self._error
-                    if here and isinstance(exc, (KeyboardInterrupt, SystemExit)):
-                        work._flag.set()
-                        raise
-                rec.op(name, t0, now_ns())
-            work._flag.set()
+                    work._flag.set()
         elif tag == "record":
             mark = cmd[1]
             mark.t_ns = now_ns()

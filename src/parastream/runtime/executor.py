@@ -12,8 +12,8 @@ How a call runs (DESIGN.md: override ``run_node``: switch stream, wait, run, rec
   sufficient). After the last op, stream 0 waits on the plan's end-join events.
 * Folded views (and asserts / size queries) are not ops of the plan: they run lazily, on
   the thread of the first op that reads them (its stream's worker, or the calling thread
-  for stream 0; readers on two streams at once may both compute one, without harm), after that op's waits, so a view of a
-  side-stream tensor is never taken before the tensor exists.
+  for stream 0; readers on two streams at once may both compute one, without harm), after
+  that op's waits, so a view of a side-stream tensor is never taken before it exists.
 * cpu backend: each plan stream is a persistent worker thread with a FIFO; torch's intra-op
   thread count is set once from the main thread before the workers start (DOMAIN.md §8:
   worker threads keep the count they first saw). The streams are held while the call is
@@ -200,6 +200,7 @@ class MultiStreamExecutor(torch.fx.Interpreter):
         self._backend_spec = backend
         self.backend: Any = None
         self.streams: dict[int, Any] = {}
+        self._issue: dict[int, Any] = {}
         self._here_cpus: set[int] | None = None
         self._prepare()
         self._last_timeline: Timeline | None = None
@@ -321,6 +322,10 @@ class MultiStreamExecutor(torch.fx.Interpreter):
             set_intra_op_threads(self.intra_op_threads)
         self.backend = get_backend(spec) if isinstance(spec, str) else spec
         self.streams = {s: self.backend.stream(str(s)) for s in self.stream_ids}
+        # how run_node hands an op over: without a result handle where the stream can
+        # (_exec stores the value itself), else through the protocol's submit
+        self._issue = {s: getattr(st, "launch", None) or st.submit
+                       for s, st in self.streams.items()}
         if cpu:
             # each worker fixes its torch thread count at its first parallel call, and
             # turns autograd off for good: grad mode is per thread, and the caller's
@@ -349,7 +354,7 @@ class MultiStreamExecutor(torch.fx.Interpreter):
         """Stop the stream workers (a later call starts fresh ones)."""
         if self.backend is not None:
             self.backend.close()
-        self.backend, self.streams = None, {}
+        self.backend, self.streams, self._issue = None, {}, {}
 
     def __enter__(self) -> "MultiStreamExecutor":
         return self
@@ -458,11 +463,7 @@ class MultiStreamExecutor(torch.fx.Interpreter):
         stream = self.streams[s]
         for k in waits:
             stream.wait_event(self._events[k])
-        launch = getattr(stream, "launch", None)
-        if launch is not None:  # no result handle: _exec stores the value itself
-            launch(self._exec, n, name=name)
-        else:
-            stream.submit(self._exec, n, name=name)
+        self._issue[s](self._exec, n, name=name)
         for k in records:
             stream.record_event(self._events[k])
 
@@ -662,9 +663,10 @@ def stream_cpus(k: int, streams: int, threads: int) -> set[int] | None:
     the streams' threads do not fit (then the OS shares the cores out).
 
     Why: on a 2-core VM, two one-thread stream workers woken together by the issuing
-    thread (before stream 0 ran on the calling thread) were often queued on the same core, and the second stream started only when
-    the first one's whole program had run (two_chains small: 37 of 40 calls started one
-    stream 0.2-1.2 ms late, 2,407 us median wall; the same calls pinned: none late,
+    thread (before stream 0 ran on the calling thread) were often queued on the same
+    core, and the second stream started only when the first one's whole program had run
+    (two_chains small: 37 of 40 calls started one stream 0.2-1.2 ms late, 2,407 us median
+    wall; the same calls pinned: none late,
     1,629 us). Not the default: multi-stream walls of the tiny zoo models measured
     alternately with single stream came out 1.3-2x slower pinned, also when pinned only
     until each worker's first op (docs/benchmarks-run.md section 9)."""

@@ -34,8 +34,9 @@ def device_of(profile: DeviceProfile) -> Device:
                   vector_cores=profile.cores.vector, hw_queues=profile.hw_queues,
                   launch_us=profile.launch_overhead_us, sweep_us=profile.scheduler_sweep_us,
                   memory_streams=profile.memory_streams,
-                  # Python-level work per op (dispatch, folded views) holds the lock
-                  host_lock=profile.op_host_us > 0 or (profile.kind == "cpu" and profile.view_us > 0),
+                  # CPU streams are Python threads: each task's host part (dispatch, folded
+                  # views) holds the interpreter lock; a device's host work overlaps
+                  host_lock=profile.kind == "cpu",
                   wake_us=profile.event_wake_us,
                   # a worker sleeping on the interpreter lock is woken like one sleeping on
                   # an event: the same OS wake-up, which calibrate measures
