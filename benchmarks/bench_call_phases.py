@@ -1,7 +1,7 @@
 """Where a cpu-backend executor call spends its time (CPU; docs/benchmarks-run.md section 11).
 
-1. ``chain``: the executor's cost per op on a chain of varied tiny ops (views, ``cat``,
-   ``linear``, norms, softmax) on one stream, against the same module run eagerly: the
+1. ``chain``: the executor's cost per op on calibrate's chain of varied tiny ops (views,
+   ``cat``, ``linear``, norms, softmax) on one stream, against the same module run eagerly: the
    slope between two chain lengths, the lowest of 3 medians of 40 calls each.
 2. ``phases MODEL SCALE``: one zoo model's single-stream plan, the plain module run
    between calls as ``measure`` does: the issue loop (call start to first op), the ops'
@@ -30,28 +30,9 @@ import warnings
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 warnings.filterwarnings("ignore")
 KEEP = slice(5, None)  # calls kept of 40 (the first ones warm up)
-
-
-class VariedChain(torch.nn.Module):
-    """``n`` rounds of nine tiny ops of seven types, two of them reading folded views."""
-
-    def __init__(self, n: int) -> None:
-        super().__init__()
-        self.n = n
-        self.w = torch.nn.Parameter(torch.randn(16, 16) / 4)
-        self.g = torch.nn.Parameter(torch.ones(16))
-
-    def forward(self, x):
-        for _ in range(self.n):
-            a, b = x[..., :8], x[..., 8:]
-            x = x * 0.5 + torch.cat([-b, a], dim=-1)
-            x = F.layer_norm(F.silu(F.linear(x, self.w)), (16,), self.g)
-            x = torch.softmax(x, dim=-1) + x
-        return x
 
 
 def chain() -> None:
@@ -59,12 +40,13 @@ def chain() -> None:
     from parastream.plan.model import Plan
     from parastream.runtime.executor import MultiStreamExecutor
     from parastream.runtime.measure import median_wall_us
+    from parastream.runtime.overhead import _VariedChain  # calibrate's chain, as it times it
 
     torch.set_num_threads(1)
     x = torch.randn(1, 16)
     walls = {}
     for n in (2, 16):
-        m = VariedChain(n).eval()
+        m = _VariedChain.make(n)
         rn = import_runnable(m, (x,))
         ops = len(rn.graph.ops)
         with MultiStreamExecutor(m, (x,), Plan.single(o.name for o in rn.graph.ops),

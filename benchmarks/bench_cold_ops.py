@@ -2,7 +2,9 @@
 the longer it is since its code last ran. Results go to docs/benchmarks-run.md section 10.
 
 Each of calibrate's op cases (``parastream.graph.calibrate._op_cases``, the same inputs
-``parastream calibrate`` times) is timed on a worker thread, as the cpu backend runs it:
+``parastream calibrate`` times) is timed where the cpu backend runs it (one thread: on a
+worker thread; all cores: on the calling thread, since the seventh session; section 10's
+table is from before, all on worker threads):
 
 - ``burst``: back to back, the median of a short burst (what calibrate measures);
 - ``rotation``: once per pass over all cases (both sizes), the median over the passes: a
