@@ -18,7 +18,8 @@ small model:
 The per-op and per-call costs come from chains of varied tiny ops run through the executor
 on one stream (:class:`_VariedChain`: folded views, ``cat``, ``linear``, ``silu``,
 ``layer_norm``, ``softmax``, adds, as in a model's layers), at two lengths: the slope per op
-less the ops' own costs at the profile's op rates is the per-op cost, the intercept the
+less the ops' own costs at the profile's op rates is the per-op cost (at least the slope
+less the same chains' in eager mode, timed alternating with them), the intercept the
 per-call cost. (Chains of ``x + 1`` gave 0.03-5 us per op once the executor dropped its
 per-op completion flag: one op type over and over is the cheapest case there is, while
 the varied chain's ops cost the executor about 3 us each more than eager mode.) Chains
@@ -102,6 +103,17 @@ class _VariedChain:
         return VariedChain().eval()
 
 
+def per_op_cost(chain_op_us: float, own_op_us: float, eager_op_us: float) -> float:
+    """The executor's cost per op from a chain's slope through the executor
+    (``chain_op_us``), the ops' own costs at the profile's rates (``own_op_us``) and the
+    same chain's slope in eager mode (``eager_op_us``): the slope less the ops' own costs,
+    but never less than the executor's slope over eager mode's. The op rates are timed
+    apart from the chain; on a busy machine they came out above the chain's whole slope
+    (per-op cost 0 in a CI calibration), while the executor's extra over eager, timed in
+    the same rounds, is what it spends at least."""
+    return max(0.0, chain_op_us - own_op_us, chain_op_us - eager_op_us)
+
+
 def measure_executor_overhead(quick: bool = False, rounds: int = 3,
                               profile: Any = None) -> dict[str, float]:
     """``{"per_op_us", "per_run_us", "chain_op_us", "view_us", "event_wake_us",
@@ -123,17 +135,27 @@ def measure_executor_overhead(quick: bool = False, rounds: int = 3,
     cores = _cores()
     calls = 15 if quick else 40
 
-    def wall(module: Any, rn: Any, plan: Any, threads: int | None, arg: Any) -> float:
+    def wall(module: Any, rn: Any, plan: Any, threads: int | None, arg: Any,
+             eager: list[float] | None = None) -> float:
+        """The executor's median call wall, the median round; with ``eager``, the eager
+        module's is timed in the same rounds, alternating, and appended to it."""
         ex = MultiStreamExecutor(module, (arg,), plan, intra_op_threads=threads, runnable=rn)
         try:
             # the median round, as for the op rates: the lowest kept this VM's quietest
             # moment (a varied chain's slope: 2.9 to 9.6 us per op in three calibrations)
-            return statistics.median(median_wall_us(lambda: ex(arg), calls)
-                                     for _ in range(rounds))
+            ours, theirs = [], []
+            for _ in range(rounds):
+                ours.append(median_wall_us(lambda: ex(arg), calls))
+                if eager is not None:
+                    theirs.append(median_wall_us(lambda: module(arg), calls))
+            if eager is not None:
+                eager.append(statistics.median(theirs))
+            return statistics.median(ours)
         finally:
             ex.close()
 
     varied: dict[int, tuple[int, float, float]] = {}  # rounds -> (ops, wall, own cost)
+    eager: list[float] = []  # the varied chains' eager walls, short then long
     xv = torch.randn(1, 16)
     walls: dict[tuple[str, int], float] = {}
     with torch.no_grad():
@@ -169,11 +191,13 @@ def measure_executor_overhead(quick: bool = False, rounds: int = 3,
             rn = import_runnable(module, (xv,), name=f"varied{n}")
             names = [o.name for o in rn.graph.ops]
             own = sum(estimate(o, bare).dur_us for o in rn.graph.ops) if bare else 0.0
-            varied[n] = (len(names), wall(module, rn, Plan.single(names), cores, xv), own)
+            varied[n] = (len(names), wall(module, rn, Plan.single(names), cores, xv, eager),
+                         own)
 
     (o1, w1, c1), (o2, w2, c2) = varied[VARIED_SHORT], varied[VARIED_LONG]
     chain_op = max(0.0, (w2 - w1) / (o2 - o1))
-    per_op = max(0.0, chain_op - (c2 - c1) / (o2 - o1))
+    eager_op = max(0.0, (eager[1] - eager[0]) / (o2 - o1))
+    per_op = per_op_cost(chain_op, (c2 - c1) / (o2 - o1), eager_op)
     per_run = max(0.0, w1 - o1 * chain_op)
     wake = max(0.0, line("ping-pong")[0] - add_slope)
     # the second stream's chains wait once (their second op), so one wake-up is not its cost
@@ -182,7 +206,8 @@ def measure_executor_overhead(quick: bool = False, rounds: int = 3,
     # 384 us; a second stream's setup is part of a call's fixed cost, so it is capped there
     stream_us = min(max(0.0, second - wake), 2.0 * per_run)
     return {"per_op_us": per_op, "per_run_us": per_run, "chain_op_us": chain_op,
-            "view_us": view, "event_wake_us": wake, "stream_us": stream_us}
+            "eager_op_us": eager_op, "view_us": view, "event_wake_us": wake,
+            "stream_us": stream_us}
 
 
 def calibrate_cpu(quick: bool = False, name: str = "cpu-calibrated") -> dict:
@@ -210,7 +235,8 @@ def calibrate_cpu(quick: bool = False, name: str = "cpu-calibrated") -> dict:
         f"{VARIED_LONG} rounds of nine varied tiny ops (folded views, cat, linear, silu, "
         f"layer_norm, softmax, adds), median call wall; the slope per op "
         f"({ov['chain_op_us']:.3g} us) less the ops' own costs at the op rates and their "
-        f"views' at view_us; a bare "
+        f"views' at view_us, but at least its excess over the same chains' slope in eager "
+        f"mode ({ov['eager_op_us']:.3g} us per op, timed alternating with them); a bare "
         f"hand-off round trip to a worker thread measured {handoff:.3g} us")
     profile["sources"]["run_overhead_us"] = (
         f"{by}: the intercept of the same two chains: the executor's fixed cost per call")
