@@ -154,32 +154,69 @@ def test_each_side_is_measured_in_a_process_of_its_own(monkeypatch):
     assert not baseline.wanted()  # the user chose: every measurement already runs under it
 
 
-def test_each_timed_multi_stream_run_follows_an_untimed_one(inception):
-    module, inputs, rn = inception
-    plan = assign(rn.graph, "matching", max_streams=2)
+def test_each_timed_multi_stream_run_follows_untimed_ones_while_the_team_spins(
+        inception, monkeypatch):
+    import time
+
+    from parastream.runtime import cpu
     from parastream.runtime.executor import MultiStreamExecutor
 
-    calls = []
-    with MultiStreamExecutor(module, inputs, plan, runnable=rn, intra_op_threads=1) as ex:
-        real = ex.__call__
+    module, inputs, rn = inception
+    plan = assign(rn.graph, "matching", max_streams=2)
+    spin = 0.03
+    monkeypatch.setattr(cpu, "team_spin_s", lambda threads: spin)
+    events = []  # ("plain", end) and ("multi", start)
+    hook = module.register_forward_hook(
+        lambda *_: events.append(("plain", time.perf_counter())))
+    try:
+        with MultiStreamExecutor(module, inputs, plan, runnable=rn, intra_op_threads=1) as ex:
+            real = ex.__call__
 
-        class Counting:
-            backend = None
+            class Counting:
+                backend = None
 
-            def __call__(self, *a):
-                calls.append(1)
-                return real(*a)
+                def __call__(self, *a):
+                    events.append(("multi", time.perf_counter()))
+                    return real(*a)
 
-            def timeline(self, label):
-                return ex.timeline(label)
+                def timeline(self, label):
+                    return ex.timeline(label)
 
-        measure(module, inputs, plan, runs=5, warmup=1, drop=2, runnable=rn, cores=2,
-                executor=Counting())
-        assert len(calls) == 1 + 2 * 5          # warm-up, then an untimed run before each timed one
-        calls.clear()
-        measure(module, inputs, plan, runs=5, warmup=1, drop=2, runnable=rn, cores=2,
-                executor=Counting(), rewarm=False)
-        assert len(calls) == 1 + 5
+            measure(module, inputs, plan, runs=5, warmup=1, drop=2, runnable=rn, cores=2,
+                    executor=Counting(), single_executor=False)
+            # after the warm-up: an untimed then a timed plain call, then multi calls, the
+            # last of them timed
+            assert [k for k, _ in events[2:5]] == ["plain", "plain", "multi"]
+            groups, current = [], None
+            for kind, t in events[2:]:
+                if kind == "plain":
+                    if current is not None and len(current) == 1:  # the untimed one
+                        current[0] = t
+                        continue
+                    current = [t]
+                    groups.append(current)
+                else:
+                    current.append(t)
+            assert len(groups) == 5
+            for plain_end, *multi_starts in groups:
+                assert len(multi_starts) >= 2              # untimed ones, then the timed one
+                assert multi_starts[-1] - plain_end >= spin  # the team had stopped spinning
+                assert multi_starts[-2] - plain_end < spin + 0.015  # and not much longer
+            events.clear()
+            measure(module, inputs, plan, runs=5, warmup=1, drop=2, runnable=rn, cores=2,
+                    executor=Counting(), single_executor=False, rewarm=False)
+            assert [k for k, _ in events] == ["plain", "multi"] * 6  # without: alternating
+    finally:
+        hook.remove()
+
+
+def test_team_spin_is_measured_once_per_thread_count():
+    from parastream.runtime import cpu
+
+    pytest.importorskip("torch")
+    assert cpu.team_spin_s(1) == 0.0
+    first = cpu.team_spin_s(2)
+    assert 0.0 <= first < 0.5 and cpu.team_spin_s(2) == first
 
 
 def test_auto_ranks_candidates_by_the_models_own_op_times(inception):

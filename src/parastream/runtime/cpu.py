@@ -56,6 +56,70 @@ def set_intra_op_threads(n: int) -> int:
     return n
 
 
+#: when a thread's CPU time cannot be read (not Linux): this 2-vCPU VM's measured 8-10 ms
+#: with headroom (libgomp's default spin count, ~300k pause loops)
+TEAM_SPIN_FALLBACK_S = 0.015
+#: a pool thread counts as asleep once its CPU time has not moved for this long (the
+#: kernel updates a running thread's CPU time every scheduler tick, 4 ms at 250 Hz)
+_QUIET_S = 0.02
+_team_spin: dict[int, float] = {}
+
+
+def _task_cpu_ns() -> dict[int, int]:
+    """CPU time (ns) of every thread of this process that Python did not start, by
+    native thread id: torch's intra-op (OpenMP) pool threads among them."""
+    import os
+
+    ours = {t.native_id for t in threading.enumerate()}
+    out = {}
+    for tid in os.listdir("/proc/self/task"):
+        if int(tid) in ours:
+            continue
+        try:
+            with open(f"/proc/self/task/{tid}/schedstat") as f:
+                out[int(tid)] = int(f.read().split()[0])
+        except (OSError, ValueError, IndexError):  # the thread ended meanwhile
+            continue
+    return out
+
+
+def team_spin_s(threads: int, trials: int = 3) -> float:
+    """How long torch's intra-op thread team keeps a core busy after a parallel op on
+    ``threads`` threads ends: OpenMP pool threads spin-wait for the next parallel region
+    before they sleep (libgomp's default spin count). Measured once per thread count: the
+    CPU time the busiest pool thread burns after the op while the caller sleeps (the
+    largest of ``trials``); :data:`TEAM_SPIN_FALLBACK_S` where thread CPU times cannot
+    be read. 0 for one thread (no team)."""
+    if threads < 2:
+        return 0.0
+    if threads in _team_spin:
+        return _team_spin[threads]
+    import torch
+
+    spins = []
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(threads)
+        a = torch.randn(256, 256)
+        for _ in range(trials):
+            for _ in range(5):
+                a @ a
+            base = _task_cpu_ns()
+            last, seen, t0 = base, time.perf_counter(), time.perf_counter()
+            while time.perf_counter() - seen < _QUIET_S and time.perf_counter() - t0 < 0.5:
+                time.sleep(0.002)
+                now = _task_cpu_ns()
+                if now != last:
+                    last, seen = now, time.perf_counter()
+            spins.append(max((last[t] - base[t] for t in base if t in last), default=0) / 1e9)
+    except OSError:  # no /proc/self/task here
+        spins = [TEAM_SPIN_FALLBACK_S]
+    finally:
+        torch.set_num_threads(before)
+    _team_spin[threads] = max(spins)
+    return _team_spin[threads]
+
+
 class LaneRecorder:
     """Op and wait intervals of one lane (stream / worker), written by one thread only."""
 

@@ -119,16 +119,22 @@ def measure(module: Any, inputs: Sequence[Any], plan: Plan, *, backend: str = "c
             rewarm: bool = True) -> Measurement:
     """Measure ``plan`` against the single-stream module, alternating in this process.
 
-    With ``rewarm`` (cpu backend) each timed multi-stream run follows an untimed one: the
-    single-stream runs' OpenMP thread team keeps spinning for a few milliseconds after its
-    last op and takes a core from the streams' workers (llama_layer at small scale: a
-    stream's first op started 3.6 ms late, the wall 25-30% longer). Waiting instead does
-    not work on this virtual machine: idle vCPUs halt, and waking them slows every thread
-    hand-off of the next run (a tiny model: 1.9 ms instead of 1.0-1.2 ms after a 20 ms
-    sleep)."""
+    With ``rewarm`` (cpu backend) each timed multi-stream run follows untimed ones, for
+    as long as the single-stream runs' OpenMP thread team keeps spinning after its last op
+    (:func:`~parastream.runtime.cpu.team_spin_s`, 8-10 ms on this 2-vCPU VM): the spinning
+    thread takes a core from the streams' workers (llama_layer at small scale: a stream's
+    first op started 3.6 ms late, the wall 25-30% longer; two_chains small, 1.3-1.5 ms
+    calls: stream 0's first op took 1.2 ms instead of 0.13 ms for the first 4-8 calls, the
+    wall 2.1-2.7 ms instead of 1.3-1.5 ms, while one untimed call was the rule). Waiting
+    instead does not work on this virtual machine: idle vCPUs halt, and waking them slows
+    every thread hand-off of the next run (a tiny model: 1.9 ms instead of 1.0-1.2 ms after
+    a 20 ms sleep). A multi-stream plan run on its own has no such neighbour: its streams'
+    teams are its own. In turn, the timed single-stream run follows an untimed one: after
+    those untimed runs the team has gone to sleep, and waking it slowed the next call
+    (two_chains tiny: 270-320 us instead of 145-175 us)."""
     import torch
 
-    from .cpu import set_intra_op_threads
+    from .cpu import set_intra_op_threads, team_spin_s
     from .executor import MultiStreamExecutor, _cores, default_threads
 
     if runs < 5:
@@ -168,6 +174,7 @@ def measure(module: Any, inputs: Sequence[Any], plan: Plan, *, backend: str = "c
 
     s_walls, m_walls, e_walls = [], [], []
     m_tls, e_tls = [], []
+    settle_s = team_spin_s(cores) if rewarm and not device else 0.0
     try:
         set_intra_op_threads(cores)
         for _ in range(warmup):
@@ -176,12 +183,17 @@ def measure(module: Any, inputs: Sequence[Any], plan: Plan, *, backend: str = "c
                 single(*inputs)
             multi(*inputs)
         for _ in range(runs):
+            if rewarm and not device:
+                plain(*inputs)  # wakes the team the streams' runs left asleep
             s_walls.append(timed(plain))
             if single is not None:
                 e_walls.append(timed(single))
                 e_tls.append(single.timeline(f"{runnable.graph.name}: single stream"))
             if rewarm and not device:
+                settled = time.perf_counter() + settle_s
                 multi(*inputs)
+                while time.perf_counter() < settled:
+                    multi(*inputs)
             m_walls.append(timed(multi))
             m_tls.append(multi.timeline(f"{runnable.graph.name}: {plan.name}"))
     finally:
