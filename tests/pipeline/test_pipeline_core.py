@@ -75,13 +75,14 @@ def test_memory_stays_bounded_and_the_source_blocks_when_the_last_stage_is_slow(
 
     def source():
         nonlocal pulled, worst
-        for i in range(150):
+        for i in range(80):
             pulled += 1
             worst = max(worst, pulled - delivered)
             yield i
 
     stages = [Stage("fast1", lambda x: x), Stage("fast2", lambda x: x, replicas=2),
-              Stage("slow", lambda x: (time.sleep(0.002), x)[1])]
+              Stage("slow", lambda x: (time.sleep(0.006), x)[1])]
+    # 6 ms a slow item: hand-off delays of a loaded machine stay small beside it
     with Pipeline(stages, depth=2) as p:
         cap = p.capacity
         assert cap == 2 * 4 + 4
@@ -142,8 +143,8 @@ def test_pipeline_can_run_again_and_validates_its_input():
 
 
 def test_timeline_has_a_lane_per_replica_and_feeds_analysis_and_html():
-    stages = [Stage("pre", lambda x: (time.sleep(0.001), x)[1], replicas=2),
-              Stage("infer", lambda x: (time.sleep(0.002), x)[1], kind="device"),
+    stages = [Stage("pre", lambda x: (time.sleep(0.003), x)[1], replicas=2),
+              Stage("infer", lambda x: (time.sleep(0.006), x)[1], kind="device"),
               Stage("post", lambda x: x, kind="copy")]
     with Pipeline(stages, name="demo") as p:
         p.run(range(60))

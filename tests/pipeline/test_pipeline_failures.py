@@ -96,8 +96,9 @@ def test_two_stages_failing_at_once_report_the_first_and_count_both():
 
 
 def test_close_from_another_thread_stops_a_blocked_run():
-    release = threading.Event()
-    p = Pipeline([Stage("a", lambda x: x), Stage("stuck", lambda x: (release.wait(0.05), x)[1])])
+    release, entered = threading.Event(), threading.Event()
+    p = Pipeline([Stage("a", lambda x: x),
+                  Stage("stuck", lambda x: (entered.set(), release.wait(0.05), x)[2])])
     got: list[int] = []
 
     def consume():
@@ -106,7 +107,7 @@ def test_close_from_another_thread_stops_a_blocked_run():
 
     t = threading.Thread(target=consume, daemon=True)
     t.start()
-    time.sleep(0.2)
+    assert entered.wait(10)  # items are in flight (a fixed sleep raced a slow thread start)
     within(10, p.close)
     t.join(10)
     assert not t.is_alive()

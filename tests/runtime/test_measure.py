@@ -5,7 +5,7 @@ from __future__ import annotations
 import statistics
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from parastream.graph.torch_import import import_runnable
@@ -73,6 +73,7 @@ def test_recommend_keep_change_and_bad_outputs():
 walls = st.floats(min_value=1.0, max_value=1e6, allow_nan=False)
 
 
+@settings(deadline=None)
 @given(st.lists(st.tuples(walls, walls), min_size=1, max_size=40))
 def test_paired_quartiles_bracket_the_median_round(rounds):
     single, multi = [s for s, _ in rounds], [m for _, m in rounds]
@@ -201,7 +202,8 @@ def test_each_timed_multi_stream_run_follows_untimed_ones_while_the_team_spins(
             for plain_end, *multi_starts in groups:
                 assert len(multi_starts) >= 2              # untimed ones, then the timed one
                 assert multi_starts[-1] - plain_end >= spin  # the team had stopped spinning
-                assert multi_starts[-2] - plain_end < spin + 0.015  # and not much longer
+                # and not much longer (the bound leaves room for a descheduled caller)
+                assert multi_starts[-2] - plain_end < 2 * spin + 0.1
             events.clear()
             measure(module, inputs, plan, runs=5, warmup=1, drop=2, runnable=rn, cores=2,
                     executor=Counting(), single_executor=False, rewarm=False)
