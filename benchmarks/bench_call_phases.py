@@ -16,6 +16,7 @@
     python benchmarks/bench_call_phases.py chain
     python benchmarks/bench_call_phases.py phases llama_layer tiny [--profile P.json]
     python benchmarks/bench_call_phases.py late two_chains small [--profile P.json]
+    python benchmarks/bench_call_phases.py settle two_chains small [--profile P.json]
 
 Without ``--profile`` the profile is calibrated first (``parastream calibrate --quick``).
 """
@@ -147,9 +148,39 @@ def late(name: str, scale: str, profile) -> None:
               f"300 us in {sum(f > 300 for f in kept)}/{len(kept)} calls (CPU)")
 
 
+def settle(name: str, scale: str, profile) -> None:
+    """After 5 plain-module calls on all cores: the model's best multi-stream candidate
+    called for 40 ms, each call's start (ms after the plain calls) and wall (us), five
+    times; then the pool thread's spin that ``measure`` now waits out."""
+    from parastream.runtime.cpu import set_intra_op_threads, team_spin_s
+    from parastream.runtime.executor import MultiStreamExecutor, _cores
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from bench_run import candidates_of
+
+    module, inputs, _ = _model(name, scale)
+    rn, _, multi = candidates_of(module, inputs, name, profile, top=1)
+    if not multi:
+        print(f"{name} {scale}: no multi-stream candidate")
+        return
+    print(f"{name} {scale} {multi[0].name[:50]}: start ms:wall us of each call (CPU)")
+    with MultiStreamExecutor(module, inputs, multi[0], runnable=rn) as ex, torch.no_grad():
+        for _ in range(5):
+            set_intra_op_threads(_cores())
+            for _ in range(5):
+                module(*inputs)
+            end, row = time.perf_counter(), []
+            while time.perf_counter() - end < 0.04:
+                t0 = time.perf_counter()
+                ex(*inputs)
+                row.append(f"{(t0 - end) * 1e3:.1f}:{(time.perf_counter() - t0) * 1e6:.0f}")
+            print("  " + " ".join(row))
+    print(f"team_spin_s({_cores()}) = {team_spin_s(_cores()) * 1e3:.1f} ms")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("what", choices=("chain", "phases", "late"))
+    ap.add_argument("what", choices=("chain", "phases", "late", "settle"))
     ap.add_argument("model", nargs="?", default="llama_layer")
     ap.add_argument("scale", nargs="?", default="tiny")
     ap.add_argument("--profile", default=None)
@@ -164,7 +195,8 @@ def main() -> None:
 
     profile = (load_profile(args.profile) if args.profile else
                loads_profile(msgspec.json.encode(calibrate_cpu(quick=True))))
-    (phases if args.what == "phases" else late)(args.model, args.scale, profile)
+    {"phases": phases, "late": late, "settle": settle}[args.what](args.model, args.scale,
+                                                                  profile)
 
 
 if __name__ == "__main__":
