@@ -15,7 +15,10 @@ settings.register_profile("parastream", deadline=None)
 settings.load_profile("parastream")
 
 #: seconds one threaded test may run before its stacks are dumped and the process ends
-WATCHDOG_S = float(os.environ.get("PARASTREAM_TEST_WATCHDOG_S", "300"))
+try:
+    WATCHDOG_S = float(os.environ.get("PARASTREAM_TEST_WATCHDOG_S", "300"))
+except ValueError:
+    WATCHDOG_S = 300.0
 
 
 @pytest.fixture

@@ -5,7 +5,7 @@ from __future__ import annotations
 import statistics
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from parastream.graph.torch_import import import_runnable
@@ -73,7 +73,6 @@ def test_recommend_keep_change_and_bad_outputs():
 walls = st.floats(min_value=1.0, max_value=1e6, allow_nan=False)
 
 
-@settings(deadline=None)
 @given(st.lists(st.tuples(walls, walls), min_size=1, max_size=40))
 def test_paired_quartiles_bracket_the_median_round(rounds):
     single, multi = [s for s, _ in rounds], [m for _, m in rounds]
@@ -212,13 +211,45 @@ def test_each_timed_multi_stream_run_follows_untimed_ones_while_the_team_spins(
         hook.remove()
 
 
-def test_team_spin_is_measured_once_per_thread_count():
+def test_team_spin_is_measured_once_per_thread_count(monkeypatch):
+    torch = pytest.importorskip("torch")
     from parastream.runtime import cpu
 
-    pytest.importorskip("torch")
+    monkeypatch.setattr(cpu, "_team_spin", {})
+    threads = torch.get_num_threads()
     assert cpu.team_spin_s(1) == 0.0
     first = cpu.team_spin_s(2)
-    assert 0.0 <= first < 0.5 and cpu.team_spin_s(2) == first
+    assert 0.0 <= first <= cpu.TEAM_SPIN_MAX_S
+    assert torch.get_num_threads() == threads  # the caller's setting is back
+    calls = []
+    monkeypatch.setattr(cpu, "_measure_team_spin", lambda *a: calls.append(a) or 1.0)
+    assert cpu.team_spin_s(2) == first and calls == []  # cached
+    assert cpu.team_spin_s(3) == cpu.TEAM_SPIN_MAX_S     # measured, capped
+    assert len(calls) == 1
+
+
+def test_team_spin_falls_back_where_thread_times_cannot_be_read(monkeypatch):
+    torch = pytest.importorskip("torch")
+    from parastream.runtime import cpu
+
+    threads = torch.get_num_threads()
+    for unreadable in (lambda: {}, lambda: (_ for _ in ()).throw(OSError("no /proc"))):
+        monkeypatch.setattr(cpu, "_team_spin", {})
+        monkeypatch.setattr(cpu, "_task_cpu_ns", unreadable)
+        assert cpu.team_spin_s(2) == cpu.TEAM_SPIN_FALLBACK_S
+        assert torch.get_num_threads() == threads
+
+
+def test_team_spin_leaves_out_a_thread_busy_before_the_op(monkeypatch):
+    pytest.importorskip("torch")
+    import time
+
+    from parastream.runtime import cpu
+
+    # a thread of the caller's own that never stops computing, team or no team
+    monkeypatch.setattr(cpu, "_task_cpu_ns", lambda: {999_999: time.perf_counter_ns()})
+    monkeypatch.setattr(cpu, "_team_spin", {})
+    assert cpu.team_spin_s(2) == 0.0
 
 
 def test_auto_ranks_candidates_by_the_models_own_op_times(inception):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import msgspec
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from parastream.device.profile import load_profile
@@ -13,7 +13,6 @@ from parastream.runtime.overhead import measure_executor_overhead, per_op_cost
 us = st.floats(min_value=0.0, max_value=1e4, allow_nan=False)
 
 
-@settings(deadline=None)
 @given(us, us, us)
 def test_per_op_cost_is_the_larger_remainder_and_never_negative(chain, own, eager):
     got = per_op_cost(chain, own, eager)

@@ -59,10 +59,14 @@ def set_intra_op_threads(n: int) -> int:
 #: when a thread's CPU time cannot be read (not Linux): this 2-vCPU VM's measured 8-10 ms
 #: with headroom (libgomp's default spin count, ~300k pause loops)
 TEAM_SPIN_FALLBACK_S = 0.015
+#: the longest spin :func:`team_spin_s` reports: libiomp's default spin (KMP_BLOCKTIME)
+#: is 200 ms; a team told never to sleep (OMP_WAIT_POLICY=active) is cut here
+TEAM_SPIN_MAX_S = 0.25
 #: a pool thread counts as asleep once its CPU time has not moved for this long (the
 #: kernel updates a running thread's CPU time every scheduler tick, 4 ms at 250 Hz)
 _QUIET_S = 0.02
 _team_spin: dict[int, float] = {}
+_team_spin_lock = threading.Lock()
 
 
 def _task_cpu_ns() -> dict[int, int]:
@@ -83,41 +87,63 @@ def _task_cpu_ns() -> dict[int, int]:
     return out
 
 
+def _busy_threads(window_s: float = _QUIET_S) -> set[int]:
+    """Threads (of :func:`_task_cpu_ns`) that ran over half of ``window_s`` while the
+    caller slept: busy with work of their own, so no sign of a spinning team."""
+    before = _task_cpu_ns()
+    time.sleep(window_s)
+    after = _task_cpu_ns()
+    return {t for t in after if t in before and after[t] - before[t] > window_s * 5e8}
+
+
 def team_spin_s(threads: int, trials: int = 3) -> float:
     """How long torch's intra-op thread team keeps a core busy after a parallel op on
     ``threads`` threads ends: OpenMP pool threads spin-wait for the next parallel region
     before they sleep (libgomp's default spin count). Measured once per thread count: the
-    CPU time the busiest pool thread burns after the op while the caller sleeps (the
-    largest of ``trials``); :data:`TEAM_SPIN_FALLBACK_S` where thread CPU times cannot
-    be read. 0 for one thread (no team)."""
+    CPU time the busiest pool thread burns after a parallel matmul and element-wise op
+    while the caller sleeps, threads already busy before the op left out, the median of
+    ``trials``, at most :data:`TEAM_SPIN_MAX_S`; :data:`TEAM_SPIN_FALLBACK_S` where thread
+    CPU times cannot be read. 0 for one thread (no team)."""
     if threads < 2:
         return 0.0
-    if threads in _team_spin:
+    with _team_spin_lock:
+        if threads not in _team_spin:
+            _team_spin[threads] = min(TEAM_SPIN_MAX_S, _measure_team_spin(threads, trials))
         return _team_spin[threads]
+
+
+def _measure_team_spin(threads: int, trials: int) -> float:
+    import statistics
+
     import torch
 
     spins = []
     before = torch.get_num_threads()
     try:
         torch.set_num_threads(threads)
-        a = torch.randn(256, 256)
+        a, e = torch.randn(256, 256), torch.ones(1 << 20)
         for _ in range(trials):
+            busy = _busy_threads()
             for _ in range(5):
-                a @ a
+                a @ a       # the BLAS team
+                e.sqrt_()   # torch's own parallel_for team (the same pool with libgomp)
             base = _task_cpu_ns()
+            if not base:  # per-thread CPU times are not readable here
+                raise OSError("no thread CPU times")
             last, seen, t0 = base, time.perf_counter(), time.perf_counter()
-            while time.perf_counter() - seen < _QUIET_S and time.perf_counter() - t0 < 0.5:
+            while (time.perf_counter() - seen < _QUIET_S
+                   and time.perf_counter() - t0 < TEAM_SPIN_MAX_S + _QUIET_S):
                 time.sleep(0.002)
                 now = _task_cpu_ns()
                 if now != last:
                     last, seen = now, time.perf_counter()
-            spins.append(max((last[t] - base[t] for t in base if t in last), default=0) / 1e9)
+            spins.append(max((last[t] - base[t] for t in base if t in last and t not in busy),
+                             default=0) / 1e9)
     except OSError:  # no /proc/self/task here
-        spins = [TEAM_SPIN_FALLBACK_S]
+        return TEAM_SPIN_FALLBACK_S
     finally:
         torch.set_num_threads(before)
-    _team_spin[threads] = max(spins)
-    return _team_spin[threads]
+    return statistics.median(spins)
 
 
 class LaneRecorder:

@@ -121,7 +121,8 @@ def measure(module: Any, inputs: Sequence[Any], plan: Plan, *, backend: str = "c
 
     With ``rewarm`` (cpu backend) each timed multi-stream run follows untimed ones, for
     as long as the single-stream runs' OpenMP thread team keeps spinning after its last op
-    (:func:`~parastream.runtime.cpu.team_spin_s`, 8-10 ms on this 2-vCPU VM): the spinning
+    (:func:`~parastream.runtime.cpu.team_spin_s`, 8-10 ms on this 2-vCPU VM with libgomp;
+    libiomp's default is about 200 ms): the spinning
     thread takes a core from the streams' workers (llama_layer at small scale: a stream's
     first op started 3.6 ms late, the wall 25-30% longer; two_chains small, 1.3-1.5 ms
     calls: stream 0's first op took 1.2 ms instead of 0.13 ms for the first 4-8 calls, the
