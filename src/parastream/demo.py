@@ -70,7 +70,7 @@ def run_demo(out_dir: str = "out/demo", model: str = DEFAULT_MODEL, scale: str =
     import torch
 
     from .device.profile import load_profile, loads_profile
-    from .graph.calibrate import busy_note, cpu_count
+    from .graph.calibrate import BusyWatch, busy_note, cpu_count
     from .graph.calibrate import dumps as dump_profile
     from .runtime.overhead import calibrate_cpu
     from .graph.headroom import analyze_graph
@@ -103,7 +103,10 @@ def run_demo(out_dir: str = "out/demo", model: str = DEFAULT_MODEL, scale: str =
         else:
             busy = busy_note(cpu_count())
             step("calibrating the local CPU" + (f" ({busy})" if busy else ""))
-            prof_dict = calibrate_cpu(quick=True, name="cpu-calibrated")
+            with BusyWatch(cpu_count()) as watch:
+                prof_dict = calibrate_cpu(quick=True, name="cpu-calibrated")
+            if watch.note():
+                step(f"warning: {watch.note()}")
             profile = loads_profile(dump_profile(prof_dict))
         os.makedirs(out_dir, exist_ok=True)  # only once the model and the profile are good
         if not profile_path:

@@ -188,3 +188,65 @@ def test_a_busy_machine_is_named_before_calibrating(monkeypatch):
     assert busy_note(2, samples=3) is None      # only this process: quiet, whatever the average
     monkeypatch.setattr(builtins, "open", loadavg(None))
     assert busy_note(2, samples=3) is None
+
+
+def test_others_running_leaves_out_this_process_own_threads(monkeypatch):
+    import builtins
+    import io
+    import os
+    import threading
+
+    import pytest
+
+    from parastream.graph.calibrate import _others_running
+
+    if not os.path.isdir("/proc/self/task"):
+        pytest.skip("no /proc here")
+    real_open = builtins.open
+    monkeypatch.setattr(builtins, "open", lambda path, *a, **k: io.StringIO(
+        "0.5 0.5 0.5 3/412 999\n") if path == "/proc/loadavg" else real_open(path, *a, **k))
+    stop = threading.Event()
+
+    def spin():  # a busy thread of this process is not "other work"
+        while not stop.is_set():
+            pass
+
+    t = threading.Thread(target=spin, daemon=True)
+    t.start()
+    try:
+        # 3 runnable in all, two of them ours (this thread reading, the spinning one)
+        counts = [_others_running() for _ in range(5)]
+    finally:
+        stop.set()
+        t.join()
+    assert max(counts) <= 1
+
+
+def test_busy_watch_names_work_that_runs_during_the_calibration():
+    import subprocess
+    import sys
+    import time
+
+    from parastream.graph.calibrate import BusyWatch, _others_running
+
+    if _others_running() is None:
+        import pytest
+
+        pytest.skip("no /proc/loadavg here")
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
+    try:
+        time.sleep(0.3)  # the interpreters start
+        with BusyWatch(2, every_s=0.02) as watch:
+            time.sleep(0.4)
+    finally:
+        for h in hogs:
+            h.kill()
+            h.wait()
+    assert len(watch.samples) >= 5
+    assert watch.busy_share() > 0.25
+    note = watch.note()
+    assert note is not None and "calibrate again on a quiet machine" in note
+    quiet = BusyWatch(64)  # on 64 cores two tasks are not half of them
+    quiet.samples = list(watch.samples)
+    assert quiet.note() is None
+    assert BusyWatch(2).note() is None  # no samples: nothing to say
