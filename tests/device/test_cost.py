@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import msgspec
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -462,6 +463,60 @@ def test_profile_rejects_negative_cold_costs():
     doc["cold_after_us"] = -2
     with pytest.raises(InputError, match="cold_after_us"):
         loads_profile(json.dumps(doc), "p.json")
+
+
+def test_cold_share_follows_the_measured_curve_then_ramps_to_the_whole_cost():
+    import pytest
+
+    from parastream.device.cost import cold_share
+
+    prof = msgspec.structs.replace(cpu_profile(), cold_after_us=4000.0,
+                                   cold_curve=[[50.0, 0.1], [250.0, 0.15], [500.0, 0.2]])
+    assert cold_share(0.0, prof) == 0.0
+    assert cold_share(25.0, prof) == pytest.approx(0.05)     # from 0 at no idle
+    assert cold_share(150.0, prof) == pytest.approx(0.125)   # between two points
+    assert cold_share(500.0, prof) == pytest.approx(0.2)
+    assert cold_share(2250.0, prof) == pytest.approx(0.6)    # half way on to cold_after
+    assert cold_share(4000.0, prof) == cold_share(1e6, prof) == 1.0
+    # without a curve, in proportion to the idle; the curve charges more at short idles
+    plain = msgspec.structs.replace(prof, cold_curve=[])
+    assert cold_share(250.0, plain) == pytest.approx(250.0 / 4000.0)
+    assert cold_share(250.0, plain) < cold_share(250.0, prof)
+    # a curve past cold_after keeps its last share; cold_after 0 past the curve: all of it
+    assert cold_share(1e6, msgspec.structs.replace(prof, cold_after_us=300.0)) == 0.2
+    assert cold_share(1e6, msgspec.structs.replace(prof, cold_after_us=0.0)) == 1.0
+
+
+@given(st.lists(st.tuples(st.floats(0, 1e5), st.floats(0, 1)), min_size=1, max_size=6),
+       st.floats(0, 2e5), st.floats(0, 2e5), st.floats(0, 2e5))
+def test_cold_share_stays_within_0_and_1_and_grows_with_a_growing_curve(points, after, a, b):
+    from parastream.device.cost import cold_share
+
+    idles = sorted(i for i, _ in points)
+    shares = sorted(s for _, s in points)  # a non-decreasing curve, as calibrate writes
+    prof = msgspec.structs.replace(cpu_profile(), cold_after_us=after,
+                                   cold_curve=[[i, s] for i, s in zip(idles, shares)])
+    lo, hi = sorted((a, b))
+    assert 0.0 <= cold_share(lo, prof) <= 1.0
+    if after == 0 or after > idles[-1]:  # past the curve it ramps up (or is all of it)
+        assert cold_share(lo, prof) <= cold_share(hi, prof) + 1e-9
+
+
+def test_profile_rejects_a_bad_cold_curve():
+    import json
+
+    import pytest
+
+    from parastream.device.profile import dumps_profile, loads_profile
+    from parastream.errors import InputError
+
+    doc = json.loads(dumps_profile(load_profile("cpu")))
+    for bad in ([[100.0, 1.5]], [[-1.0, 0.1]], [[100.0]], [[200.0, 0.1], [100.0, 0.2]]):
+        doc["cold_curve"] = bad
+        with pytest.raises(InputError, match="cold_curve"):
+            loads_profile(json.dumps(doc), "p.json")
+    doc["cold_curve"] = [[100.0, 0.1], [300.0, 0.2]]
+    assert loads_profile(json.dumps(doc), "p.json").cold_curve == [[100.0, 0.1], [300.0, 0.2]]
 
 
 def test_an_op_pays_for_the_folded_views_it_computes_on_a_cpu_only():

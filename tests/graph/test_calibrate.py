@@ -148,7 +148,15 @@ def test_cold_after_is_measured_and_op_rates_carry_cold_costs():
     import pytest
 
     pytest.importorskip("torch")
-    assert 0.0 <= cal.measure_cold_after(reps=3) <= 2e3 * cal.IDLE_MS[-1]
+    after, curve = cal.measure_cold(reps=3)
+    assert 0.0 <= after <= 2e3 * cal.IDLE_MS[-1]
+    # the curve: one point per short idle (or none when idling cost nothing), idles
+    # ascending from about the nominal ones, shares non-decreasing within 0..1
+    assert len(curve) in (0, len(cal.SHORT_IDLE_MS))
+    idles, shares = [i for i, _ in curve], [s for _, s in curve]
+    assert idles == sorted(idles) and shares == sorted(shares)
+    assert all(0.0 <= s <= 1.0 for s in shares)
+    assert all(i >= 1e3 * ms for i, ms in zip(idles, cal.SHORT_IDLE_MS))
     for r in cal.measure_op_rates(quick=True).values():
         assert r["cold_1_us"] >= 0 and r["cold_all_us"] >= 0
 

@@ -407,10 +407,23 @@ def with_cores(op_or_cost: Any, profile: DeviceProfile, cores: int) -> OpCost:
 
 
 def cold_share(idle_us: float, profile: DeviceProfile) -> float:
-    """How much of a cold cost is due after ``idle_us`` of other ops:
-    ``min(1, idle / cold_after_us)`` (1 when the profile's ``cold_after_us`` is 0)."""
+    """How much of a cold cost is due after ``idle_us`` of other ops: from the profile's
+    measured ``cold_curve`` where it has one (interpolated, from 0 at no idle; past its
+    last point the share ramps on in proportion to reach 1 at ``cold_after_us``), else
+    ``min(1, idle / cold_after_us)``; 1 when ``cold_after_us`` is 0 and there is no curve."""
     after = profile.cold_after_us
-    return min(1.0, max(0.0, idle_us) / after) if after > 0 else 1.0
+    idle = max(0.0, idle_us)
+    curve = profile.cold_curve
+    if not curve:
+        return min(1.0, idle / after) if after > 0 else 1.0
+    x0, y0 = 0.0, 0.0
+    for x1, y1 in curve:
+        if idle <= x1:
+            return y0 + (y1 - y0) * (idle - x0) / (x1 - x0) if x1 > x0 else y1
+        x0, y0 = x1, y1
+    if after > x0:  # past the last point: on to the whole cost at cold_after_us
+        return min(1.0, y0 + (1.0 - y0) * (idle - x0) / (after - x0))
+    return y0 if after > 0 else 1.0
 
 
 def cold_us(cost: OpCost, profile: DeviceProfile, idle_us: float,

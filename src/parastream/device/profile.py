@@ -143,6 +143,13 @@ class DeviceProfile(msgspec.Struct, forbid_unknown_fields=True):
     #: cost (``OpRate.cold_1_us`` / ``cold_all_us``); sooner, a share in proportion. 0 =
     #: always the whole cost (when the op rates carry one).
     cold_after_us: float = 0.0
+    #: CPU only: the measured share of the whole cold cost due after an idle, as
+    #: ``[idle_us, share]`` points, idle ascending, share from 0 to 1: interpolated between
+    #: them (from 0 at no idle; the last share beyond the last point, ramping on to 1 at
+    #: ``cold_after_us``). Empty: the share rises in proportion to the idle up to
+    #: ``cold_after_us``. (Inside a model the idles are 0.05-0.5 ms, where the calibrated
+    #: share was 5-20%, three times the proportional ramp's.)
+    cold_curve: list[list[float]] = []
     schema: str = SCHEMA
 
     @property
@@ -230,6 +237,13 @@ def _check(p: DeviceProfile, where: str | None) -> DeviceProfile:
                 "stream_overhead_us", "cold_after_us", "view_us"):
         if not getattr(p, key) >= 0:
             raise bad(f"{key} must be zero or positive")
+    idles = []
+    for point in p.cold_curve:
+        if len(point) != 2 or not (point[0] >= 0 and 0 <= point[1] <= 1):
+            raise bad("cold_curve: each point must be [idle_us >= 0, share from 0 to 1]")
+        idles.append(point[0])
+    if idles != sorted(idles):
+        raise bad("cold_curve: idles must be in ascending order")
     missing = [k for k in SOURCED_KEYS if not p.sources.get(k, "").strip()]
     if missing:
         raise bad(f"no source given for {', '.join(missing)} (every number needs one in "

@@ -355,49 +355,63 @@ def rotation_passes(quick: bool) -> int:
     return ROTATION_PASSES // (3 if quick else 1)
 
 
-#: idle times (ms) after which :func:`measure_cold_after` times an op
+#: idle times (ms) after which :func:`measure_cold` times an op, other op cases (tiny and
+#: small) running in between
 IDLE_MS = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0)
-#: the op cases whose cold ramp :func:`measure_cold_after` measures (a composite of several
+#: shorter idle times (ms), only tiny op cases running in between, as inside a small model:
+#: the points of the profile's ``cold_curve``
+SHORT_IDLE_MS = (0.05, 0.1, 0.25, 0.5)
+#: the op cases whose cold ramp :func:`measure_cold` measures (a composite of several
 #: kernels, a matmul, an element-wise op and a copy)
 COLD_TARGETS = ("rms_norm", "linear", "add", "cat")
 
 
-def measure_cold_after(reps: int = 9, targets: Sequence[str] = COLD_TARGETS) -> float:
-    """Microseconds after which an op whose code has not run pays its whole cold cost
-    (the profile's ``cold_after_us``; 0 without torch or when idling costs nothing).
+def measure_cold(reps: int = 9,
+                 targets: Sequence[str] = COLD_TARGETS) -> tuple[float, list[list[float]]]:
+    """How an op whose code has not run for a while pays its cold cost: (the profile's
+    ``cold_after_us``, its ``cold_curve``); (0, []) without torch or when idling costs
+    nothing.
 
     For each of ``targets`` (small cases of :func:`_op_cases`), where the executor runs
     an op on one intra-op thread and on all cores (:func:`_on_executor_thread`): the op
     back to back, then right after the other op cases, run in turn for at least each of
     :data:`IDLE_MS` (as in a model, other ops run between two of one type), the median of
     ``reps`` each, with the median idle really spent. Each curve gives the idle at which
-    the op pays half its extra after the longest idle (:func:`cold_ramp_us`); the result is the median over targets and thread counts.
-    (A Python spin that runs no other op gives a ramp 2-5x longer on the development VM:
-    other ops evict more.)"""
+    the op pays half its extra after the longest idle (:func:`cold_ramp_us`);
+    ``cold_after_us`` is the median over targets and thread counts. (A Python spin that
+    runs no other op gives a ramp 2-5x longer on the development VM: other ops evict
+    more.)
+
+    The filler's small cases take a millisecond each, so those idles really last 0.5 ms
+    and more. The curve's points come from the same op after :data:`SHORT_IDLE_MS` of the
+    other families' tiny cases only: its extra there over its extra after the longest
+    idle, the median over targets and thread counts at each idle, made non-decreasing
+    (on the development VM 5-20% at 0.05-0.5 ms, where the proportional ramp gave 1-8%)."""
     import importlib.util
 
     if importlib.util.find_spec("torch") is None:
-        return 0.0
+        return 0.0, []
     cases = {name: (case(False)[0], case(True)[0]) for name, (_, case) in _op_cases().items()}
 
-    def probe(name: str) -> tuple[float, list[float]]:
+    def probe(name: str) -> tuple[float, list[tuple[float, float]], list[tuple[float, float]]]:
         target = cases[name][0]
         family = name.split(".", 1)[0]
         others = [fn for other, pair in cases.items() if other.split(".", 1)[0] != family
                   for fn in pair]
+        tiny = [pair[0] for other, pair in cases.items() if other.split(".", 1)[0] != family]
 
         turn = [0]  # the filler goes on where it stopped: each idle starts with other ops
 
-        def after(ms: float) -> tuple[float, float]:
+        def after(filler: list, ms: float) -> tuple[float, float]:
             """(median idle really spent, ms; median time of the op after it, us): the
             filler's ops only stop once the nominal idle has passed, so the real one is
-            longer, by up to a large case's time."""
+            longer, by up to a case's time."""
             times, idles = [], []
             for _ in range(reps):
                 t0 = time.perf_counter()
                 end = t0 + ms / 1e3
                 while time.perf_counter() < end:
-                    others[turn[0] % len(others)]()
+                    filler[turn[0] % len(filler)]()
                     turn[0] += 1
                 t1 = time.perf_counter()
                 target()
@@ -405,17 +419,34 @@ def measure_cold_after(reps: int = 9, targets: Sequence[str] = COLD_TARGETS) -> 
                 idles.append(t1 - t0)
             return statistics.median(idles) * 1e3, statistics.median(times) * 1e6
 
-        return _median_time(target, 0.05, 5, 2000) * 1e6, [after(ms) for ms in IDLE_MS]
+        return (_median_time(target, 0.05, 5, 2000) * 1e6, [after(others, ms) for ms in IDLE_MS],
+                [after(tiny, ms) for ms in SHORT_IDLE_MS])
 
     ramps = []
+    points: list[list[tuple[float, float]]] = [[] for _ in SHORT_IDLE_MS]
     for threads in sorted({1, cpu_count()}):
         for name in targets:
-            hot, cold = _on_executor_thread(partial(probe, name), threads,
-                                            "parastream-calibrate-cold")
+            hot, cold, short = _on_executor_thread(partial(probe, name), threads,
+                                                   "parastream-calibrate-cold")
+            longest = cold[-1][1] - hot  # the extra after the longest nominal idle
             cold.sort()
             ramps.append(cold_ramp_us([ms for ms, _ in cold], [t - hot for _, t in cold]))
+            if longest >= 1.0:
+                for k, (ms, t) in enumerate(short):
+                    points[k].append((ms * 1e3, min(1.0, max(0.0, (t - hot) / longest))))
     ramps = [r for r in ramps if r > 0]
-    return statistics.median(ramps) if ramps else 0.0
+    if not ramps:
+        return 0.0, []
+    curve, share = [], 0.0
+    for pts in points:
+        if pts:
+            share = max(share, statistics.median(s for _, s in pts))
+            curve.append([float(f"{statistics.median(i for i, _ in pts):.4g}"),
+                          float(f"{share:.3g}")])
+    idles = [c[0] for c in curve]
+    if idles != sorted(idles):  # a slow case stretched a short idle past a longer one
+        curve = []
+    return statistics.median(ramps), curve
 
 
 def cold_ramp_us(idle_ms: Sequence[float], extra_us: Sequence[float]) -> float:
@@ -739,7 +770,7 @@ def calibrate(quick: bool = False, name: str = "cpu-calibrated") -> dict:
         return float(f"{x:.{digits}g}")
 
     op_rates = measure_op_rates(quick, rounds=2 if quick else 3)
-    cold_after = measure_cold_after(3 if quick else 9) if op_rates else 0.0
+    cold_after, cold_curve = measure_cold(3 if quick else 9) if op_rates else (0.0, [])
     dram: dict[str, float] = {}
     streams, cache = 1.0, 0
     for _ in range(2):  # best of two: a busy neighbour only lowers a rate
@@ -776,6 +807,7 @@ def calibrate(quick: bool = False, name: str = "cpu-calibrated") -> dict:
         "memory_streams": r(streams, 3),
         "cache_bytes": cache,
         "cold_after_us": r(cold_after),
+        "cold_curve": cold_curve,
         "sources": {
             "cores": f"{by}: os.sched_getaffinity (CPUs this process may use)",
             "peak_tflops": (f"{by}: {mode}best of {rounds} rounds; cube = best time of "
@@ -819,6 +851,12 @@ def calibrate(quick: bool = False, name: str = "cpu-calibrated") -> dict:
             f"{', '.join(f'{ms:g}' for ms in IDLE_MS)} ms: twice the idle time at which one "
             "takes half its extra time after the longest idle, the median over cases and "
             "thread counts (0 = idling cost nothing measurable)")
+        profile["sources"]["cold_curve"] = (
+            f"{by}: the same cases right after "
+            f"{', '.join(f'{ms:g}' for ms in SHORT_IDLE_MS)} ms of the other op types' tiny "
+            "cases only: [median idle really spent in us, median over cases and thread "
+            "counts of the extra over the extra after the longest idle], made "
+            "non-decreasing (parastream.graph.calibrate.measure_cold)")
     if dram:
         profile["sources"]["op_rates"] += (
             f"; dram_gbps: best of 2 rounds, median time of a batch-1 F.linear over a "
