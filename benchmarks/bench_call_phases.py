@@ -118,9 +118,9 @@ def phases(name: str, scale: str, profile) -> None:
               ", ".join(f"{n} {t:.1f}" for n, t in views.items()))
 
 
-def late(name: str, scale: str, profile) -> None:
-    from parastream.runtime.executor import MultiStreamExecutor
-
+def _best_multi(name: str, scale: str, profile):
+    """(module, inputs, runnable, [best multi-stream candidate]) of a zoo model, or None
+    (said) when it has no multi-stream candidate."""
     sys.path.insert(0, str(Path(__file__).parent))
     from bench_run import candidates_of
 
@@ -128,7 +128,17 @@ def late(name: str, scale: str, profile) -> None:
     rn, _, multi = candidates_of(module, inputs, name, profile, top=1)
     if not multi:
         print(f"{name} {scale}: no multi-stream candidate")
+        return None
+    return module, inputs, rn, multi
+
+
+def late(name: str, scale: str, profile) -> None:
+    from parastream.runtime.executor import MultiStreamExecutor
+
+    found = _best_multi(name, scale, profile)
+    if found is None:
         return
+    module, inputs, rn, multi = found
     for mode in ("nothing", "plain module", "plain module + untimed call"):
         walls, first = [], []
         with MultiStreamExecutor(module, inputs, multi[0], runnable=rn) as ex, torch.no_grad():
@@ -155,14 +165,10 @@ def settle(name: str, scale: str, profile) -> None:
     from parastream.runtime.cpu import set_intra_op_threads, team_spin_s
     from parastream.runtime.executor import MultiStreamExecutor, _cores
 
-    sys.path.insert(0, str(Path(__file__).parent))
-    from bench_run import candidates_of
-
-    module, inputs, _ = _model(name, scale)
-    rn, _, multi = candidates_of(module, inputs, name, profile, top=1)
-    if not multi:
-        print(f"{name} {scale}: no multi-stream candidate")
+    found = _best_multi(name, scale, profile)
+    if found is None:
         return
+    module, inputs, rn, multi = found
     print(f"{name} {scale} {multi[0].name[:50]}: start ms:wall us of each call (CPU)")
     with MultiStreamExecutor(module, inputs, multi[0], runnable=rn) as ex, torch.no_grad():
         for _ in range(5):
