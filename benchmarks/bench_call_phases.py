@@ -1,4 +1,4 @@
-"""Where a cpu-backend executor call spends its time (CPU; docs/benchmarks-run.md section 11).
+"""Where a cpu-backend executor call spends its time (CPU; docs/benchmarks-run.md sections 11 and 12).
 
 1. ``chain``: the executor's cost per op on calibrate's chain of varied tiny ops (views,
    ``cat``, ``linear``, norms, softmax) on one stream, against the same module run eagerly: the
@@ -12,11 +12,18 @@
    the plain module / the plain module and an untimed call between two timed calls:
    how often stream 0's first op (on the calling thread) lasts over 300 us because another
    stream's worker took its core.
+4. ``settle MODEL SCALE``: the best multi-stream candidate's calls for 40 ms after the
+   plain module ran on all cores (when each starts, how long it takes), five times, and
+   how long torch's OpenMP pool thread spins after a parallel op (``team_spin_s``).
+5. ``isolate MODEL SCALE``: per op type of the single-stream plan, the profile's estimate
+   of the ops' own time, the same ops timed alone with their real inputs, and inside the
+   model; the folded views likewise.
 
     python benchmarks/bench_call_phases.py chain
     python benchmarks/bench_call_phases.py phases llama_layer tiny [--profile P.json]
     python benchmarks/bench_call_phases.py late two_chains small [--profile P.json]
     python benchmarks/bench_call_phases.py settle two_chains small [--profile P.json]
+    python benchmarks/bench_call_phases.py isolate inference_pipeline tiny [--profile P.json]
 
 Without ``--profile`` the profile is calibrated first (``parastream calibrate --quick``).
 """
@@ -184,9 +191,71 @@ def settle(name: str, scale: str, profile) -> None:
     print(f"team_spin_s({_cores()}) = {team_spin_s(_cores()) * 1e3:.1f} ms")
 
 
+def isolate(name: str, scale: str, profile) -> None:
+    """Per op type of the model's single-stream plan: the profile's estimate of the ops'
+    own time (without the executor's per-op cost and the folded views), the same ops timed
+    alone with their real inputs (a burst of 200 each, median), and inside the model
+    (each op's time in 35 executor calls with the plain module run between them, median);
+    then the folded views alone and inside the model."""
+    from parastream.device.cost import estimate
+    from parastream.graph.ir import validate
+    from parastream.plan.model import Plan
+    from parastream.runtime.executor import MultiStreamExecutor
+
+    module, inputs, rn = _model(name, scale)
+    order = validate(rn.graph)
+    ops = rn.graph.index()
+    inside: dict[str, list[float]] = {}
+    saved: dict[str, tuple] = {}
+    with MultiStreamExecutor(module, inputs, Plan.single(order), runnable=rn) as ex, \
+            torch.no_grad():
+        real = ex._call
+
+        def timed_call(n, args, kwargs):  # every node's own time, views included
+            t = time.perf_counter_ns()
+            out = real(n, args, kwargs)
+            inside.setdefault(n.name, []).append((time.perf_counter_ns() - t) / 1e3)
+            saved[n.name] = (n, args, kwargs)
+            return out
+
+        ex._call = timed_call
+        for _ in range(40):
+            module(*inputs)  # the single-stream reference between calls, as measure does
+            ex(*inputs)
+        ex._call = real
+        alone = {}
+        for n_name, (n, args, kwargs) in saved.items():
+            for _ in range(20):
+                real(n, args, kwargs)
+            ts = []
+            for _ in range(200):
+                t = time.perf_counter_ns()
+                real(n, args, kwargs)
+                ts.append((time.perf_counter_ns() - t) / 1e3)
+            alone[n_name] = statistics.median(ts)
+    rows: dict[str, list[float]] = {}
+    for n in order:
+        c = estimate(ops[n], profile)
+        row = rows.setdefault(ops[n].type, [0, 0.0, 0.0, 0.0])
+        row[0] += 1
+        row[1] += c.dur_us - profile.launch_overhead_us - c.views_us
+        row[2] += alone[n]
+        row[3] += statistics.median(inside[n][KEEP])
+    total = [sum(r[k] for r in rows.values()) for k in (1, 2, 3)]
+    print(f"{name} {scale}, single stream, {len(order)} ops (CPU): estimated {total[0]:.0f} us, "
+          f"alone {total[1]:.0f} us, inside the model {total[2]:.0f} us")
+    for ty, (n, est, al, ins) in sorted(rows.items(), key=lambda kv: -kv[1][3]):
+        print(f"  {ty:30s} x{n:<3d} estimated {est:7.1f}  alone {al:7.1f}  inside {ins:7.1f}")
+    views = [n for n in saved if n not in ops]
+    if views:
+        print(f"  {len(views)} folded views: alone {sum(alone[v] for v in views):.1f} us, inside "
+              f"{sum(statistics.median(inside[v][KEEP]) for v in views):.1f} us "
+              f"(profile: {profile.view_us} us each)")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("what", choices=("chain", "phases", "late", "settle"))
+    ap.add_argument("what", choices=("chain", "phases", "late", "settle", "isolate"))
     ap.add_argument("model", nargs="?", default="llama_layer")
     ap.add_argument("scale", nargs="?", default="tiny")
     ap.add_argument("--profile", default=None)
@@ -201,8 +270,8 @@ def main() -> None:
 
     profile = (load_profile(args.profile) if args.profile else
                loads_profile(msgspec.json.encode(calibrate_cpu(quick=True))))
-    {"phases": phases, "late": late, "settle": settle}[args.what](args.model, args.scale,
-                                                                  profile)
+    {"phases": phases, "late": late, "settle": settle,
+     "isolate": isolate}[args.what](args.model, args.scale, profile)
 
 
 if __name__ == "__main__":
