@@ -70,7 +70,6 @@ def run_demo(out_dir: str = "out/demo", model: str = DEFAULT_MODEL, scale: str =
     import torch
 
     from .device.profile import load_profile, loads_profile
-    from .graph.calibrate import BusyWatch, busy_note, cpu_count
     from .graph.calibrate import dumps as dump_profile
     from .runtime.overhead import calibrate_cpu
     from .graph.headroom import analyze_graph
@@ -101,12 +100,9 @@ def run_demo(out_dir: str = "out/demo", model: str = DEFAULT_MODEL, scale: str =
             step(f"loading the device profile {profile_path}")
             profile = load_profile(profile_path)
         else:
-            busy = busy_note(cpu_count())
-            step("calibrating the local CPU" + (f" ({busy})" if busy else ""))
-            with BusyWatch(cpu_count()) as watch:
-                prof_dict = calibrate_cpu(quick=True, name="cpu-calibrated")
-            if watch.note():
-                step(f"warning: {watch.note()}")
+            step("calibrating the local CPU")
+            prof_dict = calibrate_cpu(quick=True, name="cpu-calibrated",
+                                      warn=lambda note: step(f"warning: {note}"))
             profile = loads_profile(dump_profile(prof_dict))
         os.makedirs(out_dir, exist_ok=True)  # only once the model and the profile are good
         if not profile_path:

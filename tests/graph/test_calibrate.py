@@ -173,29 +173,19 @@ def test_cold_line_splits_the_extra_into_code_and_data():
 
 
 def test_a_busy_machine_is_named_before_calibrating(monkeypatch):
-    import builtins
-    import io
+    from parastream.graph import calibrate as cal
 
-    from parastream.graph.calibrate import busy_note
+    def others(*counts):
+        it = iter(counts)
+        return lambda: next(it)
 
-    real_open = builtins.open
-
-    def loadavg(text):
-        def fake(path, *a, **k):
-            if path == "/proc/loadavg":
-                if text is None:
-                    raise OSError("no /proc here")
-                return io.StringIO(text)
-            return real_open(path, *a, **k)
-        return fake
-
-    monkeypatch.setattr(builtins, "open", loadavg("2.10 1.50 1.20 3/412 999\n"))
-    note = busy_note(2, samples=3)
+    monkeypatch.setattr(cal, "_others_running", others(2, 3, 2))
+    note = cal.busy_note(2, samples=3)
     assert note is not None and "2 other task(s) are running on 2 core(s)" in note
-    monkeypatch.setattr(builtins, "open", loadavg("2.10 1.50 1.20 1/412 999\n"))
-    assert busy_note(2, samples=3) is None      # only this process: quiet, whatever the average
-    monkeypatch.setattr(builtins, "open", loadavg(None))
-    assert busy_note(2, samples=3) is None
+    monkeypatch.setattr(cal, "_others_running", others(0, 2, 0))  # the median: quiet
+    assert cal.busy_note(2, samples=3) is None
+    monkeypatch.setattr(cal, "_others_running", others(None))     # no /proc here
+    assert cal.busy_note(2, samples=3) is None
 
 
 def test_others_running_leaves_out_this_process_own_threads(monkeypatch):
@@ -212,7 +202,7 @@ def test_others_running_leaves_out_this_process_own_threads(monkeypatch):
         pytest.skip("no /proc here")
     real_open = builtins.open
     monkeypatch.setattr(builtins, "open", lambda path, *a, **k: io.StringIO(
-        "0.5 0.5 0.5 3/412 999\n") if path == "/proc/loadavg" else real_open(path, *a, **k))
+        "9.5 9.5 9.5 3/412 999\n") if path == "/proc/loadavg" else real_open(path, *a, **k))
     stop = threading.Event()
 
     def spin():  # a busy thread of this process is not "other work"
@@ -222,7 +212,8 @@ def test_others_running_leaves_out_this_process_own_threads(monkeypatch):
     t = threading.Thread(target=spin, daemon=True)
     t.start()
     try:
-        # 3 runnable in all, two of them ours (this thread reading, the spinning one)
+        # 3 runnable now (whatever the load average), two of them ours (this thread
+        # reading, the spinning one)
         counts = [_others_running() for _ in range(5)]
     finally:
         stop.set()

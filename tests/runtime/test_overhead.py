@@ -40,3 +40,22 @@ def test_measured_per_op_cost_stays_positive_when_op_rates_overshoot():
     assert ov["per_op_us"] > 0
     assert ov["per_op_us"] == pytest.approx(ov["chain_op_us"] - ov["eager_op_us"])
     assert ov["eager_op_us"] > 0
+
+
+def test_calibrate_cpu_warns_before_and_during_a_busy_calibration(monkeypatch):
+    import time
+
+    from parastream.graph import calibrate as cal
+    from parastream.runtime import overhead
+
+    monkeypatch.setattr(overhead, "_calibrate_cpu", lambda quick, name: time.sleep(0.5) or {})
+    monkeypatch.setattr(cal, "_others_running", lambda: 64)  # every core taken, throughout
+    notes: list[str] = []
+    assert overhead.calibrate_cpu(quick=True, warn=notes.append) == {}
+    assert len(notes) == 2
+    assert "other task(s) are running" in notes[0]                # before it starts
+    assert "during 100% of the calibration" in notes[1]           # and while it ran
+    monkeypatch.setattr(cal, "_others_running", lambda: 0)
+    notes.clear()
+    overhead.calibrate_cpu(quick=True, warn=notes.append)
+    assert notes == []                                            # quiet: nothing to say

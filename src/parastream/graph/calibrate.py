@@ -655,30 +655,6 @@ def cpu_count() -> int:
         return os.cpu_count() or 1
 
 
-def busy_note(cores: int, samples: int = 5) -> str | None:
-    """A warning when other work is running now: the median count of runnable tasks
-    besides this one (``/proc/loadavg``, sampled ``samples`` times 20 ms apart) at least
-    half the cores. A calibration then fits lines through descheduled runs (a busy 2-core
-    VM gave ``linear`` a 16 ms fixed cost on all cores, against 3-7 us when quiet). None
-    when quiet, or where there is no ``/proc/loadavg``. (Not the load average: it lags a
-    minute behind, and would name a build that just ended.)"""
-    counts = []
-    for k in range(samples):
-        try:
-            with open("/proc/loadavg") as f:
-                running = f.read().split()[3].split("/")[0]
-            counts.append(int(running) - 1)  # this process's own thread is one of them
-        except (OSError, IndexError, ValueError):
-            return None
-        if k + 1 < samples:
-            time.sleep(0.02)
-    others = statistics.median(counts)
-    if others < max(1.0, 0.5 * cores):
-        return None
-    return (f"{others:g} other task(s) are running on {cores} core(s), so the figures will "
-            "be noisy; calibrate on a quiet machine")
-
-
 def _others_running() -> int | None:
     """Runnable tasks on this machine now that are not threads of this process
     (``/proc/loadavg``'s count less this process's threads in state R); None where it
@@ -696,6 +672,29 @@ def _others_running() -> int | None:
     except (OSError, IndexError, ValueError):
         return None
     return max(0, total - own)
+
+
+def busy_note(cores: int, samples: int = 5) -> str | None:
+    """A warning when other work is running now: the median count of runnable tasks that
+    are not this process's threads (:func:`_others_running`, sampled ``samples`` times
+    20 ms apart) at least half the cores. A calibration then fits lines through
+    descheduled runs (a busy 2-core VM gave ``linear`` a 16 ms fixed cost on all cores,
+    against 3-7 us when quiet). None when quiet, or where there is no ``/proc/loadavg``.
+    (Not the load average: it lags a minute behind, and would name a build that just
+    ended.)"""
+    counts = []
+    for k in range(samples):
+        n = _others_running()
+        if n is None:
+            return None
+        counts.append(n)
+        if k + 1 < samples:
+            time.sleep(0.02)
+    others = statistics.median(counts)
+    if others < max(1.0, 0.5 * cores):
+        return None
+    return (f"{others:g} other task(s) are running on {cores} core(s), so the figures will "
+            "be noisy; calibrate on a quiet machine")
 
 
 class BusyWatch:

@@ -70,16 +70,10 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     if not os.path.isdir(directory):  # fail before spending seconds measuring
         raise InputError(args.output, f"cannot write: no directory {directory}")
     from ..runtime.overhead import calibrate_cpu
-    from .calibrate import BusyWatch, busy_note, cpu_count
 
-    busy = busy_note(cpu_count())
-    if busy:
-        print(f"parastream calibrate: {busy}", file=sys.stderr)
     # with torch, the cpu backend's executor costs too (what run and demo predict with)
-    with BusyWatch(cpu_count()) as watch:
-        data = dumps(calibrate_cpu(quick=args.quick, name=args.name))
-    if watch.note():
-        print(f"parastream calibrate: {watch.note()}", file=sys.stderr)
+    data = dumps(calibrate_cpu(quick=args.quick, name=args.name, warn=lambda note: print(
+        f"parastream calibrate: {note}", file=sys.stderr)))
     try:
         write_atomic(args.output, data)
     except OSError as exc:

@@ -76,17 +76,14 @@ def load_profile_for(args: argparse.Namespace) -> tuple[Any, str]:
     if args.device == "cpu":
         import msgspec
 
-        from ..graph.calibrate import BusyWatch, busy_note, cpu_count
         from .overhead import calibrate_cpu
 
-        busy = busy_note(cpu_count())
-        with BusyWatch(cpu_count()) as watch:
-            prof = loads_profile(msgspec.json.encode(calibrate_cpu(quick=True,
-                                                                   name="cpu-quick")))
-        busy = busy or watch.note()
-        return prof, ("profile: calibrated in-process (quick mode); pass --profile FILE from "
-                      "'parastream calibrate -o FILE' for a steadier prediction" +
-                      (f"; {busy}" if busy else ""))
+        notes: list[str] = []
+        prof = loads_profile(msgspec.json.encode(calibrate_cpu(quick=True, name="cpu-quick",
+                                                               warn=notes.append)))
+        return prof, "; ".join(["profile: calibrated in-process (quick mode); pass --profile "
+                                "FILE from 'parastream calibrate -o FILE' for a steadier "
+                                "prediction", *notes])
     name = DEVICE_PROFILES[args.device]
     return load_profile(name), (f"profile: built-in {name!r} (not measured on this device; pass "
                                 "--profile)")

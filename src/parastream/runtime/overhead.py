@@ -32,7 +32,7 @@ the second stream's cost per call. Medians of repeated calls, the median of a fe
 from __future__ import annotations
 
 import statistics
-from typing import Any
+from typing import Any, Callable
 
 SHORT, LONG = 4, 64
 
@@ -229,10 +229,31 @@ def measure_executor_overhead(quick: bool = False, rounds: int = 3,
             "stream_us": stream_us}
 
 
-def calibrate_cpu(quick: bool = False, name: str = "cpu-calibrated") -> dict:
+def calibrate_cpu(quick: bool = False, name: str = "cpu-calibrated",
+                  warn: Callable[[str], None] | None = None) -> dict:
     """:func:`parastream.graph.calibrate.calibrate` plus the executor's own costs: the
     profile ``parastream run`` and ``parastream demo`` predict with (without torch, just
-    the former: there is no executor to measure)."""
+    the former: there is no executor to measure). ``warn`` is told, in one line each,
+    when other tasks run on the cores as it starts
+    (:func:`~parastream.graph.calibrate.busy_note`) and when they took the cores during
+    it (:class:`~parastream.graph.calibrate.BusyWatch`): the figures are then noisy."""
+    if warn is None:
+        return _calibrate_cpu(quick, name)
+    from ..graph.calibrate import BusyWatch, busy_note, cpu_count
+
+    cores = cpu_count()
+    before = busy_note(cores)
+    if before:
+        warn(before)
+    with BusyWatch(cores) as watch:
+        profile = _calibrate_cpu(quick, name)
+    during = watch.note()
+    if during:
+        warn(during)
+    return profile
+
+
+def _calibrate_cpu(quick: bool, name: str) -> dict:
     import importlib.util
 
     import msgspec
