@@ -75,7 +75,7 @@ def main() -> None:
                                 rn.graph, plan, prof, order=order).result.wall_us
                     if args.data_share:
                         with mock.patch.object(cost, "cold_data_shares",
-                                               lambda *a: {}):
+                                               lambda *a, **k: {}):
                             preds[f"{label}-nodatashare"] = simulate_plan(
                                 rn.graph, plan, prof, order=order).result.wall_us
                     if args.lock_wake:

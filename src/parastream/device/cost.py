@@ -473,14 +473,16 @@ def _one_stream(costs: Mapping[str, OpCost], order: list[str],
 
 
 def idle_by_type(ops: Mapping[str, Any], costs: Mapping[str, OpCost], order: list[str],
-                 run_overhead_us: float = 0.0) -> dict[str, float]:
+                 run_overhead_us: float = 0.0,
+                 timeline: tuple[dict[str, float], float] | None = None) -> dict[str, float]:
     """Per op, how long other ops ran since the previous op of its type ended, on the
     one-stream timeline of ``costs`` in ``order``, forward calls back to back (the first op
     of a type counts from its type's last op in the call before, ``run_overhead_us``
     between calls): how long its code and data have had to go cold (:func:`cold_us`; the
     calibration's idle is the same, other ops running in between). Taken from the issue
-    order whatever the plan, so every plan of a graph is charged alike."""
-    start, period = _one_stream(costs, order, run_overhead_us)
+    order whatever the plan, so every plan of a graph is charged alike. ``timeline``: that
+    one-stream timeline (:func:`_one_stream`) when the caller has it already."""
+    start, period = timeline or _one_stream(costs, order, run_overhead_us)
     last: dict[str, str] = {}
     for n in order:  # each type's last op in a call: the first op's predecessor
         last[ops[n].type] = n
@@ -498,15 +500,17 @@ def idle_by_type(ops: Mapping[str, Any], costs: Mapping[str, OpCost], order: lis
 
 
 def cold_data_shares(ops: Mapping[str, Any], costs: Mapping[str, OpCost], order: list[str],
-                     profile: DeviceProfile) -> dict[str, float]:
+                     profile: DeviceProfile,
+                     timeline: tuple[dict[str, float], float] | None = None
+                     ) -> dict[str, float]:
     """Per op with named inputs, the share of its input bytes gone cold (each input's
     :func:`cold_share` of how long other ops ran since it was last touched, weighted by its
     bytes), on the same one-stream timeline as :func:`idle_by_type`, calls back to back.
     An op touches its inputs and outputs when it ends; a tensor no op writes (a weight, a
     buffer, an input passed again) was last touched by its last reader in the call before
     until its first reader in this one. So a 512x512 linear right after another still
-    reads a weight last read a whole call ago."""
-    start, period = _one_stream(costs, order, profile.run_overhead_us)
+    reads a weight last read a whole call ago. ``timeline`` as for :func:`idle_by_type`."""
+    start, period = timeline or _one_stream(costs, order, profile.run_overhead_us)
     touched: dict[str, float] = {}
     for n in order:  # the call before: where each tensor was last touched, less a period
         for ten in (*ops[n].inputs, *ops[n].outputs):
@@ -556,5 +560,6 @@ def cold_idles(ops: Mapping[str, Any], costs: Mapping[str, OpCost], order: list[
     ``costs``. Laid out without the cold costs, so the gaps come out shorter than the
     calibration's (the time other ops really took, cold included); laying it out again
     with them moved the predictions by 0-3% (docs/benchmarks-run.md section 10)."""
-    return (idle_by_type(ops, costs, order, profile.run_overhead_us),
-            cold_data_shares(ops, costs, order, profile))
+    timeline = _one_stream(costs, order, profile.run_overhead_us)  # laid out once for both
+    return (idle_by_type(ops, costs, order, timeline=timeline),
+            cold_data_shares(ops, costs, order, profile, timeline=timeline))

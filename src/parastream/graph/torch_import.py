@@ -515,14 +515,13 @@ def _build(recs: list[_Rec], info: dict, module: Any, name: str, source: str,
         view = rec.kind == "view" or rec.short in VIEW_OPS or _folds(rec)
         if view:
             folded += 1
-            src0 = rec.args[0] if rec.args else None
+            src = rec.args[0] if rec.args else None
             reads = [a.name for a in node.all_input_nodes]
             # picking a tuple element runs no torch call; indexing a tensor does
-            if rec.short != "getitem" or _is_tensor(_val(src0) if src0 is not None else None):
+            if rec.short != "getitem" or _is_tensor(_val(src) if src is not None else None):
                 view_reads[node.name] = reads
             else:
                 passes[node.name] = reads
-            src = rec.args[0] if rec.args else None
             if rec.short == "getitem":
                 base = refs.get(getattr(src, "name", None))
                 idx = rec.args[1] if len(rec.args) > 1 else 0

@@ -379,13 +379,12 @@ class CpuStream:
                 except BaseException as exc:  # an interrupt here, on the caller's thread
                     if self._error is None:
                         self._error = StreamError(self.name, "interrupted", exc)
-                    # the recordings still ahead fail rather than never come: other
-                    # streams' workers may wait on them, and close() joins those
+                    # the recordings still ahead fail rather than never come (they carry
+                    # the stream's error): other streams' workers may wait on them, and
+                    # close() joins those
                     for rest in cmds[i:]:
                         if rest[0] == "record":
-                            rest[1].t_ns = now_ns()
-                            rest[1].error = self._error
-                            rest[1].flag.set()
+                            self._do(rest)
                     raise
         finally:
             with self._cond:
