@@ -48,13 +48,13 @@ def chain() -> None:
     from parastream.plan.model import Plan
     from parastream.runtime.executor import MultiStreamExecutor
     from parastream.runtime.measure import median_wall_us
-    from parastream.runtime.overhead import _VariedChain  # calibrate's chain, as it times it
+    from parastream.runtime.overhead import varied_chain  # calibrate's chain, as it times it
 
     torch.set_num_threads(1)
     x = torch.randn(1, 16)
     walls = {}
     for n in (2, 16):
-        m = _VariedChain.make(n)
+        m = varied_chain(n)
         rn = import_runnable(m, (x,))
         ops = len(rn.graph.ops)
         with MultiStreamExecutor(m, (x,), Plan.single(o.name for o in rn.graph.ops),

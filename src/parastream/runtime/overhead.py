@@ -16,7 +16,7 @@ small model:
   no op of the plan: the executor runs it inside the interval of the first op reading it).
 
 The per-op and per-call costs come from chains of varied tiny ops run through the executor
-on one stream (:class:`_VariedChain`: folded views, ``cat``, ``linear``, ``silu``,
+on one stream (:func:`varied_chain`: folded views, ``cat``, ``linear``, ``silu``,
 ``layer_norm``, ``softmax``, adds, as in a model's layers), at two lengths: the slope per op
 less the ops' own costs at the profile's op rates is the per-op cost (at least the slope
 less the same chains' in eager mode, timed alternating with them), the intercept the
@@ -37,40 +37,38 @@ from typing import Any, Callable
 SHORT, LONG = 4, 64
 
 
-class _Chain:
-    """A chain of ``n`` adds, built lazily so importing this module needs no torch."""
+def _chain(n: int, step: Callable[[Any, Any], Any], **params: Any) -> Any:
+    """A module applying ``step(module, x)`` ``n`` times, with ``params`` (tensors) as its
+    parameters; built lazily so importing this module needs no torch."""
+    import torch
 
-    @staticmethod
-    def make(n: int) -> Any:
-        import torch
+    class Chain(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            for key, value in params.items():
+                setattr(self, key, torch.nn.Parameter(value))
 
-        class Chain(torch.nn.Module):
-            def forward(self, x):
-                for _ in range(n):
-                    x = x + 1
-                return x
+        def forward(self, x):
+            for _ in range(n):
+                x = step(self, x)
+            return x
 
-        return Chain().eval()
+    return Chain().eval()
 
 
-class _ViewChain:
-    """A chain of ``n`` adds on 16 floats, each reading its input through three folded
-    views (``unsqueeze``, ``transpose``, ``squeeze``): against :class:`_Chain`, the
-    executor's cost per view."""
+def _add_step(m: Any, x: Any) -> Any:
+    """``x + 1``: one op type over and over, the cheapest case there is."""
+    return x + 1
 
-    VIEWS = 3
 
-    @staticmethod
-    def make(n: int) -> Any:
-        import torch
+#: folded views each op of :func:`_view_step` reads its input through
+VIEWS = 3
 
-        class ViewChain(torch.nn.Module):
-            def forward(self, x):
-                for _ in range(n):
-                    x = x.unsqueeze(0).transpose(0, 1).squeeze(1) + 1
-                return x
 
-        return ViewChain().eval()
+def _view_step(m: Any, x: Any) -> Any:
+    """An add on its input read through :data:`VIEWS` folded views (``unsqueeze``,
+    ``transpose``, ``squeeze``): against :func:`_add_step`, the executor's cost per view."""
+    return x.unsqueeze(0).transpose(0, 1).squeeze(1) + 1
 
 
 #: rounds of the varied chain at its two lengths (nine ops a round)
@@ -79,30 +77,20 @@ VARIED_SHORT, VARIED_LONG = 1, 8
 VARIED_TRIES = 3
 
 
-class _VariedChain:
+def varied_chain(n: int) -> Any:
     """``n`` rounds of nine tiny ops of seven types, two of them reading folded views, on
-    a (1, 16) input: the executor's work per op as in a model's layers."""
+    a (1, 16) input: the executor's work per op as in a model's layers (calibrate's chain
+    for the per-op cost)."""
+    import torch
+    import torch.nn.functional as F
 
-    @staticmethod
-    def make(n: int) -> Any:
-        import torch
-        import torch.nn.functional as F
+    def step(m: Any, x: Any) -> Any:
+        a, b = x[..., :8], x[..., 8:]
+        x = x * 0.5 + torch.cat([-b, a], dim=-1)
+        x = F.layer_norm(F.silu(F.linear(x, m.w)), (16,), m.g)
+        return torch.softmax(x, dim=-1) + x
 
-        class VariedChain(torch.nn.Module):
-            def __init__(self) -> None:
-                super().__init__()
-                self.w = torch.nn.Parameter(torch.randn(16, 16) / 4)
-                self.g = torch.nn.Parameter(torch.ones(16))
-
-            def forward(self, x):
-                for _ in range(n):
-                    a, b = x[..., :8], x[..., 8:]
-                    x = x * 0.5 + torch.cat([-b, a], dim=-1)
-                    x = F.layer_norm(F.silu(F.linear(x, self.w)), (16,), self.g)
-                    x = torch.softmax(x, dim=-1) + x
-                return x
-
-        return VariedChain().eval()
+    return _chain(n, step, w=torch.randn(16, 16) / 4, g=torch.ones(16))
 
 
 def per_op_cost(chain_op_us: float, own_op_us: float, eager_op_us: float) -> float:
@@ -163,11 +151,11 @@ def measure_executor_overhead(quick: bool = False, rounds: int = 3,
     walls: dict[tuple[str, int], float] = {}
     with torch.no_grad():
         for n in (SHORT, LONG):
-            module = _ViewChain.make(n)
+            module = _chain(n, _view_step)
             rn = import_runnable(module, (x,), name=f"views{n}")
             walls["views", n] = wall(module, rn, Plan.single(o.name for o in rn.graph.ops),
                                      cores, x)
-            module = _Chain.make(n)
+            module = _chain(n, _add_step)
             rn = import_runnable(module, (x,), name=f"chain{n}")
             names = [o.name for o in rn.graph.ops]
             plans = {"single": (Plan.single(names), cores)}
@@ -183,7 +171,7 @@ def measure_executor_overhead(quick: bool = False, rounds: int = 3,
         return slope, max(0.0, walls[label, SHORT] - SHORT * slope)
 
     add_slope = line("single")[0]
-    view = max(0.0, (line("views")[0] - add_slope) / _ViewChain.VIEWS)
+    view = max(0.0, (line("views")[0] - add_slope) / VIEWS)
     # the varied chain's ops' own costs and its views' without the executor's per-op cost
     # (the figure being measured)
     bare = msgspec.structs.replace(profile, launch_overhead_us=0.0, view_us=view) \
@@ -191,7 +179,7 @@ def measure_executor_overhead(quick: bool = False, rounds: int = 3,
     chains = {}
     with torch.no_grad():
         for n in (VARIED_SHORT, VARIED_LONG):
-            module = _VariedChain.make(n)
+            module = varied_chain(n)
             rn = import_runnable(module, (xv,), name=f"varied{n}")
             own = sum(estimate(o, bare).dur_us for o in rn.graph.ops) if bare else 0.0
             chains[n] = (module, rn, own)
@@ -283,7 +271,7 @@ def _calibrate_cpu(quick: bool, name: str) -> dict:
     profile["view_us"] = float(f"{ov['view_us']:.4g}")
     profile["sources"]["view_us"] = (
         f"{by}: chains of {SHORT} and {LONG} 'x + 1' ops each reading its input through "
-        f"{_ViewChain.VIEWS} folded views, their slope per op less the plain chains', per view")
+        f"{VIEWS} folded views, their slope per op less the plain chains', per view")
     profile["event_wake_us"] = float(f"{ov['event_wake_us']:.4g}")
     profile["stream_overhead_us"] = float(f"{ov['stream_us']:.4g}")
     profile["sources"]["event_wake_us"] = (
