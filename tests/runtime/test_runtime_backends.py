@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from parastream.runtime import Event, Stream, StreamError, available_backends, get_backend
-from parastream.runtime.cpu import CpuBackend
+from parastream.runtime.cpu import CpuBackend, _task_cpu_ns
 from parastream.runtime.null import NullBackend
 from parastream.timeline.analyze import analyze_capture
 
@@ -219,27 +219,21 @@ def test_waiting_stream_does_not_burn_cpu():
         # the two workers' own CPU time: the process's would count an OpenMP team still
         # spinning after an earlier test's parallel op
         workers = [s._thread.native_id for s in (a, c)]
-        cpu_s = _thread_cpu_s if _thread_cpu_s(workers) is not None else \
-            (lambda _: time.process_time())
-        cpu0 = cpu_s(workers)
+        try:  # the workers' own CPU time where it can be read (Linux)
+            per_thread = len(_task_cpu_ns(workers)) == len(workers)
+        except OSError:
+            per_thread = False
+
+        def cpu_s() -> float:
+            return sum(_task_cpu_ns(workers).values()) / 1e9 if per_thread \
+                else time.process_time()
+
+        cpu0 = cpu_s()
         time.sleep(0.4)  # the test thread sleeps; any CPU used now is the waiters polling
-        used = cpu_s(workers) - cpu0
+        used = cpu_s() - cpu0
         gate.set()
         c.synchronize()
     assert used < 0.05, f"waiting streams used {used:.3f} s of CPU in 0.4 s"
-
-
-def _thread_cpu_s(tids: list[int]) -> float | None:
-    """CPU seconds the given threads of this process have run (Linux); None where
-    per-thread times cannot be read."""
-    try:
-        total = 0
-        for tid in tids:
-            with open(f"/proc/self/task/{tid}/schedstat") as f:
-                total += int(f.read().split()[0])
-        return total / 1e9
-    except OSError:
-        return None
 
 
 def test_stream_names_must_be_unique_and_kinds_valid():

@@ -69,16 +69,17 @@ _team_spin: dict[int, float] = {}
 _team_spin_lock = threading.Lock()
 
 
-def _task_cpu_ns() -> dict[int, int]:
-    """CPU time (ns) of every thread of this process that Python did not start, by
-    native thread id: torch's intra-op (OpenMP) pool threads among them."""
+def _task_cpu_ns(tids: Iterable[int] | None = None) -> dict[int, int]:
+    """CPU time (ns) of this process's threads ``tids`` (native ids; the ones that could
+    be read), or of every thread of it that Python did not start: torch's intra-op
+    (OpenMP) pool threads among them. OSError where there is no ``/proc/self/task``."""
     import os
 
-    ours = {t.native_id for t in threading.enumerate()}
+    if tids is None:
+        ours = {t.native_id for t in threading.enumerate()}
+        tids = [int(t) for t in os.listdir("/proc/self/task") if int(t) not in ours]
     out = {}
-    for tid in os.listdir("/proc/self/task"):
-        if int(tid) in ours:
-            continue
+    for tid in tids:
         try:
             with open(f"/proc/self/task/{tid}/schedstat") as f:
                 out[int(tid)] = int(f.read().split()[0])

@@ -175,7 +175,8 @@ def measure(module: Any, inputs: Sequence[Any], plan: Plan, *, backend: str = "c
 
     s_walls, m_walls, e_walls = [], [], []
     m_tls, e_tls = [], []
-    settle_s = team_spin_s(cores) if rewarm and not device else 0.0
+    rewarm = rewarm and not device  # a device's streams share no thread team with the host
+    settle_s = team_spin_s(cores) if rewarm else 0.0
     try:
         set_intra_op_threads(cores)
         for _ in range(warmup):
@@ -184,13 +185,13 @@ def measure(module: Any, inputs: Sequence[Any], plan: Plan, *, backend: str = "c
                 single(*inputs)
             multi(*inputs)
         for _ in range(runs):
-            if rewarm and not device:
+            if rewarm:
                 plain(*inputs)  # wakes the team the streams' runs left asleep
             s_walls.append(timed(plain))
             if single is not None:
                 e_walls.append(timed(single))
                 e_tls.append(single.timeline(f"{runnable.graph.name}: single stream"))
-            if rewarm and not device:
+            if rewarm:
                 settled = time.perf_counter() + settle_s
                 multi(*inputs)
                 while time.perf_counter() < settled:
