@@ -10,7 +10,7 @@
 
 Medians of >= 5 kept runs (first 2 dropped), same process, alternating. Usage:
     .venv/bin/python benchmarks/bench_run.py [--runs 9] [--models a,b] [--skip-predict]
-        [--skip-speedup] [--repeat 2]
+        [--skip-speedup] [--repeat 2] [--fresh-profile]
 """
 
 from __future__ import annotations
@@ -131,9 +131,12 @@ def speedups(models, profile, runs: int) -> list[dict]:
     return rows
 
 
-def predictions(models, profile, runs: int, repeat: int = 2) -> list[dict]:
+def predictions(models, profile, runs: int, repeat: int = 2, fresh: bool = False) -> list[dict]:
     """Two predictions per plan: from the profile alone, and from this model's op times in
     a separate single-stream capture (the calibration runs are not the measured runs).
+    With ``fresh`` a third: from a quick profile calibrated right before the model's
+    capture, as ``parastream run`` without ``--profile`` does (the run's own profile is
+    calibrated once, minutes before most rows are measured).
 
     Each plan is measured ``repeat`` times, in passes over all the models (minutes apart;
     the first right after the model's capture):
@@ -146,6 +149,12 @@ def predictions(models, profile, runs: int, repeat: int = 2) -> list[dict]:
     from parastream.graph.ir import validate
     from parastream.sim.run import simulate_plan
 
+    if fresh:
+        import msgspec
+
+        from parastream.device.profile import loads_profile
+        from parastream.runtime.overhead import calibrate_cpu
+
     def wall(module, inputs, rn, plan) -> float:
         return measure(module, inputs, plan, runs=runs, drop=2, runnable=rn,
                        single_executor=False).multi_median_us
@@ -156,24 +165,31 @@ def predictions(models, profile, runs: int, repeat: int = 2) -> list[dict]:
     for name, (module, inputs) in models.items():
         rn, doc, multi = candidates_of(module, inputs, name, profile, top=1)
         single = Plan.single(o.name for o in rn.graph.ops)
+        quick = loads_profile(msgspec.json.encode(calibrate_cpu(quick=True))) if fresh else None
         costs = capture_op_costs(module, inputs, rn, profile, runs=runs)
         order = validate(rn.graph)
         for plan in [single] + multi:
             pred = simulate_plan(rn.graph, plan, profile, order=order).result.wall_us
             from_ops = simulate_plan(rn.graph, plan, profile, costs=costs,
                                      order=order).result.wall_us
-            setups.append((name, module, inputs, rn, plan, pred, from_ops))
+            now = simulate_plan(rn.graph, plan, quick, order=order).result.wall_us \
+                if quick is not None else None
+            setups.append((name, module, inputs, rn, plan, pred, from_ops, now))
             walls.append([wall(module, inputs, rn, plan)])
     for _ in range(repeat - 1):
-        for i, (name, module, inputs, rn, plan, _, _) in enumerate(setups):
+        for i, (name, module, inputs, rn, plan, *_) in enumerate(setups):
             walls[i].append(wall(module, inputs, rn, plan))
     rows = []
-    for (name, _, _, _, plan, pred, from_ops), w in zip(setups, walls):
+    for (name, _, _, _, plan, pred, from_ops, now), w in zip(setups, walls):
         meas = statistics.median(w)
         rows.append({"model": name, "plan": plan.name, "predicted_us": pred,
                      "from_ops_us": from_ops, "measured_us": meas, "passes_us": w,
                      "spread": (max(w) - min(w)) / statistics.fmean(w),
                      "error": (pred - meas) / meas, "from_ops_error": (from_ops - meas) / meas})
+        if now is not None:
+            # against the pass measured right after that calibration
+            rows[-1].update(fresh_us=now, fresh_error=(now - meas) / meas,
+                            fresh_first_error=(now - w[0]) / w[0])
         print(rows[-1], flush=True)
     return rows
 
@@ -184,7 +200,9 @@ def summary(rows: list[dict], label: str) -> None:
     if not rows:
         return
     n = len(rows)
-    for key in ("error", "from_ops_error"):
+    for key in ("error", "from_ops_error", "fresh_error", "fresh_first_error"):
+        if key not in rows[0]:
+            continue
         within = sum(abs(r[key]) <= 0.2 for r in rows)
         med = statistics.median(abs(r[key]) for r in rows)
         print(f"{label}: {key}: {within}/{n} within 20%, median |error| {med:.1%}", flush=True)
@@ -201,6 +219,9 @@ def main() -> None:
     ap.add_argument("--skip-speedup", action="store_true")
     ap.add_argument("--repeat", type=int, default=2,
                     help="measurement passes per prediction row (default 2)")
+    ap.add_argument("--fresh-profile", action="store_true",
+                    help="also predict from a quick profile calibrated right before each "
+                         "model, as 'parastream run' without --profile does")
     args = ap.parse_args()
     import msgspec
 
@@ -222,7 +243,8 @@ def main() -> None:
         every = []
         for scale in ("tiny", "small"):
             models = {f"{n}/{scale}": ZOO[n].factory(scale, ZOO[n].phases[0]) for n in names}
-            rows = predictions(models, profile, args.runs, max(1, args.repeat))
+            rows = predictions(models, profile, args.runs, max(1, args.repeat),
+                               fresh=args.fresh_profile)
             summary(rows, scale)
             every += rows
         summary(every, "all")

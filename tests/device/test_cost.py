@@ -241,6 +241,61 @@ def test_a_matmul_of_a_few_rows_takes_the_few_rows_rate():
     assert estimate(lin(2), plain).rate_key == "linear"           # not measured: the plain line
 
 
+def test_an_op_rate_with_a_knee_takes_its_low_line_below_it():
+    """A convolution's time is no straight line in its FLOPs: below ``knee_work`` the
+    low line through the small and middle cases, from there on the main line; both meet
+    at the middle case, so the duration does not jump there."""
+    from parastream.device.profile import OpRate
+
+    # one thread: small (0.074 MFLOP, 14.4 us), middle (1.2, 47.7), large (120, 1110)
+    low_rate = (1.2e6 - 0.074e6) / (47.7 - 14.4) / 1e3
+    rate = (120e6 - 1.2e6) / (1110 - 47.7) / 1e3
+    r = OpRate("flops", 47.7 - 1.2e6 / (rate * 1e3), 47.7 - 1.2e6 / (rate * 1e3), rate, rate,
+               knee_work=1.2e6, low_fixed_1_us=14.4 - 0.074e6 / (low_rate * 1e3),
+               low_fixed_all_us=14.4 - 0.074e6 / (low_rate * 1e3), low_rate_1=low_rate,
+               low_rate_all=low_rate)
+    assert r.duration_us(0.074e6, 1, 2) == pytest_approx(14.4)
+    assert r.duration_us(1.2e6 - 1, 1, 2) == pytest_approx(47.7)
+    assert r.duration_us(1.2e6, 1, 2) == pytest_approx(47.7)
+    assert r.duration_us(120e6, 1, 2) == pytest_approx(1110)
+    # the line through small and large alone puts the middle case at about half
+    straight = OpRate("flops", 14.4 - 0.074e6 * (1110 - 14.4) / (120e6 - 0.074e6), 0.0,
+                      (120e6 - 0.074e6) / (1110 - 14.4) / 1e3, 1.0)
+    assert straight.duration_us(1.2e6, 1, 2) < 0.6 * r.duration_us(1.2e6, 1, 2)
+
+
+def test_a_broadcast_over_few_channels_last_channels_takes_its_own_rate():
+    """(x - mean) on NHWC data with 3 channels has no vector loop: costed by
+    ``add.channels_last_broadcast`` where measured. A unary op on the same data, the same
+    broadcast over 64 channels, or over NCHW data keep their plain rates."""
+    from parastream.device.cost import SHORT_INNER, rate_variant, short_inner_broadcast
+
+    prof = cpu_profile(add=("bytes", 1.0, 1.0, 100.0, 150.0),
+                       **{"add.channels_last_broadcast": ("bytes", 2.0, 2.0, 8.0, 12.0)},
+                       max_pool2d=("flops", 1.0, 1.0, 1.0, 1.0))
+    cl = {"memory_format": "channels_last"}
+
+    def op(channels, typ="sub", meta=cl, other=True):
+        x = Tensor([2, channels, 32, 32], "float32")
+        ins = [x, Tensor([1, channels, 1, 1], "float32")] if other else [x]
+        nbytes = 4 * 2 * channels * 32 * 32
+        return Op(typ, typ, resource="vector", bytes_read=nbytes, bytes_written=nbytes,
+                  inputs=ins, outputs=[x], meta=meta)
+
+    sub = op(3)
+    assert short_inner_broadcast(sub) and rate_variant(cl, sub) == "channels_last_broadcast"
+    assert estimate(sub, prof).rate_key == "add.channels_last_broadcast"
+    assert estimate(op(3, "div"), prof).rate_key == "add.channels_last_broadcast"
+    assert estimate(op(3, "relu", other=False), prof).rate_key == "add"
+    assert estimate(op(SHORT_INNER), prof).rate_key == "add"
+    assert estimate(op(3, meta={}), prof).rate_key == "add"
+    # a pool on such data keeps its channels_last variant (none measured here: plain)
+    assert rate_variant(cl, op(3, "max_pool2d", other=False)) == "channels_last"
+    assert estimate(op(3, "max_pool2d", other=False), prof).rate_key == "max_pool2d"
+    slow, fast = estimate(sub, prof), estimate(op(3, meta={}), prof)
+    assert slow.dur_us > fast.dur_us
+
+
 def test_fewer_threads_rescale_rated_and_measured_cpu_costs():
     prof = cpu_profile(linear=("flops", 3.0, 5.0, 50.0, 90.0))
     lin = Op("l", "linear", resource="cube", flops=1e8, outputs=[Tensor([4096, 4096], "float32")])

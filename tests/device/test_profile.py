@@ -62,6 +62,9 @@ def _raw(name="ascend910b") -> dict:
     (lambda d: d.update(schema="parastream.device/9"), "unsupported"),
     (lambda d: d.update(extra=1), "not a parastream device profile"),
     (lambda d: d.pop("memory_bandwidth_gbps"), "memory_bandwidth_gbps"),
+    (lambda d: d.update(op_rates={"conv2d": {
+        "metric": "flops", "fixed_1_us": 8.0, "fixed_all_us": 9.0, "rate_1": 100.0,
+        "rate_all": 190.0, "knee_work": 1.2e6}}), "knee_work"),
 ])
 def test_bad_profiles_are_refused(change, words):
     d = _raw()

@@ -98,6 +98,27 @@ def test_op_case_work_is_counted_like_the_importer_counts_it():
                 == name, (name, layout, op.meta)
 
 
+def test_middle_cases_are_counted_like_the_importer_counts_them():
+    import pytest
+
+    torch = pytest.importorskip("torch")
+    from parastream.graph.torch_import import import_runnable
+
+    for name, (fn, work, read) in cal._mid_cases().items():
+        metric = cal._op_cases()[name][0]
+
+        class One(torch.nn.Module):
+            def forward(self, dummy):
+                return fn() + 0 * dummy.sum()
+
+        g = import_runnable(One().eval(), (torch.zeros(1),), name=name).graph
+        op = next(o for o in g.ops if o.type == name)
+        counted = op.flops if metric == "flops" else op.bytes_read + op.bytes_written
+        assert counted == pytest.approx(work, rel=1e-6) and op.bytes_read == pytest.approx(read)
+        small, large = (cal._op_cases()[name][1](big)[1] for big in (False, True))
+        assert small < work < large
+
+
 def test_ops_are_timed_where_the_executor_runs_them():
     """All cores: on the calling thread with that many threads (stream 0 and single-stream
     plans run there), its own count given back; fewer: on a thread of their own."""
@@ -125,9 +146,15 @@ def test_op_rates_are_measured_for_every_case():
     pytest.importorskip("torch")
     rates = cal.measure_op_rates(quick=True)
     assert set(rates) == set(cal._op_cases())
-    for r in rates.values():
+    for name, r in rates.items():
         assert r["rate_1"] > 0 and r["rate_all"] > 0
         assert r["fixed_1_us"] >= 0 and r["fixed_all_us"] >= 0
+        # a middle case gives a knee at its work and a low line below it
+        mid = cal._mid_cases().get(name)
+        assert (r.get("knee_work") == pytest.approx(mid[1], rel=1e-3)) if mid \
+            else "knee_work" not in r
+        if mid:
+            assert r["low_rate_1"] > 0 and r["low_rate_all"] > 0
 
 
 def test_cold_ramp_passes_through_half_the_longest_idles_extra():

@@ -59,6 +59,15 @@ class OpRate(msgspec.Struct, forbid_unknown_fields=True):
     cold_all_us: float = 0.0
     cold_gbps_1: float = 0.0
     cold_gbps_all: float = 0.0
+    #: below this much work (0 = no knee) the op follows a second line, ``low_*``, through
+    #: a third, middle case: a convolution's time is no straight line in its FLOPs (one
+    #: thread here: 14 us at 0.07 MFLOP, 48 us at 1.2, 114 at 4.7, 1,110 at 120), so a
+    #: line through the small and large cases put a 1.2 MFLOP one at half its time
+    knee_work: float = 0.0
+    low_fixed_1_us: float = 0.0
+    low_fixed_all_us: float = 0.0
+    low_rate_1: float = 0.0
+    low_rate_all: float = 0.0
 
     @staticmethod
     def _frac(cores: int, all_cores: int) -> float:
@@ -67,10 +76,16 @@ class OpRate(msgspec.Struct, forbid_unknown_fields=True):
         return (k - 1) / (all_cores - 1) if all_cores > 1 else 1.0
 
     def duration_us(self, work: float, cores: int, all_cores: int) -> float:
-        """Microseconds for ``work`` (FLOPs or bytes) on ``cores`` intra-op threads."""
+        """Microseconds for ``work`` (FLOPs or bytes) on ``cores`` intra-op threads (on the
+        low line below :attr:`knee_work`)."""
         frac = self._frac(cores, all_cores)
-        rate = self.rate_1 + (self.rate_all - self.rate_1) * frac
-        fixed = self.fixed_1_us + (self.fixed_all_us - self.fixed_1_us) * frac
+        if 0 < work < self.knee_work:
+            r1, rall, f1, fall = (self.low_rate_1, self.low_rate_all, self.low_fixed_1_us,
+                                  self.low_fixed_all_us)
+        else:
+            r1, rall, f1, fall = self.rate_1, self.rate_all, self.fixed_1_us, self.fixed_all_us
+        rate = r1 + (rall - r1) * frac
+        fixed = f1 + (fall - f1) * frac
         return fixed + work / (rate * 1e3)
 
     def cold_parts_us(self, cold_bytes: float, cores: int, all_cores: int) -> tuple[float, float]:
@@ -225,6 +240,11 @@ def _check(p: DeviceProfile, where: str | None) -> DeviceProfile:
             raise bad(f"op_rates.{key}.metric must be 'flops' or 'bytes'")
         if not (r.rate_1 > 0 and r.rate_all > 0 and r.fixed_1_us >= 0 and r.fixed_all_us >= 0):
             raise bad(f"op_rates.{key}: rates must be positive and fixed times not negative")
+        if r.knee_work < 0 or (r.knee_work > 0 and not (
+                r.low_rate_1 > 0 and r.low_rate_all > 0 and r.low_fixed_1_us >= 0
+                and r.low_fixed_all_us >= 0)):
+            raise bad(f"op_rates.{key}: with a knee_work, the low_* rates must be positive "
+                      "and their fixed times not negative")
         if not (r.dram_gbps >= 0 and r.cold_1_us >= 0 and r.cold_all_us >= 0
                 and r.cold_gbps_1 >= 0 and r.cold_gbps_all >= 0):
             raise bad(f"op_rates.{key}: dram_gbps and cold times and rates must be zero or "

@@ -231,6 +231,32 @@ def _op_cases() -> dict[str, tuple[str, Callable[[bool], tuple[Callable[[], Any]
         x = r(2, 128, 1376) if large else r(1, 128, 512)
         return (lambda: F.silu(x)), float(2 * _nbytes(x)), float(_nbytes(x))
 
+    def add_channels_last_broadcast(large: bool):
+        # an image normalisation, (x - mean) on NHWC data with 3 channels: the broadcast
+        # along a 3-element innermost dim leaves TensorIterator no vector loop, 14x slower
+        # than the same sub on NCHW data here (8x3x224x224: 973 against 67 us)
+        x = r(4, 3, 112, 112) if large else r(1, 3, 64, 64)
+        x = x.contiguous(memory_format=torch.channels_last)
+        m = r(1, 3, 1, 1)
+        return (lambda: torch.add(x, m)), float(2 * _nbytes(x) + _nbytes(m)), \
+            float(_nbytes(x, m))
+
+    def topk(large: bool):
+        # top-k over the last dim (a vocabulary or experts' scores): 5-15x the time of an
+        # element-wise op over the same bytes here, so the add line made it near free
+        x = r(16, 8000) if large else r(2, 1000)
+        out = torch.topk(x, 8, dim=-1)
+        return (lambda: torch.topk(x, 8, dim=-1)[0]), float(_nbytes(x, *out)), float(_nbytes(x))
+
+    def index_select(large: bool):
+        # rows gathered from a table (rotary cos/sin by position, experts' tokens)
+        table, idx = (r(2048, 128), torch.randint(0, 2048, (256,))) if large \
+            else (r(128, 16), torch.randint(0, 128, (16,)))
+        out = torch.index_select(table, 0, idx)
+        # as the importer counts a gather: the rows it returns, not the whole table
+        return (lambda: torch.index_select(table, 0, idx)), float(_nbytes(idx, out, out)), \
+            float(_nbytes(idx, out))
+
     def cat(large: bool):
         a, b = (r(4, 64, 28, 28), r(4, 128, 28, 28)) if large else (r(1, 32, 32, 32), r(1, 32, 32, 32))
         return (lambda: torch.cat([a, b], 1)), float(2 * _nbytes(a, b)), float(_nbytes(a, b))
@@ -242,8 +268,25 @@ def _op_cases() -> dict[str, tuple[str, Callable[[bool], tuple[Callable[[], Any]
             "max_pool2d": ("flops", max_pool2d),
             "max_pool2d.channels_last": ("flops", partial(max_pool2d, channels_last=True)),
             "rms_norm": ("bytes", rms_norm), "layer_norm": ("bytes", layer_norm),
-            "softmax": ("bytes", softmax), "add": ("bytes", add), "silu": ("bytes", silu),
-            "cat": ("bytes", cat)}
+            "softmax": ("bytes", softmax), "add": ("bytes", add),
+            "add.channels_last_broadcast": ("bytes", add_channels_last_broadcast),
+            "silu": ("bytes", silu), "topk": ("bytes", topk),
+            "index_select": ("bytes", index_select), "cat": ("bytes", cat)}
+
+
+def _mid_cases() -> dict[str, tuple[Callable[[], Any], float, float]]:
+    """A third, middle size for the op types whose time is no straight line between their
+    two cases (``OpRate.knee_work``): name -> (the call, its work, the bytes it reads).
+    A convolution of 1.2 MFLOP (the zoo's tiny ones are 0.3-1.2) ran at 25 GFLOP/s on one
+    thread here, a fifth of the large case's rate, and the line through the small and
+    large cases put it at half its time."""
+    import torch
+    import torch.nn.functional as F
+
+    x, w, b = torch.randn(1, 16, 16, 16), torch.randn(16, 16, 3, 3), torch.randn(16)
+    out = 16 * 16 * 16
+    return {"conv2d": ((lambda: F.conv2d(x, w, b, padding=1)), 2.0 * out * 16 * 9 + out,
+                       float(_nbytes(x, w, b)))}
 
 
 def _fit(small: tuple[float, float], large: tuple[float, float]) -> tuple[float, float]:
@@ -279,8 +322,9 @@ def measure_op_rates(quick: bool = False, rounds: int = 1) -> dict[str, dict]:
     intra-op thread count. That matters: a multi-threaded op called from a thread other
     than the main one pays for waking its thread team each time (tens of us here, 5-6x an
     element-wise op's own time). Every case is timed at two sizes and both thread counts,
-    the median of a short burst, the median of ``rounds`` rounds; the line through the two sizes gives the fixed
-    per-call cost and the rate.
+    the median of a short burst, the median of ``rounds`` rounds; the line through the two
+    sizes gives the fixed per-call cost and the rate. An op type with a middle case
+    (:func:`_mid_cases`) gets two lines: small to middle below it, middle to large above.
 
     The state is the executor's: the main thread's own thread team is alive first (it is
     in every ``parastream run``, whose single-stream reference runs there). Bursts catch
@@ -296,14 +340,16 @@ def measure_op_rates(quick: bool = False, rounds: int = 1) -> dict[str, dict]:
     cores = cpu_count()
     budget = 0.015 if quick else 0.05
     cases = {name: (metric, case(False), case(True)) for name, (metric, case) in _op_cases().items()}
-    seen: dict[tuple[str, int, bool], list[float]] = {}
+    seen: dict[tuple[str, int, Any], list[float]] = {}
     torch.add(torch.ones(1 << 16), 1)  # the main thread's team, as in the executor's process
 
     calls = [((name, is_large), fn) for name, (_, small, large) in cases.items()
              for is_large, (fn, *_) in ((False, small), (True, large))]
+    mids = {name: mid for name, mid in _mid_cases().items() if name in cases}
 
-    def burst() -> dict[tuple[str, bool], float]:
-        return {key: _median_time(fn, budget, 5, 2000) * 1e6 for key, fn in calls}
+    def burst() -> dict[tuple[str, Any], float]:
+        timed = calls + [((name, "mid"), fn) for name, (fn, *_) in mids.items()]
+        return {key: _median_time(fn, budget, 5, 2000) * 1e6 for key, fn in timed}
 
     rotation = partial(rotation_times, calls, rotation_passes(quick))
 
@@ -319,11 +365,22 @@ def measure_op_rates(quick: bool = False, rounds: int = 1) -> dict[str, dict]:
     med = {key: statistics.median(ts) for key, ts in seen.items()}
     out = {}
     for name, (metric, small, large) in cases.items():
-        f1, r1 = _fit((small[1], med[name, 1, False]), (large[1], med[name, 1, True]))
-        fk, rk = _fit((small[1], med[name, cores, False]), (large[1], med[name, cores, True]))
+        # with a middle case: the main line from it to the large one, a low line below it
+        low = mids.get(name)
+        start = (low[1], "mid") if low else (small[1], False)
+        f1, r1 = _fit((start[0], med[name, 1, start[1]]), (large[1], med[name, 1, True]))
+        fk, rk = _fit((start[0], med[name, cores, start[1]]),
+                      (large[1], med[name, cores, True]))
         out[name] = {"metric": metric, "fixed_1_us": float(f"{f1:.4g}"),
                      "fixed_all_us": float(f"{fk:.4g}"), "rate_1": float(f"{r1:.4g}"),
                      "rate_all": float(f"{rk:.4g}")}
+        if low:
+            lf1, lr1 = _fit((small[1], med[name, 1, False]), (low[1], med[name, 1, "mid"]))
+            lfk, lrk = _fit((small[1], med[name, cores, False]), (low[1], med[name, cores, "mid"]))
+            out[name].update(knee_work=float(f"{low[1]:.4g}"),
+                             low_fixed_1_us=float(f"{lf1:.4g}"),
+                             low_fixed_all_us=float(f"{lfk:.4g}"),
+                             low_rate_1=float(f"{lr1:.4g}"), low_rate_all=float(f"{lrk:.4g}"))
         for suffix, t in (("1", 1), ("all", cores)):
             extra = [max(0.0, statistics.median(cold[name, t, big]) - med[name, t, big])
                      for big in (False, True)]
@@ -474,7 +531,7 @@ def measure_dram(megabytes: int = 64,
 
     Returns (``{"linear": GB/s, "add": GB/s}``, memory streams, cache bytes): a batch-1
     matrix-vector product over a ``megabytes`` weight and an add of two ``megabytes / 2``
-    arrays, each on one intra-op thread of a worker thread (read + written bytes over the
+    MiB arrays into a kept third, each on one intra-op thread of a worker thread (read + written bytes over the
     median time); then the same GEMV on every core (up to 8) at once, each over its own weight,
     whose total rate over one core's is the profile's ``memory_streams`` (1.0 on one core);
     then the GEMV over weights of 1, 2, 4, ... MiB: the largest still read at over twice
@@ -494,7 +551,11 @@ def measure_dram(megabytes: int = 64,
     weights = [torch.randn(rows, k)]
     x = torch.randn(1, k)
     half = megabytes * (1 << 20) // 8
-    a, b = torch.randn(half), torch.randn(half)
+    # the add writes into a kept output: a fresh 32 MiB one comes straight from mmap (glibc's
+    # largest threshold), so each call faults in and zeroes its pages: 4.8 GB/s against
+    # 23 GB/s into a kept output here. The zoo's ops write at most 13 MB, which the heap
+    # serves again without faults after the first call.
+    a, b, into = torch.randn(half), torch.randn(half), torch.empty(half)
     gemv_bytes = float(_nbytes(weights[0], x) + 4 * rows)
     add_bytes = float(3 * _nbytes(a))
     together: list[float] = []
@@ -503,7 +564,7 @@ def measure_dram(megabytes: int = 64,
 
     def alone() -> dict[str, float]:
         return {"linear": gemv_bytes / _median_time(lambda: F.linear(x, weights[0]), budget_s) / 1e9,
-                "add": add_bytes / _median_time(lambda: torch.add(a, b), budget_s) / 1e9}
+                "add": add_bytes / _median_time(lambda: torch.add(a, b, out=into), budget_s) / 1e9}
 
     def at_once(i: int) -> None:
         try:
@@ -834,12 +895,14 @@ def calibrate(quick: bool = False, name: str = "cpu-calibrated") -> dict:
     if op_rates:
         profile["sources"]["op_rates"] = (
             f"{by}: {mode}each op type (and max_pool2d on channels-last data, attention "
-            "with v's head dim below q's, linear on 2 rows) timed at two sizes (tiny and small zoo scale; "
+            "with v's head dim below q's, linear on 2 rows, a broadcast add over 3 "
+            "channels-last channels) timed at two sizes (tiny and small zoo scale; "
             "element-wise, copy and softmax cases both above torch's 32Ki-element intra-op "
             "grain) on 1 intra-op thread (on a worker thread) and on all cores (on the main "
             "thread, as the executor runs them), median of a short burst, median of several "
             "rounds; the line through the two sizes gives the fixed cost "
-            "and the rate (GFLOP/s for linear, conv2d and attention, window elements per ns "
+            f"and the rate ({', '.join(sorted(_mid_cases()))} also at a middle size, "
+            "knee_work: a low_* line below it, the main line above) (GFLOP/s for linear, conv2d and attention, window elements per ns "
             "for max_pool2d, GB/s read + written for the rest); cold_*: each case timed "
             f"once per pass over all cases ({rotation_passes(quick)} passes a round, median), "
             "less the burst, as a line in the bytes read: its value at none and the GB/s of its "
@@ -860,7 +923,8 @@ def calibrate(quick: bool = False, name: str = "cpu-calibrated") -> dict:
         profile["sources"]["op_rates"] += (
             f"; dram_gbps: best of 2 rounds, median time of a batch-1 F.linear over a "
             f"{32 if quick else 64} MiB weight (linear) and an add of two arrays of half "
-            "that (add) on one thread, bytes read + written / t")
+            "that into a kept output (add; a fresh output that size is mmapped and faulted "
+            "in on every call) on one thread, bytes read + written / t")
         profile["sources"]["memory_streams"] = (
             f"{by}: the same GEMV on {min(cores, DRAM_CORES)} cores at once (all, up to "
             f"{DRAM_CORES}), each over its own weight, total GB/s over one core's (best of 2 "
