@@ -274,19 +274,33 @@ def _op_cases() -> dict[str, tuple[str, Callable[[bool], tuple[Callable[[], Any]
             "index_select": ("bytes", index_select), "cat": ("bytes", cat)}
 
 
-def _mid_cases() -> dict[str, tuple[Callable[[], Any], float, float]]:
-    """A third, middle size for the op types whose time is no straight line between their
-    two cases (``OpRate.knee_work``): name -> (the call, its work, the bytes it reads).
-    A convolution of 1.2 MFLOP (the zoo's tiny ones are 0.3-1.2) ran at 25 GFLOP/s on one
-    thread here, a fifth of the large case's rate, and the line through the small and
-    large cases put it at half its time."""
+def _third_cases() -> dict[str, tuple[Callable[[], Any], float, float]]:
+    """A third size for the op types whose time is no straight line through their two
+    cases (``OpRate.knee_work``): name -> (the call, its work, the bytes it reads).
+
+    - ``conv2d`` in the middle: a convolution of 1.2 MFLOP (the zoo's tiny ones are
+      0.3-1.2) ran at 25 GFLOP/s on one thread here, a fifth of the large case's rate,
+      and the line through the small and large cases put it at half its time.
+    - the element-wise, copy and softmax types below their small case, at 1Ki elements:
+      their two cases are above torch's intra-op grain, and the line through them crosses
+      zero anywhere from 1.5 to 4 us (one calibration to the next), while a relu of 1Ki
+      floats took 0.5-1 us of its own inside a model."""
     import torch
     import torch.nn.functional as F
 
-    x, w, b = torch.randn(1, 16, 16, 16), torch.randn(16, 16, 3, 3), torch.randn(16)
+    r = torch.randn
+    x, w, b = r(1, 16, 16, 16), r(16, 16, 3, 3), r(16)
     out = 16 * 16 * 16
+    a1, b1, c1, s1 = r(1, 1024), r(1, 1024), r(1, 1024), r(8, 128)
+    p1, q1 = r(1, 8, 8, 8), r(1, 8, 8, 8)
     return {"conv2d": ((lambda: F.conv2d(x, w, b, padding=1)), 2.0 * out * 16 * 9 + out,
-                       float(_nbytes(x, w, b)))}
+                       float(_nbytes(x, w, b))),
+            "add": ((lambda: torch.add(a1, b1)), float(3 * _nbytes(a1)), float(_nbytes(a1, b1))),
+            "silu": ((lambda: F.silu(c1)), float(2 * _nbytes(c1)), float(_nbytes(c1))),
+            "softmax": ((lambda: torch.softmax(s1, -1)), float(2 * _nbytes(s1)),
+                        float(_nbytes(s1))),
+            "cat": ((lambda: torch.cat([p1, q1], 1)), float(2 * _nbytes(p1, q1)),
+                    float(_nbytes(p1, q1)))}
 
 
 def _fit(small: tuple[float, float], large: tuple[float, float]) -> tuple[float, float]:
@@ -323,8 +337,9 @@ def measure_op_rates(quick: bool = False, rounds: int = 1) -> dict[str, dict]:
     than the main one pays for waking its thread team each time (tens of us here, 5-6x an
     element-wise op's own time). Every case is timed at two sizes and both thread counts,
     the median of a short burst, the median of ``rounds`` rounds; the line through the two
-    sizes gives the fixed per-call cost and the rate. An op type with a middle case
-    (:func:`_mid_cases`) gets two lines: small to middle below it, middle to large above.
+    sizes gives the fixed per-call cost and the rate. An op type with a third case
+    (:func:`_third_cases`) gets two lines, through its lower two cases and through its
+    upper two, meeting at the middle one (``knee_work``).
 
     The state is the executor's: the main thread's own thread team is alive first (it is
     in every ``parastream run``, whose single-stream reference runs there). Bursts catch
@@ -345,10 +360,10 @@ def measure_op_rates(quick: bool = False, rounds: int = 1) -> dict[str, dict]:
 
     calls = [((name, is_large), fn) for name, (_, small, large) in cases.items()
              for is_large, (fn, *_) in ((False, small), (True, large))]
-    mids = {name: mid for name, mid in _mid_cases().items() if name in cases}
+    thirds = {name: third for name, third in _third_cases().items() if name in cases}
 
     def burst() -> dict[tuple[str, Any], float]:
-        timed = calls + [((name, "mid"), fn) for name, (fn, *_) in mids.items()]
+        timed = calls + [((name, "third"), fn) for name, (fn, *_) in thirds.items()]
         return {key: _median_time(fn, budget, 5, 2000) * 1e6 for key, fn in timed}
 
     rotation = partial(rotation_times, calls, rotation_passes(quick))
@@ -365,20 +380,21 @@ def measure_op_rates(quick: bool = False, rounds: int = 1) -> dict[str, dict]:
     med = {key: statistics.median(ts) for key, ts in seen.items()}
     out = {}
     for name, (metric, small, large) in cases.items():
-        # with a middle case: the main line from it to the large one, a low line below it
-        low = mids.get(name)
-        start = (low[1], "mid") if low else (small[1], False)
-        f1, r1 = _fit((start[0], med[name, 1, start[1]]), (large[1], med[name, 1, True]))
-        fk, rk = _fit((start[0], med[name, cores, start[1]]),
-                      (large[1], med[name, cores, True]))
+        # with a third case: the two lower points give the low line, the upper two the
+        # main one (the same line as without it when the third is the lowest)
+        third = thirds.get(name)
+        sizes = sorted([(small[1], False), (large[1], True)]
+                       + ([(third[1], "third")] if third else []), key=lambda p: p[0])
+        (wl, kl), (wm, km), (wh, kh) = sizes if third else (sizes[0], *sizes)
+        f1, r1 = _fit((wm, med[name, 1, km]), (wh, med[name, 1, kh]))
+        fk, rk = _fit((wm, med[name, cores, km]), (wh, med[name, cores, kh]))
         out[name] = {"metric": metric, "fixed_1_us": float(f"{f1:.4g}"),
                      "fixed_all_us": float(f"{fk:.4g}"), "rate_1": float(f"{r1:.4g}"),
                      "rate_all": float(f"{rk:.4g}")}
-        if low:
-            lf1, lr1 = _fit((small[1], med[name, 1, False]), (low[1], med[name, 1, "mid"]))
-            lfk, lrk = _fit((small[1], med[name, cores, False]), (low[1], med[name, cores, "mid"]))
-            out[name].update(knee_work=float(f"{low[1]:.4g}"),
-                             low_fixed_1_us=float(f"{lf1:.4g}"),
+        if third:
+            lf1, lr1 = _fit((wl, med[name, 1, kl]), (wm, med[name, 1, km]))
+            lfk, lrk = _fit((wl, med[name, cores, kl]), (wm, med[name, cores, km]))
+            out[name].update(knee_work=float(f"{wm:.4g}"), low_fixed_1_us=float(f"{lf1:.4g}"),
                              low_fixed_all_us=float(f"{lfk:.4g}"),
                              low_rate_1=float(f"{lr1:.4g}"), low_rate_all=float(f"{lrk:.4g}"))
         for suffix, t in (("1", 1), ("all", cores)):
@@ -901,8 +917,9 @@ def calibrate(quick: bool = False, name: str = "cpu-calibrated") -> dict:
             "grain) on 1 intra-op thread (on a worker thread) and on all cores (on the main "
             "thread, as the executor runs them), median of a short burst, median of several "
             "rounds; the line through the two sizes gives the fixed cost "
-            f"and the rate ({', '.join(sorted(_mid_cases()))} also at a middle size, "
-            "knee_work: a low_* line below it, the main line above) (GFLOP/s for linear, conv2d and attention, window elements per ns "
+            f"and the rate ({', '.join(sorted(_third_cases()))} also at a third size, a "
+            "middle one for conv2d, 1Ki elements for the rest: knee_work at the middle of "
+            "the three, a low_* line below it, the main line above) (GFLOP/s for linear, conv2d and attention, window elements per ns "
             "for max_pool2d, GB/s read + written for the rest); cold_*: each case timed "
             f"once per pass over all cases ({rotation_passes(quick)} passes a round, median), "
             "less the burst, as a line in the bytes read: its value at none and the GB/s of its "

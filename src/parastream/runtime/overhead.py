@@ -26,7 +26,8 @@ the varied chain's ops cost the executor about 3 us each more than eager mode.) 
 of ``x + 1`` on 16 floats alternating between two streams (every op waits for the one
 before it, on the other stream) give the wake-up per wait as their extra slope over the
 same chains on one stream; the chains with only their first op on a second stream give
-the second stream's cost per call. Medians of repeated calls, the median of a few rounds.
+the second stream's cost per call. Medians of repeated calls; each figure taken within a
+round (:func:`per_round`), the median over the rounds.
 """
 
 from __future__ import annotations
@@ -104,6 +105,18 @@ def per_op_cost(chain_op_us: float, own_op_us: float, eager_op_us: float) -> flo
     return max(0.0, chain_op_us - own_op_us, chain_op_us - eager_op_us)
 
 
+def per_round(timers: dict[Any, Callable[[], float]], rounds: int) -> list[dict[Any, float]]:
+    """``rounds`` rounds, each timing every one of ``timers`` once, in turn. Figures
+    derived within one round (a slope between two chain lengths, the difference between
+    two plans) compare walls timed within a second of each other, and their median over
+    the rounds is the estimate: this VM's speed moves by 2x within seconds now and then
+    (an eager chain's slope of 2.7 us per op in one calibration, 7.2 in the next), and a
+    slope from two lengths timed seconds apart took the move for the executor's cost
+    (9.8 us per op against 2.5-4.4 in the calibrations around it; 2.5-2.7 in six once
+    each round took its own slope)."""
+    return [{key: timer() for key, timer in timers.items()} for _ in range(rounds)]
+
+
 def measure_executor_overhead(quick: bool = False, rounds: int = 3,
                               profile: Any = None) -> dict[str, float]:
     """``{"per_op_us", "per_run_us", "chain_op_us", "eager_op_us", "view_us",
@@ -111,7 +124,8 @@ def measure_executor_overhead(quick: bool = False, rounds: int = 3,
     costs at ``profile``'s op rates (a :class:`~parastream.device.profile.DeviceProfile`;
     none: nothing is taken out) and its folded views at the measured ``view_us`` are taken
     out of the per-op figure (never below :func:`per_op_cost`'s floor); ``chain_op_us`` is
-    its slope with them in, ``eager_op_us`` the same chains' slope in eager mode."""
+    its slope with them in, ``eager_op_us`` the same chains' slope in eager mode. Each
+    figure is the median over ``2 * rounds + 1`` rounds of :func:`per_round`."""
     import msgspec
     import torch
 
@@ -125,90 +139,96 @@ def measure_executor_overhead(quick: bool = False, rounds: int = 3,
     x = torch.randn(16)
     cores = _cores()
     calls = 15 if quick else 40
+    n_rounds = 2 * rounds + 1
+    executors: list[Any] = []
 
-    def wall(module: Any, rn: Any, plan: Any, threads: int | None, arg: Any,
-             eager: list[float] | None = None) -> float:
-        """The executor's median call wall, the median round; with ``eager``, the eager
-        module's is timed in the same rounds, alternating, and appended to it."""
+    def timer(module: Any, rn: Any, plan: Any, threads: int | None,
+              arg: Any) -> Callable[[], float]:
+        """The median call wall of ``plan`` through the executor (built once)."""
         ex = MultiStreamExecutor(module, (arg,), plan, intra_op_threads=threads, runnable=rn)
-        try:
-            # the median round, as for the op rates: the lowest kept this VM's quietest
-            # moment (a varied chain's slope: 2.9 to 9.6 us per op in three calibrations)
-            ours, theirs = [], []
-            for _ in range(rounds):
-                ours.append(median_wall_us(lambda: ex(arg), calls))
-                if eager is not None:
-                    theirs.append(median_wall_us(lambda: module(arg), calls))
-            if eager is not None:
-                eager.append(statistics.median(theirs))
-            return statistics.median(ours)
-        finally:
-            ex.close()
+        executors.append(ex)
+        return lambda: median_wall_us(lambda: ex(arg), calls)
 
-    varied: dict[int, tuple[int, float, float]] = {}  # rounds -> (ops, wall, own cost)
-    eager: list[float] = []  # the varied chains' eager walls, short then long
+    def eager_timer(module: Any, arg: Any) -> Callable[[], float]:
+        return lambda: median_wall_us(lambda: module(arg), calls)
+
+    def med(rows: list[dict], f: Callable[[dict], float]) -> float:
+        return statistics.median(f(r) for r in rows)
+
     xv = torch.randn(1, 16)
-    walls: dict[tuple[str, int], float] = {}
-    with torch.no_grad():
-        for n in (SHORT, LONG):
-            module = _chain(n, _view_step)
-            rn = import_runnable(module, (x,), name=f"views{n}")
-            walls["views", n] = wall(module, rn, Plan.single(o.name for o in rn.graph.ops),
-                                     cores, x)
-            module = _chain(n, _add_step)
-            rn = import_runnable(module, (x,), name=f"chain{n}")
-            names = [o.name for o in rn.graph.ops]
-            plans = {"single": (Plan.single(names), cores)}
-            for label, assignment in (
-                    ("ping-pong", {o: i % 2 for i, o in enumerate(names)}),
-                    ("second stream", {o: int(i == 0) for i, o in enumerate(names)})):
-                plans[label] = (plan_from_assignment(rn.graph, assignment, name=label), None)
-            for label, (plan, threads) in plans.items():
-                walls[label, n] = wall(module, rn, plan, threads, x)
+    timers: dict[tuple[str, int], Callable[[], float]] = {}
+    try:
+        with torch.no_grad():
+            for n in (SHORT, LONG):
+                module = _chain(n, _view_step)
+                rn = import_runnable(module, (x,), name=f"views{n}")
+                timers["views", n] = timer(module, rn, Plan.single(o.name for o in rn.graph.ops),
+                                           cores, x)
+                module = _chain(n, _add_step)
+                rn = import_runnable(module, (x,), name=f"chain{n}")
+                names = [o.name for o in rn.graph.ops]
+                timers["single", n] = timer(module, rn, Plan.single(names), cores, x)
+                for label, assignment in (
+                        ("ping-pong", {o: i % 2 for i, o in enumerate(names)}),
+                        ("second stream", {o: int(i == 0) for i, o in enumerate(names)})):
+                    timers[label, n] = timer(module, rn, plan_from_assignment(
+                        rn.graph, assignment, name=label), None, x)
+            adds = per_round(timers, n_rounds)
+    finally:
+        for ex in executors:
+            ex.close()
+        executors.clear()
 
-    def line(label: str) -> tuple[float, float]:
-        slope = max(0.0, (walls[label, LONG] - walls[label, SHORT]) / (LONG - SHORT))
-        return slope, max(0.0, walls[label, SHORT] - SHORT * slope)
+    def slope(r: dict, label: str) -> float:
+        return (r[label, LONG] - r[label, SHORT]) / (LONG - SHORT)
 
-    add_slope = line("single")[0]
-    view = max(0.0, (line("views")[0] - add_slope) / VIEWS)
+    view = max(0.0, med(adds, lambda r: (slope(r, "views") - slope(r, "single")) / VIEWS))
+    wake = max(0.0, med(adds, lambda r: slope(r, "ping-pong") - slope(r, "single")))
+    # the second stream's chains wait once (their second op), so one wake-up is not its cost
+    second = med(adds, lambda r: statistics.fmean(r["second stream", n] - r["single", n]
+                                                  for n in (SHORT, LONG)))
     # the varied chain's ops' own costs and its views' without the executor's per-op cost
     # (the figure being measured)
     bare = msgspec.structs.replace(profile, launch_overhead_us=0.0, view_us=view) \
         if profile is not None else None
-    chains = {}
-    with torch.no_grad():
-        for n in (VARIED_SHORT, VARIED_LONG):
-            module = varied_chain(n)
-            rn = import_runnable(module, (xv,), name=f"varied{n}")
-            own = sum(estimate(o, bare).dur_us for o in rn.graph.ops) if bare else 0.0
-            chains[n] = (module, rn, own)
+    ops: dict[int, int] = {}
+    own: dict[int, float] = {}
+    varied: dict[tuple[str, int], Callable[[], float]] = {}
     # the executor spends something on every op, so a slope at or under eager mode's (or
     # an eager slope at or under 0) is a noisy measurement (the slope moved 2x between two
     # quick calibrations on a quiet machine, 4.9 and 10.2 us per op): measured again, up
     # to VARIED_TRIES times, keeping the try with the executor's largest extra over eager
     assert VARIED_TRIES >= 1
     best = None
-    for _ in range(VARIED_TRIES):
-        eager.clear()
+    try:
         with torch.no_grad():
-            for n, (module, rn, own) in chains.items():
-                names = [o.name for o in rn.graph.ops]
-                varied[n] = (len(names), wall(module, rn, Plan.single(names), cores, xv, eager),
-                             own)
-        (o1, w1, c1), (o2, w2, c2) = varied[VARIED_SHORT], varied[VARIED_LONG]
-        chain_op, eager_op = (w2 - w1) / (o2 - o1), (eager[1] - eager[0]) / (o2 - o1)
-        if best is None or chain_op - eager_op > best[0] - best[1]:
-            best = (chain_op, eager_op, w1, o1, (c2 - c1) / (o2 - o1))
-        if chain_op > eager_op > 0:
-            break
-    chain_op, eager_op, w1, o1, own_op = best
+            for n in (VARIED_SHORT, VARIED_LONG):
+                module = varied_chain(n)
+                rn = import_runnable(module, (xv,), name=f"varied{n}")
+                own[n] = sum(estimate(o, bare).dur_us for o in rn.graph.ops) if bare else 0.0
+                ops[n] = len(rn.graph.ops)
+                varied["executor", n] = timer(module, rn, Plan.single(o.name for o in rn.graph.ops),
+                                              cores, xv)
+                varied["eager", n] = eager_timer(module, xv)
+            per_op_of = ops[VARIED_LONG] - ops[VARIED_SHORT]
+            for _ in range(VARIED_TRIES):
+                rows = per_round(varied, n_rounds)
+                chain_op, eager_op = (med(rows, lambda r, k=k: (r[k, VARIED_LONG]
+                                                                - r[k, VARIED_SHORT]) / per_op_of)
+                                      for k in ("executor", "eager"))
+                w1 = med(rows, lambda r: r["executor", VARIED_SHORT])
+                if best is None or chain_op - eager_op > best[0] - best[1]:
+                    best = (chain_op, eager_op, w1)
+                if chain_op > eager_op > 0:
+                    break
+    finally:
+        for ex in executors:
+            ex.close()
+    chain_op, eager_op, w1 = best
     chain_op, eager_op = max(0.0, chain_op), max(0.0, eager_op)
+    own_op = (own[VARIED_LONG] - own[VARIED_SHORT]) / per_op_of
     per_op = per_op_cost(chain_op, own_op, eager_op)
-    per_run = max(0.0, w1 - o1 * chain_op)
-    wake = max(0.0, line("ping-pong")[0] - add_slope)
-    # the second stream's chains wait once (their second op), so one wake-up is not its cost
-    second = statistics.median(walls["second stream", n] - walls["single", n] for n in (SHORT, LONG))
+    per_run = max(0.0, w1 - ops[VARIED_SHORT] * chain_op)
     # a difference of two noisy walls: on a busy 2-core VM single quick rounds gave 0 to
     # 384 us; a second stream's setup is part of a call's fixed cost, so it is capped there
     stream_us = min(max(0.0, second - wake), 2.0 * per_run)
