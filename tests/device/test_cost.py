@@ -292,6 +292,12 @@ def test_a_broadcast_over_few_channels_last_channels_takes_its_own_rate():
     # a pool on such data keeps its channels_last variant (none measured here: plain)
     assert rate_variant(cl, op(3, "max_pool2d", other=False)) == "channels_last"
     assert estimate(op(3, "max_pool2d", other=False), prof).rate_key == "max_pool2d"
+    # a variant without its own rate falls back on the plain layout's where measured
+    conv = op(3, "conv2d")
+    nhwc = cpu_profile(conv2d=("flops", 1.0, 1.0, 1.0, 1.0),
+                       **{"conv2d.channels_last": ("flops", 2.0, 2.0, 2.0, 2.0)})
+    assert rate_variant(conv.meta, conv) == "channels_last_broadcast"
+    assert estimate(conv, nhwc).rate_key == "conv2d.channels_last"
     slow, fast = estimate(sub, prof), estimate(op(3, meta={}), prof)
     assert slow.dur_us > fast.dur_us
 

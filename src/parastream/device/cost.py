@@ -117,6 +117,11 @@ def rate_variant(meta: dict | None, op: Any = None) -> str | None:
 SHORT_INNER = 8
 
 
+#: a variant whose own rate was not measured for an op type takes this one's where it was
+#: (a pool or a convolution reading a 3-channel NHWC image next to its small weight)
+VARIANT_FALLBACK = {"channels_last_broadcast": "channels_last"}
+
+
 def short_inner_broadcast(op: Any) -> bool:
     """Whether ``op`` (on channels-last data) combines a 4-d input with a smaller,
     broadcast one (a per-channel mean or scale) over fewer than :data:`SHORT_INNER`
@@ -159,8 +164,9 @@ def op_rate_key(op_type: str, resource: str, rates: dict,
         else:
             key = "cat" if resource == "memory" else "add"
             key = key if key in rates else None
-    if key is not None and variant and f"{key}.{variant}" in rates:
-        return f"{key}.{variant}"
+    for v in (variant, VARIANT_FALLBACK.get(variant or "")):
+        if key is not None and v and f"{key}.{v}" in rates:
+            return f"{key}.{v}"
     return key
 
 
