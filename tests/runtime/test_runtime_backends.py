@@ -42,6 +42,37 @@ def test_cpu_stream_runs_work_in_fifo_order_on_one_thread():
     assert {name for _, name in seen} == {"parastream-stream-s0"}
 
 
+def test_synchronize_on_an_idle_stream_returns_without_waking_its_worker(monkeypatch):
+    """All issued work done and the worker asleep: synchronize returns at once, queueing
+    nothing (a recording would wake the worker, then the caller); work still running or
+    queued is waited for, and a stream's error is raised either way."""
+    with CpuBackend() as b:
+        s = b.stream("s0")
+        s.submit(lambda: None, name="op").result()
+        deadline = time.monotonic() + 5
+        while not s.query() and time.monotonic() < deadline:  # the worker goes idle
+            time.sleep(0.001)
+        assert s.query()
+        queued: list[tuple] = []
+        real = s._enqueue
+        monkeypatch.setattr(s, "_enqueue", lambda cmd: queued.append(cmd) or real(cmd))
+        s.synchronize()
+        assert queued == []
+        gate = threading.Event()
+        done: list[str] = []
+        s.submit(lambda: gate.wait(5) and done.append("slow"), name="slow")
+        threading.Timer(0.05, gate.set).start()
+        s.synchronize()  # busy: must wait for the slow op
+        assert done == ["slow"] and [c[0] for c in queued] == ["work", "record"]
+        s.submit(lambda: 1 / 0, name="bad")
+        with pytest.raises(StreamError):
+            s.synchronize()
+        while not s.query() and time.monotonic() < deadline:
+            time.sleep(0.001)
+        with pytest.raises(StreamError):  # sticky, also on the idle path
+            s.synchronize()
+
+
 def test_held_stream_runs_nothing_until_released_and_keeps_fifo_and_event_semantics():
     seen: list[str] = []
     with CpuBackend() as b:

@@ -301,10 +301,19 @@ class CpuStream:
             self._enqueue(("wait", mark))
 
     def synchronize(self) -> None:
+        """Block until everything issued to this stream ran; raise its sticky error.
+
+        A worker already idle (its queue empty, nothing running) has run it all: the call
+        returns at once instead of queueing a recording, which would wake the sleeping
+        worker and then the caller, two OS wake-ups (76-84 us per call on this 2-vCPU VM
+        at the end of a multi-stream call whose side stream had finished long before)."""
         self.release()
-        mark = _Mark(self)
-        self._enqueue(("record", mark))
-        mark.flag.wait()
+        with self._cond:
+            idle = not self._queue and not self._running
+        if not idle:
+            mark = _Mark(self)
+            self._enqueue(("record", mark))
+            mark.flag.wait()
         if self._error is not None:
             raise self._error
 
