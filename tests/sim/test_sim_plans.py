@@ -102,6 +102,10 @@ def test_measured_costs_replay_captured_op_times_and_scale_them_per_stream():
     launch = prof.launch_overhead_us
     assert costs["a"].measured and costs["a"].dur_us == 200 + launch       # median of 100, 300
     assert costs["d"].dur_us == 400 + launch and costs["a"].block_dim == cores
+    # the part of the per-op cost inside a recorded interval is not added twice
+    inside = msgspec.structs.replace(prof, op_inside_us=launch * 0.75)
+    assert measured_costs(g, inside, [captured([100, 200, 300, 400])])["d"].dur_us \
+        == pytest.approx(400 + launch * 0.25)
     from parastream.plan.model import Plan
 
     single = simulate_plan(g, Plan.single(names), prof, costs=costs).result

@@ -135,6 +135,11 @@ class DeviceProfile(msgspec.Struct, forbid_unknown_fields=True):
     op_rates: dict[str, OpRate] = {}
     #: CPU only: the executor's fixed cost per forward call (setup, rejoin, outputs)
     run_overhead_us: float = 0.0
+    #: CPU only: the part of ``launch_overhead_us`` inside each op's recorded interval
+    #: (reading its inputs, storing its value, freeing what it read last); an op time taken
+    #: from a captured timeline already holds it (:func:`parastream.sim.run.measured_costs`
+    #: adds the rest). 0 = none known: the whole per-op cost is added
+    op_inside_us: float = 0.0
     #: CPU only: per cross-stream wait that blocks, from the event's record to the waiting
     #: worker thread running again (an OS wake-up)
     event_wake_us: float = 0.0
@@ -254,7 +259,7 @@ def _check(p: DeviceProfile, where: str | None) -> DeviceProfile:
     if p.cache_bytes < 0:
         raise bad("cache_bytes must be zero or positive")
     for key in ("launch_overhead_us", "scheduler_sweep_us", "run_overhead_us", "event_wake_us",
-                "stream_overhead_us", "cold_after_us", "view_us"):
+                "stream_overhead_us", "cold_after_us", "view_us", "op_inside_us"):
         if not getattr(p, key) >= 0:
             raise bad(f"{key} must be zero or positive")
     idles = []

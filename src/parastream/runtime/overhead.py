@@ -120,7 +120,7 @@ def per_round(timers: dict[Any, Callable[[], float]], rounds: int) -> list[dict[
 def measure_executor_overhead(quick: bool = False, rounds: int = 3,
                               profile: Any = None) -> dict[str, float]:
     """``{"per_op_us", "per_run_us", "chain_op_us", "eager_op_us", "view_us",
-    "event_wake_us", "stream_us"}`` of the cpu backend. The varied chain's ops' own
+    "event_wake_us", "stream_us", "op_inside_us"}`` of the cpu backend. The varied chain's ops' own
     costs at ``profile``'s op rates (a :class:`~parastream.device.profile.DeviceProfile`;
     none: nothing is taken out) and its folded views at the measured ``view_us`` are taken
     out of the per-op figure (never below :func:`per_op_cost`'s floor); ``chain_op_us`` is
@@ -151,6 +151,17 @@ def measure_executor_overhead(quick: bool = False, rounds: int = 3,
 
     def eager_timer(module: Any, arg: Any) -> Callable[[], float]:
         return lambda: median_wall_us(lambda: module(arg), calls)
+
+    def inside_timer(ex: Any, arg: Any, times: int = 5) -> Callable[[], float]:
+        """The median over ``times`` calls of the ops' recorded intervals, summed."""
+        def inside() -> float:
+            sums = []
+            for _ in range(times):
+                ex(arg)
+                tl = ex.timeline()
+                sums.append(float((tl.end_ns - tl.start_ns).sum()) / 1e3)
+            return statistics.median(sums)
+        return inside
 
     def med(rows: list[dict], f: Callable[[dict], float]) -> float:
         return statistics.median(f(r) for r in rows)
@@ -209,22 +220,23 @@ def measure_executor_overhead(quick: bool = False, rounds: int = 3,
                 ops[n] = len(rn.graph.ops)
                 varied["executor", n] = timer(module, rn, Plan.single(o.name for o in rn.graph.ops),
                                               cores, xv)
+                varied["inside", n] = inside_timer(executors[-1], xv)
                 varied["eager", n] = eager_timer(module, xv)
             per_op_of = ops[VARIED_LONG] - ops[VARIED_SHORT]
             for _ in range(VARIED_TRIES):
                 rows = per_round(varied, n_rounds)
-                chain_op, eager_op = (med(rows, lambda r, k=k: (r[k, VARIED_LONG]
-                                                                - r[k, VARIED_SHORT]) / per_op_of)
-                                      for k in ("executor", "eager"))
+                chain_op, eager_op, inside_op = (
+                    med(rows, lambda r, k=k: (r[k, VARIED_LONG] - r[k, VARIED_SHORT]) / per_op_of)
+                    for k in ("executor", "eager", "inside"))
                 w1 = med(rows, lambda r: r["executor", VARIED_SHORT])
                 if best is None or chain_op - eager_op > best[0] - best[1]:
-                    best = (chain_op, eager_op, w1)
+                    best = (chain_op, eager_op, w1, inside_op)
                 if chain_op > eager_op > 0:
                     break
     finally:
         for ex in executors:
             ex.close()
-    chain_op, eager_op, w1 = best
+    chain_op, eager_op, w1, inside_op = best
     chain_op, eager_op = max(0.0, chain_op), max(0.0, eager_op)
     own_op = (own[VARIED_LONG] - own[VARIED_SHORT]) / per_op_of
     per_op = per_op_cost(chain_op, own_op, eager_op)
@@ -232,9 +244,13 @@ def measure_executor_overhead(quick: bool = False, rounds: int = 3,
     # a difference of two noisy walls: on a busy 2-core VM single quick rounds gave 0 to
     # 384 us; a second stream's setup is part of a call's fixed cost, so it is capped there
     stream_us = min(max(0.0, second - wake), 2.0 * per_run)
+    # the part of the per-op cost inside an op's recorded interval (reading its inputs,
+    # storing its value, freeing): the slope per op less its part outside the intervals
+    outside_op = max(0.0, chain_op - max(0.0, inside_op))
+    op_inside = min(per_op, max(0.0, per_op - outside_op))
     return {"per_op_us": per_op, "per_run_us": per_run, "chain_op_us": chain_op,
             "eager_op_us": eager_op, "view_us": view, "event_wake_us": wake,
-            "stream_us": stream_us}
+            "stream_us": stream_us, "op_inside_us": op_inside}
 
 
 def calibrate_cpu(quick: bool = False, name: str = "cpu-calibrated",
@@ -288,6 +304,10 @@ def _calibrate_cpu(quick: bool, name: str) -> dict:
         f"hand-off round trip to a worker thread measured {handoff:.3g} us")
     profile["sources"]["run_overhead_us"] = (
         f"{by}: the intercept of the same two chains: the executor's fixed cost per call")
+    profile["op_inside_us"] = float(f"{ov['op_inside_us']:.4g}")
+    profile["sources"]["op_inside_us"] = (
+        f"{by}: the per-op cost less the same chains' slope per op outside the ops' "
+        "recorded intervals (call wall less the intervals' sum)")
     profile["view_us"] = float(f"{ov['view_us']:.4g}")
     profile["sources"]["view_us"] = (
         f"{by}: chains of {SHORT} and {LONG} 'x + 1' ops each reading its input through "

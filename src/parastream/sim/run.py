@@ -107,7 +107,8 @@ def measured_costs(graph: Graph, profile: DeviceProfile,
                    timelines: Iterable[Timeline]) -> dict[str, OpCost]:
     """Op costs from captured single-stream runs: each op's median duration over
     ``timelines`` (matched by name; ops never seen keep the profile's estimate), plus the
-    profile's per-op launch cost on a CPU. On a CPU the op ran on all cores' intra-op
+    profile's per-op launch cost on a CPU, less its part inside a recorded interval
+    (``op_inside_us``). On a CPU the op ran on all cores' intra-op
     threads: that becomes its block dim, so a plan that gives its stream fewer cores
     scales it by the profile's op rates (:func:`parastream.device.cost.with_cores`). A
     device kernel keeps the blocks the profile says it asks for (taking every core would
@@ -124,7 +125,9 @@ def measured_costs(graph: Graph, profile: DeviceProfile,
             if name in ops:
                 seen.setdefault(name, []).append(d)
     cpu = profile.kind == "cpu"
-    launch = profile.op_host_us
+    # the captured interval already holds the executor's work inside it (reading the
+    # inputs, storing the value): only the rest of its per-op cost comes on top
+    launch = max(0.0, profile.op_host_us - (profile.op_inside_us if cpu else 0.0))
     k = profile.cores.cube
     out: dict[str, OpCost] = {}
     for n, op in ops.items():
