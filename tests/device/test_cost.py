@@ -255,6 +255,7 @@ def test_an_op_rate_with_a_knee_takes_its_low_line_below_it():
                low_fixed_all_us=14.4 - 0.074e6 / (low_rate * 1e3), low_rate_1=low_rate,
                low_rate_all=low_rate)
     assert r.duration_us(0.074e6, 1, 2) == pytest_approx(14.4)
+    assert r.duration_us(0.0, 1, 2) == pytest_approx(r.low_fixed_1_us)  # unknown work: low
     assert r.duration_us(1.2e6 - 1, 1, 2) == pytest_approx(47.7)
     assert r.duration_us(1.2e6, 1, 2) == pytest_approx(47.7)
     assert r.duration_us(120e6, 1, 2) == pytest_approx(1110)
@@ -289,6 +290,13 @@ def test_a_broadcast_over_few_channels_last_channels_takes_its_own_rate():
     assert estimate(op(3, "relu", other=False), prof).rate_key == "add"
     assert estimate(op(SHORT_INNER), prof).rate_key == "add"
     assert estimate(op(3, meta={}), prof).rate_key == "add"
+    # spread along the batch only: the data's inner loops stay (not this variant)
+    x = Tensor([8, 3, 32, 32], "float32")
+    batch = Op("b", "add", resource="vector", bytes_read=1, bytes_written=1, meta=cl,
+               inputs=[x, Tensor([1, 3, 32, 32], "float32")], outputs=[x])
+    mask = Op("m", "mul", resource="vector", bytes_read=1, bytes_written=1, meta=cl,
+              inputs=[x, Tensor([8, 1, 32, 32], "float32")], outputs=[x])
+    assert not short_inner_broadcast(batch) and short_inner_broadcast(mask)
     # a pool on such data keeps its channels_last variant (none measured here: plain)
     assert rate_variant(cl, op(3, "max_pool2d", other=False)) == "channels_last"
     assert estimate(op(3, "max_pool2d", other=False), prof).rate_key == "max_pool2d"

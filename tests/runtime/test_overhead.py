@@ -40,6 +40,7 @@ def test_measured_per_op_cost_stays_positive_when_op_rates_overshoot():
     assert ov["per_op_us"] > 0
     assert ov["per_op_us"] == pytest.approx(ov["chain_op_us"] - ov["eager_op_us"])
     assert ov["eager_op_us"] > 0
+    assert 0.0 <= ov["op_inside_us"] <= ov["per_op_us"]
 
 
 def test_calibrate_cpu_warns_before_and_during_a_busy_calibration(monkeypatch):

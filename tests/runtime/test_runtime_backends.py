@@ -71,6 +71,19 @@ def test_synchronize_on_an_idle_stream_returns_without_waking_its_worker(monkeyp
             time.sleep(0.001)
         with pytest.raises(StreamError):  # sticky, also on the idle path
             s.synchronize()
+    # a program run on the caller's thread (run_here) while the worker is still busy with
+    # earlier work: synchronize waits for the worker, not only for the caller's program
+    with CpuBackend() as b:
+        s = b.stream("s1")
+        gate, started = threading.Event(), threading.Event()
+        slow = s.submit(lambda: (started.set(), gate.wait(5))[1] and "slow", name="slow")
+        assert started.wait(5)  # the worker is inside the slow op
+        s.hold()
+        s.submit(lambda: "fast", name="fast")
+        s.run_here()
+        threading.Timer(0.05, gate.set).start()
+        s.synchronize()
+        assert slow.done() and slow.result() == "slow"
 
 
 def test_held_stream_runs_nothing_until_released_and_keeps_fifo_and_event_semantics():

@@ -79,7 +79,7 @@ class OpRate(msgspec.Struct, forbid_unknown_fields=True):
         """Microseconds for ``work`` (FLOPs or bytes) on ``cores`` intra-op threads (on the
         low line below :attr:`knee_work`)."""
         frac = self._frac(cores, all_cores)
-        if 0 < work < self.knee_work:
+        if work < self.knee_work:
             r1, rall, f1, fall = (self.low_rate_1, self.low_rate_all, self.low_fixed_1_us,
                                   self.low_fixed_all_us)
         else:
@@ -245,7 +245,7 @@ def _check(p: DeviceProfile, where: str | None) -> DeviceProfile:
             raise bad(f"op_rates.{key}.metric must be 'flops' or 'bytes'")
         if not (r.rate_1 > 0 and r.rate_all > 0 and r.fixed_1_us >= 0 and r.fixed_all_us >= 0):
             raise bad(f"op_rates.{key}: rates must be positive and fixed times not negative")
-        if r.knee_work < 0 or (r.knee_work > 0 and not (
+        if not r.knee_work >= 0 or (r.knee_work > 0 and not (
                 r.low_rate_1 > 0 and r.low_rate_all > 0 and r.low_fixed_1_us >= 0
                 and r.low_fixed_all_us >= 0)):
             raise bad(f"op_rates.{key}: with a knee_work, the low_* rates must be positive "

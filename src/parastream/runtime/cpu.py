@@ -268,7 +268,8 @@ class CpuStream:
         self._queue: deque = deque()
         self._held: list | None = None  # commands issued while held (see :meth:`hold`)
         self._cond = threading.Condition()
-        self._running = False
+        self._running = False  # the worker is carrying out a command
+        self._here = False  # the issuing thread runs a program here (run_here)
         self._error: BaseException | None = None
         self._backend: CpuBackend | None = None
         self._thread = threading.Thread(target=self._loop, name=f"parastream-stream-{name}",
@@ -305,11 +306,11 @@ class CpuStream:
 
         A worker already idle (its queue empty, nothing running) has run it all: the call
         returns at once instead of queueing a recording, which would wake the sleeping
-        worker and then the caller, two OS wake-ups (76-84 us per call on this 2-vCPU VM
+        worker and then the caller, two OS wake-ups (74-84 us per call on this 2-vCPU VM
         at the end of a multi-stream call whose side stream had finished long before)."""
         self.release()
         with self._cond:
-            idle = not self._queue and not self._running
+            idle = not self._queue and not self._running and not self._here
         if not idle:
             mark = _Mark(self)
             self._enqueue(("record", mark))
@@ -319,7 +320,7 @@ class CpuStream:
 
     def query(self) -> bool:
         with self._cond:
-            return not self._held and not self._queue and not self._running
+            return not self._held and not self._queue and not self._running and not self._here
 
     def hold(self) -> None:
         """Keep what is issued from now on from the worker until :meth:`release`.
@@ -381,7 +382,7 @@ class CpuStream:
         the call. Events, waits and the stream's recorder behave as on the worker."""
         cmds, self._held = self._held or [], None
         with self._cond:
-            self._running = True  # query() says busy while it runs here
+            self._here = True  # query() says busy while it runs here
         try:
             for i, cmd in enumerate(cmds):
                 try:
@@ -398,7 +399,7 @@ class CpuStream:
                     raise
         finally:
             with self._cond:
-                self._running = False
+                self._here = False  # (the worker's own flag is its own: it may be busy)
 
     def _do(self, cmd: tuple, here: bool = False) -> bool:
         """Carry out one command on the calling thread; False for ``stop``. ``here`` (the
