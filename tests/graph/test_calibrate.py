@@ -70,6 +70,14 @@ def test_fit_recovers_a_line_and_clamps_its_fixed_part():
     assert fixed == 0.0 and rate > 0
     fixed, _ = cal._fit((1e6, 1.0), (1e8, 1000.0))       # the line crosses below zero
     assert fixed == 0.0
+    # a knee's low line when its lower case timed slower than its middle one: flat at
+    # about the middle case's time, not through the origin (a tiny op would cost ~0)
+    from parastream.device.profile import OpRate
+
+    fixed, rate = cal._fit((8e3, 2.5), (5e5, 2.0), flat=True)
+    low = OpRate("bytes", fixed, fixed, rate, rate)
+    assert 1.9 < low.duration_us(8e3, 1, 2) < low.duration_us(5e5, 1, 2) + 1e-9 <= 2.0 + 1e-9
+    assert cal._fit((1e6, 12.0), (1e8, 1002.0), flat=True) == cal._fit((1e6, 12.0), (1e8, 1002.0))
 
 
 def test_op_case_work_is_counted_like_the_importer_counts_it():

@@ -303,10 +303,20 @@ def _third_cases() -> dict[str, tuple[Callable[[], Any], float, float]]:
                     float(_nbytes(p1, q1)))}
 
 
-def _fit(small: tuple[float, float], large: tuple[float, float]) -> tuple[float, float]:
+#: a flat line's fixed part, as a share of its upper point's time (:func:`_fit`)
+FLAT_SHARE = 0.99
+
+
+def _fit(small: tuple[float, float], large: tuple[float, float],
+         flat: bool = False) -> tuple[float, float]:
     """(fixed us, rate in G/s) of ``t = fixed + work / rate`` through two (work, us) points;
-    the fixed part is clamped to [0, small time] and the rate then fits the large point."""
+    the fixed part is clamped to [0, small time] and the rate then fits the large point.
+    When the small point is no faster than the large one (noise), the line goes through
+    the origin, or with ``flat`` stays at the large point's time (almost all fixed cost:
+    a knee's low line, whose two cases both take about the per-call cost)."""
     (ws, ts), (wl, tl) = small, large
+    if flat and not tl > ts:
+        return FLAT_SHARE * tl, wl / (max((1 - FLAT_SHARE) * tl, 1e-3) * 1e3)
     fixed = ts - ws * (tl - ts) / (wl - ws) if tl > ts and wl > ws else 0.0
     fixed = min(max(fixed, 0.0), ts)
     return fixed, wl / (max(tl - fixed, 1e-3) * 1e3)
@@ -392,8 +402,8 @@ def measure_op_rates(quick: bool = False, rounds: int = 1) -> dict[str, dict]:
                      "fixed_all_us": float(f"{fk:.4g}"), "rate_1": float(f"{r1:.4g}"),
                      "rate_all": float(f"{rk:.4g}")}
         if third:
-            lf1, lr1 = _fit((wl, med[name, 1, kl]), (wm, med[name, 1, km]))
-            lfk, lrk = _fit((wl, med[name, cores, kl]), (wm, med[name, cores, km]))
+            lf1, lr1 = _fit((wl, med[name, 1, kl]), (wm, med[name, 1, km]), flat=True)
+            lfk, lrk = _fit((wl, med[name, cores, kl]), (wm, med[name, cores, km]), flat=True)
             out[name].update(knee_work=float(f"{wm:.4g}"), low_fixed_1_us=float(f"{lf1:.4g}"),
                              low_fixed_all_us=float(f"{lfk:.4g}"),
                              low_rate_1=float(f"{lr1:.4g}"), low_rate_all=float(f"{lrk:.4g}"))
