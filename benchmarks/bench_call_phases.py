@@ -35,6 +35,7 @@ import statistics
 import sys
 import time
 import warnings
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -201,6 +202,7 @@ def isolate(name: str, scale: str, profile) -> None:
     from parastream.graph.ir import validate
     from parastream.plan.model import Plan
     from parastream.runtime.executor import MultiStreamExecutor
+    from parastream.runtime.measure import median_wall_us
 
     module, inputs, rn = _model(name, scale)
     order = validate(rn.graph)
@@ -223,16 +225,8 @@ def isolate(name: str, scale: str, profile) -> None:
             module(*inputs)  # the single-stream reference between calls, as measure does
             ex(*inputs)
         ex._call = real
-        alone = {}
-        for n_name, (n, args, kwargs) in saved.items():
-            for _ in range(20):
-                real(n, args, kwargs)
-            ts = []
-            for _ in range(200):
-                t = time.perf_counter_ns()
-                real(n, args, kwargs)
-                ts.append((time.perf_counter_ns() - t) / 1e3)
-            alone[n_name] = statistics.median(ts)
+        alone = {n_name: median_wall_us(partial(real, n, args, kwargs), 200, warmup=20)
+                 for n_name, (n, args, kwargs) in saved.items()}
     rows: dict[str, list[float]] = {}
     for n in order:
         c = estimate(ops[n], profile)
@@ -263,13 +257,11 @@ def main() -> None:
     if args.what == "chain":
         chain()
         return
-    import msgspec
-
-    from parastream.device.profile import load_profile, loads_profile
-    from parastream.runtime.overhead import calibrate_cpu
+    from parastream.device.profile import load_profile
+    from parastream.runtime.overhead import calibrated_profile
 
     profile = (load_profile(args.profile) if args.profile else
-               loads_profile(msgspec.json.encode(calibrate_cpu(quick=True))))
+               calibrated_profile(quick=True))
     {"phases": phases, "late": late, "settle": settle,
      "isolate": isolate}[args.what](args.model, args.scale, profile)
 

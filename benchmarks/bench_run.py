@@ -149,11 +149,7 @@ def predictions(models, profile, runs: int, repeat: int = 2, fresh: bool = False
     from parastream.graph.ir import validate
     from parastream.sim.run import simulate_plan
 
-    if fresh:
-        import msgspec
-
-        from parastream.device.profile import loads_profile
-        from parastream.runtime.overhead import calibrate_cpu
+    from parastream.runtime.overhead import calibrated_profile
 
     def wall(module, inputs, rn, plan) -> float:
         return measure(module, inputs, plan, runs=runs, drop=2, runnable=rn,
@@ -165,7 +161,7 @@ def predictions(models, profile, runs: int, repeat: int = 2, fresh: bool = False
     for name, (module, inputs) in models.items():
         rn, doc, multi = candidates_of(module, inputs, name, profile, top=1)
         single = Plan.single(o.name for o in rn.graph.ops)
-        quick = loads_profile(msgspec.json.encode(calibrate_cpu(quick=True))) if fresh else None
+        quick = calibrated_profile(quick=True) if fresh else None
         costs = capture_op_costs(module, inputs, rn, profile, runs=runs)
         order = validate(rn.graph)
         for plan in [single] + multi:
@@ -223,15 +219,12 @@ def main() -> None:
                     help="also predict from a quick profile calibrated right before each "
                          "model, as 'parastream run' without --profile does")
     args = ap.parse_args()
-    import msgspec
-
-    from parastream.device.profile import loads_profile
-    from parastream.runtime.overhead import calibrate_cpu
+    from parastream.runtime.overhead import calibrated_profile
     from parastream.graph.zoo import ZOO
 
     print("CPU, 2 cores; torch", torch.__version__, flush=True)
     print("overhead", overhead(runs=args.runs), flush=True)
-    profile = loads_profile(msgspec.json.encode(calibrate_cpu(quick=False)))
+    profile = calibrated_profile(quick=False)
     print("profile", profile.description, flush=True)
     names = [n for n in (args.models.split(",") if args.models else ZOO) if n]
     if not args.skip_speedup:

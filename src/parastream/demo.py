@@ -101,12 +101,12 @@ def run_demo(out_dir: str = "out/demo", model: str = DEFAULT_MODEL, scale: str =
             profile = load_profile(profile_path)
         else:
             step("calibrating the local CPU")
-            prof_dict = calibrate_cpu(quick=True, name="cpu-calibrated",
-                                      warn=lambda note: step(f"warning: {note}"))
-            profile = loads_profile(dump_profile(prof_dict))
+            profile_json = dump_profile(calibrate_cpu(quick=True, name="cpu-calibrated",
+                                                      warn=lambda note: step(f"warning: {note}")))
+            profile = loads_profile(profile_json)
         os.makedirs(out_dir, exist_ok=True)  # only once the model and the profile are good
         if not profile_path:
-            write_atomic(os.path.join(out_dir, "cpu-profile.json"), dump_profile(prof_dict))
+            write_atomic(os.path.join(out_dir, "cpu-profile.json"), profile_json)
 
         step("decomposing the model")
         analysis = analyze_graph(graph, profile)

@@ -80,27 +80,37 @@ def test_fit_recovers_a_line_and_clamps_its_fixed_part():
     assert cal._fit((1e6, 12.0), (1e8, 1002.0), flat=True) == cal._fit((1e6, 12.0), (1e8, 1002.0))
 
 
+def _imported(fn, name: str, op_type: str):
+    """The op of ``op_type`` that a module calling ``fn()`` imports to."""
+    import torch
+
+    from parastream.graph.torch_import import import_runnable
+
+    class One(torch.nn.Module):
+        def forward(self, dummy):
+            return fn() + 0 * dummy.sum()
+
+    g = import_runnable(One().eval(), (torch.zeros(1),), name=name).graph
+    return next(o for o in g.ops if o.type == op_type)
+
+
+def _counted(op, metric: str) -> float:
+    """An imported op's work as a rate of ``metric`` counts it."""
+    return op.flops if metric == "flops" else op.bytes_read + op.bytes_written
+
+
 def test_op_case_work_is_counted_like_the_importer_counts_it():
     """A rate measured on a case applies to imported ops only if both count work alike."""
     import pytest
 
-    torch = pytest.importorskip("torch")
-    from parastream.graph.torch_import import import_runnable
-
+    pytest.importorskip("torch")
     cases = cal._op_cases()
     for name, (metric, case) in cases.items():
         for large in (False, True):
             fn, work, read = case(large)
-
-            class One(torch.nn.Module):
-                def forward(self, dummy):
-                    return fn() + 0 * dummy.sum()
-
-            g = import_runnable(One().eval(), (torch.zeros(1),), name=name).graph
             op_type, _, layout = name.partition(".")
-            op = next(o for o in g.ops if o.type == op_type)
-            counted = op.flops if metric == "flops" else op.bytes_read + op.bytes_written
-            assert counted == pytest.approx(work, rel=1e-6), (name, large)
+            op = _imported(fn, name, op_type)
+            assert _counted(op, metric) == pytest.approx(work, rel=1e-6), (name, large)
             assert op.bytes_read == pytest.approx(read, rel=1e-6), (name, large)
             # and the cost model picks this case's rate for the op it imports to
             assert op_rate_key(op.type, op.resource, cases, rate_variant(op.meta, op)) \
@@ -110,21 +120,14 @@ def test_op_case_work_is_counted_like_the_importer_counts_it():
 def test_third_cases_are_counted_like_the_importer_counts_them():
     import pytest
 
-    torch = pytest.importorskip("torch")
-    from parastream.graph.torch_import import import_runnable
-
+    pytest.importorskip("torch")
+    cases = cal._op_cases()
     for name, (fn, work, read) in cal._third_cases().items():
-        metric = cal._op_cases()[name][0]
-
-        class One(torch.nn.Module):
-            def forward(self, dummy):
-                return fn() + 0 * dummy.sum()
-
-        g = import_runnable(One().eval(), (torch.zeros(1),), name=name).graph
-        op = next(o for o in g.ops if o.type == name)
-        counted = op.flops if metric == "flops" else op.bytes_read + op.bytes_written
-        assert counted == pytest.approx(work, rel=1e-6) and op.bytes_read == pytest.approx(read)
-        small, large = (cal._op_cases()[name][1](big)[1] for big in (False, True))
+        metric, case = cases[name]
+        op = _imported(fn, name, name)
+        assert _counted(op, metric) == pytest.approx(work, rel=1e-6)
+        assert op.bytes_read == pytest.approx(read)
+        small, large = (case(big)[1] for big in (False, True))
         assert work not in (small, large)
         # the element-wise ones below torch's grain (run serially), as tiny zoo ops are
         if name != "conv2d":

@@ -125,9 +125,10 @@ VARIANT_FALLBACK = {"channels_last_broadcast": "channels_last"}
 def short_inner_broadcast(op: Any) -> bool:
     """Whether ``op`` (on channels-last data) combines a 4-d input with a smaller one
     broadcast along its channels, height or width (a per-channel mean or scale, a mask),
-    over fewer than :data:`SHORT_INNER` channels: an image normalisation. On NHWC data the channels are the innermost dim, so
-    the broadcast leaves TensorIterator only a 3-element inner loop (14x the time of the
-    same sub on NCHW data on the development VM; with 64 channels 1.2x)."""
+    over fewer than :data:`SHORT_INNER` channels: an image normalisation. On NHWC data
+    the channels are the innermost dim, so the broadcast leaves TensorIterator only a
+    3-element inner loop (14x the time of the same sub on NCHW data on the development
+    VM; with 64 channels 1.2x)."""
     ins = [t for t in (op.inputs or ()) if t.shape]
     if len(ins) < 2 or len(ins[0].shape) != 4 or not 0 < ins[0].shape[1] < SHORT_INNER:
         return False

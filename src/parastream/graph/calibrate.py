@@ -761,6 +761,12 @@ def _others_running() -> int | None:
     return max(0, total - own)
 
 
+def _busy_limit(cores: int) -> float:
+    """Other runnable tasks that make a machine of ``cores`` cores too busy to calibrate
+    on: half its cores, at least one."""
+    return max(1.0, 0.5 * cores)
+
+
 def busy_note(cores: int, samples: int = 5) -> str | None:
     """A warning when other work is running now: the median count of runnable tasks that
     are not this process's threads (:func:`_others_running`, sampled ``samples`` times
@@ -778,7 +784,7 @@ def busy_note(cores: int, samples: int = 5) -> str | None:
         if k + 1 < samples:
             time.sleep(0.02)
     others = statistics.median(counts)
-    if others < max(1.0, 0.5 * cores):
+    if others < _busy_limit(cores):
         return None
     return (f"{others:g} other task(s) are running on {cores} core(s), so the figures will "
             "be noisy; calibrate on a quiet machine")
@@ -817,7 +823,7 @@ class BusyWatch:
 
     def busy_share(self) -> float:
         """The share of samples in which others took at least half the cores."""
-        limit = max(1.0, 0.5 * self.cores)
+        limit = _busy_limit(self.cores)
         return sum(n >= limit for n in self.samples) / len(self.samples) if self.samples else 0.0
 
     def note(self) -> str | None:

@@ -66,7 +66,7 @@ def add_parser(sub) -> None:
 # ----------------------------------------------------------------------------- loading
 def load_profile_for(args: argparse.Namespace) -> tuple[Any, str]:
     """The device profile and a sentence saying which one it is."""
-    from ..device.profile import load_profile, loads_profile
+    from ..device.profile import load_profile
 
     if args.profile:
         try:
@@ -74,13 +74,10 @@ def load_profile_for(args: argparse.Namespace) -> tuple[Any, str]:
         except (OSError, ValueError, KeyError) as exc:
             raise InputError(args.profile, f"not a device profile: {exc}") from None
     if args.device == "cpu":
-        import msgspec
-
-        from .overhead import calibrate_cpu
+        from .overhead import calibrated_profile
 
         notes: list[str] = []
-        prof = loads_profile(msgspec.json.encode(calibrate_cpu(quick=True, name="cpu-quick",
-                                                               warn=notes.append)))
+        prof = calibrated_profile(quick=True, name="cpu-quick", warn=notes.append)
         return prof, "; ".join(["profile: calibrated in-process (quick mode); pass --profile "
                                 "FILE from 'parastream calibrate -o FILE' for a steadier "
                                 "prediction", *notes])

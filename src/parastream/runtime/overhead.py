@@ -33,6 +33,7 @@ round (:func:`per_round`), the median over the rounds.
 from __future__ import annotations
 
 import statistics
+from functools import partial
 from typing import Any, Callable
 
 SHORT, LONG = 4, 64
@@ -142,91 +143,89 @@ def measure_executor_overhead(quick: bool = False, rounds: int = 3,
     n_rounds = 2 * rounds + 1
     executors: list[Any] = []
 
-    def timer(module: Any, rn: Any, plan: Any, threads: int | None,
-              arg: Any) -> Callable[[], float]:
-        """The median call wall of ``plan`` through the executor (built once)."""
+    def executor(module: Any, rn: Any, plan: Any, threads: int | None, arg: Any) -> Any:
+        """An executor for ``plan`` (closed when the measurement ends)."""
         ex = MultiStreamExecutor(module, (arg,), plan, intra_op_threads=threads, runnable=rn)
         executors.append(ex)
-        return lambda: median_wall_us(lambda: ex(arg), calls)
+        return ex
 
-    def eager_timer(module: Any, arg: Any) -> Callable[[], float]:
-        return lambda: median_wall_us(lambda: module(arg), calls)
+    def wall(fn: Callable[[Any], Any], arg: Any) -> Callable[[], float]:
+        """The median call wall of ``fn(arg)``."""
+        return lambda: median_wall_us(lambda: fn(arg), calls)
 
-    def inside_timer(ex: Any, arg: Any, times: int = 5) -> Callable[[], float]:
+    def inside(ex: Any, arg: Any, times: int = 5) -> Callable[[], float]:
         """The median over ``times`` calls of the ops' recorded intervals, summed."""
-        def inside() -> float:
+        def timed() -> float:
             sums = []
             for _ in range(times):
                 ex(arg)
                 tl = ex.timeline()
                 sums.append(float((tl.end_ns - tl.start_ns).sum()) / 1e3)
             return statistics.median(sums)
-        return inside
+        return timed
 
     def med(rows: list[dict], f: Callable[[dict], float]) -> float:
         return statistics.median(f(r) for r in rows)
 
+    def slope(r: dict, label: Any, short: int = SHORT, long: int = LONG,
+              per: float = LONG - SHORT) -> float:
+        return (r[label, long] - r[label, short]) / per
+
+    def single(rn: Any) -> Any:
+        return Plan.single(o.name for o in rn.graph.ops)
+
     xv = torch.randn(1, 16)
     timers: dict[tuple[str, int], Callable[[], float]] = {}
+    varied: dict[tuple[str, int], Callable[[], float]] = {}
+    ops: dict[int, int] = {}
+    own: dict[int, float] = {}
+    best = None
     try:
         with torch.no_grad():
             for n in (SHORT, LONG):
                 module = _chain(n, _view_step)
                 rn = import_runnable(module, (x,), name=f"views{n}")
-                timers["views", n] = timer(module, rn, Plan.single(o.name for o in rn.graph.ops),
-                                           cores, x)
+                timers["views", n] = wall(executor(module, rn, single(rn), cores, x), x)
                 module = _chain(n, _add_step)
                 rn = import_runnable(module, (x,), name=f"chain{n}")
                 names = [o.name for o in rn.graph.ops]
-                timers["single", n] = timer(module, rn, Plan.single(names), cores, x)
+                timers["single", n] = wall(executor(module, rn, single(rn), cores, x), x)
                 for label, assignment in (
                         ("ping-pong", {o: i % 2 for i, o in enumerate(names)}),
                         ("second stream", {o: int(i == 0) for i, o in enumerate(names)})):
-                    timers[label, n] = timer(module, rn, plan_from_assignment(
-                        rn.graph, assignment, name=label), None, x)
+                    plan = plan_from_assignment(rn.graph, assignment, name=label)
+                    timers[label, n] = wall(executor(module, rn, plan, None, x), x)
             adds = per_round(timers, n_rounds)
-    finally:
-        for ex in executors:
-            ex.close()
-        executors.clear()
-
-    def slope(r: dict, label: str) -> float:
-        return (r[label, LONG] - r[label, SHORT]) / (LONG - SHORT)
-
-    view = max(0.0, med(adds, lambda r: (slope(r, "views") - slope(r, "single")) / VIEWS))
-    wake = max(0.0, med(adds, lambda r: slope(r, "ping-pong") - slope(r, "single")))
-    # the second stream's chains wait once (their second op), so one wake-up is not its cost
-    second = med(adds, lambda r: statistics.fmean(r["second stream", n] - r["single", n]
-                                                  for n in (SHORT, LONG)))
-    # the varied chain's ops' own costs and its views' without the executor's per-op cost
-    # (the figure being measured)
-    bare = msgspec.structs.replace(profile, launch_overhead_us=0.0, view_us=view) \
-        if profile is not None else None
-    ops: dict[int, int] = {}
-    own: dict[int, float] = {}
-    varied: dict[tuple[str, int], Callable[[], float]] = {}
-    # the executor spends something on every op, so a slope at or under eager mode's (or
-    # an eager slope at or under 0) is a noisy measurement (the slope moved 2x between two
-    # quick calibrations on a quiet machine, 4.9 and 10.2 us per op): measured again, up
-    # to VARIED_TRIES times, keeping the try with the executor's largest extra over eager
-    assert VARIED_TRIES >= 1
-    best = None
-    try:
-        with torch.no_grad():
+            view = max(0.0, med(adds, lambda r: (slope(r, "views") - slope(r, "single"))
+                                / VIEWS))
+            wake = max(0.0, med(adds, lambda r: slope(r, "ping-pong") - slope(r, "single")))
+            # the second stream's chains wait once (their second op), so one wake-up is
+            # not its cost
+            second = med(adds, lambda r: statistics.fmean(r["second stream", n] - r["single", n]
+                                                          for n in (SHORT, LONG)))
+            # the varied chain's ops' own costs and its views' without the executor's
+            # per-op cost (the figure being measured)
+            bare = msgspec.structs.replace(profile, launch_overhead_us=0.0, view_us=view) \
+                if profile is not None else None
             for n in (VARIED_SHORT, VARIED_LONG):
                 module = varied_chain(n)
                 rn = import_runnable(module, (xv,), name=f"varied{n}")
                 own[n] = sum(estimate(o, bare).dur_us for o in rn.graph.ops) if bare else 0.0
                 ops[n] = len(rn.graph.ops)
-                varied["executor", n] = timer(module, rn, Plan.single(o.name for o in rn.graph.ops),
-                                              cores, xv)
-                varied["inside", n] = inside_timer(executors[-1], xv)
-                varied["eager", n] = eager_timer(module, xv)
+                ex = executor(module, rn, single(rn), cores, xv)
+                varied["executor", n], varied["inside", n] = wall(ex, xv), inside(ex, xv)
+                varied["eager", n] = wall(module, xv)
             per_op_of = ops[VARIED_LONG] - ops[VARIED_SHORT]
-            for _ in range(VARIED_TRIES):
+            # the executor spends something on every op, so a slope at or under eager
+            # mode's (or an eager slope at or under 0) is a noisy measurement (the slope
+            # moved 2x between two quick calibrations on a quiet machine, 4.9 and 10.2 us
+            # per op): measured again, up to VARIED_TRIES times, keeping the try with the
+            # executor's largest extra over eager
+            for _ in range(max(1, VARIED_TRIES)):
                 rows = per_round(varied, n_rounds)
                 chain_op, eager_op, inside_op = (
-                    med(rows, lambda r, k=k: (r[k, VARIED_LONG] - r[k, VARIED_SHORT]) / per_op_of)
+                    med(rows, partial(slope, label=k, short=VARIED_SHORT, long=VARIED_LONG,
+                                      per=per_op_of))
                     for k in ("executor", "eager", "inside"))
                 w1 = med(rows, lambda r: r["executor", VARIED_SHORT])
                 if best is None or chain_op - eager_op > best[0] - best[1]:
@@ -251,6 +250,17 @@ def measure_executor_overhead(quick: bool = False, rounds: int = 3,
     return {"per_op_us": per_op, "per_run_us": per_run, "chain_op_us": chain_op,
             "eager_op_us": eager_op, "view_us": view, "event_wake_us": wake,
             "stream_us": stream_us, "op_inside_us": op_inside}
+
+
+def calibrated_profile(quick: bool = True, name: str = "cpu-calibrated",
+                       warn: Callable[[str], None] | None = None) -> Any:
+    """:func:`calibrate_cpu`'s profile as a checked
+    :class:`~parastream.device.profile.DeviceProfile`, ready for the simulator."""
+    import msgspec
+
+    from ..device.profile import loads_profile
+
+    return loads_profile(msgspec.json.encode(calibrate_cpu(quick, name, warn)))
 
 
 def calibrate_cpu(quick: bool = False, name: str = "cpu-calibrated",
@@ -291,8 +301,10 @@ def _calibrate_cpu(quick: bool, name: str) -> dict:
     ov = measure_executor_overhead(quick, rounds=2 if quick else 3,
                                    profile=loads_profile(msgspec.json.encode(profile)))
     handoff = profile["launch_overhead_us"]
-    profile["launch_overhead_us"] = float(f"{ov['per_op_us']:.4g}")
-    profile["run_overhead_us"] = float(f"{ov['per_run_us']:.4g}")
+    for key, figure in (("launch_overhead_us", "per_op_us"), ("run_overhead_us", "per_run_us"),
+                        ("op_inside_us", "op_inside_us"), ("view_us", "view_us"),
+                        ("event_wake_us", "event_wake_us"), ("stream_overhead_us", "stream_us")):
+        profile[key] = float(f"{ov[figure]:.4g}")
     by = profile["sources"]["launch_overhead_us"].split(":")[0]
     profile["sources"]["launch_overhead_us"] = (
         f"{by}: the cpu backend's executor on one stream, chains of {VARIED_SHORT} and "
@@ -304,16 +316,12 @@ def _calibrate_cpu(quick: bool, name: str) -> dict:
         f"hand-off round trip to a worker thread measured {handoff:.3g} us")
     profile["sources"]["run_overhead_us"] = (
         f"{by}: the intercept of the same two chains: the executor's fixed cost per call")
-    profile["op_inside_us"] = float(f"{ov['op_inside_us']:.4g}")
     profile["sources"]["op_inside_us"] = (
         f"{by}: the per-op cost less the same chains' slope per op outside the ops' "
         "recorded intervals (call wall less the intervals' sum)")
-    profile["view_us"] = float(f"{ov['view_us']:.4g}")
     profile["sources"]["view_us"] = (
         f"{by}: chains of {SHORT} and {LONG} 'x + 1' ops each reading its input through "
         f"{VIEWS} folded views, their slope per op less the plain chains', per view")
-    profile["event_wake_us"] = float(f"{ov['event_wake_us']:.4g}")
-    profile["stream_overhead_us"] = float(f"{ov['stream_us']:.4g}")
     profile["sources"]["event_wake_us"] = (
         f"{by}: chains of {SHORT} and {LONG} 'x + 1' ops on 16 floats alternating between two "
         "streams (each op waits for the one before it): their slope per op less the same "
