@@ -10,7 +10,7 @@
 
 Medians of >= 5 kept runs (first 2 dropped), same process, alternating. Usage:
     .venv/bin/python benchmarks/bench_run.py [--runs 9] [--models a,b] [--skip-predict]
-        [--skip-speedup] [--repeat 2] [--fresh-profile]
+        [--skip-speedup] [--repeat 2] [--fresh-profile] [--malloc keep|system]
 """
 
 from __future__ import annotations
@@ -218,7 +218,11 @@ def main() -> None:
     ap.add_argument("--fresh-profile", action="store_true",
                     help="also predict from a quick profile calibrated right before each "
                          "model, as 'parastream run' without --profile does")
+    from parastream.runtime import malloc
+
+    malloc.add_argument(ap)
     args = ap.parse_args()
+    print(malloc.apply(args.malloc), flush=True)  # as parastream run does, before measuring
     from parastream.runtime.overhead import calibrated_profile
     from parastream.graph.zoo import ZOO
 

@@ -23,6 +23,8 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+from .runtime import malloc
+
 DEFAULT_MODEL = "medusa_heads"
 DEFAULT_SCALE = "small"
 
@@ -250,6 +252,7 @@ def add_parser(sub) -> None:
     p.add_argument("--side-by-side-only", dest="best_settings", action="store_false",
                    help="skip measuring each side again in a process of its own in its best "
                    "OpenMP setting (single stream with threads spinning, streams sleeping)")
+    malloc.add_argument(p)
     p.set_defaults(func=cmd_demo)
 
 
@@ -263,6 +266,7 @@ def cmd_demo(args) -> int:
         raise InputError(None, f"unknown model {args.model!r} (built-in: {', '.join(ZOO)})")
     if args.runs < 5:
         raise InputError(None, "--runs must be at least 5 (the first 2 are dropped as cold)")
+    print(malloc.apply(args.malloc))
     r = run_demo(args.out, args.model, args.scale, args.phase, args.runs, args.candidates,
                  progress=not args.no_progress, profile_path=args.profile,
                  best_settings=args.best_settings)

@@ -32,6 +32,10 @@ def test_measure_runs_drops_and_keeps_representative_timelines(inception):
     assert set(m.single_timeline.streams) == {"0"}
     s = m.summary()
     assert s["runs_kept"] == 4 and s["multi_threads_per_stream"] == 1
+    if m.single_faults:  # where the OS counts page faults: one count per kept timed call
+        assert len(m.single_faults) == len(m.multi_faults) == 4
+        assert s["faults_per_call"] == [statistics.median(m.single_faults),
+                                        statistics.median(m.multi_faults)]
     lo, hi = m.speedup_quartiles
     ratios = [a / b for a, b in zip(m.single_walls_us, m.multi_walls_us)]
     assert min(ratios) <= lo <= hi <= max(ratios)

@@ -53,6 +53,10 @@ def test_auto_with_check_trace_and_json(tmp_path, capsys, profile):
         lo, hi = c["speedup_quartiles"]
         assert 0 < lo <= hi
     assert "quartiles of the rounds' own speedups" in out
+    assert "malloc:" in out and doc["malloc"] == "keep"  # freed memory kept by default
+    for d in doc["details"]:  # page faults per call of each side, where the OS counts them
+        faults = d["measurement"]["faults_per_call"]
+        assert faults is None or (len(faults) == 2 and min(faults) >= 0)
     for d in doc["details"]:  # late stream starts, counted over the kept multi-stream runs
         lag = d["start_lag"]
         assert lag["runs"] >= 1 and 0 <= lag["late_runs"] <= lag["runs"]
@@ -84,8 +88,9 @@ def moe_plan(tmp_path_factory):
 def test_plan_file_round_trip(moe_plan, capsys, profile):
     path = moe_plan
     assert run("moe_layer", "--plan", str(path), "--scale", "tiny", "--runs", "5",
-               "--profile", profile) == 0
-    assert "recommendation:" in capsys.readouterr().out
+               "--profile", profile, "--malloc", "system") == 0
+    out = capsys.readouterr().out
+    assert "recommendation:" in out and "malloc: the allocator's own settings" in out
     with pytest.raises(InputError, match="no candidate"):
         run("moe_layer", "--plan", str(path), "--candidate", "nope", "--scale", "tiny")
     # --pin: the stream workers of this run (and of processes it starts) get their own cores

@@ -28,6 +28,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="where to write the profile (default: cpu-calibrated.json)")
     c.add_argument("--name", default="cpu-calibrated", help="the profile's name")
     c.add_argument("--quick", action="store_true", help="shorter measurements (a few seconds)")
+    from ..runtime import malloc
+
+    malloc.add_argument(c)
     c.set_defaults(func=cmd_calibrate)
 
 
@@ -69,8 +72,10 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     directory = os.path.dirname(os.path.abspath(args.output))
     if not os.path.isdir(directory):  # fail before spending seconds measuring
         raise InputError(args.output, f"cannot write: no directory {directory}")
+    from ..runtime import malloc
     from ..runtime.overhead import calibrate_cpu
 
+    print(f"parastream calibrate: {malloc.apply(args.malloc)}", file=sys.stderr)
     # with torch, the cpu backend's executor costs too (what run and demo predict with)
     data = dumps(calibrate_cpu(quick=args.quick, name=args.name, warn=lambda note: print(
         f"parastream calibrate: {note}", file=sys.stderr)))

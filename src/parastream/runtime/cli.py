@@ -14,6 +14,7 @@ import sys
 from typing import Any
 
 from ..errors import InputError
+from . import malloc
 
 DEVICE_PROFILES = {"cuda": "h100", "npu": "ascend910b"}
 
@@ -60,6 +61,7 @@ def add_parser(sub) -> None:
                    help="on cpu, skip measuring each side again in a process of its own in its "
                    "best OpenMP setting (single stream with threads spinning, streams with them "
                    "sleeping); skipped anyway when OMP_WAIT_POLICY is set")
+    malloc.add_argument(p)
     p.set_defaults(func=cmd_run)
 
 
@@ -116,6 +118,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         from .executor import PIN_ENV
 
         os.environ[PIN_ENV] = "1"  # every executor here and in the processes it starts
+    # before anything is measured, calibration included: it then runs as the model does
+    malloc_note = malloc.apply(args.malloc)
     doc_in: PlanDoc | None = None
     op_costs = None  # op times from a single-stream capture (--auto)
     if args.plan:
@@ -143,6 +147,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     out = sys.stdout
     out.write(f"model {name} (scale {args.scale}): {len(graph.ops)} ops; device {args.device}\n")
     out.write(profile_note + "\n")
+    out.write(malloc_note + "\n")
 
     from ..plan.cli import build
 
@@ -202,6 +207,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     rec = recommend(result["candidates"], current=current, margin=args.margin)
     result["recommendation"] = rec.to_dict()
     result["profile"] = profile_note
+    result["malloc"] = args.malloc
     _print(out, result, rec)
     if args.trace:
         os.makedirs(args.trace, exist_ok=True)
@@ -409,6 +415,14 @@ def _print(out, result: dict, rec) -> None:
                       f"(plain module {m['single_median_us']:,.0f} us, {m['single_threads']} threads); "
                       f"multi {m['multi_threads_per_stream']} thread(s)/stream; triage "
                       f"{d['triage']['verdict']}: {d['triage']['summary']}", markup=False)
+        faults = m.get("faults_per_call")
+        if faults and max(faults) > 0:
+            console.print(f"{d['candidate'][:60]}: page faults per call, median: single "
+                          f"{faults[0]:,.0f}, multi {faults[1]:,.0f} (memory the allocator gave "
+                          "back to the OS and maps again, about a microsecond each on a VM; the "
+                          "prediction has none of it" + (
+                              "; --malloc keep avoids it)" if result.get("malloc") == "system"
+                              else ")"), markup=False)
         lag = d.get("start_lag") or {}
         if lag.get("frequent") and not pin_streams():
             console.print(f"{d['candidate'][:60]}: in {lag['late_runs']} of {lag['runs']} runs a "

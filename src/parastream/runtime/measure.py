@@ -44,6 +44,17 @@ class Measurement:
     single_timeline: Timeline | None = None
     multi_timelines: list[Timeline] = field(default_factory=list)
     single_timelines: list[Timeline] = field(default_factory=list)
+    #: page faults each kept timed call took (process-wide), where the OS counts them
+    single_faults: list[int] = field(default_factory=list)
+    multi_faults: list[int] = field(default_factory=list)
+
+    @property
+    def faults_per_call(self) -> tuple[float, float] | None:
+        """Median page faults per call (single, multi), None where not counted: memory the
+        allocator gave back to the OS and maps again (:mod:`parastream.runtime.malloc`)."""
+        if not self.single_faults or not self.multi_faults:
+            return None
+        return statistics.median(self.single_faults), statistics.median(self.multi_faults)
 
     @property
     def single_median_us(self) -> float:
@@ -80,7 +91,8 @@ class Measurement:
                 "speedup": round(self.speedup, 4),
                 "speedup_quartiles": [round(q, 4) for q in self.speedup_quartiles],
                 "single_walls_us": [round(x, 3) for x in self.single_walls_us],
-                "multi_walls_us": [round(x, 3) for x in self.multi_walls_us]}
+                "multi_walls_us": [round(x, 3) for x in self.multi_walls_us],
+                "faults_per_call": list(self.faults_per_call) if self.faults_per_call else None}
 
 
 def paired_quartiles(single_us: Sequence[float], multi_us: Sequence[float]) -> tuple[float, float]:
@@ -137,6 +149,7 @@ def measure(module: Any, inputs: Sequence[Any], plan: Plan, *, backend: str = "c
 
     from .cpu import set_intra_op_threads, team_spin_s
     from .executor import MultiStreamExecutor, _cores, default_threads
+    from .malloc import page_faults
 
     if runs < 5:
         raise ValueError("measure at least 5 timed runs (the first few are dropped)")
@@ -162,12 +175,16 @@ def measure(module: Any, inputs: Sequence[Any], plan: Plan, *, backend: str = "c
         if device and multi.backend is not None and hasattr(multi.backend, "synchronize"):
             multi.backend.synchronize()
 
-    def timed(fn) -> float:
+    def timed(fn, faults: list[int] | None = None) -> float:
         sync()
+        f0 = page_faults()
         t0 = time.perf_counter_ns()
         fn(*inputs)
         sync()
-        return (time.perf_counter_ns() - t0) / 1000.0
+        t1 = time.perf_counter_ns()
+        if faults is not None and f0 is not None:
+            faults.append(page_faults() - f0)
+        return (t1 - t0) / 1000.0
 
     def plain(*a):
         with torch.no_grad():
@@ -175,6 +192,8 @@ def measure(module: Any, inputs: Sequence[Any], plan: Plan, *, backend: str = "c
 
     s_walls, m_walls, e_walls = [], [], []
     m_tls, e_tls = [], []
+    s_faults: list[int] = []
+    m_faults: list[int] = []
     rewarm = rewarm and not device  # a device's streams share no thread team with the host
     settle_s = team_spin_s(cores) if rewarm else 0.0
     try:
@@ -187,7 +206,7 @@ def measure(module: Any, inputs: Sequence[Any], plan: Plan, *, backend: str = "c
         for _ in range(runs):
             if rewarm:
                 plain(*inputs)  # wakes the team the streams' runs left asleep
-            s_walls.append(timed(plain))
+            s_walls.append(timed(plain, s_faults))
             if single is not None:
                 e_walls.append(timed(single))
                 e_tls.append(single.timeline(f"{runnable.graph.name}: single stream"))
@@ -196,7 +215,7 @@ def measure(module: Any, inputs: Sequence[Any], plan: Plan, *, backend: str = "c
                 multi(*inputs)
                 while time.perf_counter() < settled:
                     multi(*inputs)
-            m_walls.append(timed(multi))
+            m_walls.append(timed(multi, m_faults))
             m_tls.append(multi.timeline(f"{runnable.graph.name}: {plan.name}"))
     finally:
         if single is not None:
@@ -207,7 +226,8 @@ def measure(module: Any, inputs: Sequence[Any], plan: Plan, *, backend: str = "c
     m_walls, s_walls, e_walls = m_walls[keep], s_walls[keep], e_walls[keep]
     m_tls, e_tls = m_tls[keep], e_tls[keep]
     m = Measurement(plan.name, s_walls, m_walls, e_walls, drop, cores, multi_threads, streams,
-                    multi_timelines=m_tls, single_timelines=e_tls)
+                    multi_timelines=m_tls, single_timelines=e_tls,
+                    single_faults=s_faults[keep], multi_faults=m_faults[keep])
     if m_tls:
         m.multi_timeline = m_tls[_median_index(m_walls)]
     if e_tls:

@@ -1,0 +1,108 @@
+"""Freed memory kept in the process, and page faults counted per call.
+
+Why: glibc's malloc gives big freed blocks back to the OS (blocks over its mmap threshold
+are unmapped on free, and a heap whose free top grows past the trim threshold is shrunk),
+so the next call of a model maps the same memory again and touches every page of it
+afresh: one page fault per 4 KiB, each zeroing its page. On the development VM,
+llama_layer at small scale took 1,000-1,030 faults a call and 16.7 ms, against 0 faults
+and 12.0 ms with freed memory kept; inference_pipeline's 12.8 MB relu took 2,855 us in the
+model against 365 us alone (docs/benchmarks-run.md section 14). Which calls fault depends
+on the allocator's history (glibc raises its mmap threshold as blocks are freed, so the
+same model faulted 656 times a call in one process and never in another), so no profile
+can predict it, and a side-by-side comparison pays it on whichever side it falls. CPU
+inference deployments avoid it the same way (a tuned allocator, or these two settings);
+``parastream run``, ``demo`` and ``calibrate`` keep freed memory by default (``--malloc
+keep``) and say so, and count the faults each measured call took either way.
+
+The settings go to this process through glibc's ``mallopt`` and to the child processes it
+starts (the separate-process baselines) through glibc's environment variables. Elsewhere
+(another C library, macOS, Windows) nothing is changed and :func:`keep_freed_memory`
+says why.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+
+try:
+    import resource
+except ImportError:  # not on Windows
+    resource = None  # type: ignore[assignment]
+
+__all__ = ["ARENA_MAX", "KEEP_ENV", "MMAP_THRESHOLD", "TRIM_THRESHOLD", "add_argument", "apply", "keep_freed_memory",
+           "page_faults"]
+
+#: blocks up to this size come from the heap, not a mapping of their own (glibc's default
+#: is 128 KiB, raised as it sees big blocks freed, at most 32 MiB on its own)
+MMAP_THRESHOLD = 256 << 20
+#: free memory at the heap's top kept before it is given back (glibc's default: 128 KiB,
+#: twice the mmap threshold once that is raised)
+TRIM_THRESHOLD = 1 << 30
+#: one arena for all threads: a stream worker's own arena is a heap of at most 64 MiB,
+#: and a thread needing more than that maps another heap and unmaps it once it is free
+#: again (inference_pipeline's resource-split plan, 12.8 MB images on a side stream:
+#: 4,300-4,700 faults a call with the two thresholds alone, none with one arena)
+ARENA_MAX = 1
+#: the same settings for a child process's glibc, read when it starts
+KEEP_ENV = {"MALLOC_MMAP_THRESHOLD_": str(MMAP_THRESHOLD),
+            "MALLOC_TRIM_THRESHOLD_": str(TRIM_THRESHOLD), "MALLOC_ARENA_MAX": str(ARENA_MAX)}
+
+_M_TRIM_THRESHOLD = -1  # glibc's malloc.h
+_M_MMAP_THRESHOLD = -3
+_M_ARENA_MAX = -8
+
+
+def _mallopt():
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        fn = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):  # musl and others have no mallopt
+        return None
+    fn.argtypes, fn.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
+    return fn
+
+
+def keep_freed_memory() -> str:
+    """Make glibc keep freed memory in this process and in the processes it starts (see
+    the module's docstring); returns a one-line note of what was done, or why not."""
+    mallopt = _mallopt()
+    if mallopt is None:
+        return "malloc: left as it is (no glibc mallopt here)"
+    # threads that have an arena already keep it: called before the stream workers start
+    done = [mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD), mallopt(_M_ARENA_MAX, ARENA_MAX)]
+    mmap = MMAP_THRESHOLD
+    if not mallopt(_M_MMAP_THRESHOLD, mmap):  # an older glibc caps it at 32 MiB
+        mmap = 32 << 20
+        done.append(mallopt(_M_MMAP_THRESHOLD, mmap))
+    if not all(done):
+        return "malloc: left as it is (glibc refused the settings)"
+    os.environ.update(KEEP_ENV, MALLOC_MMAP_THRESHOLD_=str(mmap))
+    return (f"malloc: freed memory kept in the process (glibc: trim threshold "
+            f"{TRIM_THRESHOLD >> 20} MiB, mmap threshold {mmap >> 20} MiB, one arena), so a call does not "
+            "fault its buffers in again; --malloc system measures with the allocator's defaults")
+
+
+def page_faults() -> int | None:
+    """Minor page faults this process has taken so far (all its threads); None where the
+    OS does not count them for us."""
+    if resource is None:
+        return None
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
+def add_argument(parser) -> None:
+    """The ``--malloc keep|system`` option of the commands that measure."""
+    parser.add_argument("--malloc", choices=("keep", "system"), default="keep",
+                        help="keep: glibc keeps freed memory in the process, so calls do not "
+                             "page-fault their buffers in again (default); system: the "
+                             "allocator's own settings")
+
+
+def apply(choice: str) -> str:
+    """Carry out ``--malloc``; returns the note to print."""
+    if choice == "system":
+        return "malloc: the allocator's own settings (--malloc system)"
+    return keep_freed_memory()
