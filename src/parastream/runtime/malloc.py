@@ -4,9 +4,9 @@ Why: glibc's malloc gives big freed blocks back to the OS (blocks over its mmap 
 are unmapped on free, and a heap whose free top grows past the trim threshold is shrunk),
 so the next call of a model maps the same memory again and touches every page of it
 afresh: one page fault per 4 KiB, each zeroing its page. On the development VM,
-llama_layer at small scale took 1,000-1,030 faults a call and 16.7 ms, against 0 faults
-and 12.0 ms with freed memory kept; inference_pipeline's 12.8 MB relu took 2,855 us in the
-model against 365 us alone (docs/benchmarks-run.md section 14). Which calls fault depends
+side by side in fresh processes, inference_pipeline at small scale faulted 7,400 times a
+call and ran 1.27x slower than with freed memory kept (no faults; 1.35x on the executor),
+llama_layer 1,000 times and 1.04x (docs/benchmarks-run.md section 14). Which calls fault depends
 on the allocator's history (glibc raises its mmap threshold as blocks are freed, so the
 same model faulted 656 times a call in one process and never in another), so no profile
 can predict it, and a side-by-side comparison pays it on whichever side it falls. CPU
