@@ -10,7 +10,7 @@ every variant's simulated wall is compared with the same measurement, so the var
 differ only in what they predict, not in the machine's state.
 
     python benchmarks/bench_predict_ab.py A=old.json B=new.json [--passes 2] [--runs 9] [--grain]
-        [--lock-wake] [--data-share]
+        [--lock-wake] [--data-share] [--malloc keep|system]
 """
 
 from __future__ import annotations
@@ -38,7 +38,11 @@ def main() -> None:
     ap.add_argument("--lock-wake", action="store_true",
                     help="also each profile without the simulator's wake-up of a worker "
                          "sleeping on the interpreter lock ('-nolockwake')")
+    from parastream.runtime import malloc
+
+    malloc.add_argument(ap)
     args = ap.parse_args()
+    print(malloc.apply(args.malloc), flush=True)  # as parastream run does, before measuring
 
     from parastream.device import cost
     from parastream.device.profile import load_profile

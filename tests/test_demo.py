@@ -25,6 +25,7 @@ def demo_dir(tmp_path_factory):
                        timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
     assert "recommendation:" in r.stdout and "measured" in r.stdout
+    assert "malloc: " in r.stdout  # --malloc keep, the default, says what it did
     return out
 
 

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from parastream.graph.torch_import import import_runnable
 from parastream.graph.zoo import ZOO
 from parastream.plan.assign import assign
+from parastream.runtime.malloc import page_faults
 from parastream.runtime.measure import analyse, measure, paired_quartiles
 from parastream.runtime.recommend import CandidateResult, recommend
 
@@ -32,7 +33,7 @@ def test_measure_runs_drops_and_keeps_representative_timelines(inception):
     assert set(m.single_timeline.streams) == {"0"}
     s = m.summary()
     assert s["runs_kept"] == 4 and s["multi_threads_per_stream"] == 1
-    if m.single_faults:  # where the OS counts page faults: one count per kept timed call
+    if page_faults() is not None:  # where the OS counts page faults: one per kept timed call
         assert len(m.single_faults) == len(m.multi_faults) == 4
         assert s["faults_per_call"] == [statistics.median(m.single_faults),
                                         statistics.median(m.multi_faults)]
@@ -41,7 +42,7 @@ def test_measure_runs_drops_and_keeps_representative_timelines(inception):
     assert min(ratios) <= lo <= hi <= max(ratios)
     assert s["speedup_quartiles"] == [round(lo, 4), round(hi, 4)]
     an = analyse(m)
-    assert an["triage"]["verdict"] in ("faster", "3a", "3b", "3c")
+    assert an["triage"]["verdict"] in ("faster", "3a", "3b", "partial", "3c")  # timing decides
     assert an["multi"]["summary"]["median_wall_us"] == round(m.multi_median_us, 3)
 
 

@@ -208,6 +208,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     result["recommendation"] = rec.to_dict()
     result["profile"] = profile_note
     result["malloc"] = args.malloc
+    result["malloc_note"] = malloc_note
     _print(out, result, rec)
     if args.trace:
         os.makedirs(args.trace, exist_ok=True)
@@ -415,14 +416,10 @@ def _print(out, result: dict, rec) -> None:
                       f"(plain module {m['single_median_us']:,.0f} us, {m['single_threads']} threads); "
                       f"multi {m['multi_threads_per_stream']} thread(s)/stream; triage "
                       f"{d['triage']['verdict']}: {d['triage']['summary']}", markup=False)
-        faults = m.get("faults_per_call")
-        if faults and max(faults) > 0:
-            console.print(f"{d['candidate'][:60]}: page faults per call, median: single "
-                          f"{faults[0]:,.0f}, multi {faults[1]:,.0f} (memory the allocator gave "
-                          "back to the OS and maps again, about a microsecond each on a VM; the "
-                          "prediction has none of it" + (
-                              "; --malloc keep avoids it)" if result.get("malloc") == "system"
-                              else ")"), markup=False)
+        line = faults_line(d["candidate"], m.get("faults_per_call"), result.get("device"),
+                           result.get("malloc"))
+        if line:
+            console.print(line, markup=False)
         lag = d.get("start_lag") or {}
         if lag.get("frequent") and not pin_streams():
             console.print(f"{d['candidate'][:60]}: in {lag['late_runs']} of {lag['runs']} runs a "
@@ -435,6 +432,19 @@ def _print(out, result: dict, rec) -> None:
     console.print(f"recommendation: {word} - {rec.summary}", markup=False)
     for e in rec.evidence:
         console.print(f"  evidence: {e}", markup=False)
+
+
+def faults_line(candidate: str, faults: list | None, device: str | None,
+                malloc_choice: str | None) -> str | None:
+    """The line ``run`` prints about a candidate's page faults per call (plain module,
+    multi-stream), or None when there were none (or not on the cpu backend, where the
+    process-wide count holds the driver's faults too)."""
+    if not faults or max(faults) <= 0 or device != "cpu":
+        return None
+    return (f"{candidate[:60]}: page faults per call, median: plain module {faults[0]:,.0f}, "
+            f"multi-stream {faults[1]:,.0f} (mostly memory the allocator gave back to the OS "
+            "and maps again, about a microsecond each on a VM; the prediction has none of it"
+            + ("; --malloc keep avoids most" if malloc_choice == "system" else "") + ")")
 
 
 def _safe(label: str) -> str:

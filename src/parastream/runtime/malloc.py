@@ -10,14 +10,17 @@ llama_layer 1,000 times and 1.04x (docs/benchmarks-run.md section 14). Which cal
 on the allocator's history (glibc raises its mmap threshold as blocks are freed, so the
 same model faulted 656 times a call in one process and never in another), so no profile
 can predict it, and a side-by-side comparison pays it on whichever side it falls. CPU
-inference deployments avoid it the same way (a tuned allocator, or these two settings);
+inference deployments avoid it the same way (a tuned allocator, or these settings);
 ``parastream run``, ``demo`` and ``calibrate`` keep freed memory by default (``--malloc
-keep``) and say so, and count the faults each measured call took either way.
+keep``: a larger mmap threshold, a larger trim threshold, one arena) and say so, and count
+the faults each measured call took either way. Blocks over the mmap threshold still fault.
 
 The settings go to this process through glibc's ``mallopt`` and to the child processes it
 starts (the separate-process baselines) through glibc's environment variables. Elsewhere
-(another C library, macOS, Windows) nothing is changed and :func:`keep_freed_memory`
-says why.
+(another C library, an allocator preloaded in glibc's place, macOS, Windows) nothing is
+changed and :func:`keep_freed_memory` says why. One arena puts the stream workers behind
+one allocator lock; side by side that cost nothing measurable (two streams 1.02-1.34x
+faster with ``keep``, benchmarks/bench_malloc.py).
 """
 
 from __future__ import annotations
@@ -65,24 +68,44 @@ def _mallopt():
     return fn
 
 
+def _preloaded() -> str | None:
+    """An allocator preloaded in place of glibc's (its mallopt then changes nothing)."""
+    for lib in os.environ.get("LD_PRELOAD", "").replace(":", " ").split():
+        base = os.path.basename(lib)
+        if any(name in base for name in ("jemalloc", "tcmalloc", "mimalloc")):
+            return base
+    return None
+
+
 def keep_freed_memory() -> str:
     """Make glibc keep freed memory in this process and in the processes it starts (see
-    the module's docstring); returns a one-line note of what was done, or why not."""
+    the module's docstring); returns a one-line note of what was done, or why not. The
+    mmap threshold goes first: without it the other two would only switch off glibc's own
+    raising of it, worse than its defaults."""
     mallopt = _mallopt()
     if mallopt is None:
-        return "malloc: left as it is (no glibc mallopt here)"
-    # threads that have an arena already keep it: called before the stream workers start
-    done = [mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD), mallopt(_M_ARENA_MAX, ARENA_MAX)]
+        return "malloc: left as it is (glibc only, and there is no glibc mallopt here)"
+    preloaded = _preloaded()
+    if preloaded:
+        return f"malloc: left as it is ({preloaded} is preloaded in place of glibc's malloc)"
     mmap = MMAP_THRESHOLD
-    if not mallopt(_M_MMAP_THRESHOLD, mmap):  # an older glibc caps it at 32 MiB
+    if not mallopt(_M_MMAP_THRESHOLD, mmap):  # glibc before 2.34 caps it at 32 MiB
         mmap = 32 << 20
-        done.append(mallopt(_M_MMAP_THRESHOLD, mmap))
-    if not all(done):
-        return "malloc: left as it is (glibc refused the settings)"
-    os.environ.update(KEEP_ENV, MALLOC_MMAP_THRESHOLD_=str(mmap))
-    return (f"malloc: freed memory kept in the process (glibc: trim threshold "
-            f"{TRIM_THRESHOLD >> 20} MiB, mmap threshold {mmap >> 20} MiB, one arena), so a call does not "
-            "fault its buffers in again; --malloc system measures with the allocator's defaults")
+        if not mallopt(_M_MMAP_THRESHOLD, mmap):
+            return "malloc: left as it is (glibc refused the settings)"
+    applied = [f"mmap threshold {mmap >> 20} MiB"]
+    env = {"MALLOC_MMAP_THRESHOLD_": str(mmap)}
+    if mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD):
+        applied.append(f"trim threshold {TRIM_THRESHOLD >> 20} MiB")
+        env["MALLOC_TRIM_THRESHOLD_"] = str(TRIM_THRESHOLD)
+    # threads that have an arena already keep it: called before the stream workers start
+    if mallopt(_M_ARENA_MAX, ARENA_MAX):
+        applied.append("one arena for the threads started from now")
+        env["MALLOC_ARENA_MAX"] = str(ARENA_MAX)
+    os.environ.update(env)  # and the processes started from here
+    return (f"malloc: freed memory kept in the process (glibc: {', '.join(applied)}), so calls "
+            "do not fault their buffers in again; --malloc system measures with the "
+            "allocator's own settings")
 
 
 def page_faults() -> int | None:
@@ -104,5 +127,7 @@ def add_argument(parser) -> None:
 def apply(choice: str) -> str:
     """Carry out ``--malloc``; returns the note to print."""
     if choice == "system":
-        return "malloc: the allocator's own settings (--malloc system)"
+        given = sorted(k for k in os.environ if k.startswith("MALLOC_"))
+        return ("malloc: the allocator's own settings (--malloc system)"
+                + (f", with {', '.join(given)} from the environment" if given else ""))
     return keep_freed_memory()
