@@ -148,6 +148,11 @@ def measure_intra_op_efficiency(rows: int = 64, width: int = 256, budget_s: floa
     return min(1.0, max(0.0, (t1 / tk - 1.0) / (cores - 1)))
 
 
+def sig(x: float, digits: int = 4) -> float:
+    """``x`` to ``digits`` significant figures: how a profile stores its measured numbers."""
+    return float(f"{x:.{digits}g}")
+
+
 def _nbytes(*ts: Any) -> int:
     return sum(t.numel() * t.element_size() for t in ts)
 
@@ -388,6 +393,17 @@ def measure_op_rates(quick: bool = False, rounds: int = 1) -> dict[str, dict]:
                                                             "parastream-calibrate-ops").items():
                 cold.setdefault((name, threads, is_large), []).append(t)
     med = {key: statistics.median(ts) for key, ts in seen.items()}
+
+    def line(name: str, lo: tuple[float, Any], hi: tuple[float, Any], prefix: str = "",
+             flat: bool = False) -> dict[str, float]:
+        """The fitted line through two (work, case key) points on one thread and on all
+        cores, as ``<prefix>fixed_1_us`` ... ``<prefix>rate_all`` entries."""
+        fits = {t: _fit((lo[0], med[name, t, lo[1]]), (hi[0], med[name, t, hi[1]]), flat)
+                for t in (1, cores)}
+        return {f"{prefix}fixed_1_us": sig(fits[1][0]),
+                f"{prefix}fixed_all_us": sig(fits[cores][0]),
+                f"{prefix}rate_1": sig(fits[1][1]), f"{prefix}rate_all": sig(fits[cores][1])}
+
     out = {}
     for name, (metric, small, large) in cases.items():
         # with a third case: the two lower points give the low line, the upper two the
@@ -395,24 +411,16 @@ def measure_op_rates(quick: bool = False, rounds: int = 1) -> dict[str, dict]:
         third = thirds.get(name)
         sizes = sorted([(small[1], False), (large[1], True)]
                        + ([(third[1], "third")] if third else []), key=lambda p: p[0])
-        (wl, kl), (wm, km), (wh, kh) = sizes if third else (sizes[0], *sizes)
-        f1, r1 = _fit((wm, med[name, 1, km]), (wh, med[name, 1, kh]))
-        fk, rk = _fit((wm, med[name, cores, km]), (wh, med[name, cores, kh]))
-        out[name] = {"metric": metric, "fixed_1_us": float(f"{f1:.4g}"),
-                     "fixed_all_us": float(f"{fk:.4g}"), "rate_1": float(f"{r1:.4g}"),
-                     "rate_all": float(f"{rk:.4g}")}
+        out[name] = {"metric": metric, **line(name, sizes[-2], sizes[-1])}
         if third:
-            lf1, lr1 = _fit((wl, med[name, 1, kl]), (wm, med[name, 1, km]), flat=True)
-            lfk, lrk = _fit((wl, med[name, cores, kl]), (wm, med[name, cores, km]), flat=True)
-            out[name].update(knee_work=float(f"{wm:.4g}"), low_fixed_1_us=float(f"{lf1:.4g}"),
-                             low_fixed_all_us=float(f"{lfk:.4g}"),
-                             low_rate_1=float(f"{lr1:.4g}"), low_rate_all=float(f"{lrk:.4g}"))
+            out[name].update(knee_work=sig(sizes[1][0]),
+                             **line(name, sizes[0], sizes[1], prefix="low_", flat=True))
         for suffix, t in (("1", 1), ("all", cores)):
             extra = [max(0.0, statistics.median(cold[name, t, big]) - med[name, t, big])
                      for big in (False, True)]
             fixed, gbps = cold_line(small[2], large[2], extra[0], extra[1])
-            out[name][f"cold_{suffix}_us"] = float(f"{fixed:.4g}")
-            out[name][f"cold_gbps_{suffix}"] = float(f"{gbps:.4g}")
+            out[name][f"cold_{suffix}_us"] = sig(fixed)
+            out[name][f"cold_gbps_{suffix}"] = sig(gbps)
     return out
 
 
@@ -524,8 +532,7 @@ def measure_cold(reps: int = 9,
     for pts in points:
         if pts:
             share = max(share, statistics.median(s for _, s in pts))
-            curve.append([float(f"{statistics.median(i for i, _ in pts):.4g}"),
-                          float(f"{share:.3g}")])
+            curve.append([sig(statistics.median(i for i, _ in pts)), sig(share, 3)])
     idles = [c[0] for c in curve]
     if idles != sorted(idles):  # a slow case stretched a short idle past a longer one
         curve = []
@@ -557,12 +564,13 @@ def measure_dram(megabytes: int = 64,
 
     Returns (``{"linear": GB/s, "add": GB/s}``, memory streams, cache bytes): a batch-1
     matrix-vector product over a ``megabytes`` weight and an add of two ``megabytes / 2``
-    MiB arrays into a kept third, each on one intra-op thread of a worker thread (read + written bytes over the
-    median time); then the same GEMV on every core (up to 8) at once, each over its own weight,
-    whose total rate over one core's is the profile's ``memory_streams`` (1.0 on one core);
-    then the GEMV over weights of 1, 2, 4, ... MiB: the largest still read at over twice
-    the DRAM rate is the cache that keeps an op's data between calls (the L3 a virtual
-    machine reports can be far larger than what it gets). Empty, 1.0 and 0 without torch."""
+    MiB arrays into a kept third, each on one intra-op thread of a worker thread (read +
+    written bytes over the median time); then the same GEMV on every core (up to 8) at
+    once, each over its own weight, whose total rate over one core's is the profile's
+    ``memory_streams`` (1.0 on one core); then the GEMV over weights of 1, 2, 4, ... MiB:
+    the largest still read at over twice the DRAM rate is the cache that keeps an op's
+    data between calls (the L3 a virtual machine reports can be far larger than what it
+    gets). Empty, 1.0 and 0 without torch."""
     try:
         import torch
     except ImportError:
@@ -858,9 +866,6 @@ def calibrate(quick: bool = False, name: str = "cpu-calibrated") -> dict:
         sweep_us = min(sweep_us, measure_sweep(cores, 3000 if quick else 10000))
         eff = max(eff, measure_intra_op_efficiency(budget_s=0.05 if quick else 0.2))
 
-    def r(x: float, digits: int = 4) -> float:
-        return float(f"{x:.{digits}g}")
-
     op_rates = measure_op_rates(quick, rounds=2 if quick else 3)
     cold_after, cold_curve = measure_cold(3 if quick else 9) if op_rates else (0.0, [])
     dram: dict[str, float] = {}
@@ -872,11 +877,11 @@ def calibrate(quick: bool = False, name: str = "cpu-calibrated") -> dict:
         streams, cache = max(streams, st), max(cache, cb)
     for key, gbps in dram.items():
         if key in op_rates:
-            op_rates[key]["dram_gbps"] = r(gbps)
+            op_rates[key]["dram_gbps"] = sig(gbps)
 
     # bf16 is kept even where the CPU emulates it slowly: the measured rate is what a bf16
     # graph will see here (leaving it out would make the cost model fall back to fp32's)
-    cube = {"fp32": r(fp32), "bf16": r(bf16)}
+    cube = {"fp32": sig(fp32), "bf16": sig(bf16)}
     by = f"measured by parastream calibrate on {date}"
     mode = "quick mode, " if quick else ""
     profile = {
@@ -885,20 +890,20 @@ def calibrate(quick: bool = False, name: str = "cpu-calibrated") -> dict:
         "kind": "cpu",
         "description": (f"This machine's CPU, measured by 'parastream calibrate"
                         f"{' --quick' if quick else ''}' on {date}: {cores} cores, "
-                        f"{r(fp32, 3)} TFLOPS fp32 matmul, {r(bw, 3)} GB/s copy, "
-                        f"{r(task_us, 3)} us per task hand-off."),
+                        f"{sig(fp32, 3)} TFLOPS fp32 matmul, {sig(bw, 3)} GB/s copy, "
+                        f"{sig(task_us, 3)} us per task hand-off."),
         "cores": {"cube": cores, "vector": cores},
-        "peak_tflops": {"cube": cube, "vector": {"fp32": r(vec)}},
-        "memory_bandwidth_gbps": r(bw),
-        "launch_overhead_us": r(task_us),
+        "peak_tflops": {"cube": cube, "vector": {"fp32": sig(vec)}},
+        "memory_bandwidth_gbps": sig(bw),
+        "launch_overhead_us": sig(task_us),
         "hw_queues": cores,
         "max_streams": cores,
-        "scheduler_sweep_us": r(sweep_us),
-        "intra_op_efficiency": r(eff, 3),
+        "scheduler_sweep_us": sig(sweep_us),
+        "intra_op_efficiency": sig(eff, 3),
         "op_rates": op_rates,
-        "memory_streams": r(streams, 3),
+        "memory_streams": sig(streams, 3),
         "cache_bytes": cache,
-        "cold_after_us": r(cold_after),
+        "cold_after_us": sig(cold_after),
         "cold_curve": cold_curve,
         "sources": {
             "cores": f"{by}: os.sched_getaffinity (CPUs this process may use)",
@@ -913,7 +918,7 @@ def calibrate(quick: bool = False, name: str = "cpu-calibrated") -> dict:
                                    "a no-op task handed to a persistent worker thread via "
                                    "queue.Queue and awaited with threading.Event; plain "
                                    "Python call "
-                                   f"{r(call_us, 3)} us"),
+                                   f"{sig(call_us, 3)} us"),
             "hw_queues": f"{by}: one worker thread per core can run at once",
             "max_streams": (f"{by}: more CPU streams than cores only add hand-off cost "
                             "(docs/DOMAIN.md section 8)"),
@@ -935,8 +940,9 @@ def calibrate(quick: bool = False, name: str = "cpu-calibrated") -> dict:
             "rounds; the line through the two sizes gives the fixed cost "
             f"and the rate ({', '.join(sorted(_third_cases()))} also at a third size, a "
             "middle one for conv2d, 1Ki elements for the rest: knee_work at the middle of "
-            "the three, a low_* line below it, the main line above) (GFLOP/s for linear, conv2d and attention, window elements per ns "
-            "for max_pool2d, GB/s read + written for the rest); cold_*: each case timed "
+            "the three, a low_* line below it, the main line above) (GFLOP/s for linear, "
+            "conv2d and attention, window elements per ns for max_pool2d, GB/s read + "
+            "written for the rest); cold_*: each case timed "
             f"once per pass over all cases ({rotation_passes(quick)} passes a round, median), "
             "less the burst, as a line in the bytes read: its value at none and the GB/s of its "
             "slope (parastream.graph.calibrate.cold_line)")

@@ -34,8 +34,8 @@ try:
 except ImportError:  # not on Windows
     resource = None  # type: ignore[assignment]
 
-__all__ = ["ARENA_MAX", "KEEP_ENV", "MMAP_THRESHOLD", "TRIM_THRESHOLD", "add_argument", "apply", "keep_freed_memory",
-           "page_faults"]
+__all__ = ["ARENA_MAX", "KEEP_ENV", "MMAP_THRESHOLD", "TRIM_THRESHOLD", "add_argument", "apply",
+           "keep_freed_memory", "page_faults"]
 
 #: blocks up to this size come from the heap, not a mapping of their own (glibc's default
 #: is 128 KiB, raised as it sees big blocks freed, at most 32 MiB on its own)

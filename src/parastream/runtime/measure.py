@@ -82,6 +82,7 @@ class Measurement:
         return paired_quartiles(self.single_walls_us, self.multi_walls_us)
 
     def summary(self) -> dict:
+        faults = self.faults_per_call
         return {"plan": self.plan, "streams": self.streams, "runs_kept": len(self.multi_walls_us),
                 "dropped": self.dropped, "single_threads": self.single_threads,
                 "multi_threads_per_stream": self.multi_threads,
@@ -92,7 +93,7 @@ class Measurement:
                 "speedup_quartiles": [round(q, 4) for q in self.speedup_quartiles],
                 "single_walls_us": [round(x, 3) for x in self.single_walls_us],
                 "multi_walls_us": [round(x, 3) for x in self.multi_walls_us],
-                "faults_per_call": list(self.faults_per_call) if self.faults_per_call else None}
+                "faults_per_call": list(faults) if faults else None}
 
 
 def paired_quartiles(single_us: Sequence[float], multi_us: Sequence[float]) -> tuple[float, float]:

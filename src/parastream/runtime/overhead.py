@@ -293,7 +293,7 @@ def _calibrate_cpu(quick: bool, name: str) -> dict:
     import msgspec
 
     from ..device.profile import loads_profile
-    from ..graph.calibrate import calibrate
+    from ..graph.calibrate import calibrate, sig
 
     profile = calibrate(quick=quick, name=name)
     if importlib.util.find_spec("torch") is None:
@@ -304,7 +304,7 @@ def _calibrate_cpu(quick: bool, name: str) -> dict:
     for key, figure in (("launch_overhead_us", "per_op_us"), ("run_overhead_us", "per_run_us"),
                         ("op_inside_us", "op_inside_us"), ("view_us", "view_us"),
                         ("event_wake_us", "event_wake_us"), ("stream_overhead_us", "stream_us")):
-        profile[key] = float(f"{ov[figure]:.4g}")
+        profile[key] = sig(ov[figure])
     by = profile["sources"]["launch_overhead_us"].split(":")[0]
     profile["sources"]["launch_overhead_us"] = (
         f"{by}: the cpu backend's executor on one stream, chains of {VARIED_SHORT} and "
