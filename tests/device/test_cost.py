@@ -177,8 +177,17 @@ def test_cpu_estimate_uses_the_op_rate_of_its_type_or_family():
     assert cc.rate_key == "cat" and cc.block_dim == 0 and cc.unit == "memory"
     conv = Op("v", "conv2d", resource="cube", flops=1e6)
     assert estimate(conv, prof).rate_key == ""                # family not measured: roofline
-    ar = Op("a", "all_reduce", resource="comm", bytes_read=1000)
-    assert estimate(ar, prof).rate_key == ""                  # collectives never rated
+    ar = Op("a", "all_reduce", resource="comm", bytes_read=1000, bytes_written=1000)
+    assert estimate(ar, prof).rate_key == ""                  # no family stands in for a link
+    # a collective calibrate measured (the one-rank all_reduce this process runs): its
+    # own rate, on no core of the pool
+    rated = cpu_profile(add=("bytes", 1.0, 1.0, 20.0, 30.0),
+                        all_reduce=("bytes", 16.0, 17.0, 50.0, 75.0))
+    rc = estimate(ar, rated)
+    assert rc.rate_key == "all_reduce" and rc.unit == "comm" and rc.block_dim == 0
+    assert rc.dur_us == pytest_approx(17.0 + 2000 / 75e3 + rated.launch_overhead_us)
+    other = Op("g", "all_gather", resource="comm", bytes_read=1000, bytes_written=1000)
+    assert estimate(other, rated).rate_key == ""
     host = Op("h", "div", resource="host", bytes_read=4000, bytes_written=4000)
     hc = estimate(host, prof)                                  # the host is this CPU
     assert hc.rate_key == "add" and hc.unit == "host" and hc.dur_us > prof.launch_overhead_us

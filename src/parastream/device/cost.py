@@ -149,7 +149,9 @@ def op_rate_key(op_type: str, resource: str, rates: dict,
     """The measured op rate that costs an op of ``op_type`` on ``resource``: its own type
     when measured, else its family's (matmul-like ops -> ``linear``, convolutions ->
     ``conv2d``, pools -> ``max_pool2d``, norms -> ``layer_norm``, ...), copies and moves
-    -> ``cat``, other element-wise work -> ``add``; None when nothing fits (collectives).
+    -> ``cat``, other element-wise work -> ``add``; a collective only its own type's
+    (calibrate measures the one-rank ``all_reduce`` a CPU process runs); None when nothing
+    fits.
     Host ops are rated too: on a CPU profile the host is the device, and host work such
     as preprocessing is real work on its cores (costing it as the launch alone would make
     a uint8 normalisation of a batch of images free).
@@ -159,9 +161,13 @@ def op_rate_key(op_type: str, resource: str, rates: dict,
     plain one: CPU pooling runs 10-20x faster on NHWC than on NCHW data, attention with
     mixed head dims about half as fast as the fused kernel, and a matmul of a few rows at
     a third of the FLOP rate of a big one, so one rate cannot serve both."""
-    if resource == "comm" or not rates:
+    if not rates:
         return None
     t = op_type.lower()
+    if resource == "comm":
+        # only a collective's own measured rate (calibrate times the one-rank collective
+        # this process runs); no family stands in for a link
+        return t if t in rates else None
     key: str | None = None
     if t in rates:
         key = t

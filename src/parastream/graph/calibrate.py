@@ -266,6 +266,16 @@ def _op_cases() -> dict[str, tuple[str, Callable[[bool], tuple[Callable[[], Any]
         a, b = (r(4, 64, 28, 28), r(4, 128, 28, 28)) if large else (r(1, 32, 32, 32), r(1, 32, 32, 32))
         return (lambda: torch.cat([a, b], 1)), float(2 * _nbytes(a, b)), float(_nbytes(a, b))
 
+    def all_reduce(large: bool):
+        # the collective as this process runs it: the zoo's parastream::all_reduce with
+        # one rank (a Python custom op that clones; 27-34 us a call inside the tiny zoo
+        # models, which the bandwidth alone put at 2 us). A group of several ranks costs
+        # its link on top, which one process cannot measure
+        from .zoo import all_reduce as reduce
+
+        x = r(2, 128, 512) if large else r(1, 16, 64)
+        return (lambda: reduce(x)), float(2 * _nbytes(x)), float(_nbytes(x))
+
     return {"linear": ("flops", linear), "linear.few_rows": ("flops", few_rows),
             "conv2d": ("flops", conv2d),
             "scaled_dot_product_attention": ("flops", sdpa),
@@ -276,7 +286,8 @@ def _op_cases() -> dict[str, tuple[str, Callable[[bool], tuple[Callable[[], Any]
             "softmax": ("bytes", softmax), "add": ("bytes", add),
             "add.channels_last_broadcast": ("bytes", add_channels_last_broadcast),
             "silu": ("bytes", silu), "topk": ("bytes", topk),
-            "index_select": ("bytes", index_select), "cat": ("bytes", cat)}
+            "index_select": ("bytes", index_select), "cat": ("bytes", cat),
+            "all_reduce": ("bytes", all_reduce)}
 
 
 def _third_cases() -> dict[str, tuple[Callable[[], Any], float, float]]:
