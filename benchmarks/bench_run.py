@@ -10,7 +10,7 @@
 
 Medians of >= 5 kept runs (first 2 dropped), same process, alternating. Usage:
     .venv/bin/python benchmarks/bench_run.py [--runs 9] [--models a,b] [--skip-predict]
-        [--skip-speedup] [--repeat 2] [--fresh-profile] [--malloc keep|system]
+        [--skip-speedup] [--repeat 2] [--fresh-profile [quick|full]] [--malloc keep|system]
 """
 
 from __future__ import annotations
@@ -131,12 +131,13 @@ def speedups(models, profile, runs: int) -> list[dict]:
     return rows
 
 
-def predictions(models, profile, runs: int, repeat: int = 2, fresh: bool = False) -> list[dict]:
+def predictions(models, profile, runs: int, repeat: int = 2,
+                fresh: str | None = None) -> list[dict]:
     """Two predictions per plan: from the profile alone, and from this model's op times in
     a separate single-stream capture (the calibration runs are not the measured runs).
-    With ``fresh`` a third: from a quick profile calibrated right before the model's
-    capture, as ``parastream run`` without ``--profile`` does (the run's own profile is
-    calibrated once, minutes before most rows are measured).
+    With ``fresh`` ("quick" or "full") a third: from a profile calibrated right before
+    the model's capture, as ``parastream run`` without ``--profile`` does with a quick one
+    (the run's own profile is calibrated once, minutes before most rows are measured).
 
     Each plan is measured ``repeat`` times, in passes over all the models (minutes apart;
     the first right after the model's capture):
@@ -161,7 +162,7 @@ def predictions(models, profile, runs: int, repeat: int = 2, fresh: bool = False
     for name, (module, inputs) in models.items():
         rn, doc, multi = candidates_of(module, inputs, name, profile, top=1)
         single = Plan.single(o.name for o in rn.graph.ops)
-        quick = calibrated_profile(quick=True) if fresh else None
+        quick = calibrated_profile(quick=fresh == "quick") if fresh else None
         costs = capture_op_costs(module, inputs, rn, profile, runs=runs)
         order = validate(rn.graph)
         for plan in [single] + multi:
@@ -215,9 +216,10 @@ def main() -> None:
     ap.add_argument("--skip-speedup", action="store_true")
     ap.add_argument("--repeat", type=int, default=2,
                     help="measurement passes per prediction row (default 2)")
-    ap.add_argument("--fresh-profile", action="store_true",
-                    help="also predict from a quick profile calibrated right before each "
-                         "model, as 'parastream run' without --profile does")
+    ap.add_argument("--fresh-profile", nargs="?", const="quick", choices=("quick", "full"),
+                    help="also predict from a profile calibrated right before each model: "
+                         "quick (the default), as 'parastream run' without --profile does, "
+                         "or full, as 'parastream calibrate' (about 35 s a model)")
     from parastream.runtime import malloc
 
     malloc.add_argument(ap)
