@@ -179,9 +179,10 @@ def op_rate_key(op_type: str, resource: str, rates: dict,
         else:
             key = "cat" if resource == "memory" else "add"
             key = key if key in rates else None
-    for v in (variant, VARIANT_FALLBACK.get(variant or "")):
-        if key is not None and v and f"{key}.{v}" in rates:
-            return f"{key}.{v}"
+    if key is not None:
+        for v in (variant, VARIANT_FALLBACK.get(variant)):
+            if v and f"{key}.{v}" in rates:
+                return f"{key}.{v}"
     return key
 
 

@@ -48,13 +48,17 @@ TRIM_THRESHOLD = 1 << 30
 #: again (inference_pipeline's resource-split plan, 12.8 MB images on a side stream:
 #: 4,300-4,700 faults a call with the two thresholds alone, none with one arena)
 ARENA_MAX = 1
-#: the same settings for a child process's glibc, read when it starts
-KEEP_ENV = {"MALLOC_MMAP_THRESHOLD_": str(MMAP_THRESHOLD),
-            "MALLOC_TRIM_THRESHOLD_": str(TRIM_THRESHOLD), "MALLOC_ARENA_MAX": str(ARENA_MAX)}
 
 _M_TRIM_THRESHOLD = -1  # glibc's malloc.h
 _M_MMAP_THRESHOLD = -3
 _M_ARENA_MAX = -8
+#: each mallopt parameter's variable in a child process's environment (read at its start)
+_ENV_NAME = {_M_MMAP_THRESHOLD: "MALLOC_MMAP_THRESHOLD_",
+             _M_TRIM_THRESHOLD: "MALLOC_TRIM_THRESHOLD_", _M_ARENA_MAX: "MALLOC_ARENA_MAX"}
+#: the same settings for a child process's glibc
+KEEP_ENV = {_ENV_NAME[param]: str(value) for param, value in (
+    (_M_MMAP_THRESHOLD, MMAP_THRESHOLD), (_M_TRIM_THRESHOLD, TRIM_THRESHOLD),
+    (_M_ARENA_MAX, ARENA_MAX))}
 
 
 def _mallopt():
@@ -88,20 +92,23 @@ def keep_freed_memory() -> str:
     preloaded = _preloaded()
     if preloaded:
         return f"malloc: left as it is ({preloaded} is preloaded in place of glibc's malloc)"
-    mmap = MMAP_THRESHOLD
-    if not mallopt(_M_MMAP_THRESHOLD, mmap):  # glibc before 2.34 caps it at 32 MiB
-        mmap = 32 << 20
-        if not mallopt(_M_MMAP_THRESHOLD, mmap):
-            return "malloc: left as it is (glibc refused the settings)"
-    applied = [f"mmap threshold {mmap >> 20} MiB"]
-    env = {"MALLOC_MMAP_THRESHOLD_": str(mmap)}
-    if mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD):
-        applied.append(f"trim threshold {TRIM_THRESHOLD >> 20} MiB")
-        env["MALLOC_TRIM_THRESHOLD_"] = str(TRIM_THRESHOLD)
+    applied: list[str] = []
+    env: dict[str, str] = {}
+
+    def setting(param: int, value: int, what: str) -> bool:
+        if not mallopt(param, value):
+            return False
+        applied.append(what)
+        env[_ENV_NAME[param]] = str(value)
+        return True
+
+    # glibc before 2.34 caps the mmap threshold at 32 MiB
+    if not any(setting(_M_MMAP_THRESHOLD, mmap, f"mmap threshold {mmap >> 20} MiB")
+               for mmap in (MMAP_THRESHOLD, 32 << 20)):
+        return "malloc: left as it is (glibc refused the settings)"
+    setting(_M_TRIM_THRESHOLD, TRIM_THRESHOLD, f"trim threshold {TRIM_THRESHOLD >> 20} MiB")
     # threads that have an arena already keep it: called before the stream workers start
-    if mallopt(_M_ARENA_MAX, ARENA_MAX):
-        applied.append("one arena for the threads started from now")
-        env["MALLOC_ARENA_MAX"] = str(ARENA_MAX)
+    setting(_M_ARENA_MAX, ARENA_MAX, "one arena for the threads started from now")
     os.environ.update(env)  # and the processes started from here
     return (f"malloc: freed memory kept in the process (glibc: {', '.join(applied)}), so calls "
             "do not fault their buffers in again; --malloc system measures with the "

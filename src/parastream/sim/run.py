@@ -126,8 +126,9 @@ def measured_costs(graph: Graph, profile: DeviceProfile,
                 seen.setdefault(name, []).append(d)
     cpu = profile.kind == "cpu"
     # the captured interval already holds the executor's work inside it (reading the
-    # inputs, storing the value): only the rest of its per-op cost comes on top
-    launch = max(0.0, profile.op_host_us - (profile.op_inside_us if cpu else 0.0))
+    # inputs, storing the value): only the rest of its per-op cost comes on top (a device
+    # profile has no per-op host cost: 0)
+    launch = max(0.0, profile.op_host_us - profile.op_inside_us)
     k = profile.cores.cube
     out: dict[str, OpCost] = {}
     for n, op in ops.items():
