@@ -10,7 +10,8 @@
 
 Medians of >= 5 kept runs (first 2 dropped), same process, alternating. Usage:
     .venv/bin/python benchmarks/bench_run.py [--runs 9] [--models a,b] [--skip-predict]
-        [--skip-speedup] [--repeat 2] [--fresh-profile [quick|full]] [--malloc keep|system]
+        [--skip-speedup] [--repeat 2] [--fresh-profile [quick|full]] [--calibrations N]
+        [--malloc keep|system]
 """
 
 from __future__ import annotations
@@ -220,6 +221,9 @@ def main() -> None:
                     help="also predict from a profile calibrated right before each model: "
                          "quick (the default), as 'parastream run' without --profile does, "
                          "or full, as 'parastream calibrate' (about 35 s a model)")
+    ap.add_argument("--calibrations", type=int, default=1, metavar="N",
+                    help="the run's profile: the median of N calibrations, one after another "
+                         "(parastream calibrate --repeat N; default 1)")
     from parastream.runtime import malloc
 
     malloc.add_argument(ap)
@@ -230,8 +234,10 @@ def main() -> None:
 
     print("CPU, 2 cores; torch", torch.__version__, flush=True)
     print("overhead", overhead(runs=args.runs), flush=True)
-    profile = calibrated_profile(quick=False)
+    profile = calibrated_profile(quick=False, repeat=max(1, args.calibrations))
     print("profile", profile.description, flush=True)
+    if "repeat" in profile.sources:
+        print("calibrations", profile.sources["repeat"], flush=True)
     names = [n for n in (args.models.split(",") if args.models else ZOO) if n]
     if not args.skip_speedup:
         models = {n: ZOO[n].factory("small", ZOO[n].phases[0]) for n in names}

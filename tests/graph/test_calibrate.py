@@ -7,6 +7,10 @@ import math
 import subprocess
 import sys
 
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from parastream.device.cost import op_rate_key, rate_variant
 from parastream.graph import calibrate as cal
 
@@ -26,9 +30,12 @@ def test_measurements_are_positive():
 
 def test_cli_quick_writes_a_loadable_profile(tmp_path):
     out = tmp_path / "cpu.json"
+    # two calibrations, merged into one profile of their medians
     r = subprocess.run([sys.executable, "-m", "parastream", "calibrate", "--quick", "-o", str(out),
-                        "--name", "ci-cpu"], capture_output=True, text=True, timeout=120)
+                        "--name", "ci-cpu", "--repeat", "2"], capture_output=True, text=True,
+                       timeout=240)
     assert r.returncode == 0, r.stderr
+    assert "2 calibrations" in r.stderr and "executor per op" in r.stderr
     doc = json.loads(out.read_text())
     assert json.loads(r.stdout) == doc                # printed and written
     assert doc["schema"] == "parastream.device/1" and doc["kind"] == "cpu"
@@ -48,10 +55,113 @@ def test_cli_quick_writes_a_loadable_profile(tmp_path):
     assert doc["cold_after_us"] >= 0 and "rms_norm" in doc["sources"]["cold_after_us"]
     assert all(r["cold_1_us"] >= 0 and r["cold_all_us"] >= 0 for r in doc["op_rates"].values())
     assert all(v.startswith("measured by parastream calibrate on ") for v in doc["sources"].values())
+    assert "median of 2 calibrations" in doc["description"]
+    assert "executor per op" in doc["sources"]["repeat"]
     from parastream.device.profile import load_profile
 
     p = load_profile(str(out))
     assert p.name == "ci-cpu" and p.peak("cube", "fp32") == doc["peak_tflops"]["cube"]["fp32"]
+
+
+def test_cli_repeat_below_one_is_an_input_error(tmp_path):
+    out = tmp_path / "cpu.json"
+    r = subprocess.run([sys.executable, "-m", "parastream", "calibrate", "--repeat", "0", "-o",
+                        str(out)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and not out.exists()
+    assert r.stderr.strip() == "parastream: --repeat must be at least 1, got 0"
+
+
+def _shipped_cpu() -> dict:
+    from importlib import resources
+
+    return json.loads((resources.files("parastream.device") / "profiles" / "cpu.json").read_text())
+
+
+def _scaled(profile: dict, factor: float) -> dict:
+    """``profile`` with every float leaf times ``factor`` (texts and ints kept)."""
+    if isinstance(profile, dict):
+        return {k: _scaled(v, factor) for k, v in profile.items()}
+    if isinstance(profile, list):
+        return [_scaled(v, factor) for v in profile]
+    if isinstance(profile, float):
+        return profile * factor
+    return profile
+
+
+def _leaves(profile, path=()):
+    if isinstance(profile, dict):
+        for k, v in profile.items():
+            yield from _leaves(v, path + (k,))
+    elif isinstance(profile, list):
+        for i, v in enumerate(profile):
+            yield from _leaves(v, path + (i,))
+    else:
+        yield path, profile
+
+
+def _measured(base: dict, per_op: float, wake: float, curve: list) -> dict:
+    p = json.loads(json.dumps(base))
+    p.update(launch_overhead_us=per_op, event_wake_us=wake, run_overhead_us=10.0 + per_op,
+             cold_curve=curve, cache_bytes=int(per_op * 1000))
+    p["op_rates"] = {"add": {"metric": "bytes", "fixed_1_us": per_op / 2,
+                             "fixed_all_us": per_op, "rate_1": 50.0, "rate_all": 90.0}}
+    p["sources"] = dict(p["sources"], launch_overhead_us=f"measured by parastream calibrate on "
+                        f"2026-01-01: per op {per_op}")
+    return p
+
+
+def test_median_profile_keeps_each_figure_median_and_states_the_spread():
+    base = _shipped_cpu()
+    runs = [_measured(base, 6.5, 66.0, [[80.0, 0.1], [120.0, 0.1]]),
+            _measured(base, 2.6, 52.0, [[79.0, 0.07], [110.0, 0.09]]),
+            _measured(base, 2.9, 45.0, [[75.0, 0.075], [120.0, 0.091]])]
+    merged = cal.median_profile(runs)
+    assert merged["launch_overhead_us"] == 2.9 and merged["event_wake_us"] == 52.0
+    assert merged["run_overhead_us"] == 12.9
+    assert merged["cache_bytes"] == 2900 and isinstance(merged["cache_bytes"], int)
+    assert merged["cold_curve"] == [[79.0, 0.075], [120.0, 0.091]]  # point by point
+    assert merged["op_rates"]["add"]["fixed_all_us"] == 2.9
+    # one slow calibration (6.5 us per op) does not pull the profile
+    assert "executor per op 2.9 us (2.6-6.5)" in merged["sources"]["repeat"]
+    assert "event wake-up 52 us (45-66)" in merged["sources"]["repeat"]
+    assert "median spread" in merged["sources"]["repeat"] and "add" in merged["sources"]["repeat"]
+    # the texts are the calibration nearest the median's, which quote its own figures
+    assert merged["sources"]["launch_overhead_us"].endswith("per op 2.9")
+    assert "calibration 3's" in merged["sources"]["repeat"]
+    assert "median of 3 calibrations" in merged["description"] and "2.9 us per op" in merged[
+        "description"]
+    cal.dumps(merged)  # a valid profile
+    assert cal.median_profile(runs[:1]) is runs[0]
+    with pytest.raises(ValueError):
+        cal.median_profile([])
+
+
+def test_median_profile_takes_the_common_length_of_cold_curves():
+    base = _shipped_cpu()
+    runs = [_measured(base, 3.0, 50.0, []),  # idles came out of order: no curve
+            _measured(base, 3.1, 50.0, [[80.0, 0.1], [120.0, 0.2]]),
+            _measured(base, 3.2, 50.0, [[90.0, 0.3], [130.0, 0.4]])]
+    assert cal.median_profile(runs)["cold_curve"] == [[85.0, 0.2], [125.0, 0.3]]
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.floats(0.25, 4.0), min_size=1, max_size=6))
+def test_median_profile_figures_lie_between_the_calibrations(factors):
+    base = _measured(_shipped_cpu(), 3.0, 50.0, [[80.0, 0.1], [120.0, 0.2]])
+    runs = [_scaled(base, f) for f in factors]
+    merged = cal.median_profile(runs)
+    leaves = [dict(_leaves(r)) for r in runs]
+    for path, value in _leaves(merged):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            continue
+        got = [lv[path] for lv in leaves if path in lv]
+        # 4 significant figures, as every profile stores its numbers
+        assert min(got) * (1 - 1e-3) - 1e-9 <= value <= max(got) * (1 + 1e-3) + 1e-9, path
+    if len(set(factors)) == 1:  # the same calibration N times: the same numbers
+        first = dict(_leaves(runs[0]))
+        assert all(v == pytest.approx(first[p], rel=1e-3) for p, v in _leaves(merged)
+                   if isinstance(v, float))
+    cal.dumps(merged)
 
 
 def test_cli_unwritable_output_is_an_input_error(tmp_path):

@@ -28,6 +28,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="where to write the profile (default: cpu-calibrated.json)")
     c.add_argument("--name", default="cpu-calibrated", help="the profile's name")
     c.add_argument("--quick", action="store_true", help="shorter measurements (a few seconds)")
+    c.add_argument("--repeat", type=int, default=1, metavar="N",
+                   help="calibrate N times, one after another, and keep the median of each "
+                        "figure; prints how much the figures moved between them (default 1; "
+                        "on a shared VM 3 keeps one slow spell out of the profile)")
     from ..runtime import malloc
 
     malloc.add_argument(c)
@@ -67,6 +71,8 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 
     if not args.name.strip():
         raise InputError(None, "--name must not be empty")
+    if args.repeat < 1:
+        raise InputError(None, f"--repeat must be at least 1, got {args.repeat}")
     import os
 
     directory = os.path.dirname(os.path.abspath(args.output))
@@ -77,8 +83,13 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 
     print(f"parastream calibrate: {malloc.apply(args.malloc)}", file=sys.stderr)
     # with torch, the cpu backend's executor costs too (what run and demo predict with)
-    data = dumps(calibrate_cpu(quick=args.quick, name=args.name, warn=lambda note: print(
-        f"parastream calibrate: {note}", file=sys.stderr)))
+    profile = calibrate_cpu(quick=args.quick, name=args.name, repeat=args.repeat,
+                            warn=lambda note: print(f"parastream calibrate: {note}",
+                                                    file=sys.stderr))
+    data = dumps(profile)
+    if args.repeat > 1:  # how far this machine's figures moved between the calibrations
+        print(f"parastream calibrate: {profile['sources']['repeat'].split(': ', 1)[1]}",
+              file=sys.stderr)
     try:
         write_atomic(args.output, data)
     except OSError as exc:

@@ -253,24 +253,34 @@ def measure_executor_overhead(quick: bool = False, rounds: int = 3,
 
 
 def calibrated_profile(quick: bool = True, name: str = "cpu-calibrated",
-                       warn: Callable[[str], None] | None = None) -> Any:
+                       warn: Callable[[str], None] | None = None, repeat: int = 1) -> Any:
     """:func:`calibrate_cpu`'s profile as a checked
     :class:`~parastream.device.profile.DeviceProfile`, ready for the simulator."""
     import msgspec
 
     from ..device.profile import loads_profile
 
-    return loads_profile(msgspec.json.encode(calibrate_cpu(quick, name, warn)))
+    return loads_profile(msgspec.json.encode(calibrate_cpu(quick, name, warn, repeat)))
 
 
 def calibrate_cpu(quick: bool = False, name: str = "cpu-calibrated",
-                  warn: Callable[[str], None] | None = None) -> dict:
+                  warn: Callable[[str], None] | None = None, repeat: int = 1) -> dict:
     """:func:`parastream.graph.calibrate.calibrate` plus the executor's own costs: the
     profile ``parastream run`` and ``parastream demo`` predict with (without torch, just
     the former: there is no executor to measure). ``warn`` is told, in one line each,
     when other tasks run on the cores as it starts
     (:func:`~parastream.graph.calibrate.busy_note`) and when they took the cores during
-    it (:class:`~parastream.graph.calibrate.BusyWatch`): the figures are then noisy."""
+    it (:class:`~parastream.graph.calibrate.BusyWatch`): the figures are then noisy.
+    ``repeat`` > 1 calibrates that many times, one after another, and keeps the median of
+    each figure (:func:`~parastream.graph.calibrate.median_profile`)."""
+    from ..graph.calibrate import median_profile
+
+    return median_profile([_watched_calibration(quick, name, warn)
+                           for _ in range(max(1, repeat))])
+
+
+def _watched_calibration(quick: bool, name: str,
+                         warn: Callable[[str], None] | None) -> dict:
     if warn is None:
         return _calibrate_cpu(quick, name)
     from ..graph.calibrate import BusyWatch, busy_note, cpu_count
