@@ -205,6 +205,28 @@ def test_all_durations_negative(tmp_path):
     bad(f)
 
 
+def test_kineto_trace_without_one_usable_op(tmp_path):
+    """A trace whose device ops all lack a usable time is bad input, not an empty report."""
+    for name, op in (("neg.json", {"ts": 0, "dur": -5}), ("text.json", {"ts": "abc", "dur": 3})):
+        f = tmp_path / name
+        f.write_text(json.dumps({"traceEvents": [{"ph": "X", "name": "k", "cat": "kernel",
+                                                  **op, "args": {"stream": 7}}]}))
+        line = bad(f)
+        assert "negative duration" in line or "usable ts and dur" in line
+
+
+def test_outputs_that_cannot_be_written(tmp_path):
+    """Every output is checked before the trace is read: one line, exit 2, nothing written."""
+    for flag in ("-o", "--html", "--perfetto"):
+        for target in (tmp_path / "missing" / "x", tmp_path):
+            r = run("analyze", str(KINETO), flag, str(target), "--no-progress")
+            assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+            assert r.stderr.count("\n") == 1 and "cannot write" in r.stderr
+    r = run("analyze", str(KINETO), "--cold", "-1")
+    assert r.returncode == 2 and "--cold must not be negative" in r.stderr
+    assert os.listdir(tmp_path) == []
+
+
 def test_directory_without_profiler_data(tmp_path):
     (tmp_path / "notes.txt").write_text("hello")
     bad(tmp_path)

@@ -89,3 +89,14 @@ def test_a_bad_profile_is_a_one_line_error_and_leaves_no_folder(tmp_path):
     last = r.stderr.strip().splitlines()[-1]
     assert last.startswith("parastream: ") and str(bad) in last
     assert not out.exists()
+
+
+def test_an_output_folder_that_is_a_file_fails_before_any_work(tmp_path):
+    afile = tmp_path / "afile"
+    afile.write_text("mine")
+    r = subprocess.run([sys.executable, "-m", "parastream", "demo", "--scale", "tiny", "--out",
+                        str(afile), "--no-progress"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert r.stderr.strip().splitlines() == [f"parastream: {afile}: cannot write: it is a file, "
+                                             "not a folder"]
+    assert afile.read_text() == "mine"

@@ -94,14 +94,20 @@ def _load_commands(module: str, sub) -> None:
 
 
 def cmd_analyze(args: argparse.Namespace) -> int:
-    from .report.atomic import write_atomic
+    from .report.atomic import check_writable, write_atomic
     from .timeline import analyze as an
     from .timeline.ranks import analyze_paths
 
+    for path in (args.output, args.html, args.perfetto):
+        check_writable(path)  # before reading any trace: no output is lost to a typo
+    for flag, v in (("--cold", args.cold), ("--max-points", args.max_points),
+                    ("-j/--jobs", args.jobs)):
+        if v < 0:
+            raise InputError(None, f"{flag} must not be negative, got {v}")
     paths = args.paths or [default_trace()]
     opts = an.Options(main_stream=args.main_stream, side_regex=args.side,
                       dominator_regex=args.dominator, window_gap_us=args.window_gap,
-                      cold=max(0, args.cold), cores=args.cores, vector_cores=args.vector_cores,
+                      cold=args.cold, cores=args.cores, vector_cores=args.vector_cores,
                       max_points=args.max_points, split_steps=not args.no_steps)
     for flag, v in (("--cores", args.cores), ("--vector-cores", args.vector_cores)):
         if v is not None and v <= 0:

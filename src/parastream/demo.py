@@ -80,13 +80,14 @@ def run_demo(out_dir: str = "out/demo", model: str = DEFAULT_MODEL, scale: str =
     from .plan.cli import build
     from .plan.io import dumps as dump_plan
     from .plan.report import render_markdown
-    from .report.atomic import write_atomic
+    from .report.atomic import check_folder, make_folder, write_atomic
     from .report.html import write_html
     from .report.kineto import write_kineto
     from .runtime import baseline
     from .runtime.recommend import recommend
     from .timeline.analyze import Options, analyze_capture
 
+    check_folder(out_dir)
     t_start = time.perf_counter()
     with _steps(progress, 9) as step:
         step(f"importing {model} ({scale})")
@@ -106,7 +107,7 @@ def run_demo(out_dir: str = "out/demo", model: str = DEFAULT_MODEL, scale: str =
             profile_json = dump_profile(calibrate_cpu(quick=True, name="cpu-calibrated",
                                                       warn=lambda note: step(f"warning: {note}")))
             profile = loads_profile(profile_json)
-        os.makedirs(out_dir, exist_ok=True)  # only once the model and the profile are good
+        make_folder(out_dir)  # only once the model and the profile are good
         if not profile_path:
             write_atomic(os.path.join(out_dir, "cpu-profile.json"), profile_json)
 

@@ -65,6 +65,8 @@ def _raw(name="ascend910b") -> dict:
     (lambda d: d.update(op_rates={"conv2d": {
         "metric": "flops", "fixed_1_us": 8.0, "fixed_all_us": 9.0, "rate_1": 100.0,
         "rate_all": 190.0, "knee_work": 1.2e6}}), "knee_work"),
+    (lambda d: d.update(name=" "), "name must not be empty"),
+    (lambda d: d.update(kind="cpu", memory_streams=50.0), "must not exceed the cores"),
 ])
 def test_bad_profiles_are_refused(change, words):
     d = _raw()

@@ -114,6 +114,9 @@ def test_bad_inputs_are_one_line(plan_file, tmp_path, capsys):
     _fails(["emit", str(p), "--target", "torchair"], capsys, "does not fit")
     _fails(["emit", str(plan_file), "--target", "cuda", "-o", str(tmp_path / "no" / "x.py")],
            capsys, "cannot write")
+    for keyword in ("class", "None"):  # names, but no class can have them
+        _fails(["emit", str(plan_file), "--target", "cuda", "--class-name", keyword], capsys,
+               "is not a Python name a class can have")
     with pytest.raises(SystemExit) as exc:
         main(["emit", str(plan_file), "--target", "rocm"])
     assert exc.value.code == 2
@@ -154,5 +157,36 @@ def test_self_check_runs_with_a_custom_class_name(tmp_path, capsys):
     assert "class Foo" in gen.read_text()
     r = subprocess.run([sys.executable, str(gen)], capture_output=True, text=True, timeout=300,
                        env={"PATH": "/usr/bin:/bin"})
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "bitwise equal" in r.stdout
+
+
+def test_a_user_model_plan_emits_from_another_folder(tmp_path, capsys, monkeypatch):
+    """The plan records a model file by its absolute path: emit, and the generated module's
+    self-check, find it from any folder."""
+    (tmp_path / "um").mkdir()
+    (tmp_path / "um" / "my_model.py").write_text(
+        "import torch\n"
+        "class M(torch.nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.a, self.b = torch.nn.Linear(16, 16), torch.nn.Linear(16, 16)\n"
+        "    def forward(self, x):\n"
+        "        return self.a(x) + self.b(x)\n"
+        "def make(scale='tiny', phase=None):\n"
+        "    return M().eval(), (torch.randn(4, 16),)\n")
+    monkeypatch.chdir(tmp_path)
+    assert main(["plan", "um/my_model.py:make", "--scale", "tiny", "--out", "plan.json",
+                 "--format", "json"]) == 0
+    capsys.readouterr()
+    src = json.loads((tmp_path / "plan.json").read_text())["source"]["model"]
+    assert src == f"{tmp_path / 'um' / 'my_model.py'}:make"
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    gen = elsewhere / "gen.py"
+    assert main(["emit", str(tmp_path / "plan.json"), "--target", "cuda", "-o", str(gen)]) == 0
+    r = subprocess.run([sys.executable, str(gen)], capture_output=True, text=True, timeout=300,
+                       cwd="/", env={"PATH": "/usr/bin:/bin"})
     assert r.returncode == 0, r.stdout + r.stderr
     assert "bitwise equal" in r.stdout

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import subprocess
 import sys
 
@@ -61,6 +62,16 @@ def test_cli_quick_writes_a_loadable_profile(tmp_path):
 
     p = load_profile(str(out))
     assert p.name == "ci-cpu" and p.peak("cube", "fp32") == doc["peak_tflops"]["cube"]["fp32"]
+
+
+def test_cli_output_that_is_a_directory_fails_before_measuring(tmp_path):
+    for target, why in ((tmp_path, "it is a directory"), (f"{tmp_path}/", "it is a directory"),
+                        (tmp_path / "x" / "y.json", "no directory")):
+        r = subprocess.run([sys.executable, "-m", "parastream", "calibrate", "-o", str(target)],
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 2 and r.stderr.count("\n") == 1 and why in r.stderr, r.stderr
+        assert "malloc" not in r.stderr  # refused before the calibration began
+    assert os.listdir(tmp_path) == []
 
 
 def test_cli_repeat_below_one_is_an_input_error(tmp_path):

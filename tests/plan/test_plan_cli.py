@@ -64,6 +64,9 @@ def test_manual_mapping_and_errors(tmp_path):
     bad.write_text(json.dumps(g))
     r = run(str(bad))
     assert r.returncode == 2 and "cycle" in r.stderr and "Traceback" not in r.stderr
+    for n in ("0", "-1"):
+        r = run(str(src), "--max-streams", n)
+        assert r.returncode == 2 and "--max-streams must be at least 1" in r.stderr, r.stderr
 
 
 def test_a_file_that_is_neither_graph_json_nor_a_model_is_named_as_such(tmp_path):
@@ -73,3 +76,56 @@ def test_a_file_that_is_neither_graph_json_nor_a_model_is_named_as_such(tmp_path
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert r.stderr.strip().count("\n") == 0
     assert str(bad) in r.stderr and "not a graph JSON file" in r.stderr
+
+
+def test_outputs_are_checked_first_and_the_model_is_recorded_from_anywhere(tmp_path):
+    """Both outputs are checked before either is written; the plan names its graph file by
+    its absolute path, so ``simulate PLAN`` rebuilds it from another folder."""
+    src = moe_json(tmp_path)
+    good = tmp_path / "good.json"
+    r = subprocess.run([sys.executable, "-m", "parastream", "plan", "moe.json", "--device",
+                        "ascend910b", "--out", str(good), "--report",
+                        str(tmp_path / "missing" / "r.md")], capture_output=True, text=True,
+                       timeout=120, cwd=tmp_path)
+    assert r.returncode == 2 and not good.exists()
+    assert r.stderr.count("\n") == 1 and "missing/r.md: cannot write: no directory" in r.stderr
+    r = subprocess.run([sys.executable, "-m", "parastream", "plan", "moe.json", "--device",
+                        "ascend910b", "--out", str(good)], capture_output=True, text=True,
+                       timeout=120, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(good.read_text())
+    assert doc["source"]["model"] == str(src)  # as typed: moe.json, in tmp_path
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    sim = [sys.executable, "-m", "parastream", "simulate", str(good), "--device", "ascend910b"]
+    r = subprocess.run(sim, capture_output=True, text=True, timeout=120, cwd=elsewhere)
+    assert r.returncode == 0, r.stderr
+
+    # simulate checks a plan as run and emit do: no prediction from an unsafe plan
+    broken = json.loads(good.read_text())
+    multi = next(c for c in broken["candidates"] if c["events"])
+    multi["events"] = []
+    bad = tmp_path / "broken.json"
+    bad.write_text(json.dumps(broken))
+    r = subprocess.run(sim[:4] + [str(bad)] + sim[5:], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert "does not fit" in r.stderr and "broken.json" in r.stderr
+    twice = json.loads(good.read_text())
+    twice["candidates"][1]["name"] = twice["candidates"][0]["name"]
+    bad.write_text(json.dumps(twice))
+    r = subprocess.run(sim[:4] + [str(bad)] + sim[5:], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 2 and "candidate name(s) used twice" in r.stderr, r.stderr
+    broken["candidates"] = []
+    bad.write_text(json.dumps(broken))
+    r = subprocess.run(sim[:4] + [str(bad)] + sim[5:], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 2 and "the plan has no candidates" in r.stderr
+    for jitter in ("-5", "nan", "3"):
+        r = subprocess.run(sim + [f"--jitter={jitter}"], capture_output=True, text=True,
+                           timeout=120)
+        assert r.returncode == 2 and "--jitter must be at least 0 and below 1" in r.stderr
+    r = subprocess.run(sim + ["--trace", str(tmp_path)], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 2 and "is a directory" in r.stderr

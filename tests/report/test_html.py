@@ -13,8 +13,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from parastream.errors import InputError
 from parastream.report import html as rh
-from parastream.report.atomic import write_atomic
+from parastream.report.atomic import check_folder, check_writable, make_folder, write_atomic
 from parastream.report.html import busy_bins, gantt_data, render_html, script_json, write_html
 from parastream.timeline.model import (KIND_COMM, KIND_MEMCPY, TimelineBuilder, core_code,
                                        make_timeline)
@@ -313,7 +314,7 @@ def test_write_html_is_atomic(tmp_path, monkeypatch):
 
     out.write_text("previous")
     monkeypatch.setattr(os, "replace", boom)
-    with pytest.raises(OSError):
+    with pytest.raises(InputError, match="report.html: cannot write: disk full"):
         write_html(out, [small_capture()], SUMMARY, "demo")
     assert out.read_text() == "previous"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["report.html"]
@@ -338,7 +339,7 @@ def test_write_atomic_failure_mid_write(tmp_path, monkeypatch):
         raise OSError("io error")
 
     monkeypatch.setattr(os, "fsync", fail_fsync)
-    with pytest.raises(OSError):
+    with pytest.raises(InputError, match="cannot write: io error"):
         write_atomic(out, b"data")
     assert list(tmp_path.iterdir()) == []
     monkeypatch.undo()
@@ -347,9 +348,38 @@ def test_write_atomic_failure_mid_write(tmp_path, monkeypatch):
 
 
 def test_write_atomic_missing_directory(tmp_path):
-    with pytest.raises(OSError):
+    with pytest.raises(InputError, match="x.html: cannot write: No such file"):
         write_atomic(tmp_path / "nope" / "x.html", "x")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_outputs_are_checked_before_any_work(tmp_path):
+    """check_writable / check_folder refuse what write_atomic / make_folder would fail on,
+    before a command measures anything; what they pass can be written."""
+    (tmp_path / "adir").mkdir()
+    (tmp_path / "afile").write_text("x")
+    for bad, why in ((tmp_path / "nope" / "x.json", "no directory"),
+                     (tmp_path / "adir", "it is a directory"),
+                     (f"{tmp_path / 'adir2'}{os.sep}", "ends with a slash")):
+        with pytest.raises(InputError, match=why):
+            check_writable(bad)
+    check_writable(None)
+    check_writable(tmp_path / "ok.json")
+    write_atomic(tmp_path / "ok.json", "{}")
+    with pytest.raises(InputError, match="it is a file, not a folder"):
+        check_folder(tmp_path / "afile")
+    with pytest.raises(InputError, match="is not a folder"):
+        check_folder(tmp_path / "afile" / "below")
+    check_folder(None)
+    check_folder(tmp_path / "new" / "deeper")
+    make_folder(tmp_path / "new" / "deeper")
+    assert (tmp_path / "new" / "deeper").is_dir()
+    with pytest.raises(InputError, match="cannot write"):
+        make_folder(tmp_path / "afile" / "below")
+    if os.geteuid() != 0:  # root writes anywhere
+        (tmp_path / "ro").mkdir(mode=0o500)
+        with pytest.raises(InputError, match="not writable"):
+            check_writable(tmp_path / "ro" / "x.json")
 
 
 # ------------------------------------------------------------------ real trace

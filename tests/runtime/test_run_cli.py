@@ -74,6 +74,15 @@ def test_auto_with_check_trace_and_json(tmp_path, capsys, profile, monkeypatch):
 
     tl = read_path(str(tmp_path / "tr" / "single.json"))[0]
     assert len(tl) > 0 and set(tl.streams) == {"0"}
+    # measured on this CPU, and the trace says so (not the simulator's "simulated device")
+    assert tl.device.name.startswith("CPU") and "cpu backend" in tl.device.name
+    # the folder as written, plan.json next to the traces, is what analyze takes
+    from parastream.cli import main
+
+    assert main(["analyze", str(tmp_path / "tr"), "--format", "json", "-o",
+                 str(tmp_path / "a.json"), "--no-progress"]) == 0
+    sources = {c["source"] for c in json.loads((tmp_path / "a.json").read_text())["captures"]}
+    assert not any(s.endswith("plan.json") for s in sources) and len(sources) >= 2
 
 
 @pytest.fixture(scope="module")
@@ -130,6 +139,27 @@ def test_bad_inputs_are_one_line_errors(tmp_path, monkeypatch):
     assert info.value.path == "bad.json"
     with pytest.raises(SystemExit):
         run("moe_layer")  # --plan or --auto is required
+    with pytest.raises(InputError, match="needs --check"):
+        run("moe_layer", "--auto", "--jitter", "5")
+    with pytest.raises(InputError, match="must not be negative"):
+        run("moe_layer", "--auto", "--check", "--jitter", "-3")
+    with pytest.raises(InputError, match="--candidate picks a candidate of --plan"):
+        run("moe_layer", "--auto", "--candidate", "matching")
+
+
+def test_outputs_are_checked_before_measuring(tmp_path):
+    """A --json or --trace that cannot be written fails at once: no minute of measuring
+    lost, and no trace folder left behind for a run whose JSON was never written."""
+    trace = tmp_path / "tr"
+    with pytest.raises(InputError, match="cannot write: no directory") as info:
+        run("moe_layer", "--auto", "--scale", "tiny", "--trace", str(trace),
+            "--json", str(tmp_path / "missing" / "r.json"))
+    assert info.value.path == str(tmp_path / "missing" / "r.json") and not trace.exists()
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(InputError, match="it is a file, not a folder"):
+        run("moe_layer", "--auto", "--scale", "tiny", "--trace", str(tmp_path / "afile"))
+    with pytest.raises(InputError, match="it is a directory"):
+        run("moe_layer", "--auto", "--scale", "tiny", "--json", str(tmp_path))
 
 
 def test_untraceable_model_names_its_file(tmp_path):

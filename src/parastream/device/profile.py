@@ -221,6 +221,8 @@ def _check(p: DeviceProfile, where: str | None) -> DeviceProfile:
     if p.schema != SCHEMA:
         raise InputError(where, f"unsupported device profile schema {p.schema!r} "
                                 f"(this parastream reads {SCHEMA})")
+    if not p.name.strip():
+        raise bad("name must not be empty (plans and simulated figures are labelled by it)")
     if p.kind not in KINDS:
         raise bad(f"kind {p.kind!r} is not one of {', '.join(KINDS)}")
     if p.cores.cube <= 0 or p.cores.vector <= 0:
@@ -256,6 +258,10 @@ def _check(p: DeviceProfile, where: str | None) -> DeviceProfile:
                       "positive")
     if not p.memory_streams >= 1.0:
         raise bad("memory_streams must be at least 1")
+    if p.kind == "cpu" and p.memory_streams > max(1, p.cores.cube):
+        # each memory stream is a core pulling from DRAM: no more of them than cores
+        raise bad(f"memory_streams ({p.memory_streams:g}) must not exceed the cores "
+                  f"({p.cores.cube})")
     if p.cache_bytes < 0:
         raise bad("cache_bytes must be zero or positive")
     for key in ("launch_overhead_us", "scheduler_sweep_us", "run_overhead_us", "event_wake_us",

@@ -117,20 +117,21 @@ def _check_plan(graph, plan, plan_path: str, source: dict) -> None:
 
 
 def cmd_emit(args: argparse.Namespace) -> int:
-    from ..report.atomic import write_atomic
+    import keyword
 
-    if not args.class_name.isidentifier():
-        raise InputError(None, f"--class-name {args.class_name!r} is not a Python name")
+    from ..report.atomic import check_writable, write_atomic
+
+    if not args.class_name.isidentifier() or keyword.iskeyword(args.class_name):
+        raise InputError(None, f"--class-name {args.class_name!r} is not a Python name a "
+                               "class can have")
+    check_writable(args.output)
     emitted = emit_plan(args.plan, args.target, candidate=args.candidate, model=args.model,
                         scale=args.scale, phase=args.phase, class_name=args.class_name)
     summary = (f"{args.target}: {len(emitted.calls)} op calls, streams "
                f"{(0,) + emitted.side_streams}, {emitted.waits} waits, {emitted.records} "
                f"records, {emitted.record_streams} record_stream")
     if args.output:
-        try:
-            write_atomic(args.output, emitted.source)
-        except OSError as exc:
-            raise InputError(args.output, f"cannot write: {exc.strerror or exc}") from None
+        write_atomic(args.output, emitted.source)
         sys.stderr.write(f"parastream: wrote {args.output} ({summary})\n")
     else:
         sys.stdout.write(emitted.source)

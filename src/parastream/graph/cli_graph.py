@@ -47,6 +47,9 @@ def cmd_graph(args: argparse.Namespace) -> int:
     from .render import (analysis_document, render_json, render_md, render_mermaid,
                          render_text)
 
+    from ..report.atomic import check_writable
+
+    check_writable(args.output)
     profile = load_profile(args.device)
     g = load_graph(args.model, scale=args.scale, phase=args.phase, device=args.device)
     a = analyze_graph(g, profile)

@@ -66,18 +66,14 @@ def cmd_zoo(args: argparse.Namespace) -> int:
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
-    from ..report.atomic import write_atomic
+    from ..report.atomic import check_writable, write_atomic
     from .calibrate import dumps
 
     if not args.name.strip():
         raise InputError(None, "--name must not be empty")
     if args.repeat < 1:
         raise InputError(None, f"--repeat must be at least 1, got {args.repeat}")
-    import os
-
-    directory = os.path.dirname(os.path.abspath(args.output))
-    if not os.path.isdir(directory):  # fail before spending seconds measuring
-        raise InputError(args.output, f"cannot write: no directory {directory}")
+    check_writable(args.output)  # fail before spending seconds measuring
     from ..runtime import malloc
     from ..runtime.overhead import calibrate_cpu
 
@@ -90,10 +86,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     if args.repeat > 1:  # how far this machine's figures moved between the calibrations
         print(f"parastream calibrate: {profile['sources']['repeat'].split(': ', 1)[1]}",
               file=sys.stderr)
-    try:
-        write_atomic(args.output, data)
-    except OSError as exc:
-        raise InputError(args.output, f"cannot write: {exc.strerror or exc}") from None
+    write_atomic(args.output, data)
     sys.stdout.write(data.decode())
     print(f"wrote {args.output}", file=sys.stderr)
     return 0

@@ -76,6 +76,19 @@ def _looks_like_file(spec: str) -> bool:
     return path.endswith(".py") or os.sep in path or "/" in path
 
 
+def model_source(spec: str) -> str:
+    """``spec`` as a plan records it: a model file's path (``path/to/file.py:factory``, a
+    graph JSON) made absolute, so that ``emit``, ``simulate`` and ``run --plan`` rebuild
+    the model from any folder; a zoo name as it is."""
+    if os.path.isfile(spec):
+        return os.path.abspath(spec)
+    if _looks_like_file(spec) and ":" in spec:
+        path, _, attr = spec.rpartition(":")
+        if os.path.isfile(path):
+            return f"{os.path.abspath(path)}:{attr}"
+    return spec
+
+
 @contextlib.contextmanager
 def anchored(meta: dict) -> Iterator[None]:
     """Errors from tracing a model that :func:`load_model` loaded from ``file.py:factory``

@@ -215,8 +215,13 @@ def build(graph: Graph, profile, *, algorithm: str | None, mapping: dict | None,
 
 def cmd_plan(args: argparse.Namespace) -> int:
     from ..device.profile import load_profile
-    from ..report.atomic import write_atomic
+    from ..graph.models import model_source
+    from ..report.atomic import check_writable, write_atomic
 
+    for path in (args.out, args.report):
+        check_writable(path)  # both before either is written
+    if args.max_streams is not None and args.max_streams < 1:
+        raise InputError(None, f"--max-streams must be at least 1, got {args.max_streams}")
     profile = load_profile(args.device)  # bad names and files raise a one-line InputError
     mapping = None
     if args.mapping:
@@ -232,7 +237,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     try:
         doc = build(graph, profile, algorithm=args.algorithm, mapping=mapping,
                     max_streams=args.max_streams,
-                    source={"model": args.model, "scale": args.scale, "phase": args.phase})
+                    source={"model": model_source(args.model), "scale": args.scale,
+                            "phase": args.phase})
     except PlanError as exc:
         raise InputError(args.model, str(exc)) from None
     if args.out:

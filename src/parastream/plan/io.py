@@ -52,6 +52,10 @@ def loads(data: bytes | str) -> PlanDoc:
         raise ValueError(f"not a parastream plan: {exc}") from None
     if doc.schema != SCHEMA:
         raise ValueError(f"unsupported schema {doc.schema!r} (this parastream reads {SCHEMA})")
+    names = [c.name for c in doc.candidates]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:  # --candidate NAME and the recommendation pick candidates by name
+        raise ValueError(f"candidate name(s) used twice: {', '.join(map(repr, twice))}")
     return doc
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import tempfile
 
+from ..errors import InputError
+
 
 def _default_mode() -> int:
     """The mode ``open()`` would give a new file (0o666 minus the umask).
@@ -30,11 +32,20 @@ def write_atomic(path: str | os.PathLike[str], data: str | bytes) -> None:
     The bytes go to a temporary file in the same directory (so the final rename never
     crosses a file system), are flushed to disk, and the file is then renamed over
     ``path`` with :func:`os.replace`. On any error the temporary file is removed and
-    ``path`` is left as it was (absent, or the previous version).
+    ``path`` is left as it was (absent, or the previous version); an OS error (no such
+    directory, a directory in the way, no permission, a full disk) is raised as an
+    :class:`~parastream.errors.InputError` naming ``path``.
     """
     path = os.fspath(path)
     payload = data.encode("utf-8") if isinstance(data, str) else bytes(data)
     directory = os.path.dirname(os.path.abspath(path))
+    try:
+        _write(path, payload, directory)
+    except OSError as exc:
+        raise InputError(path, f"cannot write: {exc.strerror or exc}") from None
+
+
+def _write(path: str, payload: bytes, directory: str) -> None:
     fd, tmp = tempfile.mkstemp(dir=directory, prefix="." + os.path.basename(path) + ".",
                                suffix=".tmp")
     try:
@@ -50,3 +61,51 @@ def write_atomic(path: str | os.PathLike[str], data: str | bytes) -> None:
         except OSError:
             pass
         raise
+
+
+def check_writable(path: str | os.PathLike[str] | None) -> None:
+    """Raise :class:`~parastream.errors.InputError` unless a file can be written at
+    ``path`` (its directory exists and is writable, and no directory is in its place):
+    commands call it for every output before they measure or write anything, so a typo in
+    the last output's path neither wastes a run nor leaves the other outputs behind.
+    ``None`` (no such output) passes."""
+    if path is None:
+        return
+    path = os.fspath(path)
+    if os.path.isdir(path):
+        raise InputError(path, "cannot write: it is a directory, not a file")
+    if path.endswith(os.sep):
+        raise InputError(path, "cannot write: a folder's name (it ends with a slash), "
+                               "not a file's")
+    directory = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(directory):
+        raise InputError(path, f"cannot write: no directory {directory}")
+    if not os.access(directory, os.W_OK | os.X_OK):
+        raise InputError(path, f"cannot write: directory {directory} is not writable")
+
+
+def check_folder(path: str | os.PathLike[str] | None) -> None:
+    """Like :func:`check_writable` for an output folder (``--trace DIR``, ``--out DIR``):
+    a file must not be in its place, and the nearest part of it that exists must be a
+    writable directory (the folders below it are made)."""
+    if path is None:
+        return
+    path = os.fspath(path)
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise InputError(path, "cannot write: it is a file, not a folder")
+    probe = os.path.abspath(path)
+    while not os.path.exists(probe):
+        probe = os.path.dirname(probe)
+    if not os.path.isdir(probe):
+        raise InputError(path, f"cannot write: {probe} is not a folder")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise InputError(path, f"cannot write: folder {probe} is not writable")
+
+
+def make_folder(path: str | os.PathLike[str]) -> None:
+    """``os.makedirs(path, exist_ok=True)``, an OS error raised as an
+    :class:`~parastream.errors.InputError` naming ``path``."""
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as exc:
+        raise InputError(path, f"cannot write: {exc.strerror or exc}") from None

@@ -106,8 +106,18 @@ def cmd_run(args: argparse.Namespace) -> int:
     from ..plan.hb import check as hb_check
     from ..plan.io import PlanDoc, dumps, load_doc
     from ..plan.model import PlanError
-    from ..report.atomic import write_atomic
+    from ..report.atomic import check_folder, check_writable, make_folder, write_atomic
 
+    check_writable(args.json)  # before a minute of measuring, not after it
+    check_folder(args.trace)
+    if args.jitter < 0:
+        raise InputError(None, f"--jitter must not be negative, got {args.jitter}")
+    if args.jitter and not args.check:
+        raise InputError(None, "--jitter RUNS checks outputs under random delays: it needs "
+                               "--check")
+    if args.candidate and not args.plan:
+        raise InputError(None, "--candidate picks a candidate of --plan FILE; with --auto the "
+                               "candidates are the planner's")
     if args.runs < 5:
         raise InputError(None, "--runs must be at least 5 (the first runs are dropped as cold)")
     if not 0 <= args.drop < args.runs:
@@ -132,7 +142,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         if not device_available(args.device):
             raise InputError(None, f"--device {args.device}: no {args.device} device available "
                              "to torch here")
-    from ..graph.models import load_model
+    from ..graph.models import load_model, model_source
 
     module, inputs, name, meta = load_model(args.model, args.scale, args.phase)
     module, inputs = _move(module, inputs, args.device)
@@ -164,7 +174,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     else:
         try:
             doc = build(graph, profile, algorithm=None, mapping=None, max_streams=None,
-                        source={"model": args.model, "scale": args.scale, "phase": args.phase})
+                        source={"model": model_source(args.model), "scale": args.scale,
+                                "phase": args.phase})
         except PlanError as exc:
             raise InputError(args.model, str(exc)) from None
         multi = [c for c in doc.candidates if c.stream_count() > 1]
@@ -211,7 +222,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     result["malloc_note"] = malloc_note
     _print(out, result, rec)
     if args.trace:
-        os.makedirs(args.trace, exist_ok=True)
+        make_folder(args.trace)
         from ..report.kineto import write_kineto
 
         for label, tl in _run_timelines(result["_runs"]):

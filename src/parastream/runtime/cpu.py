@@ -20,13 +20,14 @@ more than the op record itself.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import threading
 import time
 from collections import deque
 from typing import Any, Callable, Iterable
 
-from ..timeline.model import KIND_COMPUTE, KIND_MEMCPY, Timeline, TimelineBuilder
+from ..timeline.model import KIND_COMPUTE, KIND_MEMCPY, DeviceInfo, Timeline, TimelineBuilder
 from .backend import STREAM_KINDS, StreamError
 
 now_ns = time.perf_counter_ns
@@ -166,10 +167,35 @@ class LaneRecorder:
             self.waits.append((start_ns, end_ns, on, name))
 
 
+@functools.lru_cache(maxsize=1)
+def cpu_name() -> str:
+    """How a timeline captured on the cpu backend names its device: the CPU's model (from
+    /proc/cpuinfo where there is one) and the cores this process may use."""
+    import os
+
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    model = ""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    model = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return f"CPU{f' {model}' if model else ''}, {cores} cores (parastream cpu backend)"
+
+
 def build_timeline(lanes: Iterable[LaneRecorder], source: str, fmt: str,
-                   meta: dict | None = None) -> Timeline:
-    """Merge lane records into a Timeline (copy lanes as memcpy ops, the rest compute)."""
+                   meta: dict | None = None, device: str | None = None) -> Timeline:
+    """Merge lane records into a Timeline (copy lanes as memcpy ops, the rest compute);
+    ``device`` names where it ran (a trace written from it says so, not "simulated")."""
     b = TimelineBuilder(source, fmt)
+    if device:
+        b.device = DeviceInfo(name=device)
     lanes = list(lanes)
     for lane in lanes:  # intern lane names first so stream codes follow creation order
         b.streams.code(lane.lane)
@@ -485,7 +511,7 @@ class CpuBackend:
     def timeline(self, source: str | None = None) -> Timeline:
         """What ran so far, one lane per stream (call after synchronize for a full picture)."""
         return build_timeline([s.recorder for s in self._streams], source or "cpu-backend",
-                              "parastream-cpu")
+                              "parastream-cpu", device=cpu_name())
 
     def close(self) -> None:
         for s in self._streams:

@@ -211,8 +211,12 @@ class DeviceBackend:
                 s_ns = int(round(base.elapsed_time(start) * 1e6))
                 e_ns = int(round(base.elapsed_time(end) * 1e6))
                 lane.op(op, s_ns, max(e_ns, s_ns))
+        try:
+            device = str(self.mod.get_device_name())
+        except Exception:  # a build or stand-in without it: the backend's name is enough
+            device = self.name
         return build_timeline(lanes.values(), source or f"{self.name}-backend",
-                              f"parastream-{self.name}")
+                              f"parastream-{self.name}", device=device)
 
     def close(self) -> None:
         try:

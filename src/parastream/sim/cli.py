@@ -100,11 +100,16 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     from ..graph.render import render_json
     from ..report.kineto import write_kineto
 
+    from ..report.atomic import check_writable
+
+    check_writable(args.trace)
     try:
         counts = sorted({int(x) for x in args.streams.split(",") if x.strip()})
         assert counts and counts[0] >= 1
     except (ValueError, AssertionError):
         raise InputError(None, f"--streams wants stream counts like 1,2,3,4, not {args.streams!r}") from None
+    if not 0 <= args.jitter < 1:  # also refuses nan; 1 and more would make durations negative
+        raise InputError(None, f"--jitter must be at least 0 and below 1, got {args.jitter}")
     try:
         profile = load_profile(args.device)
     except (OSError, ValueError, KeyError) as exc:
@@ -129,6 +134,17 @@ def cmd_simulate(args: argparse.Namespace) -> int:
             raise InputError(spec, "the plan does not say which model it was made for")
         graph = load_graph(src["model"], src.get("scale", "small"), src.get("phase"), None)
         plans = doc.candidates
+        if not plans:
+            raise InputError(spec, "the plan has no candidates")
+        from ..plan.hb import check
+        from ..plan.model import PlanError
+
+        for c in plans:  # as run and emit do: never predict from a plan that is not safe
+            try:
+                check(graph, c)
+            except PlanError as exc:
+                raise InputError(spec, f"candidate {c.name!r} does not fit {src['model']} at "
+                                       f"scale {src.get('scale', 'small')}: {exc}") from None
         counts = sorted({c.streams for c in plans})
     elif args.batch or args.seq:
         return _shape_sweep(args, profile, counts)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import fnmatch
 import os
+import re
 import statistics
 from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
@@ -22,6 +23,21 @@ from .readers import read_path
 from .readers.directory import CAPTURE_SUFFIXES, is_capture
 
 _TRACE_FILES = ("*.json", "*.json.gz", "*.csv", "*.db", "*.pt.trace.json", "*.pt.trace.json.gz")
+
+
+_PARASTREAM_SCHEMA = re.compile(rb'"schema"\s*:\s*"parastream\.')
+
+
+def _parastream_document(path: str) -> bool:
+    """Whether ``path`` is one of parastream's own JSON documents (a plan, a graph, a
+    profile), not a trace: ``run --trace DIR`` writes its plan.json next to the traces."""
+    if not path.endswith(".json"):
+        return False
+    try:
+        with open(path, "rb") as f:
+            return bool(_PARASTREAM_SCHEMA.search(f.read(4096)))
+    except OSError:
+        return False
 
 
 def expand(path: str) -> list[str]:
@@ -41,7 +57,8 @@ def expand(path: str) -> list[str]:
         return pt
     files = [os.path.join(path, e) for e in entries
              if os.path.isfile(os.path.join(path, e)) and not e.startswith(".")
-             and any(fnmatch.fnmatch(e, m) for m in _TRACE_FILES)]
+             and any(fnmatch.fnmatch(e, m) for m in _TRACE_FILES)
+             and not _parastream_document(os.path.join(path, e))]
     if len(files) > 1 and not any(fnmatch.fnmatch(os.path.basename(f), m) for f in files
                                   for m in ("kernel_details.csv", "trace_view.json", "op_summary_*.csv")):
         return files

@@ -476,6 +476,9 @@ def _build(path: str, parts: list[dict], trace, warnings: list[str]) -> Timeline
                         f"({int(dev_count.sum() - dev_count[best])} ops)")
         ok &= dev == best
     bad_time = ~usable
+    if not (ok & usable).any():
+        raise InputError(path, f"none of the trace's {n_dev} device op(s) has a usable ts and "
+                               "dur (numbers, dur not negative)")
     if bad_time.any():
         warnings.append(f"skipped {int(bad_time.sum())} device op(s) without a usable ts/dur")
 
