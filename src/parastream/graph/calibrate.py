@@ -1078,7 +1078,8 @@ def median_profile(profiles: Sequence[dict]) -> dict:
     merged["sources"]["repeat"] = (
         f"{by}: {n} calibrations one after another, each measured number the median over "
         f"them (the other sources' texts, and the side figures they quote, are calibration "
-        f"{donor + 1}'s, whose per-op figure is nearest the median); spread, as median "
+        f"{donor + 1}'s, whose per-op figure is nearest the median, the first on a tie); "
+        f"spread, as median "
         f"(min-max): "
         f"{'; '.join(spread)}")
     executor = (f", executor {merged['launch_overhead_us']:.3g} us per op and "
