@@ -1079,9 +1079,7 @@ def median_profile(profiles: Sequence[dict]) -> dict:
         f"{by}: {n} calibrations one after another, each measured number the median over "
         f"them (the other sources' texts, and the side figures they quote, are calibration "
         f"{donor + 1}'s, whose per-op figure is nearest the median, the first on a tie); "
-        f"spread, as median "
-        f"(min-max): "
-        f"{'; '.join(spread)}")
+        f"spread, as median (min-max): {'; '.join(spread)}")
     executor = (f", executor {merged['launch_overhead_us']:.3g} us per op and "
                 f"{merged['run_overhead_us']:.3g} us per call" if "run_overhead_us" in merged
                 else f", {merged['launch_overhead_us']:.3g} us per task hand-off")
