@@ -224,6 +224,11 @@ def test_outputs_that_cannot_be_written(tmp_path):
             assert r.stderr.count("\n") == 1 and "cannot write" in r.stderr
     r = run("analyze", str(KINETO), "--cold", "-1")
     assert r.returncode == 2 and "--cold must not be negative" in r.stderr
+    for gap in ("inf", "1e400", "nan", "-1"):
+        r = run("analyze", str(KINETO), "--window-gap", gap)
+        assert r.returncode == 2 and "--window-gap must be a finite" in r.stderr, r.stderr
+    r = run("analyze", str(KINETO), "--candidate", "matching")
+    assert r.returncode == 2 and "--candidate picks the candidate of --plan" in r.stderr
     assert os.listdir(tmp_path) == []
 
 

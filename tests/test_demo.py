@@ -91,6 +91,16 @@ def test_a_bad_profile_is_a_one_line_error_and_leaves_no_folder(tmp_path):
     assert not out.exists()
 
 
+@pytest.mark.parametrize("n", ["0", "-1"])
+def test_candidates_below_one_is_a_one_line_error(tmp_path, n):
+    out = tmp_path / "d"
+    r = subprocess.run([sys.executable, "-m", "parastream", "demo", "--scale", "tiny",
+                        "--candidates", n, "--out", str(out), "--no-progress"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2 and "--candidates must be at least 1" in r.stderr
+    assert not out.exists()
+
+
 def test_an_output_folder_that_is_a_file_fails_before_any_work(tmp_path):
     afile = tmp_path / "afile"
     afile.write_text("mine")

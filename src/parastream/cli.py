@@ -112,8 +112,11 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     for flag, v in (("--cores", args.cores), ("--vector-cores", args.vector_cores)):
         if v is not None and v <= 0:
             raise InputError(None, f"{flag} must be positive")
-    if args.window_gap is not None and not args.window_gap >= 0:
-        raise InputError(None, "--window-gap must be a non-negative number of microseconds")
+    if args.window_gap is not None and not 0 <= args.window_gap < float("inf"):
+        raise InputError(None, "--window-gap must be a finite, non-negative number of "
+                               "microseconds")
+    if args.candidate and not args.plan:
+        raise InputError(None, "--candidate picks the candidate of --plan FILE to check")
     plan_doc = None
     if args.plan:
         from .plan.io import load_doc

@@ -243,7 +243,8 @@ def add_parser(sub) -> None:
     p.add_argument("--out", default="out/demo", help="report folder (default out/demo)")
     p.add_argument("--model", default=DEFAULT_MODEL, help=f"zoo model (default {DEFAULT_MODEL})")
     p.add_argument("--scale", default=DEFAULT_SCALE, help=f"zoo scale (default {DEFAULT_SCALE})")
-    p.add_argument("--phase", choices=("prefill", "decode", "infer"))
+    p.add_argument("--phase", help="zoo phase (prefill, decode or infer, as the model has "
+                                   "them; default: the model's own)")
     p.add_argument("--runs", type=int, default=11, help="timed runs per configuration (default 11, "
                    "first 2 dropped)")
     p.add_argument("--candidates", type=int, default=2, help="candidates to run (default 2)")
@@ -267,6 +268,8 @@ def cmd_demo(args) -> int:
         raise InputError(None, f"unknown model {args.model!r} (built-in: {', '.join(ZOO)})")
     if args.runs < 5:
         raise InputError(None, "--runs must be at least 5 (the first 2 are dropped as cold)")
+    if args.candidates < 1:
+        raise InputError(None, f"--candidates must be at least 1, got {args.candidates}")
     print(malloc.apply(args.malloc))
     r = run_demo(args.out, args.model, args.scale, args.phase, args.runs, args.candidates,
                  progress=not args.no_progress, profile_path=args.profile,

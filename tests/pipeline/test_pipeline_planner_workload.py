@@ -119,8 +119,11 @@ def test_cli_runs_the_demo_and_writes_html_and_an_analysable_trace(tmp_path):
     a = subprocess.run([sys.executable, "-m", "parastream", "analyze", str(trace), "--format",
                         "json"], capture_output=True, text=True, timeout=120)
     assert a.returncode == 0, a.stderr
-    streams = {s["id"] for s in json.loads(a.stdout)["captures"][0]["streams"]}
+    cap = json.loads(a.stdout)["captures"][0]
+    streams = {s["id"] for s in cap["streams"]}
     assert {"decode#0", "decode#1", "infer", "h2d"} <= streams
+    # a measured run: the trace names this CPU, not the simulator's device
+    assert "CPU" in json.dumps(cap) and "simulated device" not in json.dumps(cap)
 
     text = run_cli("--items", "3", "--batch", "1", "--unordered", "--no-progress")
     assert text.returncode == 0, text.stderr
@@ -134,10 +137,15 @@ def test_cli_runs_the_demo_and_writes_html_and_an_analysable_trace(tmp_path):
     (("--items", "0"), "--items"),
     (("--depth", "0"), "--depth"),
     (("--html", "/nonexistent-dir/x.html"), "directory"),
+    (("--replicas", "decode=2,decode=3"), "given twice"),
+    (("--trace", "{tmp}", "--html", "{tmp}/new.html"), "is a directory"),
+    (("--html", "{tmp}"), "is a directory"),
 ])
-def test_cli_bad_input_is_one_line_and_exit_2(args, needle):
+def test_cli_bad_input_is_one_line_and_exit_2(args, needle, tmp_path):
+    args = [a.format(tmp=tmp_path) for a in args]
     r = run_cli("--items", "2", *args)
     assert r.returncode == 2, (r.stdout, r.stderr)
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("parastream: ") and needle in lines[0]
     assert "Traceback" not in r.stderr
+    assert r.stdout == "" and list(tmp_path.iterdir()) == []  # refused before the run

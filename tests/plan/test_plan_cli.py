@@ -129,3 +129,30 @@ def test_outputs_are_checked_first_and_the_model_is_recorded_from_anywhere(tmp_p
     r = subprocess.run(sim + ["--trace", str(tmp_path)], capture_output=True, text=True,
                        timeout=120)
     assert r.returncode == 2 and "is a directory" in r.stderr
+    gz = tmp_path / "sim.json.gz"  # a .gz name is written gzipped, and analyze reads it
+    r = subprocess.run(sim + ["--trace", str(gz)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and gz.read_bytes()[:2] == b"\x1f\x8b", r.stderr
+    r = subprocess.run([sys.executable, "-m", "parastream", "analyze", str(gz), "--format",
+                        "json"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and json.loads(r.stdout)["captures"], r.stderr
+
+
+def test_an_empty_graph_or_negative_costs_are_one_line_errors(tmp_path):
+    empty = tmp_path / "empty.json"
+    empty.write_text(json.dumps({"schema": "parastream.graph/1", "name": "e", "ops": [],
+                                 "edges": []}))
+    for cmd in ("plan", "simulate"):
+        r = subprocess.run([sys.executable, "-m", "parastream", cmd, str(empty)],
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == 2 and "the graph has no ops" in r.stderr, r.stderr
+        assert r.stderr.count("\n") == 1
+    g = json.loads(moe_json(tmp_path).read_text())
+    for field, value in (("flops", -1.0), ("bytes_read", -5), ("meta", {"dur_us": -3})):
+        bad = json.loads(json.dumps(g))
+        bad["ops"][0][field] = value
+        path = tmp_path / "neg.json"
+        path.write_text(json.dumps(bad))
+        for cmd in ("graph", "plan"):
+            r = subprocess.run([sys.executable, "-m", "parastream", cmd, str(path)],
+                               capture_output=True, text=True, timeout=120)
+            assert r.returncode == 2 and "must not be negative" in r.stderr, (field, r.stderr)

@@ -353,6 +353,13 @@ def test_write_atomic_missing_directory(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_gz_name_gets_gzip(tmp_path):
+    import gzip
+
+    write_atomic(tmp_path / "t.json.gz", '{"a": 1}')
+    assert gzip.decompress((tmp_path / "t.json.gz").read_bytes()) == b'{"a": 1}'
+
+
 def test_outputs_are_checked_before_any_work(tmp_path):
     """check_writable / check_folder refuse what write_atomic / make_folder would fail on,
     before a command measures anything; what they pass can be written."""

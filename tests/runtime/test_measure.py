@@ -64,6 +64,9 @@ def test_recommend_never_picks_a_candidate_under_the_margin():
     assert rec.closest == "a"  # what a report shows when nothing wins
     assert recommend([_r("a", 1.5, ok=False), _r("b", 0.8)]).closest == "b"
     assert recommend([_r("a", 1.5, ok=False)]).closest is None
+    # the reason says what happened: every candidate's outputs differed, or none to run
+    assert "outputs matched" in recommend([_r("a", 1.5, ok=False)]).summary
+    assert "no multi-stream candidate to run" in recommend([]).summary
 
 
 def test_recommend_keep_change_and_bad_outputs():

@@ -145,6 +145,9 @@ def test_bad_inputs_are_one_line_errors(tmp_path, monkeypatch):
         run("moe_layer", "--auto", "--check", "--jitter", "-3")
     with pytest.raises(InputError, match="--candidate picks a candidate of --plan"):
         run("moe_layer", "--auto", "--candidate", "matching")
+    for margin in ("nan", "inf", "-0.1"):
+        with pytest.raises(InputError, match="--margin a finite"):
+            run("moe_layer", "--auto", "--margin", margin)
 
 
 def test_outputs_are_checked_before_measuring(tmp_path):
@@ -193,3 +196,22 @@ def test_frequent_late_stream_starts_suggest_pin(tmp_path, moe_plan, capsys, pro
     monkeypatch.setenv("PARASTREAM_PIN_STREAMS", "1")  # already pinned: nothing to suggest
     assert run(*args) == 0
     assert "started its first op" not in capsys.readouterr().out
+
+
+def test_a_model_with_a_nested_input_runs(tmp_path, capsys, profile):
+    """torch.export flattens a tuple argument into one placeholder per tensor; run binds
+    the call's nested inputs the same way."""
+    f = tmp_path / "nested.py"
+    f.write_text("import torch\n"
+                 "class M(torch.nn.Module):\n"
+                 "    def __init__(self):\n"
+                 "        super().__init__()\n"
+                 "        self.a, self.b = torch.nn.Linear(8, 8), torch.nn.Linear(8, 8)\n"
+                 "    def forward(self, pair):\n"
+                 "        x, y = pair\n"
+                 "        return self.a(x) + self.b(y)\n"
+                 "def make(scale='tiny', phase=None):\n"
+                 "    return M().eval(), ((torch.randn(2, 8), torch.randn(2, 8)),)\n")
+    assert run(f"{f}:make", "--auto", "--check", "--runs", "5", "--warmup", "1",
+               "--profile", profile, "--side-by-side-only") == 0
+    assert "recommendation:" in capsys.readouterr().out

@@ -34,8 +34,8 @@ def add_parser(subparsers) -> None:
                         "shipped: ascend910, ascend910b, h100, h200, cpu)")
     p.add_argument("--scale", default="small", metavar="S",
                    help="model scale for zoo models (default small)")
-    p.add_argument("--phase", choices=("prefill", "decode"),
-                   help="phase for zoo models (default: the model's own)")
+    p.add_argument("--phase", help="phase for zoo models: prefill, decode or infer, as the "
+                                   "model has them (default: the model's own)")
     p.add_argument("--format", choices=FORMATS, default="text")
     p.add_argument("-o", "--output", metavar="FILE", help="write here (default stdout)")
     p.set_defaults(func=cmd_graph)

@@ -111,14 +111,22 @@ class GraphError(ValueError):
 def validate(g: Graph) -> list[str]:
     """Check a graph; return its ops in a topological order.
 
-    Raises :class:`GraphError` for a duplicate op name, an edge to an unknown op (dangling),
-    an unknown edge type or resource class, a self-loop, or a cycle (naming ops on it).
+    Raises :class:`GraphError` for a duplicate op name, a negative (or NaN) FLOP count,
+    byte count or ``meta.dur_us``, an edge to an unknown op (dangling), an unknown edge
+    type or resource class, a self-loop, or a cycle (naming ops on it).
     """
     names: dict[str, int] = {}
     for i, o in enumerate(g.ops):
         if o.name in names:
             raise GraphError(f"duplicate op name {o.name!r}")
         names[o.name] = i
+        dur = o.meta.get("dur_us", 0.0) if isinstance(o.meta, dict) else 0.0
+        if not (o.flops >= 0 and o.bytes_read >= 0 and o.bytes_written >= 0
+                and all(t.bytes >= 0 for t in (*o.inputs, *o.outputs))
+                and (not isinstance(dur, (int, float)) or dur >= 0)):
+            # a negative cost makes a critical path longer than the work (nonsense bounds)
+            raise GraphError(f"op {o.name!r}: flops, bytes and meta.dur_us must not be "
+                             "negative")
         if o.resource not in RESOURCES:
             raise GraphError(f"op {o.name!r}: unknown resource {o.resource!r} "
                              f"(expected one of {', '.join(RESOURCES)})")

@@ -888,9 +888,18 @@ class Runnable:
     buffer_writes: dict[int, Any] = field(default_factory=dict)  # output index -> buffer
 
     def bind(self, inputs: Sequence[Any]) -> list[Any]:
-        """Values of the graph's placeholders, in order, for one call with ``inputs``."""
+        """Values of the graph's placeholders, in order, for one call with ``inputs``.
+        torch.export flattens nested inputs (a tuple or dict argument) into one placeholder
+        per leaf, so nested ``inputs`` are flattened the same way."""
         if len(inputs) != len(self.user_inputs):
-            raise TypeError(f"expected {len(self.user_inputs)} input(s), got {len(inputs)}")
+            from torch.utils._pytree import tree_leaves
+
+            leaves = tree_leaves(tuple(inputs))
+            if len(leaves) != len(self.user_inputs):
+                raise TypeError(f"expected {len(self.user_inputs)} input(s), got "
+                                f"{len(inputs)} ({len(leaves)} once nested ones are "
+                                "flattened)")
+            inputs = leaves
         feed = dict(zip(self.user_inputs, inputs))
         return [self.state[n.name] if n.name in self.state else feed[n.name]
                 for n in self.graph_module.graph.nodes if n.op == "placeholder"]

@@ -66,6 +66,8 @@ def parse_replicas(spec: str, stages: Iterable[str]) -> dict[str, int]:
             n = 0
         if n < 1:
             raise InputError(None, f"--replicas: {part!r}: N must be an integer >= 1")
+        if name in out:
+            raise InputError(None, f"--replicas: {name} is given twice")
         out[name] = n
     return out
 
@@ -97,9 +99,10 @@ def cmd_pipeline(args: argparse.Namespace) -> int:
     except ImportError as exc:
         raise InputError(None, f"the pipeline demo needs torch and pillow "
                                f"(pip install 'parastream[torch]'): {exc}") from None
+    from ..report.atomic import check_writable
+
     for path in (args.html, args.trace):
-        if path and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
-            raise InputError(path, "its directory does not exist")
+        check_writable(path)  # both before the run: no output left behind for a bad one
     doc, serial_tl, pipe_tl = run_demo(args.items, args.batch, replicas, args.depth,
                                        not args.unordered, args.threads, not args.no_progress)
     if args.format == "json":

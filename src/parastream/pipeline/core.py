@@ -32,7 +32,7 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 import numpy as np
 
 from ..runtime.backend import STREAM_KINDS, Backend, get_backend
-from ..runtime.cpu import LaneRecorder, build_timeline
+from ..runtime.cpu import LaneRecorder, build_timeline, cpu_name
 from ..timeline.model import Timeline
 from .accounting import PipelineStats, StageStats
 
@@ -507,7 +507,7 @@ class Pipeline:
             raise RuntimeError("the pipeline has not run yet")
         st = self._last.stats()
         return build_timeline(self._last.lanes, self.name, "parastream-pipeline",
-                              meta={"pipeline": st.to_dict()})
+                              meta={"pipeline": st.to_dict()}, device=cpu_name())
 
     # ------------------------------------------------------------------ shutdown
     def close(self) -> None:
@@ -561,5 +561,6 @@ def run_serial(stages: Sequence[Stage], items: Iterable[Any],
                           wall, {COMPLETED: len(outs), FAILED: 0, CANCELLED: 0}, seq + 1,
                           latencies_ns=np.asarray(lat, np.int64), ordered=True, depth=0,
                           capacity=1, max_in_flight=1)
-    tl = build_timeline(lanes, name, "parastream-pipeline", meta={"pipeline": stats.to_dict()})
+    tl = build_timeline(lanes, name, "parastream-pipeline", meta={"pipeline": stats.to_dict()},
+                        device=cpu_name())
     return outs, stats, tl

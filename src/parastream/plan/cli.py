@@ -35,7 +35,8 @@ def add_parser(sub) -> None:
     p.add_argument("--device", default=DEFAULT_DEVICE, help="device profile name or JSON file "
                    f"(default {DEFAULT_DEVICE})")
     p.add_argument("--scale", default="small", help="zoo scale: tiny, small or 7b")
-    p.add_argument("--phase", choices=("prefill", "decode"), help="zoo phase where it applies")
+    p.add_argument("--phase", help="zoo phase where it applies (prefill, decode or infer, as "
+                                   "the model has them)")
     p.add_argument("--out", metavar="FILE", help="write the plan JSON here")
     p.add_argument("--report", metavar="FILE", help="write the Markdown report here")
     p.add_argument("--format", choices=("text", "json", "md"), default="text")
@@ -234,6 +235,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if args.algorithm == "manual" and not mapping:
         raise InputError(None, "--algorithm manual needs --mapping")
     graph = load_graph(args.model, args.scale, args.phase, args.device)
+    if not graph.ops:
+        raise InputError(args.model, "the graph has no ops: nothing to plan")
     try:
         doc = build(graph, profile, algorithm=args.algorithm, mapping=mapping,
                     max_streams=args.max_streams,

@@ -32,12 +32,17 @@ def write_atomic(path: str | os.PathLike[str], data: str | bytes) -> None:
     The bytes go to a temporary file in the same directory (so the final rename never
     crosses a file system), are flushed to disk, and the file is then renamed over
     ``path`` with :func:`os.replace`. On any error the temporary file is removed and
-    ``path`` is left as it was (absent, or the previous version); an OS error (no such
+    ``path`` is left as it was (absent, or the previous version). A path ending in ``.gz``
+    gets the data gzip-compressed. An OS error (no such
     directory, a directory in the way, no permission, a full disk) is raised as an
     :class:`~parastream.errors.InputError` naming ``path``.
     """
     path = os.fspath(path)
     payload = data.encode("utf-8") if isinstance(data, str) else bytes(data)
+    if path.endswith(".gz"):  # what the name promises (every reader here takes .json.gz)
+        import gzip
+
+        payload = gzip.compress(payload, mtime=0)
     directory = os.path.dirname(os.path.abspath(path))
     try:
         _write(path, payload, directory)

@@ -122,8 +122,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise InputError(None, "--runs must be at least 5 (the first runs are dropped as cold)")
     if not 0 <= args.drop < args.runs:
         raise InputError(None, "--drop must be >= 0 and below --runs")
-    if args.warmup < 0 or args.top < 1 or args.margin < 0:
-        raise InputError(None, "--warmup, --top and --margin must be positive")
+    if args.warmup < 0 or args.top < 1 or not 0 <= args.margin < float("inf"):
+        raise InputError(None, "--warmup and --margin must be zero or more (--margin a finite "
+                               "number), --top at least 1")
     if args.pin:
         from .executor import PIN_ENV
 

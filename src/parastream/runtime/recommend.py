@@ -127,7 +127,10 @@ def recommend(results: list[CandidateResult], current: str | None = None,
     if not winners:
         best = max(usable, key=lambda r: r.best_speedup, default=None)
         why = (f"the best candidate {best.name} measured {best.best_speedup:.2f}x, below the "
-               f"{1 + margin:.2f}x margin" if best else "no candidate ran correctly")
+               f"{1 + margin:.2f}x margin" if best
+               else "no candidate's outputs matched the single-stream model" if results
+               else "there is no multi-stream candidate to run (no parallel point the "
+                    "planner can use)")
         return Recommendation("single", None, f"stay single-stream: {why}", evidence,
                               best.name if best else None)
     best = max(winners, key=lambda r: r.best_speedup)

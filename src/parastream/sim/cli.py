@@ -24,7 +24,7 @@ def add_parser(sub) -> None:
     p.add_argument("--device", default="ascend910", help="device profile (default ascend910)")
     p.add_argument("--streams", default="1,2,3,4", help="stream counts to try (default 1,2,3,4)")
     p.add_argument("--scale", default="small")
-    p.add_argument("--phase", choices=("prefill", "decode"))
+    p.add_argument("--phase", help="zoo phase (prefill, decode or infer, as the model has them)")
     p.add_argument("--batch", help="zoo batch sizes to sweep, e.g. 1,8,32")
     p.add_argument("--seq", help="zoo sequence lengths to sweep, e.g. 512,1024,2048")
     p.add_argument("--ge", action="store_true", help="emulate GE's auto-reorder of cheap "
@@ -150,6 +150,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         return _shape_sweep(args, profile, counts)
     else:
         graph = load_graph(spec, args.scale, args.phase, args.device)
+    if not graph.ops:
+        raise InputError(spec, "the graph has no ops: nothing to simulate")
     out = sweep(graph, profile, counts, ge=args.ge, jitter=args.jitter, seed=args.seed, plans=plans)
     runs = out.pop("_runs")
     if args.trace:
