@@ -215,6 +215,20 @@ def test_kineto_trace_without_one_usable_op(tmp_path):
         assert "negative duration" in line or "usable ts and dur" in line
 
 
+def test_the_device_with_usable_ops_is_the_one_analysed(tmp_path):
+    """Two devices: the one with more ops has none with a usable time; the other is read."""
+    ev = [{"ph": "X", "name": "bad", "cat": "kernel", "ts": "abc", "dur": 3,
+           "args": {"stream": 7, "device": 0}} for _ in range(2)]
+    ev.append({"ph": "X", "name": "good", "cat": "kernel", "ts": 10, "dur": 3,
+               "args": {"stream": 9, "device": 1}})
+    f = tmp_path / "two.json"
+    f.write_text(json.dumps({"traceEvents": ev}))
+    r = run("analyze", str(f), "--format", "json")
+    assert r.returncode == 0, r.stderr
+    cap = json.loads(r.stdout)["captures"][0]
+    assert [s["id"] for s in cap["streams"]] == ["9"]
+
+
 def test_outputs_that_cannot_be_written(tmp_path):
     """Every output is checked before the trace is read: one line, exit 2, nothing written."""
     for flag in ("-o", "--html", "--perfetto"):

@@ -113,7 +113,8 @@ def _leaves(profile, path=()):
 def _measured(base: dict, per_op: float, wake: float, curve: list) -> dict:
     p = json.loads(json.dumps(base))
     p.update(launch_overhead_us=per_op, event_wake_us=wake, run_overhead_us=10.0 + per_op,
-             cold_curve=curve, cache_bytes=int(per_op * 1000))
+             cold_curve=curve, cold_after_us=5000.0 if curve else 0.0,
+             cache_bytes=int(per_op * 1000))
     p["op_rates"] = {"add": {"metric": "bytes", "fixed_1_us": per_op / 2,
                              "fixed_all_us": per_op, "rate_1": 50.0, "rate_all": 90.0}}
     p["sources"] = dict(p["sources"], launch_overhead_us=f"measured by parastream calibrate on "
@@ -153,6 +154,10 @@ def test_median_profile_takes_the_common_length_of_cold_curves():
             _measured(base, 3.1, 50.0, [[80.0, 0.1], [120.0, 0.2]]),
             _measured(base, 3.2, 50.0, [[90.0, 0.3], [130.0, 0.4]])]
     assert cal.median_profile(runs)["cold_curve"] == [[85.0, 0.2], [125.0, 0.3]]
+    # most calibrations found idling costs nothing: the curve of the one that did goes too
+    runs[2] = _measured(base, 3.2, 50.0, [])
+    merged = cal.median_profile(runs)
+    assert merged["cold_after_us"] == 0 and merged["cold_curve"] == []
 
 
 @settings(max_examples=40, deadline=None)

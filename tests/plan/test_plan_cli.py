@@ -125,7 +125,7 @@ def test_outputs_are_checked_first_and_the_model_is_recorded_from_anywhere(tmp_p
     for jitter in ("-5", "nan", "3"):
         r = subprocess.run(sim + [f"--jitter={jitter}"], capture_output=True, text=True,
                            timeout=120)
-        assert r.returncode == 2 and "--jitter must be at least 0 and below 1" in r.stderr
+        assert r.returncode == 2 and "--jitter must be from 0 to 1" in r.stderr
     r = subprocess.run(sim + ["--trace", str(tmp_path)], capture_output=True, text=True,
                        timeout=120)
     assert r.returncode == 2 and "is a directory" in r.stderr

@@ -353,11 +353,14 @@ def test_write_atomic_missing_directory(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
-def test_a_gz_name_gets_gzip(tmp_path):
+def test_a_gz_trace_name_gets_gzip(tmp_path):
     import gzip
 
-    write_atomic(tmp_path / "t.json.gz", '{"a": 1}')
-    assert gzip.decompress((tmp_path / "t.json.gz").read_bytes()) == b'{"a": 1}'
+    from parastream.report.atomic import gzipped_if_named
+
+    assert gzip.decompress(gzipped_if_named(tmp_path / "t.json.gz", b'{"a": 1}')) == b'{"a": 1}'
+    assert gzipped_if_named("t.json", b"{}") == b"{}"
+    check_writable("")  # an empty name is no file output (stdout)
 
 
 def test_outputs_are_checked_before_any_work(tmp_path):

@@ -35,11 +35,13 @@ def test_auto_with_check_trace_and_json(tmp_path, capsys, profile, monkeypatch):
         monkeypatch.delenv(k)
     rc = run("inception_block", "--auto", "--scale", "tiny", "--runs", "5", "--warmup", "1",
              "--top", "2", "--check", "--jitter", "5", "--profile", profile,
-             "--trace", str(tmp_path / "tr"), "--json", str(tmp_path / "r.json"))
+             # the JSON inside the trace folder, which does not exist yet
+             "--trace", str(tmp_path / "tr"), "--json", str(tmp_path / "tr" / "r.json"))
     assert rc == 0
     out = capsys.readouterr().out
     assert "recommendation:" in out and "speedup" in out and "predicted" in out
-    doc = json.loads((tmp_path / "r.json").read_text())
+    doc = json.loads((tmp_path / "tr" / "r.json").read_text())
+    assert doc["schema"] == "parastream.run/1"
     assert doc["recommendation"]["action"] in ("keep", "change", "single")
     assert len(doc["candidates"]) == 2
     if not os.environ.get("OMP_WAIT_POLICY"):  # each side again in its best OpenMP setting
@@ -82,7 +84,7 @@ def test_auto_with_check_trace_and_json(tmp_path, capsys, profile, monkeypatch):
     assert main(["analyze", str(tmp_path / "tr"), "--format", "json", "-o",
                  str(tmp_path / "a.json"), "--no-progress"]) == 0
     sources = {c["source"] for c in json.loads((tmp_path / "a.json").read_text())["captures"]}
-    assert not any(s.endswith("plan.json") for s in sources) and len(sources) >= 2
+    assert not any(s.endswith(("plan.json", "r.json")) for s in sources) and len(sources) >= 2
 
 
 @pytest.fixture(scope="module")
@@ -211,7 +213,13 @@ def test_a_model_with_a_nested_input_runs(tmp_path, capsys, profile):
                  "        x, y = pair\n"
                  "        return self.a(x) + self.b(y)\n"
                  "def make(scale='tiny', phase=None):\n"
-                 "    return M().eval(), ((torch.randn(2, 8), torch.randn(2, 8)),)\n")
-    assert run(f"{f}:make", "--auto", "--check", "--runs", "5", "--warmup", "1",
-               "--profile", profile, "--side-by-side-only") == 0
-    assert "recommendation:" in capsys.readouterr().out
+                 "    return M().eval(), ((torch.randn(2, 8), torch.randn(2, 8)),)\n"
+                 "class One(torch.nn.Module):\n"
+                 "    def forward(self, x, pair):\n"
+                 "        return torch.relu(x) + torch.sigmoid(pair[0])\n"
+                 "def one(scale='tiny', phase=None):  # as many leaves as arguments\n"
+                 "    return One().eval(), (torch.ones(64), (torch.ones(64),))\n")
+    for factory in ("make", "one"):
+        assert run(f"{f}:{factory}", "--auto", "--check", "--runs", "5", "--warmup", "1",
+                   "--profile", profile, "--side-by-side-only") == 0
+        assert "recommendation:" in capsys.readouterr().out

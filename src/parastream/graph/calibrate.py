@@ -1070,6 +1070,8 @@ def median_profile(profiles: Sequence[dict]) -> dict:
         return profiles[0]
     n = len(profiles)
     merged = _median_of(list(profiles))
+    if not merged.get("cold_after_us"):  # most found idling costs nothing: no curve either
+        merged["cold_curve"] = []
     mid = merged.get("launch_overhead_us", 0.0)
     donor = min(range(n), key=lambda i: abs(profiles[i].get("launch_overhead_us", 0.0) - mid))
     merged["sources"] = dict(profiles[donor]["sources"])

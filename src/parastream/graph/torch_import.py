@@ -890,16 +890,19 @@ class Runnable:
     def bind(self, inputs: Sequence[Any]) -> list[Any]:
         """Values of the graph's placeholders, in order, for one call with ``inputs``.
         torch.export flattens nested inputs (a tuple or dict argument) into one placeholder
-        per leaf, so nested ``inputs`` are flattened the same way."""
-        if len(inputs) != len(self.user_inputs):
+        per leaf, so an exported program's ``inputs`` are flattened the same way, even
+        when the count would match without it (a one-element tuple); a torch.fx trace
+        keeps one placeholder per argument."""
+        if self.source == "torch.export":
             from torch.utils._pytree import tree_leaves
 
             leaves = tree_leaves(tuple(inputs))
             if len(leaves) != len(self.user_inputs):
-                raise TypeError(f"expected {len(self.user_inputs)} input(s), got "
-                                f"{len(inputs)} ({len(leaves)} once nested ones are "
-                                "flattened)")
+                raise TypeError(f"expected {len(self.user_inputs)} input(s) once nested ones "
+                                f"are flattened, got {len(leaves)}")
             inputs = leaves
+        elif len(inputs) != len(self.user_inputs):
+            raise TypeError(f"expected {len(self.user_inputs)} input(s), got {len(inputs)}")
         feed = dict(zip(self.user_inputs, inputs))
         return [self.state[n.name] if n.name in self.state else feed[n.name]
                 for n in self.graph_module.graph.nodes if n.op == "placeholder"]
@@ -930,7 +933,9 @@ def import_runnable(module: Any, example_inputs: Sequence[Any] | Any, name: str 
     import torch
 
     inputs = _check_call(module, example_inputs, name, method)
-    if any(isinstance(t, torch.Tensor) and t.device.type == "meta" for t in inputs):
+    from torch.utils._pytree import tree_leaves
+
+    if any(isinstance(t, torch.Tensor) and t.device.type == "meta" for t in tree_leaves(inputs)):
         raise InputError(None, f"{name} lives on the meta device (no real weights), so it cannot "
                                "run: use a scale with real tensors (tiny or small in the zoo)")
     g, ep, recs = _trace(module, inputs, {}, name, meta, method)

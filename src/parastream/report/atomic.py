@@ -32,17 +32,12 @@ def write_atomic(path: str | os.PathLike[str], data: str | bytes) -> None:
     The bytes go to a temporary file in the same directory (so the final rename never
     crosses a file system), are flushed to disk, and the file is then renamed over
     ``path`` with :func:`os.replace`. On any error the temporary file is removed and
-    ``path`` is left as it was (absent, or the previous version). A path ending in ``.gz``
-    gets the data gzip-compressed. An OS error (no such
+    ``path`` is left as it was (absent, or the previous version). An OS error (no such
     directory, a directory in the way, no permission, a full disk) is raised as an
     :class:`~parastream.errors.InputError` naming ``path``.
     """
     path = os.fspath(path)
     payload = data.encode("utf-8") if isinstance(data, str) else bytes(data)
-    if path.endswith(".gz"):  # what the name promises (every reader here takes .json.gz)
-        import gzip
-
-        payload = gzip.compress(payload, mtime=0)
     directory = os.path.dirname(os.path.abspath(path))
     try:
         _write(path, payload, directory)
@@ -74,7 +69,7 @@ def check_writable(path: str | os.PathLike[str] | None) -> None:
     commands call it for every output before they measure or write anything, so a typo in
     the last output's path neither wastes a run nor leaves the other outputs behind.
     ``None`` (no such output) passes."""
-    if path is None:
+    if not path:  # no such output (an empty name is stdout too)
         return
     path = os.fspath(path)
     if os.path.isdir(path):
@@ -114,3 +109,13 @@ def make_folder(path: str | os.PathLike[str]) -> None:
         os.makedirs(path, exist_ok=True)
     except OSError as exc:
         raise InputError(path, f"cannot write: {exc.strerror or exc}") from None
+
+
+def gzipped_if_named(path: str | os.PathLike[str], payload: bytes) -> bytes:
+    """``payload`` gzip-compressed when ``path`` ends in ``.gz``, as the name promises: for
+    traces, which every trace reader here takes gzipped."""
+    if os.fspath(path).endswith(".gz"):
+        import gzip
+
+        return gzip.compress(payload, mtime=0)
+    return payload

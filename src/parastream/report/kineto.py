@@ -16,7 +16,7 @@ import numpy as np
 
 from ..timeline.model import KIND_COMM, KIND_MEMCPY, KIND_MEMSET, Timeline
 from ..timeline.nogc import gc_paused
-from .atomic import write_atomic
+from .atomic import gzipped_if_named, write_atomic
 from .perfetto import us_floats
 
 _CAT = {KIND_MEMCPY: "gpu_memcpy", KIND_MEMSET: "gpu_memset"}
@@ -77,4 +77,4 @@ def to_kineto(tl: Timeline, label: str = "") -> dict:
 
 
 def write_kineto(path: str | os.PathLike[str], tl: Timeline, label: str = "") -> None:
-    write_atomic(path, msgspec.json.encode(to_kineto(tl, label)))
+    write_atomic(path, gzipped_if_named(path, msgspec.json.encode(to_kineto(tl, label))))

@@ -27,7 +27,7 @@ import numpy as np
 from ..timeline.analyze import capture_name
 from ..timeline.model import CORES, KINDS, Timeline
 from ..timeline.nogc import gc_paused
-from .atomic import write_atomic
+from .atomic import gzipped_if_named, write_atomic
 
 WAIT_CAT = "wait"
 FLOW_NAME = "event wait"
@@ -175,4 +175,5 @@ def to_perfetto(timelines: list[Timeline], labels: list[str] | None = None) -> d
 def write_perfetto(path: str | os.PathLike[str], timelines: list[Timeline],
                    labels: list[str] | None = None) -> None:
     """Write :func:`to_perfetto` of ``timelines`` to ``path`` (atomically)."""
-    write_atomic(path, msgspec.json.encode(to_perfetto(timelines, labels)))
+    write_atomic(path, gzipped_if_named(path, msgspec.json.encode(to_perfetto(timelines,
+                                                                              labels))))

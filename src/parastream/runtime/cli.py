@@ -97,8 +97,11 @@ def _move(module: Any, inputs: tuple, device: str) -> tuple[Any, tuple]:
         from .cuda import import_torch_npu
 
         import_torch_npu()
-    dev = torch.device(device)
-    return module.to(dev), tuple(t.to(dev) if isinstance(t, torch.Tensor) else t for t in inputs)
+    from torch.utils._pytree import tree_map
+
+    dev = torch.device(device)  # nested inputs (a tuple or dict argument) move too
+    return module.to(dev), tuple(tree_map(
+        lambda t: t.to(dev) if isinstance(t, torch.Tensor) else t, tuple(inputs)))
 
 
 # ----------------------------------------------------------------------------- the command
@@ -108,8 +111,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     from ..plan.model import PlanError
     from ..report.atomic import check_folder, check_writable, make_folder, write_atomic
 
-    check_writable(args.json)  # before a minute of measuring, not after it
     check_folder(args.trace)
+    if not (args.json and args.trace and os.path.dirname(os.path.abspath(args.json))
+            == os.path.abspath(args.trace)):  # a --json inside --trace: its folder is made
+        check_writable(args.json)  # before a minute of measuring, not after it
     if args.jitter < 0:
         raise InputError(None, f"--jitter must not be negative, got {args.jitter}")
     if args.jitter and not args.check:
@@ -232,8 +237,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         out.write(f"timelines written to {args.trace}/ (parastream analyze DIR/<candidate>.json "
                   f"--baseline DIR/single.json --plan DIR/plan.json)\n")
     result.pop("_runs", None)
-    if args.json:
-        write_atomic(args.json, json.dumps(_jsonable(result), indent=1))
+    if args.json:  # named by a schema, as parastream's documents are (analyze DIR skips it)
+        write_atomic(args.json, json.dumps({"schema": "parastream.run/1",
+                                            **_jsonable(result)}, indent=1))
     if args.check and any(c.outputs_ok is False for c in result["candidates"]):
         return 1
     return 0

@@ -108,8 +108,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         assert counts and counts[0] >= 1
     except (ValueError, AssertionError):
         raise InputError(None, f"--streams wants stream counts like 1,2,3,4, not {args.streams!r}") from None
-    if not 0 <= args.jitter < 1:  # also refuses nan; 1 and more would make durations negative
-        raise InputError(None, f"--jitter must be at least 0 and below 1, got {args.jitter}")
+    if not 0 <= args.jitter <= 1:  # also refuses nan; over 1 makes durations negative
+        raise InputError(None, f"--jitter must be from 0 to 1, got {args.jitter}")
     try:
         profile = load_profile(args.device)
     except (OSError, ValueError, KeyError) as exc:

@@ -467,7 +467,8 @@ def _build(path: str, parts: list[dict], trace, warnings: list[str]) -> Timeline
 
     # One capture is one device: keep the device with the most device events.
     dev_count = np.bincount(dev, minlength=len(devices.values))
-    best = int(np.argmax(dev_count))
+    # the device with the most usable ops (one whose ops all lack a time is no capture)
+    best = int(np.argmax(np.bincount(dev[usable], minlength=len(devices.values))))
     device_id = devices.values[best]
     if (dev_count > 0).sum() > 1:
         others = [devices.values[i] for i in np.flatnonzero(dev_count) if i != best]
