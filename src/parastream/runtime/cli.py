@@ -400,8 +400,10 @@ def _print(out, result: dict, rec) -> None:
     console = Console(file=out, width=160)
     t = Table(title=f"single vs multi-stream, medians of {result['runs'] - result['drop']} runs "
               f"(first {result['drop']} dropped)",
-              caption="speedup (a-b): quartiles of the rounds' own speedups (each round's "
-                      "single-stream wall over its multi-stream wall)")
+              caption="speedup: median single-stream wall over median multi-stream wall; "
+                      "(a-b): quartiles of the rounds' own speedups (each round's single-stream "
+                      "wall over its multi-stream wall), which need not contain it when the "
+                      "machine's speed moves between rounds")
     for col in ("candidate", "streams", "single us", "multi us", "speedup", "predicted us",
                 "pred. speedup", "pred. from ops us", "overlap_pct", "verdicts", "triage",
                 "outputs"):
