@@ -175,3 +175,28 @@ def test_post_dominators_and_partial_joins():
 def test_stacked_layers_repeat_the_same_points(layers):
     d = decompose(shapes.stack(layers, "mixed"), A2)
     assert len(module_points(d)) == 2 * 2 + 1  # decoder: qkv, gate/up; moe: shared
+
+
+def _reads(name, module, tensor):
+    op = _op(name, module)
+    op.inputs = [Tensor([1 << 20], "float16", 2 << 20, tensor)]
+    return op
+
+
+def test_branches_from_different_call_inputs_fork_at_the_call():
+    """a(x) + b(y) + c(z): no tensor is shared, yet the three branches are independent; the
+    call's start (``in:input``) forks them. A source that reads only weights does not."""
+    ops = [_reads("a", "a", "x"), _reads("b", "b", "y"), _reads("c", "c", "z"),
+           _reads("w", "consts", "table"), _op("s1", "sum"), _op("s2", "sum")]
+    edges = [Edge("a", "s1"), Edge("b", "s1"), Edge("c", "s2"), Edge("s1", "s2"),
+             Edge("w", "s2")]
+    g = Graph(ops=ops, edges=edges, meta={"inputs": {"x": "input", "y": "input",
+                                                     "z": "input", "table": "buffer"}})
+    d = decompose(g, A2)
+    [p] = module_points(d)
+    names = {m.module_id: m.module_name for m in d.modules}
+    assert p.fork == "in:input"
+    assert sorted(names[n] for b in p.branches for n in b.nodes) == ["a", "b", "c"]
+    # one call input read by one module, the rest weights: nothing to fork
+    g.meta = {"inputs": {"x": "input"}}
+    assert module_points(decompose(g, A2)) == []

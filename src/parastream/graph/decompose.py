@@ -12,7 +12,8 @@ The direction-level analysis of docs/DOMAIN.md §3, computed from an operator gr
 2. **Dependency table.** Op edges between modules, one row per (from, to, type), with the
    tensor or reason. A tensor read by two modules is *not* an edge between them: the
    producer is their common upstream node, and an external input read by several modules
-   becomes a shared-input node (``in:<tensor>``).
+   becomes a shared-input node (``in:<tensor>``); the call's start (``in:input``) is one
+   when several modules begin from different call inputs (``a(x) + b(y)``).
 3. **Parallel points.** A fork node with two or more successors, its join = the immediate
    post-dominator, and its branches = the nodes between them, grouped so that no data path
    connects two branches. The dominating branch is the one with the longest estimated time.
@@ -239,7 +240,9 @@ def decompose(g: Graph, profile: DeviceProfile, costs: dict[str, OpCost] | None 
     op_module, modules, module_edges, mod_succs = _build_modules(
         ops, costs, facts, op_group, groups, preds, succs)
     mod_by_id = {m.module_id: m for m in modules}
-    shared = _shared_inputs(order, ops, op_module, preds)
+    user_inputs = {k for k, kind in ((g.meta or {}).get("inputs") or {}).items()
+                   if kind == "input"}
+    shared = _shared_inputs(order, ops, op_module, preds, user_inputs)
 
     verdicts = _edge_verdicts(module_edges, mod_by_id)
     points: list[ParallelPoint] = []
@@ -490,12 +493,18 @@ def _edge_reason(etype: str, edges: list, ops: dict[str, Op]) -> str:
     return f"collectives keep their order: {edges[0].src} before {edges[0].dst}"
 
 
-def _shared_inputs(order, ops, op_module, preds) -> list[SharedInput]:
+def _shared_inputs(order, ops, op_module, preds,
+                   user_inputs: set[str] = frozenset()) -> list[SharedInput]:
     """External tensors (named inputs no op produces) read by two or more modules; plus one
-    ``in:input`` node when several source modules read unnamed graph inputs."""
+    ``in:input`` node, the call's start, over the source modules (an op of theirs has no
+    predecessor) when several read unnamed graph inputs, or when several read the call's
+    ``user_inputs`` and no one shared input reaches them all: branches that start from
+    different inputs (``a(x) + b(y)``, or a layer's ``x`` path against its ``pos`` path)
+    are as independent as branches that read one."""
     produced = {t.name for o in ops.values() for t in o.outputs if t.name}
     readers: dict[str, list[str]] = {}
     unnamed_sources: list[str] = []
+    input_sources: list[str] = []
     for n in order:
         op = ops[n]
         names = [t.name for t in op.inputs if t.name and t.name not in produced]
@@ -503,11 +512,18 @@ def _shared_inputs(order, ops, op_module, preds) -> list[SharedInput]:
             lst = readers.setdefault(t, [])
             if op_module[n] not in lst:
                 lst.append(op_module[n])
-        if not preds[n] and not names and op_module[n] not in unnamed_sources:
-            unnamed_sources.append(op_module[n])
+        if preds[n]:
+            continue
+        for kind, hit in ((unnamed_sources, not names),
+                          (input_sources, bool(user_inputs.intersection(names)))):
+            if hit and op_module[n] not in kind:
+                kind.append(op_module[n])
     out = [SharedInput(f"in:{t}", t, ms) for t, ms in readers.items() if len(ms) >= 2]
     if len(unnamed_sources) >= 2:
         out.append(SharedInput("in:input", "input", unnamed_sources))
+    elif len(input_sources) >= 2 and not any(set(input_sources) <= set(s.consumers)
+                                             for s in out):
+        out.append(SharedInput("in:input", "input", input_sources))
     return out
 
 
