@@ -375,6 +375,10 @@ def test_outputs_are_checked_before_any_work(tmp_path):
             check_writable(bad)
     check_writable(None)
     check_writable(tmp_path / "ok.json")
+    # a file in an output folder the command makes first (run --json inside --trace)
+    check_writable(tmp_path / "tr" / "r.json", made=tmp_path / "tr")
+    with pytest.raises(InputError, match="no directory"):
+        check_writable(tmp_path / "tr" / "deeper" / "r.json", made=tmp_path / "tr")
     write_atomic(tmp_path / "ok.json", "{}")
     with pytest.raises(InputError, match="it is a file, not a folder"):
         check_folder(tmp_path / "afile")

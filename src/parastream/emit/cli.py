@@ -68,7 +68,7 @@ def emit_plan(plan_path: str, target: str, *, candidate: str | None = None,
               class_name: str = "MultiStreamForward"):
     """Load ``plan_path``, rebuild its model and emit ``target`` code. Returns
     :class:`~parastream.emit.codegen.Emitted`; bad input raises :class:`InputError`."""
-    from ..plan.io import load_doc
+    from ..plan.io import load_doc, require_fit
 
     doc, plan = load_doc(plan_path, candidate)
     source = dict(doc.source or {})
@@ -94,26 +94,13 @@ def emit_plan(plan_path: str, target: str, *, candidate: str | None = None,
         traced = trace(module, inputs, program=program, method="auto" if program else "fx")
     except EmitError as exc:
         raise InputError(source["model"], str(exc)) from None
-    _check_plan(graph, plan, plan_path, source)
+    require_fit(graph, plan, plan_path, f"{source.get('model')} at scale {source.get('scale')}")
     try:
         return emit(traced, plan, target, source=source, model_name=doc.model,
                     device_name=doc.device if doc.device != "?" else None,
                     class_name=class_name, vector_per_cube=_vector_per_cube(doc.device))
     except EmitError as exc:
         raise InputError(plan_path, str(exc)) from None
-
-
-def _check_plan(graph, plan, plan_path: str, source: dict) -> None:
-    """Refuse a plan whose events do not order every cross-stream dependency of the model."""
-    from ..plan.hb import check
-    from ..plan.model import PlanError
-
-    try:
-        check(graph, plan)
-    except PlanError as exc:
-        raise InputError(plan_path, f"candidate {plan.name!r} does not fit "
-                                    f"{source.get('model')} at scale {source.get('scale')}: "
-                                    f"{exc}") from None
 
 
 def cmd_emit(args: argparse.Namespace) -> int:

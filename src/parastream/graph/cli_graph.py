@@ -43,11 +43,10 @@ def add_parser(subparsers) -> None:
 
 def cmd_graph(args: argparse.Namespace) -> int:
     from ..device.profile import load_profile
+    from ..report.atomic import check_writable
     from .headroom import analyze_graph
     from .render import (analysis_document, render_json, render_md, render_mermaid,
                          render_text)
-
-    from ..report.atomic import check_writable
 
     check_writable(args.output)
     profile = load_profile(args.device)

@@ -514,10 +514,10 @@ def _shared_inputs(order, ops, op_module, preds,
                 lst.append(op_module[n])
         if preds[n]:
             continue
-        for kind, hit in ((unnamed_sources, not names),
-                          (input_sources, bool(user_inputs.intersection(names)))):
-            if hit and op_module[n] not in kind:
-                kind.append(op_module[n])
+        if not names and op_module[n] not in unnamed_sources:
+            unnamed_sources.append(op_module[n])
+        if user_inputs.intersection(names) and op_module[n] not in input_sources:
+            input_sources.append(op_module[n])
     out = [SharedInput(f"in:{t}", t, ms) for t, ms in readers.items() if len(ms) >= 2]
     if len(unnamed_sources) >= 2:
         out.append(SharedInput("in:input", "input", unnamed_sources))

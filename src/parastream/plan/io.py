@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 import msgspec
 
 from ..errors import InputError
@@ -52,11 +54,24 @@ def loads(data: bytes | str) -> PlanDoc:
         raise ValueError(f"not a parastream plan: {exc}") from None
     if doc.schema != SCHEMA:
         raise ValueError(f"unsupported schema {doc.schema!r} (this parastream reads {SCHEMA})")
-    names = [c.name for c in doc.candidates]
-    twice = sorted({n for n in names if names.count(n) > 1})
+    twice = sorted(n for n, k in Counter(c.name for c in doc.candidates).items() if k > 1)
     if twice:  # --candidate NAME and the recommendation pick candidates by name
         raise ValueError(f"candidate name(s) used twice: {', '.join(map(repr, twice))}")
     return doc
+
+
+def require_fit(graph, plan: Plan, where: str, model: str = "this model") -> None:
+    """Refuse (an :class:`InputError` naming ``where``, the plan file or model) a plan
+    whose events do not order every cross-stream dependency of ``graph``, or that names
+    ops it does not have (:func:`parastream.plan.hb.check`): what ``run``, ``emit`` and
+    ``simulate`` ask of a plan before they use it."""
+    from .hb import check
+    from .model import PlanError
+
+    try:
+        check(graph, plan)
+    except PlanError as exc:
+        raise InputError(where, f"candidate {plan.name!r} does not fit {model}: {exc}") from None
 
 
 def load_doc(path: str, candidate: str | None = None) -> tuple[PlanDoc, Plan]:

@@ -63,12 +63,15 @@ def _write(path: str, payload: bytes, directory: str) -> None:
         raise
 
 
-def check_writable(path: str | os.PathLike[str] | None) -> None:
+def check_writable(path: str | os.PathLike[str] | None,
+                   made: str | os.PathLike[str] | None = None) -> None:
     """Raise :class:`~parastream.errors.InputError` unless a file can be written at
     ``path`` (its directory exists and is writable, and no directory is in its place):
     commands call it for every output before they measure or write anything, so a typo in
     the last output's path neither wastes a run nor leaves the other outputs behind.
-    ``None`` (no such output) passes."""
+    ``None`` (no such output) passes. ``made``: an output folder the command makes before
+    it writes ``path`` (checked with :func:`check_folder`); a file right in it passes
+    whether or not the folder is there yet."""
     if not path:  # no such output (an empty name is stdout too)
         return
     path = os.fspath(path)
@@ -78,6 +81,8 @@ def check_writable(path: str | os.PathLike[str] | None) -> None:
         raise InputError(path, "cannot write: a folder's name (it ends with a slash), "
                                "not a file's")
     directory = os.path.dirname(os.path.abspath(path))
+    if made and directory == os.path.abspath(made):
+        return
     if not os.path.isdir(directory):
         raise InputError(path, f"cannot write: no directory {directory}")
     if not os.access(directory, os.W_OK | os.X_OK):
@@ -88,7 +93,7 @@ def check_folder(path: str | os.PathLike[str] | None) -> None:
     """Like :func:`check_writable` for an output folder (``--trace DIR``, ``--out DIR``):
     a file must not be in its place, and the nearest part of it that exists must be a
     writable directory (the folders below it are made)."""
-    if path is None:
+    if not path:
         return
     path = os.fspath(path)
     if os.path.exists(path) and not os.path.isdir(path):

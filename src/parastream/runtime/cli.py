@@ -106,15 +106,12 @@ def _move(module: Any, inputs: tuple, device: str) -> tuple[Any, tuple]:
 
 # ----------------------------------------------------------------------------- the command
 def cmd_run(args: argparse.Namespace) -> int:
-    from ..plan.hb import check as hb_check
-    from ..plan.io import PlanDoc, dumps, load_doc
+    from ..plan.io import PlanDoc, dumps, load_doc, require_fit
     from ..plan.model import PlanError
     from ..report.atomic import check_folder, check_writable, make_folder, write_atomic
 
-    check_folder(args.trace)
-    if not (args.json and args.trace and os.path.dirname(os.path.abspath(args.json))
-            == os.path.abspath(args.trace)):  # a --json inside --trace: its folder is made
-        check_writable(args.json)  # before a minute of measuring, not after it
+    check_folder(args.trace)  # both before a minute of measuring, not after it
+    check_writable(args.json, made=args.trace)
     if args.jitter < 0:
         raise InputError(None, f"--jitter must not be negative, got {args.jitter}")
     if args.jitter and not args.check:
@@ -198,11 +195,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             out.write(f"--auto: {len(doc.candidates)} candidates simulated, the multi-stream "
                       f"ones {how}; running the best {len(chosen)}\n")
     for c in chosen:
-        try:
-            hb_check(graph, c)
-        except PlanError as exc:
-            raise InputError(args.plan or args.model, f"candidate {c.name!r} does not fit this "
-                             f"model: {exc}") from None
+        require_fit(graph, c, args.plan or args.model)
 
     # a plan file's estimates may come from another calibration of the same name: only
     # estimates made now, on this profile, are reused

@@ -171,12 +171,8 @@ class LaneRecorder:
 def cpu_name() -> str:
     """How a timeline captured on the cpu backend names its device: the CPU's model (from
     /proc/cpuinfo where there is one) and the cores this process may use."""
-    import os
+    from ..graph.calibrate import cpu_count
 
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        cores = os.cpu_count() or 1
     model = ""
     try:
         with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
@@ -186,7 +182,7 @@ def cpu_name() -> str:
                     break
     except OSError:
         pass
-    return f"CPU{f' {model}' if model else ''}, {cores} cores (parastream cpu backend)"
+    return f"CPU{f' {model}' if model else ''}, {cpu_count()} cores (parastream cpu backend)"
 
 
 def build_timeline(lanes: Iterable[LaneRecorder], source: str, fmt: str,

@@ -133,10 +133,10 @@ def default_threads(streams: int, cores: int | None = None) -> int:
 
 
 def _cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
+    """CPUs this process may run on (:func:`parastream.graph.calibrate.cpu_count`)."""
+    from ..graph.calibrate import cpu_count
+
+    return cpu_count()
 
 
 def _plan_of(plan: Plan | PlanDoc, candidate: str | None = None) -> Plan:

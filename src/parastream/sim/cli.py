@@ -98,9 +98,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     from ..device.profile import load_profile
     from ..graph.models import load_graph
     from ..graph.render import render_json
-    from ..report.kineto import write_kineto
-
     from ..report.atomic import check_writable
+    from ..report.kineto import write_kineto
 
     check_writable(args.trace)
     try:
@@ -122,7 +121,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     except OSError:
         head = b""
     if b'"parastream.plan/1"' in head:
-        from ..plan.io import loads
+        from ..plan.io import loads, require_fit
 
         try:
             with open(spec, "rb") as f:
@@ -136,15 +135,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         plans = doc.candidates
         if not plans:
             raise InputError(spec, "the plan has no candidates")
-        from ..plan.hb import check
-        from ..plan.model import PlanError
-
         for c in plans:  # as run and emit do: never predict from a plan that is not safe
-            try:
-                check(graph, c)
-            except PlanError as exc:
-                raise InputError(spec, f"candidate {c.name!r} does not fit {src['model']} at "
-                                       f"scale {src.get('scale', 'small')}: {exc}") from None
+            require_fit(graph, c, spec, f"{src['model']} at scale {src.get('scale', 'small')}")
         counts = sorted({c.streams for c in plans})
     elif args.batch or args.seq:
         return _shape_sweep(args, profile, counts)

@@ -262,7 +262,7 @@ def make_timeline(source: str, fmt: str, streams: Sequence[str], names: Sequence
     start = np.asarray(ops["start_ns"], np.int64)
     end = np.asarray(ops["end_ns"], np.int64)
     bad = end < start
-    if bad.any() and bad.all():  # nothing left to analyse is bad input, not a warning
+    if bad.size and bad.all():  # nothing left to analyse is bad input, not a warning
         from ..errors import InputError
 
         raise InputError(source, f"all {int(bad.size)} op(s) have a negative duration "
