@@ -236,3 +236,36 @@ def test_a_stream_with_one_thread_pays_the_one_thread_cold_cost():
     r = hot.run_overhead_us
     assert took["a"] == pytest.approx(one + 30.0 * (d["d"] + r) / 1000.0, abs=0.01)
     assert took["c"] == pytest.approx(one + 30.0 * d["b"] / 1000.0, abs=0.01)
+
+
+def test_simulating_a_plan_uses_the_plans_own_device(tmp_path):
+    """A plan's core limits were chosen for its device: `simulate PLAN` predicts on that
+    one unless --device says otherwise, and a plan whose device is only a name (a
+    calibrated profile's) is refused with the fix, not simulated on another device."""
+    src = tmp_path / "prolog.json"
+    src.write_bytes(dumps(prolog()))
+
+    def cli(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "parastream", *args], capture_output=True,
+                              text=True, timeout=120)
+
+    plan = tmp_path / "plan.json"
+    assert cli("plan", str(src), "--device", "h100", "-o", str(plan)).returncode == 0
+    assert "simulated on h100" in cli("simulate", str(plan)).stdout
+    assert "simulated on cpu" in cli("simulate", str(plan), "--device", "cpu").stdout
+    assert "simulated on ascend910b" in cli("simulate", str(src)).stdout  # as `graph`
+
+    prof = tmp_path / "mine.json"
+    import msgspec
+
+    from parastream.device.profile import dumps_profile
+
+    prof.write_bytes(dumps_profile(msgspec.structs.replace(load_profile("h100"), name="my-h100")))
+    mine = tmp_path / "mine-plan.json"
+    assert cli("plan", str(src), "--device", str(prof), "-o", str(mine)).returncode == 0
+    r = cli("simulate", str(mine))
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr.strip().splitlines() == [
+        f"parastream: {mine}: made for device 'my-h100', which is not a shipped profile: "
+        "name its profile file with --device"]
+    assert "simulated on my-h100" in cli("simulate", str(mine), "--device", str(prof)).stdout

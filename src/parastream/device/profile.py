@@ -305,6 +305,10 @@ def _builtin_dir():
     return resources.files("parastream.device") / "profiles"
 
 
+#: the profile ``graph`` and ``simulate`` use when none is named (``plan`` defaults to
+#: ``cpu``, the device ``run`` executes on here)
+DEFAULT_DEVICE = "ascend910b"
+
 #: other spellings users type for the shipped profiles
 ALIASES = {"910": "ascend910", "910a": "ascend910", "ascend910a": "ascend910",
            "910b": "ascend910b", "a2": "ascend910b", "ascenda2": "ascend910b",

@@ -11,10 +11,10 @@ from __future__ import annotations
 import argparse
 import sys
 
+from ..device.profile import DEFAULT_DEVICE
 from .models import load_graph
 
 FORMATS = ("text", "json", "md", "mermaid")
-DEFAULT_DEVICE = "ascend910b"
 
 
 def add_parser(subparsers) -> None:

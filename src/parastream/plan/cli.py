@@ -37,7 +37,7 @@ def add_parser(sub) -> None:
     p.add_argument("--scale", default="small", help="zoo scale: tiny, small or 7b")
     p.add_argument("--phase", help="zoo phase where it applies (prefill, decode or infer, as "
                                    "the model has them)")
-    p.add_argument("--out", metavar="FILE", help="write the plan JSON here")
+    p.add_argument("-o", "--out", metavar="FILE", help="write the plan JSON here")
     p.add_argument("--report", metavar="FILE", help="write the Markdown report here")
     p.add_argument("--format", choices=("text", "json", "md"), default="text")
     p.set_defaults(func=cmd_plan)

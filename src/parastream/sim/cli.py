@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from ..device.profile import DEFAULT_DEVICE
 from ..errors import InputError
 
 from ..plan.model import SPEEDUP_MARGIN
@@ -21,7 +22,8 @@ def add_parser(sub) -> None:
                        "predicted wall, speedup, overlap verdicts and core occupancy.")
     p.add_argument("model", metavar="MODEL|PLAN", help="zoo name, file.py:factory, graph JSON, or "
                    "a plan.json from 'parastream plan'")
-    p.add_argument("--device", default="ascend910", help="device profile (default ascend910)")
+    p.add_argument("--device", metavar="D", help="device profile name or .json path (default: "
+                   f"a plan's own device, else {DEFAULT_DEVICE} as in 'parastream graph')")
     p.add_argument("--streams", default="1,2,3,4", help="stream counts to try (default 1,2,3,4)")
     p.add_argument("--scale", default="small")
     p.add_argument("--phase", help="zoo phase (prefill, decode or infer, as the model has them)")
@@ -102,6 +104,13 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     from ..report.kineto import write_kineto
 
     check_writable(args.trace)
+    spec = args.model
+    try:
+        with open(spec, "rb") as f:
+            head = f.read(4096)
+    except OSError:
+        head = b""
+    is_plan = b'"parastream.plan/1"' in head
     try:
         counts = sorted({int(x) for x in args.streams.split(",") if x.strip()})
         assert counts and counts[0] >= 1
@@ -109,18 +118,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         raise InputError(None, f"--streams wants stream counts like 1,2,3,4, not {args.streams!r}") from None
     if not 0 <= args.jitter <= 1:  # also refuses nan; over 1 makes durations negative
         raise InputError(None, f"--jitter must be from 0 to 1, got {args.jitter}")
-    try:
-        profile = load_profile(args.device)
-    except (OSError, ValueError, KeyError) as exc:
-        raise InputError(args.device, f"not a device profile: {exc}") from None
-    plans = None
-    spec = args.model
-    try:
-        with open(spec, "rb") as f:
-            head = f.read(4096)
-    except OSError:
-        head = b""
-    if b'"parastream.plan/1"' in head:
+    doc = None
+    if is_plan:
         from ..plan.io import loads, require_fit
 
         try:
@@ -128,6 +127,21 @@ def cmd_simulate(args: argparse.Namespace) -> int:
                 doc = loads(f.read())
         except ValueError as exc:
             raise InputError(spec, str(exc)) from None
+    # a plan's core limits and stream count were chosen for its own device: predict on that
+    # one unless told otherwise, never silently on another
+    from_plan = not args.device and doc is not None and bool(doc.device)
+    device = args.device or (doc.device if from_plan else DEFAULT_DEVICE)
+    try:
+        profile = load_profile(device)
+    except InputError:
+        if from_plan:  # e.g. a calibrated profile: the plan keeps its name, not its path
+            raise InputError(spec, f"made for device {device!r}, which is not a shipped "
+                                   "profile: name its profile file with --device") from None
+        raise
+    except (OSError, ValueError, KeyError) as exc:
+        raise InputError(device, f"not a device profile: {exc}") from None
+    plans = None
+    if doc is not None:
         src = doc.source or {}
         if not src.get("model"):
             raise InputError(spec, "the plan does not say which model it was made for")
@@ -141,7 +155,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     elif args.batch or args.seq:
         return _shape_sweep(args, profile, counts)
     else:
-        graph = load_graph(spec, args.scale, args.phase, args.device)
+        graph = load_graph(spec, args.scale, args.phase, device)
     if not graph.ops:
         raise InputError(spec, "the graph has no ops: nothing to simulate")
     out = sweep(graph, profile, counts, ge=args.ge, jitter=args.jitter, seed=args.seed, plans=plans)
