@@ -133,8 +133,16 @@ def run_demo(out_dir: str = "out/demo", model: str = DEFAULT_MODEL, scale: str =
             step(f"running candidate {k}/{n}: {cand.name[:50]}")
 
         # the planner already simulated every candidate on this profile: its estimates stand
-        result = run_candidates(module, inputs, runnable, doc, multi, profile, runs=runs,
-                                reuse_estimates=True, on_candidate=running, op_costs=op_costs)
+        from .graph.calibrate import BusyWatch, cpu_count
+        from .runtime.cli import MEASURE_BUSY_ADVICE
+
+        with BusyWatch(cpu_count()) as watch:
+            result = run_candidates(module, inputs, runnable, doc, multi, profile, runs=runs,
+                                    reuse_estimates=True, on_candidate=running,
+                                    op_costs=op_costs)
+        busy = watch.note("the measurement", MEASURE_BUSY_ADVICE)
+        if busy:
+            step(f"warning: {busy}")
         runs_by_name = result["_runs"]
         iso = None
         if best_settings and baseline.wanted():
@@ -171,6 +179,8 @@ def run_demo(out_dir: str = "out/demo", model: str = DEFAULT_MODEL, scale: str =
         # the same decision as `parastream run`: never a plan under the speedup margin, each
         # side taken in its best setting
         decision = recommend(result["candidates"])
+        if busy:
+            decision.evidence.append(busy)
         rec = decision.candidate or "single stream"
         # the report shows the recommended candidate's run, else the one closest to winning
         best = decision.closest

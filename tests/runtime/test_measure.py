@@ -138,6 +138,40 @@ def test_recommend_takes_each_side_in_its_best_setting():
     assert CandidateResult("c", 1.2, 1200.0, 1000.0).best_speedup == 1.2
 
 
+def test_recommend_compares_every_candidate_with_the_runs_fastest_single_stream():
+    """On a busy 2-core machine an OpenMP team stalled on a descheduled thread: one
+    candidate's rounds measured single stream at 32 ms, another's at 46 us (a user's model,
+    found by an audit). The stalled rounds' 250x is no speedup; against the fastest
+    single-stream median of the run the candidate is slower than single stream."""
+    stalled = CandidateResult("critical-path", 250.0, 32_000.0, 128.0, streams=2)
+    steady = CandidateResult("matching", 0.30, 46.0, 151.0, streams=2)
+    rec = recommend([stalled, steady])
+    assert stalled.floor_single_us == steady.floor_single_us == 46.0
+    assert stalled.best_speedup == pytest.approx(46.0 / 128.0)
+    assert rec.action == "single" and rec.candidate is None
+    assert any("the machine was disturbed" in e and "46 to 32,000 us" in e for e in rec.evidence)
+    assert "against this run's fastest single stream (46 us) 0.36x" in rec.evidence[0]
+    # rounds that agree (within 1.5x) say nothing and change nothing but the floor
+    a = CandidateResult("a", 1.5, 1500.0, 1000.0, streams=2)
+    b = CandidateResult("b", 1.2, 1200.0, 1000.0, streams=2)
+    rec = recommend([a, b])
+    assert rec.candidate == "a" and a.best_speedup == pytest.approx(1.2)
+    assert not any("disturbed" in e for e in rec.evidence)
+
+
+@given(st.floats(min_value=1.0, max_value=1e4), st.integers(min_value=1, max_value=8))
+def test_recommend_never_takes_a_speedup_its_streams_cannot_give(speedup, streams):
+    """Every candidate stalled alike (one candidate run, its baseline stalled in every
+    round): a speedup above twice the stream count is refused, whatever the margin."""
+    r = CandidateResult("x", speedup, 1000.0 * speedup, 1000.0, streams=streams)
+    rec = recommend([r])
+    if speedup > 2.0 * streams:
+        assert rec.action == "single" and "implausible" in rec.summary
+        assert any(e.startswith("excluded (implausible): x") for e in rec.evidence)
+    elif speedup >= 1.05:
+        assert rec.candidate == "x"
+
+
 def test_each_side_is_measured_in_a_process_of_its_own(monkeypatch):
     from parastream.plan.cli import build
     from parastream.device.profile import load_profile

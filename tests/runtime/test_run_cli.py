@@ -181,6 +181,19 @@ def test_untraceable_model_names_its_file(tmp_path):
     assert info.value.path == str(f) and "\n" not in str(info.value)
 
 
+def test_a_model_without_ops_is_refused(tmp_path):
+    f = tmp_path / "ident.py"
+    f.write_text("import torch\n"
+                 "class M(torch.nn.Module):\n"
+                 "    def forward(self, x):\n"
+                 "        return x\n"
+                 "def make():\n"
+                 "    return M(), (torch.randn(3),)\n")
+    with pytest.raises(InputError, match="the graph has no ops: nothing to run") as info:
+        run(f"{f}:make", "--auto")
+    assert info.value.path == f"{f}:make"
+
+
 def test_frequent_late_stream_starts_suggest_pin(tmp_path, moe_plan, capsys, profile,
                                                   monkeypatch):
     from parastream.runtime import measure

@@ -845,14 +845,15 @@ class BusyWatch:
         limit = _busy_limit(self.cores)
         return sum(n >= limit for n in self.samples) / len(self.samples) if self.samples else 0.0
 
-    def note(self) -> str | None:
+    def note(self, what: str = "the calibration",
+             advice: str = "its rates may be off; calibrate again on a quiet machine"
+             ) -> str | None:
         """A warning when the machine was busy for over a quarter of the samples."""
         share = self.busy_share()
         if share <= 0.25:
             return None
         return (f"other tasks took at least half the {self.cores} core(s) during {share:.0%} "
-                "of the calibration, so its rates may be off; calibrate again on a quiet "
-                "machine")
+                f"of {what}, so {advice}")
 
 
 def calibrate(quick: bool = False, name: str = "cpu-calibrated") -> dict:

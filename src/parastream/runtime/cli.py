@@ -104,6 +104,11 @@ def _move(module: Any, inputs: tuple, device: str) -> tuple[Any, tuple]:
         lambda t: t.to(dev) if isinstance(t, torch.Tensor) else t, tuple(inputs)))
 
 
+#: what a busy machine means for a measured comparison (:class:`BusyWatch`'s note)
+MEASURE_BUSY_ADVICE = ("the walls and speedups may be off (an OpenMP team stalls when "
+                       "one of its threads is descheduled); measure again on a quiet machine")
+
+
 # ----------------------------------------------------------------------------- the command
 def cmd_run(args: argparse.Namespace) -> int:
     from ..plan.io import PlanDoc, dumps, load_doc, require_fit
@@ -156,6 +161,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         runnable = import_runnable(module, inputs, name=name,
                                    meta={"scale": args.scale, "phase": args.phase})
     graph = runnable.graph
+    if not graph.ops:  # as plan and simulate say it, before a calibration is spent on it
+        raise InputError(args.model, "the graph has no ops: nothing to run")
     profile, profile_note = load_profile_for(args)
     out = sys.stdout
     out.write(f"model {name} (scale {args.scale}): {len(graph.ops)} ops; device {args.device}\n")
@@ -199,10 +206,16 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     # a plan file's estimates may come from another calibration of the same name: only
     # estimates made now, on this profile, are reused
-    result = run_candidates(module, inputs, runnable, doc, chosen, profile, device=args.device,
-                            runs=args.runs, warmup=args.warmup, drop=args.drop,
-                            check=args.check, jitter=args.jitter,
-                            reuse_estimates=doc_in is None, op_costs=op_costs)
+    from ..graph.calibrate import BusyWatch, cpu_count
+
+    with BusyWatch(cpu_count()) as watch:  # the host's threads run every backend's ops
+        result = run_candidates(module, inputs, runnable, doc, chosen, profile,
+                                device=args.device, runs=args.runs, warmup=args.warmup,
+                                drop=args.drop, check=args.check, jitter=args.jitter,
+                                reuse_estimates=doc_in is None, op_costs=op_costs)
+    busy = watch.note("the measurement", MEASURE_BUSY_ADVICE)
+    if busy:
+        out.write(f"warning: {busy}\n")
     from . import baseline
     from .recommend import recommend
 
@@ -215,6 +228,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         result["separate_processes"] = iso
         baseline.attach(result["candidates"], iso)
     rec = recommend(result["candidates"], current=current, margin=args.margin)
+    if busy:
+        rec.evidence.append(busy)
     result["recommendation"] = rec.to_dict()
     result["profile"] = profile_note
     result["malloc"] = args.malloc
@@ -350,7 +365,7 @@ def run_candidates(module: Any, inputs: tuple, runnable: Any, doc: Any, chosen: 
             predicted_single_us=pred_single, predicted_from_ops_us=from_ops,
             overlap_pcts=[p["overlap_pct"] for p in found], verdicts=[p["verdict"] for p in found],
             triage=an.get("triage", {}).get("verdict"), outputs_ok=ok,
-            speedup_quartiles=m.speedup_quartiles))
+            speedup_quartiles=m.speedup_quartiles, streams=m.streams))
         tri = an.get("triage", {})
         details.append({"candidate": c.name, "algorithm": c.algorithm, "streams": m.streams,
                         "measurement": m.summary(), "predicted_wall_us": round(pred, 3),

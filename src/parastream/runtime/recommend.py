@@ -3,7 +3,12 @@
 Rules: a candidate whose measured median wall does not beat the single-stream median by
 ``margin`` (default 5%) is never recommended; on a CPU each side is also measured in a
 process of its own in its best OpenMP setting (:mod:`parastream.runtime.baseline`), and the
-faster figure of each side counts. Among those that do, the fastest measured
+faster figure of each side counts. The single-stream side is the fastest single-stream
+median of the whole invocation (every candidate's rounds measure the same single-stream
+model): on a busy machine an OpenMP team stalls on a descheduled thread and one
+candidate's rounds can measure single stream hundreds of times slower than another's. A
+speedup above :data:`PLAUSIBLE_PER_STREAM` times the plan's stream count is no overlap
+any plan gives, but a disturbed baseline: never recommended. Among those left, the fastest measured
 one wins; the current candidate (the plan file's recommendation, or the simulator's pick)
 is kept when it is within ``margin`` of the winner. Every decision comes with the numbers:
 medians, speedup, predicted wall, overlap verdicts and the triage verdict.
@@ -15,6 +20,13 @@ from dataclasses import dataclass, field
 
 #: multi-stream must be this much faster than single-stream to be recommended
 from ..plan.model import SPEEDUP_MARGIN as MARGIN
+
+#: the most a plan can plausibly measure over single stream, per stream it uses: k streams
+#: overlap at most k ways, and the single stream's best setting (all intra-op threads on
+#: one stream) loses at most about as much again to thread-team overhead on tiny ops
+PLAUSIBLE_PER_STREAM = 2.0
+#: single-stream medians of one invocation further apart than this: the machine was disturbed
+BASELINE_SPREAD = 1.5
 
 
 @dataclass
@@ -40,11 +52,28 @@ class CandidateResult:
     #: lower and upper quartile of the side-by-side rounds' own speedups
     #: (:attr:`parastream.runtime.measure.Measurement.speedup_quartiles`)
     speedup_quartiles: tuple[float, float] | None = None
+    #: the streams the plan runs on (None: not known, no plausibility limit)
+    streams: int | None = None
+    #: the fastest single-stream median of the whole invocation, any candidate's rounds or
+    #: the separate process (set by :func:`recommend`)
+    floor_single_us: float | None = None
+
+    @property
+    def own_single_us(self) -> float:
+        """This candidate's faster single-stream figure: side by side or in its own process."""
+        return min(x for x in (self.single_median_us, self.iso_single_us) if x is not None)
 
     @property
     def best_single_us(self) -> float:
-        """The faster single-stream figure: side by side or in its own process."""
-        return min(x for x in (self.single_median_us, self.iso_single_us) if x is not None)
+        """The fastest single-stream figure: this candidate's, or another candidate's
+        rounds' in the same invocation."""
+        return min(x for x in (self.own_single_us, self.floor_single_us) if x is not None)
+
+    @property
+    def plausible(self) -> bool:
+        """Whether the speedup each side's best figure gives is one the plan's streams can
+        give (:data:`PLAUSIBLE_PER_STREAM`); a larger one means a disturbed baseline."""
+        return self.streams is None or self.best_speedup <= PLAUSIBLE_PER_STREAM * max(1, self.streams)
 
     @property
     def best_multi_us(self) -> float:
@@ -94,6 +123,9 @@ def _line(r: CandidateResult) -> str:
         iso = (f"; in separate processes multi {us(r.iso_multi_us)} (OpenMP threads sleeping) "
                f"vs single {us(r.iso_single_us)} (spinning); best of each "
                f"{r.best_speedup:.2f}x")
+    if r.floor_single_us is not None and r.floor_single_us < r.own_single_us:
+        iso += (f"; against this run's fastest single stream ({r.floor_single_us:,.0f} us) "
+                f"{r.best_speedup:.2f}x")
     rounds = (f" (rounds {r.speedup_quartiles[0]:.2f}-{r.speedup_quartiles[1]:.2f}x)"
               if r.speedup_quartiles else "")
     return (f"{r.name}: multi {r.multi_median_us:,.0f} us vs single {r.single_median_us:,.0f} us "
@@ -118,16 +150,34 @@ def _noisy(r: CandidateResult, margin: float) -> str:
 def recommend(results: list[CandidateResult], current: str | None = None,
               margin: float = MARGIN) -> Recommendation:
     """Decide from measured candidates (see the module docstring)."""
-    evidence = [_line(r) for r in results]
-    usable = [r for r in results if r.outputs_ok is not False]
+    evidence = []
+    singles = [r.own_single_us for r in results]
+    floor = min(singles, default=None)
+    for r in results:
+        r.floor_single_us = floor
+    if floor and max(singles) > BASELINE_SPREAD * floor:
+        evidence.append(f"the single-stream model measured {floor:,.0f} to {max(singles):,.0f} us "
+                        "in this run's rounds: the machine was disturbed (another process, or "
+                        "an OpenMP thread team stalled on a descheduled thread); every "
+                        f"candidate is compared with the fastest, {floor:,.0f} us")
+    evidence[:0] = [_line(r) for r in results]
     bad = [r.name for r in results if r.outputs_ok is False]
     if bad:
         evidence.append(f"excluded (outputs differ from single stream): {', '.join(bad)}")
+    odd = [r for r in results if r.outputs_ok is not False and not r.plausible]
+    for r in odd:
+        evidence.append(f"excluded (implausible): {r.name} measured {r.best_speedup:.2f}x on "
+                        f"{r.streams} stream(s), more than the {PLAUSIBLE_PER_STREAM * max(1, r.streams or 1):g}x "
+                        "its streams can give: the single-stream baseline was disturbed; "
+                        "measure again on a quiet machine")
+    usable = [r for r in results if r.outputs_ok is not False and r.plausible]
     winners = [r for r in usable if r.best_speedup >= 1.0 + margin]
     if not winners:
         best = max(usable, key=lambda r: r.best_speedup, default=None)
         why = (f"the best candidate {best.name} measured {best.best_speedup:.2f}x, below the "
                f"{1 + margin:.2f}x margin" if best
+               else "every candidate's speedup was implausible (a disturbed single-stream "
+                    "baseline): measure again on a quiet machine" if odd and not bad
                else "no candidate's outputs matched the single-stream model" if results
                else "there is no multi-stream candidate to run (no parallel point the "
                     "planner can use)")
@@ -145,4 +195,4 @@ def recommend(results: list[CandidateResult], current: str | None = None,
                           "measured" + _noisy(best, margin), evidence, best.name)
 
 
-__all__ = ["MARGIN", "CandidateResult", "Recommendation", "recommend"]
+__all__ = ["BASELINE_SPREAD", "MARGIN", "PLAUSIBLE_PER_STREAM", "CandidateResult", "Recommendation", "recommend"]
