@@ -190,3 +190,31 @@ def test_a_user_model_plan_emits_from_another_folder(tmp_path, capsys, monkeypat
                        cwd="/", env={"PATH": "/usr/bin:/bin"})
     assert r.returncode == 0, r.stdout + r.stderr
     assert "bitwise equal" in r.stdout
+
+
+def test_self_check_of_a_model_that_writes_its_input_and_a_buffer(tmp_path, capsys):
+    """The generated module's self-check gives each forward its own copy of the inputs and
+    the model, without autograd (an ``out=`` op refuses it): a model that writes its input
+    in place compares equal to itself."""
+    (tmp_path / "w.py").write_text(
+        "import torch\n"
+        "class M(torch.nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.a, self.b = torch.nn.Linear(16, 16), torch.nn.Linear(16, 16)\n"
+        "        self.register_buffer('acc', torch.zeros(4, 16))\n"
+        "    def forward(self, x):\n"
+        "        y = self.a(x)\n"
+        "        x.mul_(2.0)\n"
+        "        torch.mul(y, 3.0, out=self.acc)\n"
+        "        return self.acc + self.b(x)\n"
+        "def make(scale='tiny', phase=None):\n"
+        "    torch.manual_seed(0)\n"
+        "    return M().eval(), (torch.randn(4, 16),)\n")
+    plan, gen = tmp_path / "plan.json", tmp_path / "gen.py"
+    assert main(["plan", f"{tmp_path / 'w.py'}:make", "--out", str(plan), "--format", "json"]) == 0
+    assert main(["emit", str(plan), "--target", "npugraph_ex", "-o", str(gen)]) == 0
+    capsys.readouterr()
+    r = subprocess.run([sys.executable, str(gen)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "bitwise equal" in r.stdout

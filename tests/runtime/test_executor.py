@@ -346,6 +346,39 @@ def test_a_write_through_a_lazy_view_lands_in_the_buffer():
             assert torch.equal(module.cache, eager.cache)
 
 
+def test_check_starts_every_call_from_the_same_inputs_and_state():
+    """A model that writes its input (x.mul_) and a step counter gives another answer on
+    every call: the check compares calls that start from the same state, and leaves the
+    state as it found it."""
+    class Stateful(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.la, self.lb = torch.nn.Linear(16, 16), torch.nn.Linear(16, 16)
+            self.register_buffer("count", torch.zeros(1))
+
+        def forward(self, x):
+            self.count.add_(1.0)
+            a = self.la(x) * self.count
+            x.mul_(2.0)
+            return a, self.lb(x)
+
+    torch.manual_seed(0)
+    module, x = Stateful().eval(), torch.randn(2, 16)
+    x0, c0 = x.clone(), module.count.clone()
+    rn = import_runnable(module, (x,), name="stateful")
+    for algo in ALGOS:
+        plan = assign(rn.graph, algo, max_streams=2)
+        with MultiStreamExecutor(module, (x,), plan, runnable=rn) as ex:
+            cmp = ex.check(x, runs=3)
+            assert cmp.ok, (algo, cmp.describe())
+            assert ex.check(x, runs=20).ok if plan.stream_count() > 1 else True
+        assert torch.equal(x, x0) and torch.equal(module.count, c0)
+    # the restored state is what the calls depend on: without it the second call differs
+    with MultiStreamExecutor(module, (x,), assign(rn.graph, "single"), runnable=rn) as ex:
+        first = ex(x)
+        assert not torch.equal(ex(x)[1], first[1])
+
+
 def test_fx_fallback_runnable_maps_nodes():
     class Two(torch.nn.Module):
         def __init__(self):

@@ -555,9 +555,13 @@ def self_check(gen: Any) -> int:
 
     module, inputs = gen.load_model()
     graph = import_module(module, inputs, name=str(gen.SOURCE.get("model", "model")))
-    expected_model = copy.deepcopy(module)
-    expected = expected_model(*inputs)
-    r = run(gen, copy.deepcopy(module), inputs)
+    import torch
+
+    # each forward gets its own copy of the model and of the inputs (a model may write
+    # either in place), and runs without autograd as inference does (out= ops refuse it)
+    with torch.no_grad():
+        expected = copy.deepcopy(module)(*copy.deepcopy(inputs))
+        r = run(gen, copy.deepcopy(module), copy.deepcopy(inputs))
     problems = check(r, gen, graph)
     same = outputs_equal(expected, r.outputs)
     print(f"{gen.TARGET} plan {gen.PLAN!r}: {len(gen.CALLS)} ops, streams "

@@ -564,17 +564,39 @@ class MultiStreamExecutor(torch.fx.Interpreter):
         """Run ``runs`` times and compare each output with :meth:`reference`: bitwise on
         host backends, within tolerance on devices (``exact`` overrides)."""
         exact = self.host_streams if exact is None else exact
+        # a model that writes its inputs or its buffers (x.mul_(2), a step counter) would
+        # start every call from another state: each call here starts from the first one's
+        saved = self._snapshot(inputs)
         expected = _clone(self.reference(*inputs))
-        for i in range(runs):
-            try:
-                got = self(*inputs)
-            except (MissingSyncError, StreamError) as exc:
-                return Comparison(False, exact, error=f"run {i}: {exc}")
-            c = compare(expected, got, exact=exact, rtol=rtol, atol=atol)
-            if not c.ok:
-                c.error = c.error or (f"run {i}: " + c.describe())
-                return c
-        return Comparison(True, exact)
+        written = [(t, s) for t, s in saved if not torch.equal(t, s)]
+        try:
+            for i in range(runs):
+                _restore(written)
+                try:
+                    got = self(*inputs)
+                except (MissingSyncError, StreamError) as exc:
+                    return Comparison(False, exact, error=f"run {i}: {exc}")
+                c = compare(expected, got, exact=exact, rtol=rtol, atol=atol)
+                if not c.ok:
+                    c.error = c.error or (f"run {i}: " + c.describe())
+                    return c
+            return Comparison(True, exact)
+        finally:
+            _restore(written)
+
+    def _snapshot(self, inputs: Sequence[Any]) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """(tensor, copy) for every tensor a call could write: the call's inputs, the
+        original module's parameters and buffers, and the traced program's bound state."""
+        import torch.utils._pytree as pytree
+
+        found: dict[int, torch.Tensor] = {}
+        for t in (*pytree.tree_leaves(tuple(inputs)), *self.runnable.state.values(),
+                  *self.runnable.buffer_writes.values(), *self.original.parameters(),
+                  *self.original.buffers()):
+            if isinstance(t, torch.Tensor):
+                found.setdefault(id(t), t)
+        with torch.no_grad():
+            return [(t, t.detach().clone()) for t in found.values()]
 
     # ------------------------------------------------------------------ timeline
     def timeline(self, source: str | None = None) -> Timeline:
@@ -695,6 +717,13 @@ def _worker_init(cpus: set[int] | None = None) -> int:
 def _no_grad_call(module: Any, inputs: tuple) -> Any:
     with torch.no_grad():
         return module(*inputs)
+
+
+def _restore(saved: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+    """Write each copy back into its tensor (:meth:`MultiStreamExecutor._snapshot`)."""
+    with torch.no_grad():
+        for t, s in saved:
+            t.copy_(s)
 
 
 def _clone(v: Any) -> Any:
