@@ -327,3 +327,46 @@ def test_max_unpool_still_imports():
 
     g = import_module(Unpool(), (torch.randn(1, 2, 4, 4),))
     assert any("unpool" in o.type for o in g.ops)
+
+
+class Blocks(nn.Module):
+    """One branch under ``torch.autocast`` (bf16), one under ``torch.enable_grad()``, which
+    torch.export wraps each as one higher-order call of a nested graph."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b, self.c = nn.Linear(32, 32), nn.Linear(32, 32), nn.Linear(32, 32)
+        self.register_buffer("steps", torch.zeros(1))
+
+    def forward(self, x):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            a = self.c(self.a(x).relu())
+        with torch.enable_grad():
+            self.steps.add_(1.0)
+            b = self.b(x).tanh()
+        return a.float() + b * self.steps
+
+
+def test_autocast_and_grad_mode_blocks_are_imported_op_by_op():
+    from parastream.graph.torch_import import import_runnable
+    from parastream.plan.assign import assign
+    from parastream.runtime.executor import MultiStreamExecutor
+
+    torch.manual_seed(0)
+    module, x = Blocks().eval(), torch.randn(4, 32)
+    g = import_module(module, (x,), name="blocks")
+    validate(g)
+    assert len(by_type(g, "linear")) == 3  # the blocks' linears are ops, not one opaque call
+    assert by_type(g, "_to_copy")           # autocast's casts, made explicit
+    assert any("writes:steps" in o.side_effects for o in g.ops)
+    with torch.no_grad():
+        want = Blocks().eval()
+        want.load_state_dict(module.state_dict())
+        expected = [want(x) for _ in range(2)]
+    rn = import_runnable(module, (x,), name="blocks")
+    plan = assign(rn.graph, "matching", max_streams=2)
+    assert plan.stream_count() == 2
+    with MultiStreamExecutor(module, (x,), plan, runnable=rn) as ex:
+        got = [ex(x) for _ in range(2)]  # the step counter lands in the buffer each call
+    assert all(torch.equal(a, b) for a, b in zip(expected, got))
+    assert torch.equal(module.steps, want.steps)

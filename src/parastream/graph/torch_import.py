@@ -228,9 +228,26 @@ def export_program(module: Any, inputs: tuple, kwargs: dict) -> Any:
     torch_log.setLevel(logging.ERROR)
     try:
         with torch.no_grad(), contextlib.redirect_stderr(io.StringIO()):
-            return torch.export.export(module, inputs, kwargs=kwargs or None, strict=False)
+            ep = torch.export.export(module, inputs, kwargs=kwargs or None, strict=False)
+            if _has_subgraph_calls(ep.graph):
+                # `with torch.autocast(...)` / `torch.enable_grad()` blocks come out as one
+                # higher-order call of a nested graph, whose ops would have no cost, stream
+                # or state edge of their own. Lowering inlines them (autocast's casts made
+                # explicit) and makes mutations functional, which the importer reads from
+                # the signature; a graph without such calls keeps its in-place ops.
+                ep = ep.run_decompositions({})
+            return ep
     finally:
         torch_log.setLevel(level)
+
+
+def _has_subgraph_calls(graph: Any) -> bool:
+    """Whether an exported graph calls a higher-order op (``wrap_with_autocast``,
+    ``wrap_with_set_grad_enabled``, ...) on a nested graph module."""
+    from torch._ops import HigherOrderOperator
+
+    return any(n.op == "call_function" and isinstance(n.target, HigherOrderOperator)
+               for n in graph.nodes)
 
 
 def _recs_from_program(ep: Any) -> tuple[list[_Rec], dict, str]:
