@@ -92,6 +92,14 @@ COLLECTIVES = {
     "broadcast": "broadcast", "broadcast_": "broadcast", "send": "send", "recv": "recv",
     "send_": "send", "recv_": "recv", "all_reduce_coalesced": "all_reduce",
 }
+#: ops that draw from a random generator (besides those torch tags nondeterministic_seeded;
+#: a dropout that reaches the op list is a training-mode one)
+RANDOM_OPS = frozenset({
+    "rand", "randn", "randint", "rand_like", "randn_like", "randint_like", "randperm",
+    "bernoulli", "bernoulli_", "normal", "normal_", "uniform_", "multinomial", "exponential_",
+    "geometric_", "cauchy_", "log_normal_", "random_", "native_dropout", "dropout",
+    "feature_dropout", "alpha_dropout", "rrelu_with_noise",
+})
 COMM_NAMESPACES = frozenset({"_c10d_functional", "c10d", "_c10d_functional_autograd",
                              "c10d_functional", "_dtensor", "parastream"})
 #: approximate FLOPs per element for vector ops (default 1 per output element)
@@ -599,6 +607,13 @@ def _build(recs: list[_Rec], info: dict, module: Any, name: str, source: str,
             written_storages.append(r.storage)
             if r.storage.startswith("in:"):
                 side.append(f"writes:{r.storage[3:]}")
+        if _draws_random(rec):
+            # every draw advances the device's one generator: draws on two streams would
+            # take each other's numbers in whatever order they ran, so they keep program
+            # order (write-after-write edges on the generator)
+            gen = f"in:{RANDOM_GENERATOR} ({_device_of(outs, main_device)})"
+            written_storages.append(gen)
+            side.append(f"writes:{gen[3:]}")
         buf = info["mutated_outputs"].get(node.name)
         if buf is not None:
             side.append(f"writes:{buf}")
@@ -656,6 +671,27 @@ def _build(recs: list[_Rec], info: dict, module: Any, name: str, source: str,
                         if k == "input"}}
     gmeta.update(meta or {})
     return Graph(name=name, ops=ops, edges=edges, meta=gmeta)
+
+
+#: the storage name random draws write (``writes:random generator (cpu)``)
+RANDOM_GENERATOR = "random generator"
+
+
+def _draws_random(rec: _Rec) -> bool:
+    """Whether an op draws from a random generator: torch's ``nondeterministic_seeded``
+    tag, else its name (:data:`RANDOM_OPS`)."""
+    import torch
+
+    tags = getattr(rec.node.target, "tags", ()) or ()
+    return torch.Tag.nondeterministic_seeded in tags or rec.short in RANDOM_OPS
+
+
+def _device_of(outs: list, default: Any) -> str:
+    for t in outs:
+        dev = getattr(t, "device", None)
+        if dev is not None and dev.type != "meta":
+            return dev.type
+    return str(getattr(default, "type", default) or "cpu")
 
 
 def _storage_label(s: str) -> str:

@@ -567,22 +567,34 @@ class MultiStreamExecutor(torch.fx.Interpreter):
         # a model that writes its inputs or its buffers (x.mul_(2), a step counter) would
         # start every call from another state: each call here starts from the first one's
         saved = self._snapshot(inputs)
+        rng = _rng_state()  # random draws (torch.rand, training dropout) start alike too
         expected = _clone(self.reference(*inputs))
         written = [(t, s) for t, s in saved if not torch.equal(t, s)]
         try:
             for i in range(runs):
                 _restore(written)
+                _set_rng_state(rng)
                 try:
                     got = self(*inputs)
                 except (MissingSyncError, StreamError) as exc:
                     return Comparison(False, exact, error=f"run {i}: {exc}")
                 c = compare(expected, got, exact=exact, rtol=rtol, atol=atol)
                 if not c.ok:
-                    c.error = c.error or (f"run {i}: " + c.describe())
+                    c.error = c.error or (f"run {i}: " + c.describe() + self._random_hint())
                     return c
             return Comparison(True, exact)
         finally:
             _restore(written)
+
+    def _random_hint(self) -> str:
+        """Why a model that draws random numbers may differ with no missing sync."""
+        draws = [o.name for o in self.graph_ir.ops
+                 if any(e.startswith("writes:random generator") for e in o.side_effects)]
+        if not draws:
+            return ""
+        return (f" (the model draws random numbers: {', '.join(draws[:4])}; the check starts "
+                "each call from the same generator state, but a torch.manual_seed inside "
+                "forward is not part of the traced program)")
 
     def _snapshot(self, inputs: Sequence[Any]) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """(tensor, copy) for every tensor a call could write: the call's inputs, the
@@ -629,8 +641,8 @@ def _torch_binding(target: Any) -> Any:
     does not (measured: two threads of 1.6 ms matmuls ran 1.81x faster than serial
     through ``torch.mm``, 1.08x through ``torch.ops.aten.mm.default``), so without them
     two cpu streams cannot overlap. Kept only when the first call is bitwise identical."""
-    if _aten_kind(target) != "pure":
-        return None
+    if _aten_kind(target) != "pure" or torch.Tag.nondeterministic_seeded in target.tags:
+        return None  # a random op's first-call check would draw twice: one op, one draw
     name = target.overloadpacket.__name__
     for mod in _BINDING_MODULES:
         fn = getattr(getattr(torch._C, mod, None), name, None)
@@ -717,6 +729,19 @@ def _worker_init(cpus: set[int] | None = None) -> int:
 def _no_grad_call(module: Any, inputs: tuple) -> Any:
     with torch.no_grad():
         return module(*inputs)
+
+
+def _rng_state() -> tuple[torch.Tensor, list[torch.Tensor] | None]:
+    """The host's and (where present) every CUDA device's random generator state."""
+    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
+    return torch.get_rng_state(), cuda
+
+
+def _set_rng_state(state: tuple[torch.Tensor, list[torch.Tensor] | None]) -> None:
+    host, cuda = state
+    torch.set_rng_state(host)
+    if cuda is not None:
+        torch.cuda.set_rng_state_all(cuda)
 
 
 def _restore(saved: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
