@@ -44,6 +44,15 @@ def test_report_folder(demo_dir):
         assert rec["action"] in ("keep", "change", "single") and rec["evidence"]
     plan = json.loads((demo_dir / "plan.json").read_text())
     assert plan["schema"] == "parastream.plan/1" and plan["source"]["model"] == DEFAULT_MODEL
+    # one recommendation in the folder, the measured one (what `emit plan.json` generates)
+    assert plan["recommended"] == (a["decision"]["candidate"] or "single") == (
+        a["recommended"] if a["recommended"] != "single stream" else "single")
+    assert f"Recommended: **{plan['recommended']}** from the measured runs" in (
+        demo_dir / "plan.md").read_text()
+    page = (demo_dir / "report.html").read_text()
+    dag = re.search(r'<svg class="dag".*?</svg>', page, re.S)
+    assert dag and "Module DAG" in page and "Mermaid source" in page
+    assert len(re.findall(r"<rect ", dag.group(0))) >= 3  # the modules, drawn
     assert "measured wall" in (demo_dir / "plan.md").read_text()
     # the measured run reads back through the verifier
     r = subprocess.run([sys.executable, "-m", "parastream", "analyze", str(demo_dir / "trace.json"),

@@ -75,10 +75,11 @@ def run_demo(out_dir: str = "out/demo", model: str = DEFAULT_MODEL, scale: str =
     from .graph.calibrate import dumps as dump_profile
     from .runtime.overhead import calibrate_cpu
     from .graph.headroom import analyze_graph
-    from .graph.render import analysis_document, module_mermaid
+    from .graph.render import analysis_document, module_dag, module_mermaid
     from .graph.torch_import import import_runnable
     from .plan.cli import build
     from .plan.io import dumps as dump_plan
+    from .plan.io import with_recommendation
     from .plan.report import render_markdown
     from .report.atomic import check_folder, make_folder, write_atomic
     from .report.html import write_html
@@ -116,6 +117,7 @@ def run_demo(out_dir: str = "out/demo", model: str = DEFAULT_MODEL, scale: str =
         graph_doc = analysis_document(analysis, graph, profile, source=model, scale=scale,
                                       phase=phase)
         graph_doc["module_dag_mermaid"] = module_mermaid(analysis.decomposition)
+        module_graph = module_dag(analysis.decomposition)
 
         step("planning and simulating candidates")
         doc = build(graph, profile, algorithm=None, mapping=None, max_streams=None,
@@ -199,6 +201,10 @@ def run_demo(out_dir: str = "out/demo", model: str = DEFAULT_MODEL, scale: str =
             entry["walls"] = {"single_median_us": mm.single_median_us, "multi_median_us": mm.multi_median_us,
                               "speedup": mm.speedup, "label": "measured, CPU"}
             measured_by_name[r["candidate"]] = entry
+        # the folder's documents agree on one recommendation, the measured one: `emit
+        # plan.json` with no --candidate then generates what the measurement chose
+        doc = with_recommendation(doc, decision.candidate or "single")
+        write_atomic(os.path.join(out_dir, "plan.json"), dump_plan(doc))
         write_atomic(os.path.join(out_dir, "plan.md"), render_markdown(doc, measured_by_name))
         analysis_json = {"schema": "parastream.demo/1", "model": model, "scale": scale, "phase": phase,
                          "device_profile": profile.name, "recommended": rec, "measured": measured,
@@ -214,6 +220,7 @@ def run_demo(out_dir: str = "out/demo", model: str = DEFAULT_MODEL, scale: str =
             files.append("trace.json")
             summary = _summary(model, scale, phase, profile.name, rec, measured, graph_doc, doc,
                                res.get("triage"))
+            summary["module_dag"] = module_graph
             write_html(os.path.join(out_dir, "report.html"), [(tl, cap)], summary,
                        title=f"parastream demo: {model} ({scale}) on this CPU")
         step("done")

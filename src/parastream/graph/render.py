@@ -143,6 +143,34 @@ def _node_id(name: str) -> str:
 _ARROW = {"event": "-.->"}
 
 
+def module_dag(d: Decomposition) -> dict[str, list[dict]]:
+    """The module DAG as plain data, what :func:`module_mermaid` draws: ``nodes`` (``id``,
+    ``lines`` of text, ``kind``: ``input``, ``candidate`` (in a parallel point),
+    ``pending`` or ``module``) and ``edges`` (``src``, ``dst``, ``type``)."""
+    mods = d.modules[:MAX_DIAGRAM_NODES]
+    shown = {m.module_id for m in mods}
+    cand = {n for p in d.parallel_points if p.level == "module" and p.verdict == CANDIDATE
+            for n in p.members}
+    pend = {n for p in d.parallel_points if p.level == "module" and p.verdict == PENDING
+            for n in p.members} - cand
+    nodes: list[dict] = []
+    edges: list[dict] = []
+    for s in d.shared_inputs:
+        readers = [c for c in s.consumers if c in shown]
+        if readers:
+            nodes.append({"id": _node_id(s.node), "lines": [s.tensor], "kind": "input"})
+            edges += [{"src": _node_id(s.node), "dst": c, "type": "data"} for c in readers]
+    for m in mods:
+        kind = ("candidate" if m.module_id in cand else "pending" if m.module_id in pend
+                else "module")
+        nodes.append({"id": m.module_id, "lines": [f"{m.module_id} {m.module_name}",
+                                                   f"{m.module_type} · {m.resource_hint}"],
+                      "kind": kind})
+    edges += [{"src": e.src, "dst": e.dst, "type": e.dependency_type}
+              for e in d.module_edges if e.src in shown and e.dst in shown]
+    return {"nodes": nodes, "edges": edges, "total_modules": len(d.modules)}
+
+
 def module_mermaid(d: Decomposition) -> str:
     """The module DAG as a Mermaid ``flowchart LR`` (shared inputs as rounded nodes)."""
     mods = d.modules[:MAX_DIAGRAM_NODES]

@@ -32,6 +32,14 @@ class PlanDoc(msgspec.Struct):
         raise KeyError(name)
 
 
+def with_recommendation(doc: PlanDoc, name: str) -> PlanDoc:
+    """``doc`` recommending candidate ``name`` instead (a measured decision over the
+    simulator's pick); unchanged when it has no candidate of that name."""
+    if name == doc.recommended or not any(c.name == name for c in doc.candidates):
+        return doc
+    return msgspec.structs.replace(doc, recommended=name)
+
+
 def dumps(doc: PlanDoc) -> bytes:
     body = msgspec.to_builtins(doc)
     body.pop("schema", None)

@@ -103,9 +103,11 @@ def fragment(plan: Plan, rank: int, measured: dict | None = None) -> str:
 
 def render_markdown(doc: PlanDoc, measured: dict[str, dict] | None = None) -> str:
     """The plan report; ``measured`` maps candidate names to their runs' results."""
+    how = (" from the measured runs (their fields below)" if measured
+           else " from the estimates")
     out = [f"# Multi-stream plan for `{doc.model}` on {doc.device}", "",
-           f"Recommended: **{doc.recommended}**. Candidates are ranked by estimated wall time "
-           f"(estimates, not measurements).", ""]
+           f"Recommended: **{doc.recommended}**{how}. Candidates are ranked by estimated wall "
+           f"time (estimates, not measurements).", ""]
     if doc.parallel_points:
         out += ["## Parallel points", "", "| point | fork | join | branches |", "|---|---|---|---|"]
         for p in doc.parallel_points:

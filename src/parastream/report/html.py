@@ -574,7 +574,8 @@ def _summary_section(summary: dict, n_captures: int) -> str:
     if not summary:
         return ""
     triage = summary.get("triage")
-    rest = {k: v for k, v in summary.items() if k != "triage"}
+    drawn = ("triage", "module_dag", "module_dag_mermaid")
+    rest = {k: v for k, v in summary.items() if k not in drawn}
     triage_html = ""
     if triage not in (None, "", [], {}):
         triage_html = (f'<div class="triage"><div class="triage-title">Triage</div>'
@@ -584,7 +585,28 @@ def _summary_section(summary: dict, n_captures: int) -> str:
   <h2>Summary{f" across {n_captures} captures" if n_captures > 1 else ""}</h2>
   {triage_html}
   {render_value(rest) if rest else ""}
+  {_dag_block(summary.get("module_dag"), summary.get("module_dag_mermaid"))}
 </section>"""
+
+
+def _dag_block(dag: Any, mermaid: Any) -> str:
+    """The module DAG drawn inline (:mod:`parastream.report.dag`), with its Mermaid source
+    folded away for pasting elsewhere."""
+    if not dag and not mermaid:
+        return ""
+    from .dag import dag_svg, legend_html
+
+    html = '<h3>Module DAG</h3>'
+    if dag and dag.get("nodes"):
+        total, shown = dag.get("total_modules"), sum(n.get("kind") != "input" for n in dag["nodes"])
+        more = (f'<div class="note">first {shown} of {total} modules drawn</div>'
+                if total and total > shown else "")
+        html += (f'<div class="dag-wrap">{dag_svg(dag["nodes"], dag["edges"], "module DAG")}'
+                 f"</div>{legend_html()}{more}")
+    if mermaid:
+        html += (f'<details class="mermaid-src"><summary>Mermaid source</summary>'
+                 f'<pre class="text">{_esc(mermaid)}</pre></details>')
+    return html
 
 
 # ------------------------------------------------------------------ page
@@ -646,6 +668,14 @@ border-bottom:1px solid var(--line);position:sticky;top:0;z-index:5}
 nav.toc a{color:var(--accent);text-decoration:none;font-size:13px}
 nav.toc a:hover{text-decoration:underline}
 main{padding:16px 28px;max-width:1680px;margin:0 auto}
+.dag-wrap{overflow:auto;max-height:720px;border:1px solid var(--line);border-radius:6px;
+background:#fff}
+.dag-wrap svg{display:block}.dag-wrap text{fill:var(--fg);font-family:inherit}
+.dag-legend{color:var(--muted);font-size:12px;margin:6px 0}
+.dag-key{display:inline-block;width:12px;height:12px;border:1px solid;border-radius:2px;
+vertical-align:middle;margin:0 4px 0 10px}
+.dag-line{display:inline-block;width:22px;vertical-align:middle;margin:0 4px 0 10px}
+details.mermaid-src{margin-top:6px;color:var(--muted)}
 .card{background:var(--card);border:1px solid var(--line);border-radius:8px;padding:14px 18px 18px;
 margin:0 0 18px;box-shadow:0 1px 2px rgba(31,35,40,.06)}
 h2{font-size:17px;margin:0 0 10px;font-weight:600}

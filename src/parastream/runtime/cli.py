@@ -111,7 +111,7 @@ MEASURE_BUSY_ADVICE = ("the walls and speedups may be off (an OpenMP team stalls
 
 # ----------------------------------------------------------------------------- the command
 def cmd_run(args: argparse.Namespace) -> int:
-    from ..plan.io import PlanDoc, dumps, load_doc, require_fit
+    from ..plan.io import PlanDoc, dumps, load_doc, require_fit, with_recommendation
     from ..plan.model import PlanError
     from ..report.atomic import check_folder, check_writable, make_folder, write_atomic
 
@@ -241,7 +241,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 
         for label, tl in _run_timelines(result["_runs"]):
             write_kineto(os.path.join(args.trace, _safe(label) + ".json"), tl, label)
-        write_atomic(os.path.join(args.trace, "plan.json"), dumps(doc))
+        # recommending what the measurement chose, as the demo's folder does
+        write_atomic(os.path.join(args.trace, "plan.json"),
+                     dumps(with_recommendation(doc, rec.candidate or "single")))
         out.write(f"timelines written to {args.trace}/ (parastream analyze DIR/<candidate>.json "
                   f"--baseline DIR/single.json --plan DIR/plan.json)\n")
     result.pop("_runs", None)
