@@ -119,3 +119,14 @@ def test_an_output_folder_that_is_a_file_fails_before_any_work(tmp_path):
     assert r.stderr.strip().splitlines() == [f"parastream: {afile}: cannot write: it is a file, "
                                              "not a folder"]
     assert afile.read_text() == "mine"
+
+
+def test_a_folder_in_place_of_a_report_file_fails_before_any_work(tmp_path):
+    out = tmp_path / "demo"
+    (out / "report.html").mkdir(parents=True)
+    r = subprocess.run([sys.executable, "-m", "parastream", "demo", "--out", str(out),
+                        "--no-progress"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert r.stderr.strip().splitlines() == [
+        f"parastream: {out / 'report.html'}: cannot write: it is a directory, not a file"]
+    assert sorted(p.name for p in out.iterdir()) == ["report.html"]  # nothing half-written

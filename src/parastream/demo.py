@@ -27,6 +27,9 @@ from .runtime import malloc
 
 DEFAULT_MODEL = "medusa_heads"
 DEFAULT_SCALE = "small"
+#: what the report folder holds (cpu-profile.json only when the demo calibrated)
+DEMO_FILES = ("report.html", "plan.json", "plan.md", "analysis.json", "trace.json",
+              "cpu-profile.json")
 
 
 @dataclass
@@ -81,7 +84,7 @@ def run_demo(out_dir: str = "out/demo", model: str = DEFAULT_MODEL, scale: str =
     from .plan.io import dumps as dump_plan
     from .plan.io import with_recommendation
     from .plan.report import render_markdown
-    from .report.atomic import check_folder, make_folder, write_atomic
+    from .report.atomic import check_folder, check_writable, make_folder, write_atomic
     from .report.html import write_html
     from .report.kineto import write_kineto
     from .runtime import baseline
@@ -89,6 +92,8 @@ def run_demo(out_dir: str = "out/demo", model: str = DEFAULT_MODEL, scale: str =
     from .timeline.analyze import Options, analyze_capture
 
     check_folder(out_dir)
+    for name in DEMO_FILES:  # a folder in the way of one of them fails now, not at the end
+        check_writable(os.path.join(out_dir, name), made=out_dir)
     t_start = time.perf_counter()
     with _steps(progress, 9) as step:
         step(f"importing {model} ({scale})")

@@ -394,6 +394,16 @@ def test_outputs_are_checked_before_any_work(tmp_path):
         (tmp_path / "ro").mkdir(mode=0o500)
         with pytest.raises(InputError, match="not writable"):
             check_writable(tmp_path / "ro" / "x.json")
+    # a file where a folder of the path should be is named as such
+    with pytest.raises(InputError, match=f"cannot write: {tmp_path / 'afile'} is a file, not a folder"):
+        check_writable(tmp_path / "afile" / "x.json")
+    # permission bits say nothing to root or of /proc: a write is tried (and undone)
+    if os.path.isdir("/proc/self"):
+        with pytest.raises(InputError, match="cannot write in /proc"):
+            check_writable("/proc/x.json")
+        with pytest.raises(InputError, match="cannot write in /proc"):
+            check_folder("/proc/demo")
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".parastream-probe-")]
 
 
 # ------------------------------------------------------------------ real trace

@@ -84,9 +84,30 @@ def check_writable(path: str | os.PathLike[str] | None,
     if made and directory == os.path.abspath(made):
         return
     if not os.path.isdir(directory):
-        raise InputError(path, f"cannot write: no directory {directory}")
+        probe = directory
+        while not os.path.exists(probe):
+            probe = os.path.dirname(probe)
+        if probe != directory or not os.path.isdir(probe):
+            what = (f"{probe} is a file, not a folder" if not os.path.isdir(probe)
+                    else f"no directory {directory}")
+            raise InputError(path, f"cannot write: {what}")
+    _probe_write(directory, path, "directory")
+
+
+def _probe_write(directory: str, name: str, what: str) -> None:
+    """Make and remove a temporary file in ``directory``: permission bits say nothing to
+    root, nor of a read-only mount or /proc, where only a write tells."""
     if not os.access(directory, os.W_OK | os.X_OK):
-        raise InputError(path, f"cannot write: directory {directory} is not writable")
+        raise InputError(name, f"cannot write: {what} {directory} is not writable")
+    try:
+        fd, tmp = tempfile.mkstemp(dir=directory, prefix=".parastream-probe-")
+    except OSError as exc:
+        raise InputError(name, f"cannot write in {directory}: {exc.strerror or exc}") from None
+    os.close(fd)
+    try:
+        os.unlink(tmp)
+    except OSError:
+        pass
 
 
 def check_folder(path: str | os.PathLike[str] | None) -> None:
@@ -103,8 +124,7 @@ def check_folder(path: str | os.PathLike[str] | None) -> None:
         probe = os.path.dirname(probe)
     if not os.path.isdir(probe):
         raise InputError(path, f"cannot write: {probe} is not a folder")
-    if not os.access(probe, os.W_OK | os.X_OK):
-        raise InputError(path, f"cannot write: folder {probe} is not writable")
+    _probe_write(probe, path, "folder")
 
 
 def make_folder(path: str | os.PathLike[str]) -> None:

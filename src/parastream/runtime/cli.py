@@ -163,6 +163,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     graph = runnable.graph
     if not graph.ops:  # as plan and simulate say it, before a calibration is spent on it
         raise InputError(args.model, "the graph has no ops: nothing to run")
+    if doc_in is not None:  # a plan for another model fails before anything is printed
+        require_fit(graph, doc_in.candidate(args.candidate or doc_in.recommended), args.plan)
     profile, profile_note = load_profile_for(args)
     out = sys.stdout
     out.write(f"model {name} (scale {args.scale}): {len(graph.ops)} ops; device {args.device}\n")
@@ -351,6 +353,9 @@ def run_candidates(module: Any, inputs: tuple, runnable: Any, doc: Any, chosen: 
                                          jitter=Jitter(seed=1)) as ex:
                     cmp = ex.check(*inputs, runs=jitter)
             ok, check_note = cmp.ok, cmp.describe() if cmp.ok else (cmp.error or cmp.describe())
+            if cmp.ok:
+                check_note += (f" in 2 runs, then {jitter} runs with random delays and stream "
+                               "orders" if jitter else " in 2 runs")
         m = measure(module, inputs, c, backend=device, runs=runs, warmup=warmup,
                     drop=drop, runnable=runnable)
         if op_costs is None and m.single_timelines:
@@ -441,6 +446,8 @@ def _print(out, result: dict, rec) -> None:
                       + (f" Not measured: {'; '.join(iso['errors'])}" if iso["errors"] else ""),
                       markup=False)
     for d in result["details"]:
+        if d.get("check"):
+            console.print(f"{d['candidate'][:60]}: check: {d['check']}", markup=False)
         m = d["measurement"]
         console.print(f"{d['candidate'][:60]}: single-stream executor {m['single_executor_median_us']:,.0f} us "
                       f"(plain module {m['single_median_us']:,.0f} us, {m['single_threads']} threads); "
