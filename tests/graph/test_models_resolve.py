@@ -149,6 +149,31 @@ def test_file_errors(tmp_path):
         resolve(write(tmp_path, "import not_a_real_package\n", "imp.py") + ":f")
     with pytest.raises(InputError, match="not a Python name"):
         resolve(write(tmp_path, GOOD) + ":1abc")
+    with pytest.raises(InputError, match="failed to import: SystemExit: 3"):
+        resolve(write(tmp_path, "import sys\nsys.exit(3)\n", "ex.py") + ":f")
+    with pytest.raises(InputError, match=r"factory f\(\) failed: SystemExit: 4"):
+        resolve(write(tmp_path, "import sys\ndef f():\n    sys.exit(4)\n", "ex2.py") + ":f")
+
+
+def test_a_shape_mismatch_is_one_line_on_stderr(tmp_path):
+    """The export and the fx fallback both fail; torch's fake tensors would log a 40-line
+    traceback on the way, which stays out of the user's terminal."""
+    f = write(tmp_path, textwrap.dedent("""
+        import torch
+        class M(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.a = torch.nn.Linear(4, 4)
+            def forward(self, x):
+                return self.a(x)
+        def make():
+            return M(), (torch.randn(2, 5),)
+        """), "shape.py")
+    r = subprocess.run([sys.executable, "-m", "parastream", "graph", f"{f}:make"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2 and r.stdout == ""
+    (line,) = r.stderr.strip().splitlines()
+    assert line.startswith(f"parastream: {f}: model from make() cannot be traced")
 
 
 def test_file_may_import_its_siblings(tmp_path):

@@ -173,7 +173,7 @@ def _load_file(path: str) -> Any:
     except SyntaxError as exc:
         sys.modules.pop(name, None)
         raise InputError(path, f"syntax error on line {exc.lineno}: {exc.msg}") from None
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:  # a sys.exit() at import is the file's, not ours
         sys.modules.pop(name, None)
         raise InputError(path, f"failed to import: {type(exc).__name__}: "
                                f"{(str(exc).strip().splitlines() or [''])[0]}") from None
@@ -206,7 +206,7 @@ def _call_factory(factory: Callable, path: str, attr: str, scale: str,
                                "it must take none, or the keywords scale/phase")
     try:
         return factory(**kwargs)
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:
         raise InputError(path, f"factory {attr}() failed: {type(exc).__name__}: "
                                f"{(str(exc).strip().splitlines() or [''])[0]}") from None
 

@@ -227,24 +227,31 @@ def export_program(module: Any, inputs: tuple, kwargs: dict) -> Any:
     generator's one tracer, so both see the same graph and node names."""
     import torch
 
-    # A failed export prints its partial graph to stderr and logs warnings; the reason
-    # reaches the user in our one-line error (or g.meta["export_error"] after the fx
-    # fallback), so the dump is held back. Python-level stderr only: the process is not
-    # silenced, and other threads' output in this window is held back too.
+    with torch.no_grad(), quiet_torch():
+        ep = torch.export.export(module, inputs, kwargs=kwargs or None, strict=False)
+        if _has_subgraph_calls(ep.graph):
+            # `with torch.autocast(...)` / `torch.enable_grad()` blocks come out as one
+            # higher-order call of a nested graph, whose ops would have no cost, stream or
+            # state edge of their own. Lowering inlines them (autocast's casts made
+            # explicit) and makes mutations functional, which the importer reads from the
+            # signature; a graph without such calls keeps its in-place ops.
+            ep = ep.run_decompositions({})
+        return ep
+
+
+@contextlib.contextmanager
+def quiet_torch() -> Any:
+    """Hold back what a failing trace prints: a failed export dumps its partial graph to
+    stderr, and fake tensors log a whole traceback (40 lines for a shape mismatch) at
+    ERROR level. The reason reaches the user in parastream's one-line error (or
+    g.meta["export_error"] after the fx fallback). Python-level stderr only: the process
+    is not silenced, and other threads' output in this window is held back too."""
     torch_log = logging.getLogger("torch")
     level = torch_log.level
-    torch_log.setLevel(logging.ERROR)
+    torch_log.setLevel(logging.CRITICAL)
     try:
-        with torch.no_grad(), contextlib.redirect_stderr(io.StringIO()):
-            ep = torch.export.export(module, inputs, kwargs=kwargs or None, strict=False)
-            if _has_subgraph_calls(ep.graph):
-                # `with torch.autocast(...)` / `torch.enable_grad()` blocks come out as one
-                # higher-order call of a nested graph, whose ops would have no cost, stream
-                # or state edge of their own. Lowering inlines them (autocast's casts made
-                # explicit) and makes mutations functional, which the importer reads from
-                # the signature; a graph without such calls keeps its in-place ops.
-                ep = ep.run_decompositions({})
-            return ep
+        with contextlib.redirect_stderr(io.StringIO()):
+            yield
     finally:
         torch_log.setLevel(level)
 
@@ -336,7 +343,7 @@ def _trace_fx(module: Any, inputs: tuple, kwargs: dict) -> tuple[list[_Rec], dic
 
     mode = FakeTensorMode(allow_non_fake_inputs=True)
     fake_inputs = [mode.from_tensor(t) if _is_tensor(t) else t for t in inputs]
-    with mode, torch.no_grad():
+    with mode, torch.no_grad(), quiet_torch():
         _Prop(gm).run(*fake_inputs)
     labels: dict[str, str] = {}
     kinds: dict[str, str] = {}
