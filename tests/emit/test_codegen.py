@@ -292,3 +292,38 @@ def test_outputs_equal_is_bitwise_with_nan_in_the_same_place():
     assert outputs_equal((a, {"k": a}), (a.clone(), {"k": a.clone()}))
     assert not outputs_equal(a, torch.tensor([1.0, 2.0, 3.0]))
     assert not outputs_equal(a, a.double())
+
+
+class Scaled(torch.nn.Module):
+    """Non-tensor arguments, which the trace builds into the graph as constants."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b = torch.nn.Linear(4, 4), torch.nn.Linear(4, 4)
+
+    def forward(self, x, k: int, flag: bool, *, bias=None):
+        y = self.a(x) * k
+        return y + self.b(x) if flag else y
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_call_unlike_the_traced_one_is_refused_not_computed_with_old_constants(target):
+    module, inputs = Scaled().eval(), (torch.randn(2, 4), 3, True)
+    graph = import_module(module, inputs, name="scaled")
+    plan = assign(graph, "matching", max_streams=2)
+    mod = load(emit(trace(module, inputs), plan, target).source)
+    assert mod.TRACED_CALL == (3, (), {1: 3, 2: True})
+    wrapper = getattr(mod, mod.CLASS_NAME)(module, api=standins.standin(target), enabled=True)
+    x = inputs[0]
+    with torch.no_grad():
+        assert torch.equal(wrapper(x, 3, True), module(x, 3, True))
+        with pytest.raises(ValueError, match="argument leaf 1 is 5, but MultiStreamForward was "
+                                             "generated with 3 built into its graph"):
+            wrapper(x, 5, True)
+        with pytest.raises(ValueError, match="leaf 2 is False"):
+            wrapper(x, 3, False)
+        with pytest.raises(TypeError, match=r"a call with 3 positional argument\(s\) and "
+                                            r"keywords \[\]; this call has 3 and \['bias'\]"):
+            wrapper(x, 3, True, bias=torch.ones(4))
+        off = getattr(mod, mod.CLASS_NAME)(module, enabled=False)  # the original path
+        assert torch.equal(off(x, 5, False), module(x, 5, False))

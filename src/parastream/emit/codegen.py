@@ -88,6 +88,9 @@ class Traced:
     fx_output: Any = None                        # fx: the output node's argument as is
     mutations: list[tuple[str, Any, Any]] = field(default_factory=list)  # (kind, target, node)
     device: Any = None                           # device of the first tensor input
+    #: the traced call: positional arguments, keyword names, and every non-tensor leaf
+    #: of them (leaf index -> value), which the trace baked into the graph as a constant
+    call: tuple[int, tuple[str, ...], dict[int, Any]] | None = None
 
     def nodes(self) -> list[Any]:
         return list(self.graph.nodes)
@@ -99,14 +102,39 @@ def trace(module: Any, inputs: Sequence[Any] | Any, *, kwargs: dict | None = Non
     ``program``: the ``torch.export`` program the importer already made of them."""
     import torch
 
-    from ..graph.torch_import import export_program
-
     if not isinstance(inputs, (tuple, list)):
         inputs = (inputs,)
     inputs = tuple(inputs)
     if method not in ("auto", "export", "fx"):
         raise ValueError(f"method must be auto, export or fx, not {method!r}")
     device = next((t.device for t in inputs if isinstance(t, torch.Tensor)), None)
+    traced = _trace(module, inputs, kwargs, method, program, device)
+    traced.call = _call_shape(inputs, kwargs or {})
+    return traced
+
+
+def _call_shape(inputs: tuple, kwargs: dict) -> tuple[int, tuple[str, ...], dict[int, Any]]:
+    """(positional count, keyword names, non-tensor leaves that can be written as literals)
+    of the traced call (:attr:`Traced.call`)."""
+    import torch
+    from torch.utils import _pytree as pytree
+
+    consts = {i: v for i, v in enumerate(pytree.tree_leaves((tuple(inputs), kwargs)))
+              if not isinstance(v, torch.Tensor) and _literal_ok(v)}
+    return len(inputs), tuple(kwargs), consts
+
+
+def _literal_ok(v: Any) -> bool:
+    """A value whose repr reads back as an equal value (None, bool, int, str, finite float)."""
+    if v is None or isinstance(v, (bool, int, str)):
+        return True
+    return isinstance(v, float) and v == v and v not in (float("inf"), float("-inf"))
+
+
+def _trace(module: Any, inputs: tuple, kwargs: dict | None, method: str, program: Any,
+           device: Any) -> Traced:
+    from ..graph.torch_import import export_program
+
     if program is not None:
         return _from_export(program, module, device)
     errors = []
@@ -256,6 +284,7 @@ _RESERVED = {
     "collections", "TRACE", "math", "record_stream", "fork", "npu", "cuda", "torchair", "api", "_get", "_dev",
     "_resolve", "_OUT_SPEC", "ENABLED", "SWITCH", "TARGET", "CLASS_NAME", "PLAN", "CALLS", "EVENTS",
     "ASSIGNMENT", "CORE_LIMITS", "SIDE_STREAMS", "SOURCE", "switch_on", "load_model",
+    "TRACED_CALL", "_traced_call", "_leaves",
     "print", "len", "float", "int", "list", "tuple", "dict", "slice", "getattr", "range",
 }
 
@@ -616,11 +645,12 @@ class _Emitter:
                   and self.t.placeholders[n.name][0] == "input"]
         inputs.sort(key=lambda n: self.t.placeholders[n.name][1])
         names = [self.names.var[n.name] for n in inputs]
+        # the graph holds the traced call's non-tensor arguments as constants: a call
+        # shaped otherwise is refused rather than silently computed with the old values
+        w(2, "_leaves = _traced_call(args, kwargs)")
         if names:
             lhs = names[0] + "," if len(names) == 1 else ", ".join(names)
-            w(2, f"{lhs} = pytree.tree_leaves((args, kwargs))")
-        else:
-            w(2, "pytree.tree_leaves((args, kwargs))  # the traced forward takes no inputs")
+            w(2, f"{lhs} = _leaves")
         if self.has_dev:
             w(2, f"_dev = {self.names.var[first_input.name]}.device")
         weights = [n for n in self.nodes if n.op == "placeholder"
@@ -914,6 +944,9 @@ class _Emitter:
             "#: (node, op) issued as torch.ops calls, in order (checked by the stand-ins)",
             "CALLS = " + _tuple_literal(self.calls),
             f"SOURCE = {dict(self.source)!r}",
+            "#: the traced call: positional count, keyword names, and its non-tensor "
+            "arguments (leaf index -> value), which the graph holds as constants",
+            f"TRACED_CALL = {self.call_literal()}",
         ]
         lines += [
             "",
@@ -932,6 +965,27 @@ class _Emitter:
             "",
             "def _get(root, fqn):",
             "    return functools.reduce(getattr, fqn.split(\".\"), root)",
+            "",
+            "",
+            "def _traced_call(args, kwargs):",
+            '    """The call\'s leaves, when the call is shaped as the traced one was; else an error',
+            '    naming the difference (the original path, switch off, takes any call)."""',
+            "    if TRACED_CALL is None:",
+            "        return pytree.tree_leaves((args, kwargs))",
+            "    n_args, keywords, constants = TRACED_CALL",
+            "    if len(args) != n_args or sorted(kwargs) != sorted(keywords):",
+            '        raise TypeError(f"{CLASS_NAME} was generated for a call with {n_args} positional "',
+            '                        f"argument(s) and keywords {sorted(keywords)}; this call has "',
+            '                        f"{len(args)} and {sorted(kwargs)}: generate it again for this "',
+            '                        f"call, or unset {SWITCH} for the original path")',
+            "    leaves = pytree.tree_leaves((tuple(args), {k: kwargs[k] for k in keywords}))",
+            "    for i, value in constants.items():",
+            "        if i >= len(leaves) or leaves[i] != value:",
+            '            got = leaves[i] if i < len(leaves) else "nothing"',
+            '            raise ValueError(f"argument leaf {i} is {got!r}, but {CLASS_NAME} was generated "',
+            '                             f"with {value!r} built into its graph: generate it again "',
+            '                             f"for this value, or unset {SWITCH} for the original path")',
+            "    return leaves",
             "",
         ]
         if t != "torchair":
@@ -978,6 +1032,13 @@ class _Emitter:
             ]
         lines.append("")
         return lines
+
+    def call_literal(self) -> str:
+        """:attr:`Traced.call` as Python source (no call recorded: no check but the count)."""
+        if self.t.call is None:  # traced without its example call: nothing to check
+            return "None"
+        n, keys, consts = self.t.call
+        return f"({n}, {tuple(keys)!r}, {consts!r})"
 
     def api_function(self) -> list[str]:
         if self.target == "torchair":
