@@ -177,3 +177,16 @@ def test_matching_cap_keeps_stream_count_for_deep_models():
     check(g, p)
     q = assign(g, "matching")
     assert q.streams == 2 * 60 + 1  # min path cover of the reduction: streams grow without a cap
+
+
+def test_resource_split_of_a_single_class_stays_on_stream_zero():
+    """Every op memory-bound: nothing to split, so no plan that runs the whole model on
+    a side stream behind an extra hand-off and a join."""
+    g = Graph(name="mem", ops=[Op(name=f"c{i}", type="copy", resource="memory",
+                                  meta={"dur_us": 5.0}) for i in range(4)],
+              edges=[Edge(src="c0", dst="c1"), Edge(src="c0", dst="c2"), Edge(src="c2", dst="c3")])
+    plan = assign(g, "resource-split", bound={f"c{i}": "memory" for i in range(4)})
+    assert set(plan.assignment.values()) == {0} and plan.events == []
+    mixed = assign(g, "resource-split", bound={"c0": "compute", "c1": "memory",
+                                               "c2": "memory", "c3": "compute"})
+    assert set(mixed.assignment.values()) == {0, 1}

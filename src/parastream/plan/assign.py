@@ -227,6 +227,8 @@ def plan_critical_path(graph: Graph, order: list[str], dur: dict[str, float],
 
 def plan_resource_split(graph: Graph, order: list[str], bound: dict[str, str], **_) -> Plan:
     assignment = {n: (1 if bound.get(n) in ("memory", "comm") else 0) for n in order}
+    if len(set(assignment.values())) < 2:  # one class only: nothing to split, stream 0 it is
+        assignment = dict.fromkeys(order, 0)
     return plan_from_assignment(graph, assignment, "resource-split", order=order)
 
 

@@ -64,7 +64,7 @@ def sweep(graph, profile, stream_counts: list[int], *, ge: bool = False, jitter:
             # its best within k streams is the answer, unless GE reorder or jitter change the
             # run: then the best few are rerun under those options
             doc = build(graph, profile, algorithm=None, mapping=None, max_streams=k)
-            cands = [c for c in doc.candidates if c.streams <= k and c.algorithm != "single"]
+            cands = [c for c in doc.candidates if 2 <= c.streams <= k]  # a row of k >= 2 streams
             cands = cands[:3] if (ge or jitter) else cands[:1]
         if not cands:
             continue
@@ -178,7 +178,10 @@ def render(out: dict) -> str:
     for r in out["rows"]:
         v = r["verdict_counts"]
         ov = r["overlap_pct_median"]
-        lines.append(f"{r['streams']:7d} {r['wall_us']:12.1f} {r['throughput_per_s'] or 0:10.1f} "
+        used = r.get("plan_streams", r["streams"])
+        # at most k streams: the best plan may use fewer, which the column then shows
+        k = f"{used} of {r['streams']}" if used != r["streams"] else str(r["streams"])
+        lines.append(f"{k:>7s} {r['wall_us']:12.1f} {r['throughput_per_s'] or 0:10.1f} "
                      f"{r['speedup']:7.2f}x {('-' if ov is None else f'{ov:.2f}'):>8s} "
                      f"{v['true']:>6d}/{v['partial']}/{v['false']:<9d} {100 * r['core_occupancy']:9.1f}%"
                      f"  {r['plan']}")
