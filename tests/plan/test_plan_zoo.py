@@ -38,6 +38,23 @@ def test_two_candidates_per_parallel_point_and_all_valid(docs):
             assert c.streams <= PROFILE.hw_queues
 
 
+def test_no_candidate_has_an_event_it_can_do_without():
+    """Minimal events: dropping any one event of any candidate leaves a dependency unordered
+    (an early join used to keep the final join of the op it had just waited for)."""
+    import msgspec
+
+    from parastream.plan.model import PlanError
+
+    for name in ZOO:
+        g = resolve(name, scale="tiny")
+        for c in build(g, load_profile("cpu"), algorithm=None, mapping=None,
+                       max_streams=None).candidates:
+            for i in range(len(c.events)):
+                fewer = msgspec.structs.replace(c, events=c.events[:i] + c.events[i + 1:])
+                with pytest.raises(PlanError):
+                    check(g, fewer)
+
+
 def test_moe_best_point_candidate_puts_the_shared_expert_on_a_side_stream(docs):
     g, doc = docs["moe_layer"]
     point = next(p for p in doc.parallel_points if "shared_experts" in p["name"] and "routed" in p["name"])

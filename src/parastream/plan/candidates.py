@@ -154,7 +154,14 @@ def _early_join(graph: Graph, order: list[str], assignment: dict[str, int], even
                 moved = True
             continue
         out.append(e)
-    return out if moved else events
+    if not moved:
+        return events
+    # stream 0 now follows last_side's whole stream up to it: a final join of any of those
+    # ops orders nothing more
+    s = assignment[last_side]
+    upto = order.index(last_side)
+    return [e for e in out if not (e.wait_before is None and assignment[e.record_after] == s
+                                   and order.index(e.record_after) <= upto)]
 
 
 #: on a tie, the plainer orchestration first: late join (most overlap), then the variants
