@@ -402,3 +402,19 @@ def test_random_draws_keep_program_order_and_run_bitwise_on_streams():
     with MultiStreamExecutor(module, (x,), plan, runnable=rn, jitter=Jitter(seed=3)) as ex:
         cmp = ex.check(x, runs=30)
     assert cmp.ok, cmp.describe()
+
+
+def test_attention_without_dropout_draws_nothing():
+    """scaled_dot_product_attention is tagged as seeded (for its dropout); at dropout_p=0
+    it draws nothing, and two attentions stay independent."""
+    class TwoAttn(nn.Module):
+        def forward(self, q, k):
+            f = torch.nn.functional.scaled_dot_product_attention
+            return f(q, q, q), f(k, k, k), f(q, k, k, dropout_p=0.5)
+
+    q, k = torch.randn(1, 2, 4, 8), torch.randn(1, 2, 4, 8)
+    g = import_module(TwoAttn(), (q, k), name="attn")
+    effects = {o.name: o.side_effects for o in g.ops}
+    drawing = [n for n, e in effects.items() if any("random generator" in x for x in e)]
+    assert len(drawing) == 1 and len(g.ops) == 3  # the one with dropout_p=0.5
+    assert not any(e.type == "state" for e in g.edges)

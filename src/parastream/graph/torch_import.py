@@ -690,7 +690,21 @@ def _draws_random(rec: _Rec) -> bool:
     import torch
 
     tags = getattr(rec.node.target, "tags", ()) or ()
-    return torch.Tag.nondeterministic_seeded in tags or rec.short in RANDOM_OPS
+    if not (torch.Tag.nondeterministic_seeded in tags or rec.short in RANDOM_OPS):
+        return False
+    # ops that draw only for a dropout (attention's dropout_p, dropout's train flag) draw
+    # nothing at inference: tagged all the same, they would chain every attention together
+    schema = getattr(rec.node.target, "_schema", None)
+    if schema is None:
+        return True
+    given = dict(zip((a.name for a in schema.arguments), rec.args))
+    given.update(rec.kwargs)
+    for a in schema.arguments:
+        if a.name in ("dropout_p", "train"):
+            value = given.get(a.name, a.default_value if a.has_default_value() else None)
+            if isinstance(value, (bool, int, float)) and not value:
+                return False
+    return True
 
 
 def _device_of(outs: list, default: Any) -> str:
