@@ -418,3 +418,34 @@ def test_attention_without_dropout_draws_nothing():
     drawing = [n for n, e in effects.items() if any("random generator" in x for x in e)]
     assert len(drawing) == 1 and len(g.ops) == 3  # the one with dropout_p=0.5
     assert not any(e.type == "state" for e in g.edges)
+
+
+def test_a_lowered_program_writes_the_input_back_as_eager_mode_does():
+    """With an autocast block the program is lowered to functional form; the executor still
+    leaves an input written in place (x.mul_) as eager mode leaves it."""
+    from parastream.graph.torch_import import import_runnable
+    from parastream.plan.assign import assign
+    from parastream.runtime.executor import MultiStreamExecutor
+
+    class WritesInput(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a = nn.Linear(8, 8)
+
+        def forward(self, x):
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                y = self.a(x)
+            x.mul_(2.0)
+            return y.float() + x
+
+    torch.manual_seed(0)
+    module, x = WritesInput().eval(), torch.randn(2, 8)
+    x_eager = x.clone()
+    with torch.no_grad():
+        want = module(x_eager)
+    rn = import_runnable(module, (x.clone(),), name="writes_input")
+    assert rn.input_writes
+    with MultiStreamExecutor(module, (x,), assign(rn.graph, "matching", max_streams=2),
+                             runnable=rn) as ex:
+        got = ex(x)
+    assert torch.equal(got, want) and torch.equal(x, x_eager)

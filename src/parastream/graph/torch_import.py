@@ -960,6 +960,9 @@ class Runnable:
     out_spec: Any = None           # pytree spec of the user outputs (export), None for fx
     user_output_index: list[int] = field(default_factory=list)
     buffer_writes: dict[int, Any] = field(default_factory=dict)  # output index -> buffer
+    #: functional IR (a lowered program): output index -> placeholder of the user input
+    #: the call writes in place (``x.mul_(2)``), copied back as eager mode would leave it
+    input_writes: dict[int, str] = field(default_factory=dict)
 
     def bind(self, inputs: Sequence[Any]) -> list[Any]:
         """Values of the graph's placeholders, in order, for one call with ``inputs``.
@@ -981,9 +984,10 @@ class Runnable:
         return [self.state[n.name] if n.name in self.state else feed[n.name]
                 for n in self.graph_module.graph.nodes if n.op == "placeholder"]
 
-    def outputs(self, flat: Any) -> Any:
+    def outputs(self, flat: Any, placeholders: dict[str, Any] | None = None) -> Any:
         """The module's outputs from the graph's raw output (export: user outputs only, in
-        the module's structure; functional buffer updates are copied back)."""
+        the module's structure; functional buffer updates are copied back, and input
+        updates into ``placeholders``' values, the call's bound inputs by name)."""
         if self.out_spec is None:
             return flat
         import torch.utils._pytree as pytree
@@ -991,6 +995,9 @@ class Runnable:
         flat = list(flat) if isinstance(flat, (tuple, list)) else [flat]
         for i, buf in self.buffer_writes.items():
             buf.copy_(flat[i])
+        for i, name in self.input_writes.items():
+            if placeholders is not None and name in placeholders:
+                placeholders[name].copy_(flat[i])
         return pytree.tree_unflatten([flat[i] for i in self.user_output_index], self.out_spec)
 
 
@@ -1035,12 +1042,14 @@ def _runnable_export(ep: Any, module: Any, g: Graph, recs: list[_Rec]) -> Runnab
             continue
         state[node.name] = _state_tensor(ep, module, spec.kind, spec.target)
     buffer_writes: dict[int, Any] = {}
+    input_writes: dict[int, str] = {}
     user_out: list[int] = []
     for i, spec in enumerate(sig.output_specs):
         if spec.kind == OutputKind.USER_OUTPUT:
             user_out.append(i)
-        elif spec.kind in (OutputKind.BUFFER_MUTATION, getattr(OutputKind, "USER_INPUT_MUTATION",
-                                                                None)) and spec.target:
+        elif spec.kind == getattr(OutputKind, "USER_INPUT_MUTATION", None) and spec.target:
+            input_writes[i] = spec.target  # the placeholder of the input written in place
+        elif spec.kind == OutputKind.BUFFER_MUTATION and spec.target:
             try:
                 buffer_writes[i] = _state_tensor(ep, module, InputKind.BUFFER, spec.target)
             except KeyError:
@@ -1048,7 +1057,7 @@ def _runnable_export(ep: Any, module: Any, g: Graph, recs: list[_Rec]) -> Runnab
     node_op, node_kind = _node_ops(gm, g)
     return Runnable(gm, g, node_op, node_kind, "torch.export", state, user,
                     out_spec=ep.call_spec.out_spec, user_output_index=user_out,
-                    buffer_writes=buffer_writes)
+                    buffer_writes=buffer_writes, input_writes=input_writes)
 
 
 def _state_tensor(ep: Any, module: Any, kind: Any, target: str) -> Any:

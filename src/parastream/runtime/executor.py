@@ -523,7 +523,9 @@ class MultiStreamExecutor(torch.fx.Interpreter):
 
     def _outputs(self) -> Any:
         flat = map_arg(self.output_node.args[0], self._value)
-        return self.runnable.outputs(flat)
+        bound = ({n.name: self.env[n] for n in self.placeholders if n in self.env}
+                 if self.runnable.input_writes else None)
+        return self.runnable.outputs(flat, bound)
 
     def _issue_order(self) -> list[tuple]:
         """Program order, or under jitter a random interleaving of the streams' FIFOs in which
