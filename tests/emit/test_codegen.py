@@ -312,16 +312,19 @@ def test_a_call_unlike_the_traced_one_is_refused_not_computed_with_old_constants
     graph = import_module(module, inputs, name="scaled")
     plan = assign(graph, "matching", max_streams=2)
     mod = load(emit(trace(module, inputs), plan, target).source)
-    assert mod.TRACED_CALL == (3, (), {1: 3, 2: True})
+    assert mod.TRACED_CALL[:2] == (3, ()) and mod.TRACED_CALL[3] == {
+        1: ("argument 1", 3), 2: ("argument 2", True)}
     wrapper = getattr(mod, mod.CLASS_NAME)(module, api=standins.standin(target), enabled=True)
     x = inputs[0]
     with torch.no_grad():
         assert torch.equal(wrapper(x, 3, True), module(x, 3, True))
-        with pytest.raises(ValueError, match="argument leaf 1 is 5, but MultiStreamForward was "
+        with pytest.raises(ValueError, match="argument 1 is 5, but MultiStreamForward was "
                                              "generated with 3 built into its graph"):
             wrapper(x, 5, True)
-        with pytest.raises(ValueError, match="leaf 2 is False"):
+        with pytest.raises(ValueError, match="argument 2 is False"):
             wrapper(x, 3, False)
+        with pytest.raises(ValueError, match=r"argument 1 is a tensor of shape \(2,\)"):
+            wrapper(x, torch.ones(2), True)
         with pytest.raises(TypeError, match=r"a call with 3 positional argument\(s\) and "
                                             r"keywords \[\]; this call has 3 and \['bias'\]"):
             wrapper(x, 3, True, bias=torch.ones(4))

@@ -88,9 +88,10 @@ class Traced:
     fx_output: Any = None                        # fx: the output node's argument as is
     mutations: list[tuple[str, Any, Any]] = field(default_factory=list)  # (kind, target, node)
     device: Any = None                           # device of the first tensor input
-    #: the traced call: positional arguments, keyword names, and every non-tensor leaf
-    #: of them (leaf index -> value), which the trace baked into the graph as a constant
-    call: tuple[int, tuple[str, ...], dict[int, Any]] | None = None
+    #: the traced call: positional arguments, keyword names, the arguments' structure
+    #: (a pytree spec as JSON), and the non-tensor leaves a torch.export trace built into
+    #: the graph as constants (leaf index -> (what, value))
+    call: tuple[int, tuple[str, ...], str, dict[int, tuple[str, Any]]] | None = None
 
     def nodes(self) -> list[Any]:
         return list(self.graph.nodes)
@@ -109,26 +110,37 @@ def trace(module: Any, inputs: Sequence[Any] | Any, *, kwargs: dict | None = Non
         raise ValueError(f"method must be auto, export or fx, not {method!r}")
     device = next((t.device for t in inputs if isinstance(t, torch.Tensor)), None)
     traced = _trace(module, inputs, kwargs, method, program, device)
-    traced.call = _call_shape(inputs, kwargs or {})
+    # torch.fx keeps a non-tensor argument as a real input; torch.export bakes it in
+    traced.call = _call_shape(inputs, kwargs or {}, constants=traced.method == "torch.export")
     return traced
 
 
-def _call_shape(inputs: tuple, kwargs: dict) -> tuple[int, tuple[str, ...], dict[int, Any]]:
-    """(positional count, keyword names, non-tensor leaves that can be written as literals)
-    of the traced call (:attr:`Traced.call`)."""
+def _call_shape(inputs: tuple, kwargs: dict, constants: bool = True
+                ) -> tuple[int, tuple[str, ...], str, dict[int, tuple[str, Any]]]:
+    """The traced call as :attr:`Traced.call` records it; ``constants``: also the non-tensor
+    leaves that can be written as literals, each with what it is (``argument 1``,
+    ``keyword 'scale'``, ``argument 0[1]`` inside a tuple argument)."""
     import torch
     from torch.utils import _pytree as pytree
 
-    consts = {i: v for i, v in enumerate(pytree.tree_leaves((tuple(inputs), kwargs)))
-              if not isinstance(v, torch.Tensor) and _literal_ok(v)}
-    return len(inputs), tuple(kwargs), consts
+    leaves, spec = pytree.tree_flatten_with_path((tuple(inputs), dict(kwargs)))
+    consts = {}
+    for i, (path, v) in enumerate(leaves):
+        if constants and not isinstance(v, torch.Tensor) and _literal_ok(v):
+            top, where, rest = path[0], path[1], path[2:]
+            what = (f"argument {getattr(where, 'idx', where)}" if getattr(top, "idx", 0) == 0
+                    else f"keyword {getattr(where, 'key', where)!r}")
+            consts[i] = (what + pytree.keystr(rest), v)
+    return len(inputs), tuple(kwargs), pytree.treespec_dumps(spec), consts
 
 
 def _literal_ok(v: Any) -> bool:
-    """A value whose repr reads back as an equal value (None, bool, int, str, finite float)."""
-    if v is None or isinstance(v, (bool, int, str)):
+    """A value whose repr reads back as an equal value of the same type: exactly None,
+    bool, int, str or a finite float (not an IntEnum or a numpy scalar, whose repr needs
+    imports the generated module does not have)."""
+    if v is None or type(v) in (bool, int, str):
         return True
-    return isinstance(v, float) and v == v and v not in (float("inf"), float("-inf"))
+    return type(v) is float and v == v and v not in (float("inf"), float("-inf"))
 
 
 def _trace(module: Any, inputs: tuple, kwargs: dict | None, method: str, program: Any,
@@ -284,7 +296,7 @@ _RESERVED = {
     "collections", "TRACE", "math", "record_stream", "fork", "npu", "cuda", "torchair", "api", "_get", "_dev",
     "_resolve", "_OUT_SPEC", "ENABLED", "SWITCH", "TARGET", "CLASS_NAME", "PLAN", "CALLS", "EVENTS",
     "ASSIGNMENT", "CORE_LIMITS", "SIDE_STREAMS", "SOURCE", "switch_on", "load_model",
-    "TRACED_CALL", "_traced_call", "_leaves",
+    "TRACED_CALL", "_TRACED_SPEC", "_traced_call", "_leaves",
     "print", "len", "float", "int", "list", "tuple", "dict", "slice", "getattr", "range",
 }
 
@@ -944,8 +956,9 @@ class _Emitter:
             "#: (node, op) issued as torch.ops calls, in order (checked by the stand-ins)",
             "CALLS = " + _tuple_literal(self.calls),
             f"SOURCE = {dict(self.source)!r}",
-            "#: the traced call: positional count, keyword names, and its non-tensor "
-            "arguments (leaf index -> value), which the graph holds as constants",
+            "#: the traced call: positional count, keyword names, the arguments' structure "
+            "(a pytree spec), and the non-tensor arguments the graph holds as constants "
+            "(leaf index -> (which, value))",
             f"TRACED_CALL = {self.call_literal()}",
         ]
         lines += [
@@ -967,24 +980,34 @@ class _Emitter:
             "    return functools.reduce(getattr, fqn.split(\".\"), root)",
             "",
             "",
+            "_TRACED_SPEC = pytree.treespec_loads(TRACED_CALL[2]) if TRACED_CALL else None",
+            "",
+            "",
             "def _traced_call(args, kwargs):",
             '    """The call\'s leaves, when the call is shaped as the traced one was; else an error',
             '    naming the difference (the original path, switch off, takes any call)."""',
             "    if TRACED_CALL is None:",
             "        return pytree.tree_leaves((args, kwargs))",
-            "    n_args, keywords, constants = TRACED_CALL",
+            "    n_args, keywords, _, constants = TRACED_CALL",
             "    if len(args) != n_args or sorted(kwargs) != sorted(keywords):",
             '        raise TypeError(f"{CLASS_NAME} was generated for a call with {n_args} positional "',
             '                        f"argument(s) and keywords {sorted(keywords)}; this call has "',
             '                        f"{len(args)} and {sorted(kwargs)}: generate it again for this "',
             '                        f"call, or unset {SWITCH} for the original path")',
-            "    leaves = pytree.tree_leaves((tuple(args), {k: kwargs[k] for k in keywords}))",
-            "    for i, value in constants.items():",
-            "        if i >= len(leaves) or leaves[i] != value:",
-            '            got = leaves[i] if i < len(leaves) else "nothing"',
-            '            raise ValueError(f"argument leaf {i} is {got!r}, but {CLASS_NAME} was generated "',
-            '                             f"with {value!r} built into its graph: generate it again "',
-            '                             f"for this value, or unset {SWITCH} for the original path")',
+            "    leaves, spec = pytree.tree_flatten((tuple(args), {k: kwargs[k] for k in keywords}))",
+            "    if spec != _TRACED_SPEC:",
+            '        raise TypeError(f"{CLASS_NAME} was generated for arguments structured as the traced "',
+            '                        "call\'s, and this call\'s differ (a tuple or list argument of "',
+            '                        f"another length or kind): generate it again for this call, or "',
+            '                        f"unset {SWITCH} for the original path")',
+            "    for i, (what, value) in constants.items():",
+            "        got = leaves[i]",
+            "        if type(got) is not type(value) or got != value:",
+            '            shown = (f"a tensor of shape {tuple(got.shape)}" if isinstance(got, torch.Tensor)',
+            "                     else repr(got))",
+            '            raise ValueError(f"{what} is {shown}, but {CLASS_NAME} was generated with "',
+            '                             f"{value!r} built into its graph: generate it again for "',
+            '                             f"this value, or unset {SWITCH} for the original path")',
             "    return leaves",
             "",
         ]
@@ -1037,8 +1060,8 @@ class _Emitter:
         """:attr:`Traced.call` as Python source (no call recorded: no check but the count)."""
         if self.t.call is None:  # traced without its example call: nothing to check
             return "None"
-        n, keys, consts = self.t.call
-        return f"({n}, {tuple(keys)!r}, {consts!r})"
+        n, keys, spec, consts = self.t.call
+        return f"({n}, {tuple(keys)!r}, {spec!r}, {consts!r})"
 
     def api_function(self) -> list[str]:
         if self.target == "torchair":

@@ -568,14 +568,15 @@ class MultiStreamExecutor(torch.fx.Interpreter):
         exact = self.host_streams if exact is None else exact
         # a model that writes its inputs or its buffers (x.mul_(2), a step counter) would
         # start every call from another state: each call here starts from the first one's
-        saved = self._snapshot(inputs)
-        rng = _rng_state()  # random draws (torch.rand, training dropout) start alike too
+        written = self._snapshot(inputs)
+        # random draws (torch.rand, training dropout) start alike too
+        device = getattr(self.backend, "name", "cpu")
+        rng = _rng_state(device)
         expected = _clone(self.reference(*inputs))
-        written = [(t, s) for t, s in saved if not torch.equal(t, s)]
         try:
             for i in range(runs):
                 _restore(written)
-                _set_rng_state(rng)
+                _set_rng_state(rng, device)
                 try:
                     got = self(*inputs)
                 except (MissingSyncError, StreamError) as exc:
@@ -599,15 +600,25 @@ class MultiStreamExecutor(torch.fx.Interpreter):
                 "forward is not part of the traced program)")
 
     def _snapshot(self, inputs: Sequence[Any]) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        """(tensor, copy) for every tensor a call could write: the call's inputs, the
-        original module's parameters and buffers, and the traced program's bound state."""
-        import torch.utils._pytree as pytree
+        """(tensor, copy) for every tensor a call writes: inputs and state that an in-place
+        op of the program writes (through views too), functional buffer and input updates;
+        for a torch.fx trace, whose module calls may write anything, every input and buffer.
+        Only those are copied (a whole model's weights would double its memory), and only
+        dense tensors with data (no sparse, no meta)."""
+        rn = self.runnable
+        tensors: list[Any] = list(rn.buffer_writes.values())
+        if rn.source == "torch.export":
+            bound = dict(zip((n.name for n in self.placeholders), rn.bind(inputs)))
+            for name in _written_placeholders(self.graph) | set(rn.input_writes.values()):
+                tensors.append(rn.state.get(name, bound.get(name)))
+        else:
+            import torch.utils._pytree as pytree
 
+            tensors += [*pytree.tree_leaves(tuple(inputs)), *self.original.buffers()]
         found: dict[int, torch.Tensor] = {}
-        for t in (*pytree.tree_leaves(tuple(inputs)), *self.runnable.state.values(),
-                  *self.runnable.buffer_writes.values(), *self.original.parameters(),
-                  *self.original.buffers()):
-            if isinstance(t, torch.Tensor):
+        for t in tensors:
+            if (isinstance(t, torch.Tensor) and t.layout == torch.strided
+                    and t.device.type != "meta"):
                 found.setdefault(id(t), t)
         with torch.no_grad():
             return [(t, t.detach().clone()) for t in found.values()]
@@ -733,17 +744,42 @@ def _no_grad_call(module: Any, inputs: tuple) -> Any:
         return module(*inputs)
 
 
-def _rng_state() -> tuple[torch.Tensor, list[torch.Tensor] | None]:
-    """The host's and (where present) every CUDA device's random generator state."""
-    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
-    return torch.get_rng_state(), cuda
+def _written_placeholders(graph: torch.fx.Graph) -> set[str]:
+    """Placeholders an in-place op of ``graph`` writes, directly or through views (a
+    KV-cache slice's ``copy_``): each written argument is followed back through its first
+    arguments to where it starts (over-reaching at worst: then a tensor is copied that
+    the call did not need restored)."""
+    out: set[str] = set()
+    for n in graph.nodes:
+        schema = getattr(n.target, "_schema", None) if n.op == "call_function" else None
+        if schema is None or not schema.is_mutable:
+            continue
+        given = dict(zip((a.name for a in schema.arguments), n.args))
+        given.update(n.kwargs)
+        for a in schema.arguments:
+            if a.alias_info is None or not a.alias_info.is_write:
+                continue
+            v = given.get(a.name)
+            while isinstance(v, torch.fx.Node) and v.op == "call_function" and v.args:
+                v = v.args[0]
+            if isinstance(v, torch.fx.Node) and v.op == "placeholder":
+                out.add(v.name)
+    return out
 
 
-def _set_rng_state(state: tuple[torch.Tensor, list[torch.Tensor] | None]) -> None:
-    host, cuda = state
+def _rng_state(device: str) -> tuple[torch.Tensor, Any]:
+    """The host's random generator state, and the device's (all its devices) when the
+    streams run on cuda or npu (never initialised for a cpu run)."""
+    mod = getattr(torch, device, None) if device in ("cuda", "npu") else None
+    dev = mod.get_rng_state_all() if mod is not None and mod.is_available() else None
+    return torch.get_rng_state(), dev
+
+
+def _set_rng_state(state: tuple[torch.Tensor, Any], device: str) -> None:
+    host, dev = state
     torch.set_rng_state(host)
-    if cuda is not None:
-        torch.cuda.set_rng_state_all(cuda)
+    if dev is not None:
+        getattr(torch, device).set_rng_state_all(dev)
 
 
 def _restore(saved: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
