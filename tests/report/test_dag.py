@@ -51,3 +51,39 @@ def test_a_crossing_is_undone_by_the_sweeps():
     edges = [("a", "x"), ("b", "y")]
     rows = order(layers(ids, edges), edges)
     assert rows == [["a", "b"], ["x", "y"]]
+
+
+def test_an_input_named_twice_in_the_decomposition_is_drawn_once():
+    """forward(self, input) with constant-fed submodules: the decomposition lists the
+    shared input twice; the drawing has one node for it."""
+    torch = __import__("pytest").importorskip("torch")
+    from torch import nn
+
+    from parastream.device.profile import load_profile
+    from parastream.graph.headroom import analyze_graph
+    from parastream.graph.render import module_dag
+    from parastream.graph.torch_import import import_module
+
+    class Gen(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(8, 8)
+
+        def forward(self, n):
+            return self.lin(torch.ones(4, 8) * n)
+
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b, self.g1, self.g2 = nn.Linear(8, 8), nn.Linear(8, 8), Gen(), Gen()
+
+        def forward(self, input):
+            return self.a(input) + self.b(input) + self.g1(2.0) + self.g2(3.0)
+
+    g = import_module(M().eval(), (torch.randn(4, 8),), name="m")
+    dag = module_dag(analyze_graph(g, load_profile("cpu")).decomposition)
+    ids = [n["id"] for n in dag["nodes"]]
+    assert len(ids) == len(set(ids))
+    svg = dag_svg(dag["nodes"], dag["edges"])
+    boxes = re.findall(r'<rect x="([0-9.]+)" y="([0-9.]+)"', svg)
+    assert len(boxes) == len(set(boxes)) == len(ids)

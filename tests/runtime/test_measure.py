@@ -65,7 +65,7 @@ def test_recommend_never_picks_a_candidate_under_the_margin():
     assert recommend([_r("a", 1.5, ok=False), _r("b", 0.8)]).closest == "b"
     assert recommend([_r("a", 1.5, ok=False)]).closest is None
     # the reason says what happened: every candidate's outputs differed, or none to run
-    assert "outputs matched" in recommend([_r("a", 1.5, ok=False)]).summary
+    assert "outputs unlike the single-stream model's" in recommend([_r("a", 1.5, ok=False)]).summary
     assert "no multi-stream candidate to run" in recommend([]).summary
 
 
@@ -157,6 +157,17 @@ def test_recommend_compares_every_candidate_with_the_runs_fastest_single_stream(
     rec = recommend([a, b])
     assert rec.candidate == "a" and a.best_speedup == pytest.approx(1.2)
     assert not any("disturbed" in e for e in rec.evidence)
+    # the separate process's one single-stream figure, shared by all, hides no spread
+    for r in (stalled, steady):
+        r.iso_single_us, r.iso_multi_us = 44.0, None
+    rec = recommend([stalled, steady])
+    assert any("44 to 32,000 us" in e for e in rec.evidence)
+    # one candidate's outputs differ, the other's speedup is implausible: both said
+    wrong = CandidateResult("w", 50.0, 50_000.0, 1000.0, streams=2, outputs_ok=False)
+    odd = CandidateResult("o", 50.0, 50_000.0, 1000.0, streams=2)
+    rec = recommend([wrong, odd])
+    assert "1 candidate(s) gave outputs unlike" in rec.summary
+    assert "1 measured an implausible speedup" in rec.summary
 
 
 @given(st.floats(min_value=1.0, max_value=1e4), st.integers(min_value=1, max_value=8))

@@ -560,7 +560,9 @@ def self_check(gen: Any) -> int:
     # each forward gets its own copy of the model and of the inputs (a model may write
     # either in place), and runs without autograd as inference does (out= ops refuse it)
     with torch.no_grad():
+        rng = torch.get_rng_state()  # both forwards draw the same random numbers
         expected = copy.deepcopy(module)(*copy.deepcopy(inputs))
+        torch.set_rng_state(rng)
         r = run(gen, copy.deepcopy(module), copy.deepcopy(inputs))
     problems = check(r, gen, graph)
     same = outputs_equal(expected, r.outputs)

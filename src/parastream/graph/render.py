@@ -155,11 +155,15 @@ def module_dag(d: Decomposition) -> dict[str, list[dict]]:
             for n in p.members} - cand
     nodes: list[dict] = []
     edges: list[dict] = []
+    drawn: set[str] = set()
     for s in d.shared_inputs:
         readers = [c for c in s.consumers if c in shown]
-        if readers:
-            nodes.append({"id": _node_id(s.node), "lines": [s.tensor], "kind": "input"})
-            edges += [{"src": _node_id(s.node), "dst": c, "type": "data"} for c in readers]
+        nid = _node_id(s.node)
+        if readers and nid not in drawn:  # one node per input, however many entries name it
+            drawn.add(nid)
+            nodes.append({"id": nid, "lines": [s.tensor], "kind": "input"})
+        edges += [{"src": nid, "dst": c, "type": "data"} for c in readers
+                  if {"src": nid, "dst": c, "type": "data"} not in edges]
     for m in mods:
         kind = ("candidate" if m.module_id in cand else "pending" if m.module_id in pend
                 else "module")

@@ -151,15 +151,16 @@ def recommend(results: list[CandidateResult], current: str | None = None,
               margin: float = MARGIN) -> Recommendation:
     """Decide from measured candidates (see the module docstring)."""
     evidence = []
-    singles = [r.own_single_us for r in results]
-    floor = min(singles, default=None)
+    floor = min((r.own_single_us for r in results), default=None)
     for r in results:
         r.floor_single_us = floor
-    if floor and max(singles) > BASELINE_SPREAD * floor:
-        evidence.append(f"the single-stream model measured {floor:,.0f} to {max(singles):,.0f} us "
-                        "in this run's rounds: the machine was disturbed (another process, or "
-                        "an OpenMP thread team stalled on a descheduled thread); every "
-                        f"candidate is compared with the fastest, {floor:,.0f} us")
+    # the spread is the side-by-side rounds' (the separate process's one figure is shared)
+    rounds = [r.single_median_us for r in results if r.single_median_us]
+    if floor and rounds and max(rounds) > BASELINE_SPREAD * floor:
+        evidence.append(f"the single-stream model measured {floor:,.0f} to {max(rounds):,.0f} us "
+                        "in this run: the machine was disturbed (another process, or an "
+                        "OpenMP thread team stalled on a descheduled thread); every candidate "
+                        f"is compared with the fastest, {floor:,.0f} us")
     evidence[:0] = [_line(r) for r in results]
     bad = [r.name for r in results if r.outputs_ok is False]
     if bad:
@@ -174,11 +175,16 @@ def recommend(results: list[CandidateResult], current: str | None = None,
     winners = [r for r in usable if r.best_speedup >= 1.0 + margin]
     if not winners:
         best = max(usable, key=lambda r: r.best_speedup, default=None)
+        parts = []
+        if bad:
+            parts.append(f"{len(bad)} candidate(s) gave outputs unlike the single-stream "
+                         "model's")
+        if odd:
+            parts.append(f"{len(odd)} measured an implausible speedup (a disturbed "
+                         "single-stream baseline: measure again on a quiet machine)")
         why = (f"the best candidate {best.name} measured {best.best_speedup:.2f}x, below the "
                f"{1 + margin:.2f}x margin" if best
-               else "every candidate's speedup was implausible (a disturbed single-stream "
-                    "baseline): measure again on a quiet machine" if odd and not bad
-               else "no candidate's outputs matched the single-stream model" if results
+               else "; ".join(parts) if parts
                else "there is no multi-stream candidate to run (no parallel point the "
                     "planner can use)")
         return Recommendation("single", None, f"stay single-stream: {why}", evidence,

@@ -160,6 +160,9 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         raise InputError(spec, "the graph has no ops: nothing to simulate")
     out = sweep(graph, profile, counts, ge=args.ge, jitter=args.jitter, seed=args.seed, plans=plans)
     runs = out.pop("_runs")
+    if not out["rows"]:
+        raise InputError(spec, f"nothing to simulate for --streams {args.streams}: the model "
+                               "has no multi-stream candidate (1 adds the single-stream row)")
     if args.trace:
         multi = [k for k in runs if k > 1] or list(runs)
         best = min(multi, key=lambda k: runs[k].result.wall_us)
@@ -210,7 +213,8 @@ def _shape_sweep(args: argparse.Namespace, profile, counts: list[int]) -> int:
     for b in _ints(args.batch, "--batch"):
         for q in _ints(args.seq, "--seq"):
             graph = resolve(args.model, scale=args.scale, phase=args.phase, batch=b, seq=q)
-            out = sweep(graph, profile, counts, ge=args.ge, jitter=args.jitter, seed=args.seed)
+            out = sweep(graph, profile, sorted({1, *counts}), ge=args.ge, jitter=args.jitter,
+                        seed=args.seed)  # the single-stream row: what speedups are over
             out.pop("_runs")
             best = min(out["rows"], key=lambda r: r["wall_us"])
             rows.append({"batch": b, "seq": q, "single_wall_us": out["rows"][0]["wall_us"],
