@@ -85,6 +85,39 @@ def test_output_files_are_written(tmp_path):
     assert r.stdout == ""
 
 
+def test_no_output_overwrites_an_input_or_another_output(tmp_path):
+    """A report written over the trace it came from loses the capture: refused up front,
+    as are two outputs of one path and a baseline that is the trace itself."""
+    trace = tmp_path / "t.json.gz"
+    shutil.copy(KINETO, trace)
+    before = trace.read_bytes()
+    line = bad(trace, "--format", "json", "-o", str(trace))
+    assert "it is an input of this command" in line
+    line = bad(trace, "--html", str(tmp_path / "r" / ".." / "t.json.gz"))
+    assert "--html" in line
+    assert trace.read_bytes() == before
+    r = run("analyze", str(trace), "-o", str(tmp_path / "x"), "--html", str(tmp_path / "x"))
+    assert r.returncode == 2 and "-o/--output and --html name the same file" in r.stderr
+    assert not (tmp_path / "x").exists()
+    line = bad(trace, "--baseline", str(trace))
+    assert "--baseline is one of the traces analysed" in line
+
+
+def test_a_plan_none_of_whose_ops_ran_is_refused(tmp_path):
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"schema": "parastream.plan/1", "model": "other", "device": "cpu",
+                                "recommended": "p", "candidates": [{
+                                    "name": "p", "algorithm": "manual",
+                                    "assignment": {"nope_a": 0, "nope_b": 1},
+                                    "events": [{"record_after": "nope_b",
+                                                "wait_before": None}]}]}))
+    r = run("analyze", str(KINETO), "--plan", str(plan))
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr.strip().splitlines() == [
+        f"parastream: {plan}: none of the 2 ops of candidate 'p' is in the trace: the plan is "
+        "for another model, or the trace names ops otherwise"]
+
+
 def test_several_captures_drop_cold_and_report_medians(tmp_path):
     files = []
     for i in range(4):

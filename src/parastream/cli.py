@@ -94,12 +94,18 @@ def _load_commands(module: str, sub) -> None:
 
 
 def cmd_analyze(args: argparse.Namespace) -> int:
-    from .report.atomic import check_writable, write_atomic
+    from .report.atomic import check_outputs, write_atomic
     from .timeline import analyze as an
     from .timeline.ranks import analyze_paths
 
-    for path in (args.output, args.html, args.perfetto):
-        check_writable(path)  # before reading any trace: no output is lost to a typo
+    # before reading any trace: no output is lost to a typo, and no trace to its report
+    check_outputs({"-o/--output": args.output, "--html": args.html,
+                   "--perfetto": args.perfetto},
+                  [*(args.paths or []), args.baseline, args.plan])
+    if args.baseline and any(os.path.realpath(args.baseline) == os.path.realpath(p)
+                             for p in args.paths or []):
+        raise InputError(args.baseline, "--baseline is one of the traces analysed: compare "
+                                        "against a single-stream capture of the same model")
     for flag, v in (("--cold", args.cold), ("--max-points", args.max_points),
                     ("-j/--jobs", args.jobs)):
         if v < 0:
@@ -141,6 +147,11 @@ def cmd_analyze(args: argparse.Namespace) -> int:
 
         for cap, tl in zip(doc["captures"], timelines):
             cap["plan_check"] = verify(tl, plan_doc, args.candidate)
+        checks = [c["plan_check"] for c in doc["captures"]]
+        if checks and all(c["ops_found"] == 0 and c["ops_planned"] for c in checks):
+            raise InputError(args.plan, f"none of the {checks[0]['ops_planned']} ops of "
+                                        f"candidate {args.candidate!r} is in the trace: the plan "
+                                        "is for another model, or the trace names ops otherwise")
     if args.format == "json":
         from .graph.render import render_json
 

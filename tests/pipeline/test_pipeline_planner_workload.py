@@ -138,6 +138,8 @@ def test_cli_runs_the_demo_and_writes_html_and_an_analysable_trace(tmp_path):
     (("--depth", "0"), "--depth"),
     (("--html", "/nonexistent-dir/x.html"), "directory"),
     (("--replicas", "decode=2,decode=3"), "given twice"),
+    (("--replicas", "decode=100000"), "from 1 to 256"),
+    (("--html", "{tmp}/same.html", "--trace", "{tmp}/same.html"), "name the same file"),
     (("--trace", "{tmp}", "--html", "{tmp}/new.html"), "is a directory"),
     (("--html", "{tmp}"), "is a directory"),
 ])

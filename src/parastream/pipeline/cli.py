@@ -50,6 +50,11 @@ def add_parser(subparsers: Any) -> None:
     p.set_defaults(func=cmd_pipeline)
 
 
+#: replicas of one stage at most: each is a worker thread, and thousands exhaust the
+#: process's threads (a traceback after the whole serial run) long before they pay
+MAX_REPLICAS = 256
+
+
 def parse_replicas(spec: str, stages: Iterable[str]) -> dict[str, int]:
     """``"decode=2,infer=1"`` -> ``{"decode": 2, "infer": 1}``; InputError on bad text."""
     names = list(stages)
@@ -64,8 +69,9 @@ def parse_replicas(spec: str, stages: Iterable[str]) -> dict[str, int]:
             n = int(num)
         except ValueError:
             n = 0
-        if n < 1:
-            raise InputError(None, f"--replicas: {part!r}: N must be an integer >= 1")
+        if not 1 <= n <= MAX_REPLICAS:  # each replica is a thread of this process
+            raise InputError(None, f"--replicas: {part!r}: N must be an integer from 1 to "
+                                   f"{MAX_REPLICAS}")
         if name in out:
             raise InputError(None, f"--replicas: {name} is given twice")
         out[name] = n
@@ -99,10 +105,10 @@ def cmd_pipeline(args: argparse.Namespace) -> int:
     except ImportError as exc:
         raise InputError(None, f"the pipeline demo needs torch and pillow "
                                f"(pip install 'parastream[torch]'): {exc}") from None
-    from ..report.atomic import check_writable
+    from ..report.atomic import check_outputs
 
-    for path in (args.html, args.trace):
-        check_writable(path)  # both before the run: no output left behind for a bad one
+    # both before the run: no output left behind for a bad one, nor one over the other
+    check_outputs({"--html": args.html, "--trace": args.trace})
     doc, serial_tl, pipe_tl = run_demo(args.items, args.batch, replicas, args.depth,
                                        not args.unordered, args.threads, not args.no_progress)
     if args.format == "json":

@@ -110,6 +110,31 @@ def _probe_write(directory: str, name: str, what: str) -> None:
         pass
 
 
+def check_outputs(outputs: dict[str, str | os.PathLike[str] | None],
+                  inputs: list[str | os.PathLike[str] | None] | tuple = ()) -> None:
+    """:func:`check_writable` for every output (flag -> path), and refuse two outputs of
+    one path (one would overwrite the other) or an output that is one of the ``inputs``
+    (a trace analysed and then overwritten by its own report is lost)."""
+    seen: dict[str, str] = {}
+    ins = {_key(p): p for p in inputs if p}
+    for flag, path in outputs.items():
+        if not path:
+            continue
+        check_writable(path)
+        key = _key(path)
+        if key in ins:
+            raise InputError(path, f"cannot write {flag}: it is an input of this command, "
+                                   "which it would overwrite")
+        if key in seen:
+            raise InputError(path, f"{seen[key]} and {flag} name the same file")
+        seen[key] = flag
+
+
+def _key(path: str | os.PathLike[str]) -> str:
+    """One spelling per file: symlinks and relative parts resolved."""
+    return os.path.realpath(os.fspath(path))
+
+
 def check_folder(path: str | os.PathLike[str] | None) -> None:
     """Like :func:`check_writable` for an output folder (``--trace DIR``, ``--out DIR``):
     a file must not be in its place, and the nearest part of it that exists must be a
