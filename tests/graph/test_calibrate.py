@@ -7,6 +7,7 @@ import math
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -421,3 +422,24 @@ def test_busy_watch_names_work_that_runs_during_the_calibration():
     quiet.samples = list(watch.samples)
     assert quiet.note() is None
     assert BusyWatch(2).note() is None  # no samples: nothing to say
+
+
+def test_cli_keeps_a_busy_warning_in_the_profile(tmp_path, monkeypatch, capsys):
+    """What the calibration warned of travels with the profile it wrote."""
+    import argparse
+
+    from parastream.graph import cli_zoo
+    from parastream.runtime import overhead
+
+    def fake(quick, name, repeat, warn):
+        warn("other tasks took at least half the 2 core(s) during 60% of the calibration")
+        return json.loads((Path(cal.__file__).parent.parent / "device" / "profiles"
+                           / "cpu.json").read_text())
+
+    monkeypatch.setattr(overhead, "calibrate_cpu", fake)
+    out = tmp_path / "p.json"
+    args = argparse.Namespace(name="cpu-calibrated", repeat=1, output=str(out), quick=True,
+                              malloc="system")
+    assert cli_zoo.cmd_calibrate(args) == 0
+    doc = json.loads(out.read_text())
+    assert doc["sources"]["warning"].startswith("calibrated on a busy machine: other tasks")

@@ -269,3 +269,26 @@ def test_simulating_a_plan_uses_the_plans_own_device(tmp_path):
         f"parastream: {mine}: made for device 'my-h100', which is not a shipped profile: "
         "name its profile file with --device"]
     assert "simulated on my-h100" in cli("simulate", str(mine), "--device", str(prof)).stdout
+
+
+def test_a_profile_calibrated_on_a_busy_machine_is_warned_of_where_it_is_used(tmp_path):
+    """calibrate keeps its busy-machine warning in the profile's sources; graph, plan and
+    simulate repeat it on stderr whenever they predict from that profile."""
+    import msgspec
+
+    from parastream.device.profile import dumps_profile
+
+    base = load_profile("cpu")
+    busy = msgspec.structs.replace(base, name="busy-cpu", sources={
+        **base.sources, "warning": "calibrated on a busy machine: other tasks took half the "
+                                   "cores during 80% of the calibration"})
+    prof = tmp_path / "busy.json"
+    prof.write_bytes(dumps_profile(busy))
+    src = tmp_path / "prolog.json"
+    src.write_bytes(dumps(prolog()))
+    for cmd in (["simulate", str(src), "--streams", "1,2"], ["plan", str(src)], ["graph", str(src)]):
+        r = subprocess.run([sys.executable, "-m", "parastream", *cmd, "--device", str(prof)],
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+        assert r.stderr.startswith("parastream: warning: device profile 'busy-cpu': calibrated "
+                                   "on a busy machine"), (cmd, r.stderr)

@@ -305,6 +305,13 @@ def _builtin_dir():
     return resources.files("parastream.device") / "profiles"
 
 
+def profile_warning(p: "DeviceProfile") -> str | None:
+    """The warning a calibration left in the profile (``sources["warning"]``: it ran on a
+    busy machine), for the commands that predict from it to repeat; None when there is none."""
+    note = (p.sources or {}).get("warning", "").strip()
+    return f"warning: device profile {p.name!r}: {note}" if note else None
+
+
 #: the profile ``graph`` and ``simulate`` use when none is named (``plan`` defaults to
 #: ``cpu``, the device ``run`` executes on here)
 DEFAULT_DEVICE = "ascend910b"

@@ -50,6 +50,7 @@ def cmd_graph(args: argparse.Namespace) -> int:
 
     check_writable(args.output)
     profile = load_profile(args.device)
+    _warn_profile(profile)
     g = load_graph(args.model, scale=args.scale, phase=args.phase, device=args.device)
     a = analyze_graph(g, profile)
     source = args.model
@@ -70,3 +71,12 @@ def cmd_graph(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(out)
     return 0
+
+
+def _warn_profile(profile) -> None:
+    """Repeat on stderr what the profile's calibration warned of (a busy machine)."""
+    from ..device.profile import profile_warning
+
+    note = profile_warning(profile)
+    if note:
+        print(f"parastream: {note}", file=sys.stderr)

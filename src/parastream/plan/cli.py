@@ -224,6 +224,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if args.max_streams is not None and args.max_streams < 1:
         raise InputError(None, f"--max-streams must be at least 1, got {args.max_streams}")
     profile = load_profile(args.device)  # bad names and files raise a one-line InputError
+    _warn_profile(profile)
     mapping = None
     if args.mapping:
         try:
@@ -258,3 +259,12 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 __all__ = ["add_parser", "build", "points_from", "Plan"]
+
+
+def _warn_profile(profile) -> None:
+    """Repeat on stderr what the profile's calibration warned of (a busy machine)."""
+    from ..device.profile import profile_warning
+
+    note = profile_warning(profile)
+    if note:
+        print(f"parastream: {note}", file=sys.stderr)

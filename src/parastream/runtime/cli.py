@@ -68,11 +68,13 @@ def add_parser(sub) -> None:
 # ----------------------------------------------------------------------------- loading
 def load_profile_for(args: argparse.Namespace) -> tuple[Any, str]:
     """The device profile and a sentence saying which one it is."""
-    from ..device.profile import load_profile
+    from ..device.profile import load_profile, profile_warning
 
     if args.profile:
         try:
-            return load_profile(args.profile), f"profile {args.profile}"
+            profile = load_profile(args.profile)
+            note = profile_warning(profile)
+            return profile, f"profile {args.profile}" + (f" ({note})" if note else "")
         except (OSError, ValueError, KeyError) as exc:
             raise InputError(args.profile, f"not a device profile: {exc}") from None
     if args.device == "cpu":

@@ -140,6 +140,10 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         raise
     except (OSError, ValueError, KeyError) as exc:
         raise InputError(device, f"not a device profile: {exc}") from None
+    from ..device.profile import profile_warning
+
+    if profile_warning(profile):
+        print(f"parastream: {profile_warning(profile)}", file=sys.stderr)
     plans = None
     if doc is not None:
         src = doc.source or {}
