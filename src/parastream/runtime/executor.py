@@ -256,8 +256,13 @@ class MultiStreamExecutor(torch.fx.Interpreter):
         # faster bindings validated on first use: node -> (binding, the check it must pass)
         self._fast: dict[torch.fx.Node, Any] = {}
         self._fast_pending: dict[torch.fx.Node, tuple[Any, Any]] = {}
+        # an op that draws random numbers keeps its own call: the binding's first-call check
+        # would draw twice (an attention at dropout_p=0 draws nothing and keeps the binding)
+        draws = {o.name for o in self.graph_ir.ops
+                 if any(e.startswith("writes:random generator") for e in o.side_effects)}
         for n, *_rest in self.op_nodes:
-            fn = _torch_binding(n.target) if n.op == "call_function" else None
+            fn = (_torch_binding(n.target) if n.op == "call_function" and n.name not in draws
+                  else None)
             if fn is not None:
                 self._fast_pending[n] = (fn, _bitwise_equal)
         for n in self.lazy:
@@ -654,8 +659,8 @@ def _torch_binding(target: Any) -> Any:
     does not (measured: two threads of 1.6 ms matmuls ran 1.81x faster than serial
     through ``torch.mm``, 1.08x through ``torch.ops.aten.mm.default``), so without them
     two cpu streams cannot overlap. Kept only when the first call is bitwise identical."""
-    if _aten_kind(target) != "pure" or torch.Tag.nondeterministic_seeded in target.tags:
-        return None  # a random op's first-call check would draw twice: one op, one draw
+    if _aten_kind(target) != "pure":
+        return None
     name = target.overloadpacket.__name__
     for mod in _BINDING_MODULES:
         fn = getattr(getattr(torch._C, mod, None), name, None)
