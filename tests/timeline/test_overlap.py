@@ -330,7 +330,8 @@ def test_analyze_busy_overlap_parallelism_and_concurrency_match_grid(raw):
         union |= g
         level += g
     total = sum(int(g.sum()) for g in grids.values())
-    assert r["parallelism"] == (round(total / int(union.sum()), 6) if union.any() else 0.0)
+    assert r["parallelism"] == (round(total / int(union.sum()), 6) if union.any() else 1.0)
+    assert any("zero duration" in w for w in r["warnings"]) == (not union.any())
     # concurrency over [first start, last end]: time with exactly k streams busy
     first, last = min(s for _, s, _ in ops), max(e for _, _, e in ops)
     want = {str(k): round(int((level[first:last] == k).sum()) / 1000, 3)

@@ -79,7 +79,11 @@ def analyze_capture(tl: Timeline, opts: Options | None = None, label: str | None
     wall = last - first
     union_len = iv.length(all_busy)
     sum_busy = sum(s.busy_ns for s in stats)
-    parallelism = sum_busy / union_len if union_len else 0.0
+    # no busy time at all (every op of zero duration): nothing ran side by side, so serial
+    parallelism = sum_busy / union_len if union_len else 1.0
+    if len(tl) and not union_len:
+        warnings.append(f"all {len(tl)} ops have zero duration: no overlap can be measured "
+                        "(a trace of launches only, or durations lost in export)")
     hist = iv.concurrency_histogram([s.busy for s in stats], first, last)
 
     overlaps = []
