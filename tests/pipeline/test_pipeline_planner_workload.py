@@ -34,6 +34,9 @@ def test_planner_stops_at_the_core_limit_and_the_worker_budget():
     q = plan(times, max_workers=4)
     assert sum(q.replicas.values()) == 4
     assert "budget" in q.steps[-1]
+    for bad in ({"cores": 0}, {"cores": -1}, {"max_workers": 0}):  # not "unbounded"
+        with pytest.raises(ValueError, match="at least 1"):
+            plan(times, **bad)
 
 
 def test_planner_gil_bound_stages_do_not_scale():

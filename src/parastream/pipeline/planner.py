@@ -79,6 +79,10 @@ def plan(stage_times: Mapping[str, float | Sequence[float]], *, cores: int | Non
     """
     if not stage_times:
         raise ValueError("no stage times")
+    if cores is not None and cores < 1:  # 0 or less would read as "no core bound"
+        raise ValueError(f"cores must be at least 1, got {cores}")
+    if max_workers is not None and max_workers < 1:
+        raise ValueError(f"max_workers must be at least 1, got {max_workers}")
     stats = {k: _mean_and_tail(v) for k, v in stage_times.items()}
     times = {k: m for k, (m, _) in stats.items()}
     cpu = None if cpu_stages is None else list(cpu_stages)
