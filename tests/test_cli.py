@@ -103,6 +103,24 @@ def test_no_output_overwrites_an_input_or_another_output(tmp_path):
     assert "--baseline is one of the traces analysed" in line
 
 
+def test_a_perfetto_view_is_not_read_back_as_a_trace(tmp_path):
+    """analyze --perfetto writes a view of the analysis (some event kinds only, streams as
+    tracks): read back as a Kineto trace it would give other figures. Alone it is refused;
+    in a folder next to its trace it is skipped, as parastream's other documents are."""
+    view = tmp_path / "view.json"
+    assert run("analyze", str(KINETO), "--perfetto", str(view)).returncode == 0
+    line = bad(view)
+    assert "a Perfetto view that parastream analyze wrote, not a profiler trace" in line
+    folder = tmp_path / "f"
+    folder.mkdir()
+    shutil.copy(KINETO, folder / KINETO.name)
+    shutil.copy(view, folder / "view.json")
+    r = run("analyze", str(folder), "--format", "json")
+    assert r.returncode == 0, r.stderr
+    (cap,) = json.loads(r.stdout)["captures"]
+    assert cap["source"].endswith(KINETO.name)
+
+
 def test_a_plan_none_of_whose_ops_ran_is_refused(tmp_path):
     plan = tmp_path / "plan.json"
     plan.write_text(json.dumps({"schema": "parastream.plan/1", "model": "other", "device": "cpu",

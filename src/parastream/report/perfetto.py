@@ -169,7 +169,14 @@ def to_perfetto(timelines: list[Timeline], labels: list[str] | None = None) -> d
                                    "pid": pid, "tid": on[i] + 1, "ts": src[k]})
                     events.append({"ph": "f", "bp": "e", "name": FLOW_NAME, "cat": WAIT_CAT,
                                    "id": flow_id, "pid": pid, "tid": wtids[i], "ts": dst[k]})
-    return {"traceEvents": events, "displayTimeUnit": "ns"}
+    # first in the object: what `parastream analyze` looks for to refuse reading a view
+    # of an analysis back as if it were a profiler trace (it keeps only some event kinds)
+    return {"otherData": {"generator": VIEW_MARK}, "traceEvents": events,
+            "displayTimeUnit": "ns"}
+
+
+#: ``otherData.generator`` of the files :func:`write_perfetto` writes
+VIEW_MARK = "parastream perfetto view"
 
 
 def write_perfetto(path: str | os.PathLike[str], timelines: list[Timeline],

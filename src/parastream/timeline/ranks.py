@@ -25,12 +25,13 @@ from .readers.directory import CAPTURE_SUFFIXES, is_capture
 _TRACE_FILES = ("*.json", "*.json.gz", "*.csv", "*.db", "*.pt.trace.json", "*.pt.trace.json.gz")
 
 
-_PARASTREAM_SCHEMA = re.compile(rb'"schema"\s*:\s*"parastream\.')
+_PARASTREAM_SCHEMA = re.compile(rb'"schema"\s*:\s*"parastream\.|"parastream perfetto view"')
 
 
 def _parastream_document(path: str) -> bool:
     """Whether ``path`` is one of parastream's own JSON documents (a plan, a graph, a
-    profile), not a trace: ``run --trace DIR`` writes its plan.json next to the traces."""
+    profile, an analysis's Perfetto view), not a trace: ``run --trace DIR`` writes its
+    plan.json next to the traces."""
     if not path.endswith(".json"):
         return False
     try:
@@ -62,6 +63,8 @@ def expand(path: str) -> list[str]:
     if len(files) > 1 and not any(fnmatch.fnmatch(os.path.basename(f), m) for f in files
                                   for m in ("kernel_details.csv", "trace_view.json", "op_summary_*.csv")):
         return files
+    if len(files) == 1 and any(_parastream_document(os.path.join(path, e)) for e in entries):
+        return files  # one trace next to parastream's own documents: that trace alone
     return [path]
 
 

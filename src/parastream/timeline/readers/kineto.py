@@ -419,6 +419,9 @@ def _decode(path: str, data: bytes, warnings: list[str]) -> tuple[list[dict], ob
 def read(path: str) -> Timeline:
     """Read a Kineto trace into a :class:`Timeline` (one device: the busiest one)."""
     data = read_all(path)
+    if b'"parastream perfetto view"' in data[:512]:  # report.perfetto.VIEW_MARK
+        raise InputError(path, "a Perfetto view that parastream analyze wrote, not a profiler "
+                               "trace: analyze the trace it was made from")
     warnings: list[str] = []
     try:
         parts, head = _decode(path, data, warnings)
