@@ -56,7 +56,9 @@ def test_cli_quick_writes_a_loadable_profile(tmp_path):
     assert doc["op_rates"]["linear"]["dram_gbps"] > 0 and doc["op_rates"]["add"]["dram_gbps"] > 0
     assert doc["cold_after_us"] >= 0 and "rms_norm" in doc["sources"]["cold_after_us"]
     assert all(r["cold_1_us"] >= 0 and r["cold_all_us"] >= 0 for r in doc["op_rates"].values())
-    assert all(v.startswith("measured by parastream calibrate on ") for v in doc["sources"].values())
+    # (a busy machine adds sources["warning"], which is no figure's source)
+    assert all(v.startswith("measured by parastream calibrate on ")
+               for k, v in doc["sources"].items() if k != "warning")
     assert "median of 2 calibrations" in doc["description"]
     assert "executor per op" in doc["sources"]["repeat"]
     from parastream.device.profile import load_profile
