@@ -142,6 +142,8 @@ def test_file_errors(tmp_path):
     assert info.value.path == f"{tmp_path}/nope.py"
     with pytest.raises(InputError, match="path/to/file.py:factory"):
         resolve(str(tmp_path / "model.py"))
+    with pytest.raises(InputError, match="no such file"):  # a graph file that is not there
+        resolve(str(tmp_path / "graph.json"))
     with pytest.raises(InputError, match="syntax error on line 2"):
         resolve(write(tmp_path, "x = 1\ndef f(:\n", "syn.py") + ":f")
     with pytest.raises(InputError, match="failed to import: ModuleNotFoundError: No module named "

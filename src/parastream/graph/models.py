@@ -133,6 +133,8 @@ def load_model(spec: str, scale: str = "small", phase: str | None = None,
 def _load_from_file(spec: str, scale: str, phase: str | None) -> tuple[Any, tuple, str, dict]:
     path, sep, attr = spec.rpartition(":")
     if not sep or not path:
+        if spec.endswith((".json", ".json.gz")) and not os.path.exists(spec):
+            raise InputError(spec, "no such file")  # a graph or plan file, not found
         raise InputError(spec, "name the factory after the file: path/to/file.py:factory")
     if not attr.isidentifier():
         raise InputError(path, f"{attr!r} is not a Python name; expected path/to/file.py:factory")
