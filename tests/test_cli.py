@@ -156,6 +156,15 @@ def test_baseline_triage(tmp_path):
     tri = json.loads(r.stdout)["triage"]
     assert tri["verdict"] in ("faster", "3a", "3b", "partial", "3c")
     assert tri["evidence"]
+    # an add kernel against a multi-stream CUDA sample: not the same workload, and the
+    # "baseline" is no single-stream capture; the triage says both before its verdict
+    assert tri["evidence"][0].startswith("the baseline and this capture share 0% of their op")
+    assert tri["evidence"][1].startswith("the baseline has 3 compute streams")
+    copy = tmp_path / "copy.json.gz"  # the same workload: no doubt about the model
+    shutil.copy(KINETO, copy)
+    same = run("analyze", str(KINETO), "--baseline", str(copy), "--format", "json")
+    ev = json.loads(same.stdout)["triage"]["evidence"]
+    assert not any("same model" in e for e in ev) and "compute streams" in ev[0]
 
 
 def test_python_dash_m_and_console_script_agree():

@@ -88,12 +88,37 @@ def triage(base: dict, multi: dict) -> dict:
         evidence.append(f"median overlap_pct {med_pct:.3f}, parallelism {par:.3f}x")
     if not faster and verdict not in ("3a",):
         evidence.extend(_three_c(b, m, changes))
+    shared = _shared_ops(b, m)
+    if shared is not None and shared < SAME_MODEL_SHARE:
+        evidence.insert(0, f"the baseline and this capture share {shared:.0%} of their op time "
+                           "by op type: are they the same model? The comparison assumes it")
+        if len(base_streams) > 1:
+            evidence.insert(1, f"the baseline has {len(base_streams)} compute streams: is it a "
+                               "single-stream capture?")
+    elif len(base_streams) > 1:
+        evidence.insert(0, f"the baseline has {len(base_streams)} compute streams: is it a "
+                           "single-stream capture?")
     return {"verdict": verdict, "summary": summary, "wall_change_pct": round(change, 3),
             "baseline": {"wall_us": b_wall, "parallelism": b["parallelism"], "ops": b["ops"],
                          "source": b["source"]},
             "multi": {"wall_us": m_wall, "parallelism": par, "ops": m["ops"], "source": m["source"]},
             "median_overlap_pct": round(med_pct, 6), "evidence": evidence,
             "op_type_changes": changes}
+
+
+#: below this share of shared op time, the baseline looks like another workload
+SAME_MODEL_SHARE = 0.5
+
+
+def _shared_ops(b: dict, m: dict) -> float | None:
+    """The share of the two captures' op time (summed per op type or name, each side's
+    largest groups) in groups both have: near 1 for the same model, near 0 for another."""
+    bg, mg = b["op_stats"]["groups"], m["op_stats"]["groups"]
+    if b["op_stats"]["by"] != m["op_stats"]["by"] or not bg or not mg:
+        return None
+    total = sum(g["total_us"] for g in bg.values()) + sum(g["total_us"] for g in mg.values())
+    both = sum(bg[k]["total_us"] + mg[k]["total_us"] for k in bg.keys() & mg.keys())
+    return both / total if total else None
 
 
 def op_type_changes(b: dict, m: dict) -> list[dict]:
