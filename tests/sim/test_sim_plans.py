@@ -292,3 +292,17 @@ def test_a_profile_calibrated_on_a_busy_machine_is_warned_of_where_it_is_used(tm
         assert r.returncode == 0, r.stderr
         assert r.stderr.startswith("parastream: warning: device profile 'busy-cpu': calibrated "
                                    "on a busy machine"), (cmd, r.stderr)
+
+
+def test_a_shape_sweep_says_when_the_model_ignores_a_flag():
+    pytest.importorskip("torch")
+    r = subprocess.run([sys.executable, "-m", "parastream", "simulate", "two_chains", "--batch",
+                        "1,2", "--streams", "1,2", "--format", "json"], capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["ignored"] == ["two_chains ignores --batch: the same graph for every value"]
+    r = subprocess.run([sys.executable, "-m", "parastream", "simulate", "llama_layer", "--scale",
+                        "tiny", "--seq", "16,32", "--streams", "1,2", "--format", "json"],
+                       capture_output=True, text=True, timeout=300)
+    assert json.loads(r.stdout)["ignored"] == []  # llama_layer takes --seq

@@ -214,9 +214,13 @@ def _shape_sweep(args: argparse.Namespace, profile, counts: list[int]) -> int:
     from .run import sim_label
 
     rows = []
+    work: dict[str, dict] = {"batch": {}, "seq": {}}  # value -> the graph's work, per flag
     for b in _ints(args.batch, "--batch"):
         for q in _ints(args.seq, "--seq"):
             graph = resolve(args.model, scale=args.scale, phase=args.phase, batch=b, seq=q)
+            size = (sum(o.flops for o in graph.ops), sum(o.bytes_read for o in graph.ops))
+            work["batch"].setdefault(b, set()).add(size)
+            work["seq"].setdefault(q, set()).add(size)
             out = sweep(graph, profile, sorted({1, *counts}), ge=args.ge, jitter=args.jitter,
                         seed=args.seed)  # the single-stream row: what speedups are over
             out.pop("_runs")
@@ -225,8 +229,14 @@ def _shape_sweep(args: argparse.Namespace, profile, counts: list[int]) -> int:
                          "best_wall_us": best["wall_us"], "best_speedup": best["speedup"],
                          "recommended_streams": out["recommended_streams"],
                          "recommendation": out["recommendation"], "rows": out["rows"]})
+    # a model that does not take the override gives one graph for every value: say so
+    # rather than print a table of equal rows as if the shape did not matter
+    ignored = [f"--{flag}" for flag, by in work.items()
+               if len(by) > 1 and len(set.union(*by.values())) == 1]
     doc = {"schema": "parastream.simulation-sweep/1", "model": args.model, "device": profile.name,
-           "label": sim_label(profile), "sweep": rows}
+           "label": sim_label(profile), "sweep": rows,
+           "ignored": [f"{args.model} ignores {f}: the same graph for every value"
+                       for f in ignored]}
     if args.format == "json":
         sys.stdout.write(render_json(doc, indent=2))
         return 0
@@ -235,5 +245,6 @@ def _shape_sweep(args: argparse.Namespace, profile, counts: list[int]) -> int:
     for r in rows:
         lines.append(f"{r['batch'] or '-':>6} {r['seq'] or '-':>6} {r['single_wall_us']:12.1f} "
                      f"{r['best_wall_us']:10.1f} {r['best_speedup']:7.2f}x  {r['recommendation']}")
+    lines += [f"note: {n}" for n in doc["ignored"]]
     sys.stdout.write("\n".join(lines) + "\n")
     return 0
