@@ -235,6 +235,18 @@ def test_non_utf8_bytes(tmp_path):
     bad(f)
 
 
+def test_a_duration_past_int64_nanoseconds_is_skipped_quietly(tmp_path):
+    raw = json.loads(gzip.decompress(KINETO.read_bytes()))
+    kernels = [e for e in raw["traceEvents"] if e.get("cat") == "kernel"]
+    kernels[0]["dur"] = 1e300
+    f = tmp_path / "huge.json"
+    f.write_text(json.dumps(raw))
+    r = run("analyze", str(f), "--format", "json")
+    assert r.returncode == 0 and "RuntimeWarning" not in r.stderr, r.stderr
+    warnings = json.loads(r.stdout)["captures"][0]["warnings"]
+    assert "skipped 1 device op(s) without a usable ts/dur" in warnings
+
+
 def test_negative_and_nan_durations_partly_usable(tmp_path):
     raw = json.loads(gzip.decompress(KINETO.read_bytes()))
     kernels = [e for e in raw["traceEvents"] if e.get("cat") == "kernel"]

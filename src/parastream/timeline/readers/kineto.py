@@ -182,7 +182,8 @@ def _dur_ns(values: list) -> tuple[np.ndarray, np.ndarray]:
                 us[i] = float(v) if not isinstance(v, str) else us_text_to_ns(v) / 1000.0
             except (TypeError, ValueError, OverflowError):
                 pass
-    ok = np.isfinite(us)
+    # a duration past int64 nanoseconds (292 years) is as unusable as NaN: not cast
+    ok = np.isfinite(us) & (np.abs(us) < 9.2e15)
     return np.where(ok, np.rint(np.where(ok, us, 0.0) * 1000.0), 0).astype(np.int64), ok
 
 
