@@ -140,14 +140,9 @@ def run_demo(out_dir: str = "out/demo", model: str = DEFAULT_MODEL, scale: str =
             step(f"running candidate {k}/{n}: {cand.name[:50]}")
 
         # the planner already simulated every candidate on this profile: its estimates stand
-        from .graph.calibrate import BusyWatch, cpu_count
-        from .runtime.cli import MEASURE_BUSY_ADVICE
-
-        with BusyWatch(cpu_count()) as watch:
-            result = run_candidates(module, inputs, runnable, doc, multi, profile, runs=runs,
-                                    reuse_estimates=True, on_candidate=running,
-                                    op_costs=op_costs)
-        busy = watch.note("the measurement", MEASURE_BUSY_ADVICE)
+        result = run_candidates(module, inputs, runnable, doc, multi, profile, runs=runs,
+                                reuse_estimates=True, on_candidate=running, op_costs=op_costs)
+        busy = result["busy"]
         if busy:
             step(f"warning: {busy}")
         runs_by_name = result["_runs"]
@@ -185,9 +180,7 @@ def run_demo(out_dir: str = "out/demo", model: str = DEFAULT_MODEL, scale: str =
         step("analysing the measured timeline")
         # the same decision as `parastream run`: never a plan under the speedup margin, each
         # side taken in its best setting
-        decision = recommend(result["candidates"])
-        if busy:
-            decision.evidence.append(busy)
+        decision = recommend(result["candidates"], notes=[busy] if busy else ())
         rec = decision.candidate or "single stream"
         # the report shows the recommended candidate's run, else the one closest to winning
         best = decision.closest

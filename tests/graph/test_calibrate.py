@@ -433,15 +433,16 @@ def test_cli_keeps_a_busy_warning_in_the_profile(tmp_path, monkeypatch, capsys):
     from parastream.graph import cli_zoo
     from parastream.runtime import overhead
 
-    def fake(quick, name, repeat, warn):
+    def fake(quick, name, warn):  # one calibration that found the machine busy
         warn("other tasks took at least half the 2 core(s) during 60% of the calibration")
         return json.loads((Path(cal.__file__).parent.parent / "device" / "profiles"
                            / "cpu.json").read_text())
 
-    monkeypatch.setattr(overhead, "calibrate_cpu", fake)
+    monkeypatch.setattr(overhead, "_watched_calibration", fake)
     out = tmp_path / "p.json"
     args = argparse.Namespace(name="cpu-calibrated", repeat=1, output=str(out), quick=True,
                               malloc="system")
     assert cli_zoo.cmd_calibrate(args) == 0
     doc = json.loads(out.read_text())
     assert doc["sources"]["warning"].startswith("calibrated on a busy machine: other tasks")
+    assert "parastream calibrate: other tasks took at least half" in capsys.readouterr().err

@@ -49,14 +49,18 @@ def test_calibrate_cpu_warns_before_and_during_a_busy_calibration(monkeypatch):
     from parastream.graph import calibrate as cal
     from parastream.runtime import overhead
 
-    monkeypatch.setattr(overhead, "_calibrate_cpu", lambda quick, name: time.sleep(0.5) or {})
+    monkeypatch.setattr(overhead, "_calibrate_cpu",
+                        lambda quick, name: time.sleep(0.5) or {"sources": {}})
     monkeypatch.setattr(cal, "_others_running", lambda: 64)  # every core taken, throughout
     notes: list[str] = []
-    assert overhead.calibrate_cpu(quick=True, warn=notes.append) == {}
+    profile = overhead.calibrate_cpu(quick=True, warn=notes.append)
     assert len(notes) == 2
     assert "other task(s) are running" in notes[0]                # before it starts
     assert "during 100% of the calibration" in notes[1]           # and while it ran
+    # and the profile keeps what it was told, for the commands that predict from it
+    assert profile == {"sources": {"warning": "calibrated on a busy machine: "
+                                              + "; ".join(notes)}}
     monkeypatch.setattr(cal, "_others_running", lambda: 0)
     notes.clear()
-    overhead.calibrate_cpu(quick=True, warn=notes.append)
+    assert overhead.calibrate_cpu(quick=True, warn=notes.append) == {"sources": {}}
     assert notes == []                                            # quiet: nothing to say

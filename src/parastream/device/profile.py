@@ -312,6 +312,15 @@ def profile_warning(p: "DeviceProfile") -> str | None:
     return f"warning: device profile {p.name!r}: {note}" if note else None
 
 
+def warn_if_noted(p: "DeviceProfile") -> None:
+    """Print :func:`profile_warning` on stderr, as the commands that predict from ``p`` do."""
+    import sys
+
+    note = profile_warning(p)
+    if note:
+        print(f"parastream: {note}", file=sys.stderr)
+
+
 #: the profile ``graph`` and ``simulate`` use when none is named (``plan`` defaults to
 #: ``cpu``, the device ``run`` executes on here)
 DEFAULT_DEVICE = "ascend910b"

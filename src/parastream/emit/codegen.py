@@ -1057,7 +1057,8 @@ class _Emitter:
         return lines
 
     def call_literal(self) -> str:
-        """:attr:`Traced.call` as Python source (no call recorded: no check but the count)."""
+        """:attr:`Traced.call` as Python source; ``None`` when no call was recorded (the
+        generated module then takes any call)."""
         if self.t.call is None:  # traced without its example call: nothing to check
             return "None"
         n, keys, spec, consts = self.t.call

@@ -42,7 +42,7 @@ def add_parser(subparsers) -> None:
 
 
 def cmd_graph(args: argparse.Namespace) -> int:
-    from ..device.profile import load_profile
+    from ..device.profile import load_profile, warn_if_noted
     from ..report.atomic import check_writable
     from .headroom import analyze_graph
     from .render import (analysis_document, render_json, render_md, render_mermaid,
@@ -50,7 +50,7 @@ def cmd_graph(args: argparse.Namespace) -> int:
 
     check_writable(args.output)
     profile = load_profile(args.device)
-    _warn_profile(profile)
+    warn_if_noted(profile)
     g = load_graph(args.model, scale=args.scale, phase=args.phase, device=args.device)
     a = analyze_graph(g, profile)
     source = args.model
@@ -71,12 +71,3 @@ def cmd_graph(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(out)
     return 0
-
-
-def _warn_profile(profile) -> None:
-    """Repeat on stderr what the profile's calibration warned of (a busy machine)."""
-    from ..device.profile import profile_warning
-
-    note = profile_warning(profile)
-    if note:
-        print(f"parastream: {note}", file=sys.stderr)

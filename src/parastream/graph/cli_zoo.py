@@ -79,15 +79,9 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 
     print(f"parastream calibrate: {malloc.apply(args.malloc)}", file=sys.stderr)
     # with torch, the cpu backend's executor costs too (what run and demo predict with)
-    notes: list[str] = []
-
-    def warn(note: str) -> None:
-        notes.append(note)
-        print(f"parastream calibrate: {note}", file=sys.stderr)
-
-    profile = calibrate_cpu(quick=args.quick, name=args.name, repeat=args.repeat, warn=warn)
-    if notes:  # kept in the profile: plan, simulate and run repeat it whenever it is used
-        profile["sources"]["warning"] = "calibrated on a busy machine: " + "; ".join(notes)
+    profile = calibrate_cpu(quick=args.quick, name=args.name, repeat=args.repeat,
+                            warn=lambda note: print(f"parastream calibrate: {note}",
+                                                    file=sys.stderr))
     data = dumps(profile)
     if args.repeat > 1:  # how far this machine's figures moved between the calibrations
         print(f"parastream calibrate: {profile['sources']['repeat'].split(': ', 1)[1]}",

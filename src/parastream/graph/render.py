@@ -154,16 +154,15 @@ def module_dag(d: Decomposition) -> dict[str, list[dict]]:
     pend = {n for p in d.parallel_points if p.level == "module" and p.verdict == PENDING
             for n in p.members} - cand
     nodes: list[dict] = []
-    edges: list[dict] = []
-    drawn: set[str] = set()
+    inputs: dict[str, list[str]] = {}  # one node per input, however many entries name it
     for s in d.shared_inputs:
         readers = [c for c in s.consumers if c in shown]
-        nid = _node_id(s.node)
-        if readers and nid not in drawn:  # one node per input, however many entries name it
-            drawn.add(nid)
-            nodes.append({"id": nid, "lines": [s.tensor], "kind": "input"})
-        edges += [{"src": nid, "dst": c, "type": "data"} for c in readers
-                  if {"src": nid, "dst": c, "type": "data"} not in edges]
+        if readers:
+            nid = _node_id(s.node)
+            if nid not in inputs:
+                nodes.append({"id": nid, "lines": [s.tensor], "kind": "input"})
+            inputs[nid] = list(dict.fromkeys(inputs.get(nid, []) + readers))
+    edges = [{"src": nid, "dst": c, "type": "data"} for nid, cs in inputs.items() for c in cs]
     for m in mods:
         kind = ("candidate" if m.module_id in cand else "pending" if m.module_id in pend
                 else "module")

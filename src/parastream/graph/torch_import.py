@@ -684,6 +684,12 @@ def _build(recs: list[_Rec], info: dict, module: Any, name: str, source: str,
 RANDOM_GENERATOR = "random generator"
 
 
+def random_draws(g: Graph) -> list[str]:
+    """The ops of ``g`` that draw from a random generator (their side effect says so)."""
+    mark = f"writes:{RANDOM_GENERATOR}"
+    return [o.name for o in g.ops if any(e.startswith(mark) for e in o.side_effects)]
+
+
 def _draws_random(rec: _Rec) -> bool:
     """Whether an op draws from a random generator: torch's ``nondeterministic_seeded``
     tag, else its name (:data:`RANDOM_OPS`)."""
@@ -697,14 +703,20 @@ def _draws_random(rec: _Rec) -> bool:
     schema = getattr(rec.node.target, "_schema", None)
     if schema is None:
         return True
-    given = dict(zip((a.name for a in schema.arguments), rec.args))
-    given.update(rec.kwargs)
+    given = schema_args(schema, rec.args, rec.kwargs)
     for a in schema.arguments:
         if a.name in ("dropout_p", "train"):
             value = given.get(a.name, a.default_value if a.has_default_value() else None)
             if isinstance(value, (bool, int, float)) and not value:
                 return False
     return True
+
+
+def schema_args(schema: Any, args: Sequence[Any], kwargs: dict) -> dict[str, Any]:
+    """An op call's arguments by their schema names (positional ones, then keywords)."""
+    given = dict(zip((a.name for a in schema.arguments), args))
+    given.update(kwargs)
+    return given
 
 
 def _device_of(outs: list, default: Any) -> str:

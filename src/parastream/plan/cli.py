@@ -215,7 +215,7 @@ def build(graph: Graph, profile, *, algorithm: str | None, mapping: dict | None,
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from ..device.profile import load_profile
+    from ..device.profile import load_profile, warn_if_noted
     from ..graph.models import model_source
     from ..report.atomic import check_writable, write_atomic
 
@@ -224,7 +224,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if args.max_streams is not None and args.max_streams < 1:
         raise InputError(None, f"--max-streams must be at least 1, got {args.max_streams}")
     profile = load_profile(args.device)  # bad names and files raise a one-line InputError
-    _warn_profile(profile)
+    warn_if_noted(profile)
     mapping = None
     if args.mapping:
         try:
@@ -259,12 +259,3 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 __all__ = ["add_parser", "build", "points_from", "Plan"]
-
-
-def _warn_profile(profile) -> None:
-    """Repeat on stderr what the profile's calibration warned of (a busy machine)."""
-    from ..device.profile import profile_warning
-
-    note = profile_warning(profile)
-    if note:
-        print(f"parastream: {note}", file=sys.stderr)

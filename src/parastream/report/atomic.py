@@ -84,14 +84,18 @@ def check_writable(path: str | os.PathLike[str] | None,
     if made and directory == os.path.abspath(made):
         return
     if not os.path.isdir(directory):
-        probe = directory
-        while not os.path.exists(probe):
-            probe = os.path.dirname(probe)
-        if probe != directory or not os.path.isdir(probe):
-            what = (f"{probe} is a file, not a folder" if not os.path.isdir(probe)
-                    else f"no directory {directory}")
-            raise InputError(path, f"cannot write: {what}")
+        there = _nearest_existing(directory)
+        raise InputError(path, f"cannot write: {there} is a file, not a folder"
+                         if not os.path.isdir(there) else f"cannot write: no directory {directory}")
     _probe_write(directory, path, "directory")
+
+
+def _nearest_existing(path: str) -> str:
+    """``path`` or the nearest of its parents that exists."""
+    path = os.path.abspath(path)
+    while not os.path.exists(path):
+        path = os.path.dirname(path)
+    return path
 
 
 def _probe_write(directory: str, name: str, what: str) -> None:
@@ -144,9 +148,7 @@ def check_folder(path: str | os.PathLike[str] | None) -> None:
     path = os.fspath(path)
     if os.path.exists(path) and not os.path.isdir(path):
         raise InputError(path, "cannot write: it is a file, not a folder")
-    probe = os.path.abspath(path)
-    while not os.path.exists(probe):
-        probe = os.path.dirname(probe)
+    probe = _nearest_existing(path)
     if not os.path.isdir(probe):
         raise InputError(path, f"cannot write: {probe} is not a folder")
     _probe_write(probe, path, "folder")

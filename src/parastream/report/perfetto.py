@@ -26,6 +26,7 @@ import numpy as np
 
 from ..timeline.analyze import capture_name
 from ..timeline.model import CORES, KINDS, Timeline
+from ..timeline.readers.kineto import PERFETTO_VIEW_MARK
 from ..timeline.nogc import gc_paused
 from .atomic import gzipped_if_named, write_atomic
 
@@ -171,12 +172,8 @@ def to_perfetto(timelines: list[Timeline], labels: list[str] | None = None) -> d
                                    "id": flow_id, "pid": pid, "tid": wtids[i], "ts": dst[k]})
     # first in the object: what `parastream analyze` looks for to refuse reading a view
     # of an analysis back as if it were a profiler trace (it keeps only some event kinds)
-    return {"otherData": {"generator": VIEW_MARK}, "traceEvents": events,
+    return {"otherData": {"generator": PERFETTO_VIEW_MARK}, "traceEvents": events,
             "displayTimeUnit": "ns"}
-
-
-#: ``otherData.generator`` of the files :func:`write_perfetto` writes
-VIEW_MARK = "parastream perfetto view"
 
 
 def write_perfetto(path: str | os.PathLike[str], timelines: list[Timeline],

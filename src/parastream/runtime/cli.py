@@ -210,16 +210,12 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     # a plan file's estimates may come from another calibration of the same name: only
     # estimates made now, on this profile, are reused
-    from ..graph.calibrate import BusyWatch, cpu_count
-
-    with BusyWatch(cpu_count()) as watch:  # the host's threads run every backend's ops
-        result = run_candidates(module, inputs, runnable, doc, chosen, profile,
-                                device=args.device, runs=args.runs, warmup=args.warmup,
-                                drop=args.drop, check=args.check, jitter=args.jitter,
-                                reuse_estimates=doc_in is None, op_costs=op_costs)
-    busy = watch.note("the measurement", MEASURE_BUSY_ADVICE)
-    if busy:
-        out.write(f"warning: {busy}\n")
+    result = run_candidates(module, inputs, runnable, doc, chosen, profile, device=args.device,
+                            runs=args.runs, warmup=args.warmup, drop=args.drop,
+                            check=args.check, jitter=args.jitter,
+                            reuse_estimates=doc_in is None, op_costs=op_costs)
+    if result["busy"]:
+        out.write(f"warning: {result['busy']}\n")
     from . import baseline
     from .recommend import recommend
 
@@ -231,9 +227,8 @@ def cmd_run(args: argparse.Namespace) -> int:
                                      runs=args.runs, warmup=args.warmup, drop=args.drop)
         result["separate_processes"] = iso
         baseline.attach(result["candidates"], iso)
-    rec = recommend(result["candidates"], current=current, margin=args.margin)
-    if busy:
-        rec.evidence.append(busy)
+    rec = recommend(result["candidates"], current=current, margin=args.margin,
+                    notes=[result["busy"]] if result["busy"] else ())
     result["recommendation"] = rec.to_dict()
     result["profile"] = profile_note
     result["malloc"] = args.malloc
@@ -309,8 +304,10 @@ def run_candidates(module: Any, inputs: tuple, runnable: Any, doc: Any, chosen: 
     for the "predicted from ops" figure; without them the first candidate's own
     single-stream runs give them.
 
-    Returns ``candidates`` (:class:`CandidateResult` s), ``details`` (JSON-ready), and, for
-    callers that write reports, ``_runs`` (candidate name -> (Measurement, analysis)).
+    Returns ``candidates`` (:class:`CandidateResult` s), ``details`` (JSON-ready), ``busy``
+    (a warning when other tasks took half the cores during the measurement, else None),
+    and, for callers that write reports, ``_runs`` (candidate name -> (Measurement,
+    analysis)).
     ``on_candidate(k, n, plan)`` is called before each candidate runs (progress)."""
     from ..graph.ir import validate
     from ..sim.run import measured_costs, sim_label, simulate_plan
@@ -340,60 +337,65 @@ def run_candidates(module: Any, inputs: tuple, runnable: Any, doc: Any, chosen: 
     details: list[dict] = []
     # op_costs: given, or from the first measured single-stream executor runs
     runs_by_name: dict[str, tuple[Any, dict]] = {}
-    for k, c in enumerate(chosen, 1):
-        if on_candidate is not None:
-            on_candidate(k, len(chosen), c)
-        pred, pred_single = predicted(c)
-        ok = None
-        check_note = None
-        if check:
-            with MultiStreamExecutor(module, inputs, c, backend=device,
-                                     runnable=runnable) as ex:
-                cmp = ex.check(*inputs, runs=2)
-            if cmp.ok and jitter:
-                with MultiStreamExecutor(module, inputs, c, backend=device, runnable=runnable,
-                                         jitter=Jitter(seed=1)) as ex:
-                    cmp = ex.check(*inputs, runs=jitter)
-            ok, check_note = cmp.ok, cmp.describe() if cmp.ok else (cmp.error or cmp.describe())
-            if cmp.ok:
-                check_note += (f" in 2 runs, then {jitter} runs with random delays and stream "
-                               "orders" if jitter else " in 2 runs")
-        m = measure(module, inputs, c, backend=device, runs=runs, warmup=warmup,
-                    drop=drop, runnable=runnable)
-        if op_costs is None and m.single_timelines:
-            op_costs = measured_costs(graph, profile, m.single_timelines)
-        from_ops = (simulate_plan(graph, c, profile, costs=op_costs, order=order).result.wall_us
-                    if op_costs is not None else None)
-        an = analyse(m, doc, c.name)
-        runs_by_name[c.name] = (m, an)
-        pts = an.get("plan_check", {}).get("parallel_points", [])
-        found = [p for p in pts if p.get("found")]
-        results.append(CandidateResult(
-            name=c.name, speedup=m.speedup, single_median_us=m.single_median_us,
-            multi_median_us=m.multi_median_us, predicted_wall_us=pred,
-            predicted_single_us=pred_single, predicted_from_ops_us=from_ops,
-            overlap_pcts=[p["overlap_pct"] for p in found], verdicts=[p["verdict"] for p in found],
-            triage=an.get("triage", {}).get("verdict"), outputs_ok=ok,
-            speedup_quartiles=m.speedup_quartiles, streams=m.streams))
-        tri = an.get("triage", {})
-        details.append({"candidate": c.name, "algorithm": c.algorithm, "streams": m.streams,
-                        "measurement": m.summary(), "predicted_wall_us": round(pred, 3),
-                        "predicted_single_us": round(pred_single, 3),
-                        "prediction_error": round((pred - m.multi_median_us) / m.multi_median_us, 4)
-                        if m.multi_median_us else None,
-                        "predicted_from_ops_us": round(from_ops, 3) if from_ops is not None else None,
-                        "prediction_from_ops_error": round((from_ops - m.multi_median_us)
-                                                           / m.multi_median_us, 4)
-                        if from_ops is not None and m.multi_median_us else None,
-                        "parallel_points": found,
-                        "placement": {k: an.get("plan_check", {}).get(k) for k in
-                                      ("misplaced_count", "side_stream_never_ran", "stream_mapping")},
-                        "triage": {"verdict": tri.get("verdict"), "summary": tri.get("summary"),
-                                   "evidence": tri.get("evidence", [])},
-                        "start_lag": late_starts(m, c) if device == "cpu" else {},
-                        "check": check_note})
+    from ..graph.calibrate import BusyWatch, cpu_count
+
+    # the host's threads issue every backend's ops: a neighbour on the cores skews them
+    with BusyWatch(cpu_count()) as watch:
+        for k, c in enumerate(chosen, 1):
+            if on_candidate is not None:
+                on_candidate(k, len(chosen), c)
+            pred, pred_single = predicted(c)
+            ok = None
+            check_note = None
+            if check:
+                with MultiStreamExecutor(module, inputs, c, backend=device,
+                                         runnable=runnable) as ex:
+                    cmp = ex.check(*inputs, runs=2)
+                if cmp.ok and jitter:
+                    with MultiStreamExecutor(module, inputs, c, backend=device, runnable=runnable,
+                                             jitter=Jitter(seed=1)) as ex:
+                        cmp = ex.check(*inputs, runs=jitter)
+                ok, check_note = cmp.ok, cmp.describe() if cmp.ok else (cmp.error or cmp.describe())
+                if cmp.ok:
+                    check_note += (f" in 2 runs, then {jitter} runs with random delays and stream "
+                                   "orders" if jitter else " in 2 runs")
+            m = measure(module, inputs, c, backend=device, runs=runs, warmup=warmup,
+                        drop=drop, runnable=runnable)
+            if op_costs is None and m.single_timelines:
+                op_costs = measured_costs(graph, profile, m.single_timelines)
+            from_ops = (simulate_plan(graph, c, profile, costs=op_costs, order=order).result.wall_us
+                        if op_costs is not None else None)
+            an = analyse(m, doc, c.name)
+            runs_by_name[c.name] = (m, an)
+            pts = an.get("plan_check", {}).get("parallel_points", [])
+            found = [p for p in pts if p.get("found")]
+            results.append(CandidateResult(
+                name=c.name, speedup=m.speedup, single_median_us=m.single_median_us,
+                multi_median_us=m.multi_median_us, predicted_wall_us=pred,
+                predicted_single_us=pred_single, predicted_from_ops_us=from_ops,
+                overlap_pcts=[p["overlap_pct"] for p in found], verdicts=[p["verdict"] for p in found],
+                triage=an.get("triage", {}).get("verdict"), outputs_ok=ok,
+                speedup_quartiles=m.speedup_quartiles, streams=m.streams))
+            tri = an.get("triage", {})
+            details.append({"candidate": c.name, "algorithm": c.algorithm, "streams": m.streams,
+                            "measurement": m.summary(), "predicted_wall_us": round(pred, 3),
+                            "predicted_single_us": round(pred_single, 3),
+                            "prediction_error": round((pred - m.multi_median_us) / m.multi_median_us, 4)
+                            if m.multi_median_us else None,
+                            "predicted_from_ops_us": round(from_ops, 3) if from_ops is not None else None,
+                            "prediction_from_ops_error": round((from_ops - m.multi_median_us)
+                                                               / m.multi_median_us, 4)
+                            if from_ops is not None and m.multi_median_us else None,
+                            "parallel_points": found,
+                            "placement": {k: an.get("plan_check", {}).get(k) for k in
+                                          ("misplaced_count", "side_stream_never_ran", "stream_mapping")},
+                            "triage": {"verdict": tri.get("verdict"), "summary": tri.get("summary"),
+                                       "evidence": tri.get("evidence", [])},
+                            "start_lag": late_starts(m, c) if device == "cpu" else {},
+                            "check": check_note})
     return {"model": graph.name, "device": device, "runs": runs, "drop": drop,
-            "candidates": results, "details": details, "_runs": runs_by_name}
+            "candidates": results, "details": details, "_runs": runs_by_name,
+            "busy": watch.note("the measurement", MEASURE_BUSY_ADVICE)}
 
 
 def _run_timelines(runs_by_name: dict) -> list[tuple[str, Any]]:

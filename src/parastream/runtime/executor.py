@@ -46,6 +46,7 @@ import torch
 import torch.fx
 from torch.fx.node import map_arg
 
+from ..graph.torch_import import random_draws, schema_args
 from ..plan.io import PlanDoc
 from ..plan.model import Plan
 from ..timeline.model import Timeline
@@ -258,8 +259,7 @@ class MultiStreamExecutor(torch.fx.Interpreter):
         self._fast_pending: dict[torch.fx.Node, tuple[Any, Any]] = {}
         # an op that draws random numbers keeps its own call: the binding's first-call check
         # would draw twice (an attention at dropout_p=0 draws nothing and keeps the binding)
-        draws = {o.name for o in self.graph_ir.ops
-                 if any(e.startswith("writes:random generator") for e in o.side_effects)}
+        draws = set(random_draws(self.graph_ir))
         for n, *_rest in self.op_nodes:
             fn = (_torch_binding(n.target) if n.op == "call_function" and n.name not in draws
                   else None)
@@ -596,8 +596,7 @@ class MultiStreamExecutor(torch.fx.Interpreter):
 
     def _random_hint(self) -> str:
         """Why a model that draws random numbers may differ with no missing sync."""
-        draws = [o.name for o in self.graph_ir.ops
-                 if any(e.startswith("writes:random generator") for e in o.side_effects)]
+        draws = random_draws(self.graph_ir)
         if not draws:
             return ""
         return (f" (the model draws random numbers: {', '.join(draws[:4])}; the check starts "
@@ -759,8 +758,7 @@ def _written_placeholders(graph: torch.fx.Graph) -> set[str]:
         schema = getattr(n.target, "_schema", None) if n.op == "call_function" else None
         if schema is None or not schema.is_mutable:
             continue
-        given = dict(zip((a.name for a in schema.arguments), n.args))
-        given.update(n.kwargs)
+        given = schema_args(schema, n.args, n.kwargs)
         for a in schema.arguments:
             if a.alias_info is None or not a.alias_info.is_write:
                 continue

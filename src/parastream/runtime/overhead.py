@@ -270,13 +270,24 @@ def calibrate_cpu(quick: bool = False, name: str = "cpu-calibrated",
     the former: there is no executor to measure). ``warn`` is told, in one line each,
     when other tasks run on the cores as it starts
     (:func:`~parastream.graph.calibrate.busy_note`) and when they took the cores during
-    it (:class:`~parastream.graph.calibrate.BusyWatch`): the figures are then noisy.
+    it (:class:`~parastream.graph.calibrate.BusyWatch`): the figures are then noisy. What
+    it was told is kept in the profile too (``sources["warning"]``), which ``graph``,
+    ``plan``, ``simulate`` and ``run --profile`` repeat whenever they use it.
     ``repeat`` > 1 calibrates that many times, one after another, and keeps the median of
     each figure (:func:`~parastream.graph.calibrate.median_profile`)."""
     from ..graph.calibrate import median_profile
 
-    return median_profile([_watched_calibration(quick, name, warn)
-                           for _ in range(max(1, repeat))])
+    notes: list[str] = []
+
+    def told(note: str) -> None:
+        notes.append(note)
+        warn(note)
+
+    profile = median_profile([_watched_calibration(quick, name, told if warn else None)
+                              for _ in range(max(1, repeat))])
+    if notes:
+        profile["sources"]["warning"] = "calibrated on a busy machine: " + "; ".join(notes)
+    return profile
 
 
 def _watched_calibration(quick: bool, name: str,

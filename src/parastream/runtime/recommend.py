@@ -17,6 +17,7 @@ medians, speedup, predicted wall, overlap verdicts and the triage verdict.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Sequence
 
 #: multi-stream must be this much faster than single-stream to be recommended
 from ..plan.model import SPEEDUP_MARGIN as MARGIN
@@ -70,10 +71,16 @@ class CandidateResult:
         return min(x for x in (self.own_single_us, self.floor_single_us) if x is not None)
 
     @property
+    def plausible_limit(self) -> float:
+        """The largest speedup the plan's streams can give (:data:`PLAUSIBLE_PER_STREAM`
+        per stream; unlimited when the count is not known)."""
+        return float("inf") if self.streams is None else PLAUSIBLE_PER_STREAM * max(1, self.streams)
+
+    @property
     def plausible(self) -> bool:
-        """Whether the speedup each side's best figure gives is one the plan's streams can
-        give (:data:`PLAUSIBLE_PER_STREAM`); a larger one means a disturbed baseline."""
-        return self.streams is None or self.best_speedup <= PLAUSIBLE_PER_STREAM * max(1, self.streams)
+        """Whether the speedup each side's best figure gives is within
+        :attr:`plausible_limit`; a larger one means a disturbed baseline."""
+        return self.best_speedup <= self.plausible_limit
 
     @property
     def best_multi_us(self) -> float:
@@ -148,12 +155,13 @@ def _noisy(r: CandidateResult, margin: float) -> str:
 
 
 def recommend(results: list[CandidateResult], current: str | None = None,
-              margin: float = MARGIN) -> Recommendation:
-    """Decide from measured candidates (see the module docstring)."""
-    evidence = []
+              margin: float = MARGIN, notes: Sequence[str] = ()) -> Recommendation:
+    """Decide from measured candidates (see the module docstring); ``notes`` (a busy
+    machine during the measurement) close the evidence."""
     floor = min((r.own_single_us for r in results), default=None)
-    for r in results:
+    for r in results:  # every candidate's speedup is taken against the run's fastest
         r.floor_single_us = floor
+    evidence = [_line(r) for r in results]
     # the spread is the side-by-side rounds' (the separate process's one figure is shared)
     rounds = [r.single_median_us for r in results if r.single_median_us]
     if floor and rounds and max(rounds) > BASELINE_SPREAD * floor:
@@ -161,16 +169,16 @@ def recommend(results: list[CandidateResult], current: str | None = None,
                         "in this run: the machine was disturbed (another process, or an "
                         "OpenMP thread team stalled on a descheduled thread); every candidate "
                         f"is compared with the fastest, {floor:,.0f} us")
-    evidence[:0] = [_line(r) for r in results]
     bad = [r.name for r in results if r.outputs_ok is False]
     if bad:
         evidence.append(f"excluded (outputs differ from single stream): {', '.join(bad)}")
     odd = [r for r in results if r.outputs_ok is not False and not r.plausible]
     for r in odd:
         evidence.append(f"excluded (implausible): {r.name} measured {r.best_speedup:.2f}x on "
-                        f"{r.streams} stream(s), more than the {PLAUSIBLE_PER_STREAM * max(1, r.streams or 1):g}x "
+                        f"{r.streams} stream(s), more than the {r.plausible_limit:g}x "
                         "its streams can give: the single-stream baseline was disturbed; "
                         "measure again on a quiet machine")
+    evidence += notes
     usable = [r for r in results if r.outputs_ok is not False and r.plausible]
     winners = [r for r in usable if r.best_speedup >= 1.0 + margin]
     if not winners:

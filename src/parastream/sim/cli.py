@@ -97,7 +97,7 @@ def sweep(graph, profile, stream_counts: list[int], *, ge: bool = False, jitter:
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
-    from ..device.profile import load_profile
+    from ..device.profile import load_profile, warn_if_noted
     from ..graph.models import load_graph
     from ..graph.render import render_json
     from ..report.atomic import check_writable
@@ -140,10 +140,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         raise
     except (OSError, ValueError, KeyError) as exc:
         raise InputError(device, f"not a device profile: {exc}") from None
-    from ..device.profile import profile_warning
-
-    if profile_warning(profile):
-        print(f"parastream: {profile_warning(profile)}", file=sys.stderr)
+    warn_if_noted(profile)
     plans = None
     if doc is not None:
         src = doc.source or {}

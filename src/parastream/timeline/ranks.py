@@ -21,11 +21,12 @@ from .analyze import SCHEMA, Options, analyze_capture, captures_of, check_regex,
 from .model import Timeline
 from .readers import read_path
 from .readers.directory import CAPTURE_SUFFIXES, is_capture
+from .readers.kineto import is_perfetto_view
 
 _TRACE_FILES = ("*.json", "*.json.gz", "*.csv", "*.db", "*.pt.trace.json", "*.pt.trace.json.gz")
 
 
-_PARASTREAM_SCHEMA = re.compile(rb'"schema"\s*:\s*"parastream\.|"parastream perfetto view"')
+_PARASTREAM_SCHEMA = re.compile(rb'"schema"\s*:\s*"parastream\.')
 
 
 def _parastream_document(path: str) -> bool:
@@ -36,9 +37,10 @@ def _parastream_document(path: str) -> bool:
         return False
     try:
         with open(path, "rb") as f:
-            return bool(_PARASTREAM_SCHEMA.search(f.read(4096)))
+            head = f.read(4096)
     except OSError:
         return False
+    return bool(_PARASTREAM_SCHEMA.search(head)) or is_perfetto_view(head)
 
 
 def expand(path: str) -> list[str]:
@@ -56,14 +58,14 @@ def expand(path: str) -> list[str]:
           if e.endswith(CAPTURE_SUFFIXES) and os.path.isdir(os.path.join(path, e))]
     if pt:
         return pt
-    files = [os.path.join(path, e) for e in entries
+    named = [os.path.join(path, e) for e in entries
              if os.path.isfile(os.path.join(path, e)) and not e.startswith(".")
-             and any(fnmatch.fnmatch(e, m) for m in _TRACE_FILES)
-             and not _parastream_document(os.path.join(path, e))]
+             and any(fnmatch.fnmatch(e, m) for m in _TRACE_FILES)]
+    files = [f for f in named if not _parastream_document(f)]
     if len(files) > 1 and not any(fnmatch.fnmatch(os.path.basename(f), m) for f in files
                                   for m in ("kernel_details.csv", "trace_view.json", "op_summary_*.csv")):
         return files
-    if len(files) == 1 and any(_parastream_document(os.path.join(path, e)) for e in entries):
+    if len(files) == 1 and len(named) > 1:
         return files  # one trace next to parastream's own documents: that trace alone
     return [path]
 

@@ -95,6 +95,17 @@ _BOUNDARY = re.compile(rb"\}\s*,\s*\{")
 CHUNK_BYTES = 8 << 20
 
 
+#: ``otherData.generator`` of the Perfetto views ``analyze --perfetto`` writes
+#: (:mod:`parastream.report.perfetto`): a view of an analysis, which is no trace to read
+PERFETTO_VIEW_MARK = "parastream perfetto view"
+
+
+def is_perfetto_view(head: bytes) -> bool:
+    """Whether a file's first bytes are those of a :data:`PERFETTO_VIEW_MARK` view (the
+    writer puts the mark first)."""
+    return f'"{PERFETTO_VIEW_MARK}"'.encode() in head[:512]
+
+
 def sniff(head: bytes) -> bool:
     """A JSON object whose start mentions ``traceEvents`` (Chrome trace)."""
     h = head.lstrip()
@@ -420,7 +431,7 @@ def _decode(path: str, data: bytes, warnings: list[str]) -> tuple[list[dict], ob
 def read(path: str) -> Timeline:
     """Read a Kineto trace into a :class:`Timeline` (one device: the busiest one)."""
     data = read_all(path)
-    if b'"parastream perfetto view"' in data[:512]:  # report.perfetto.VIEW_MARK
+    if is_perfetto_view(data):
         raise InputError(path, "a Perfetto view that parastream analyze wrote, not a profiler "
                                "trace: analyze the trace it was made from")
     warnings: list[str] = []
