@@ -36,10 +36,8 @@ def layers(ids: list[str], edges: list[tuple[str, str]]) -> dict[str, int]:
             indeg[b] += 1
     layer = {n: 0 for n in ids}
     ready = [n for n in ids if indeg[n] == 0]
-    seen = 0
     while ready:
         n = ready.pop()
-        seen += 1
         for m in succ[n]:
             layer[m] = max(layer[m], layer[n] + 1)
             indeg[m] -= 1
