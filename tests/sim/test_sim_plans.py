@@ -255,20 +255,26 @@ def test_simulating_a_plan_uses_the_plans_own_device(tmp_path):
     assert "simulated on cpu" in cli("simulate", str(plan), "--device", "cpu").stdout
     assert "simulated on ascend910b" in cli("simulate", str(src)).stdout  # as `graph`
 
-    prof = tmp_path / "mine.json"
     import msgspec
 
     from parastream.device.profile import dumps_profile
 
+    (tmp_path / "profiles").mkdir()
+    prof = tmp_path / "profiles" / "mine.json"
     prof.write_bytes(dumps_profile(msgspec.structs.replace(load_profile("h100"), name="my-h100")))
     mine = tmp_path / "mine-plan.json"
     assert cli("plan", str(src), "--device", str(prof), "-o", str(mine)).returncode == 0
     r = cli("simulate", str(mine))
     assert r.returncode == 2 and r.stdout == ""
     assert r.stderr.strip().splitlines() == [
-        f"parastream: {mine}: made for device 'my-h100', which is not a shipped profile: "
-        "name its profile file with --device"]
+        f"parastream: {mine}: made for device 'my-h100', which is neither a shipped profile "
+        "nor a profile file beside the plan: name its profile file with --device"]
     assert "simulated on my-h100" in cli("simulate", str(mine), "--device", str(prof)).stdout
+    # a profile of that name beside the plan (the demo's folder, `calibrate -o` next to it)
+    (tmp_path / "beside.json").write_bytes(prof.read_bytes())
+    r = cli("simulate", str(mine))
+    assert r.returncode == 0 and "simulated on my-h100" in r.stdout
+    assert f"simulating on {tmp_path / 'beside.json'}, the profile 'my-h100' beside" in r.stderr
 
 
 def test_a_profile_calibrated_on_a_busy_machine_is_warned_of_where_it_is_used(tmp_path):

@@ -134,10 +134,15 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     try:
         profile = load_profile(device)
     except InputError:
-        if from_plan:  # e.g. a calibrated profile: the plan keeps its name, not its path
-            raise InputError(spec, f"made for device {device!r}, which is not a shipped "
-                                   "profile: name its profile file with --device") from None
-        raise
+        if not from_plan:
+            raise
+        # a calibrated profile: the plan keeps its name, not its path; the demo's folder
+        # and `calibrate -o` beside the plan hold it
+        profile = _profile_beside(spec, device)
+        if profile is None:
+            raise InputError(spec, f"made for device {device!r}, which is neither a shipped "
+                                   "profile nor a profile file beside the plan: name its "
+                                   "profile file with --device") from None
     except (OSError, ValueError, KeyError) as exc:
         raise InputError(device, f"not a device profile: {exc}") from None
     warn_if_noted(profile)
@@ -173,6 +178,29 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(render(out))
     return 0
+
+
+def _profile_beside(plan_path: str, name: str):
+    """The device profile called ``name`` in a JSON file in the plan's own folder, else None."""
+    import glob
+    import os
+
+    from ..device.profile import load_profile
+
+    for path in sorted(glob.glob(os.path.join(os.path.dirname(os.path.abspath(plan_path)),
+                                              "*.json"))):
+        try:
+            with open(path, "rb") as f:
+                if b'"parastream.device/1"' not in f.read(4096):
+                    continue
+            profile = load_profile(path)
+        except (OSError, InputError):
+            continue
+        if profile.name == name:
+            print(f"parastream: {plan_path}: simulating on {path}, the profile {name!r} beside "
+                  "the plan", file=sys.stderr)
+            return profile
+    return None
 
 
 def render(out: dict) -> str:
