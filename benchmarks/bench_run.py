@@ -10,7 +10,7 @@
 
 Medians of >= 5 kept runs (first 2 dropped), same process, alternating. Usage:
     .venv/bin/python benchmarks/bench_run.py [--runs 9] [--models a,b] [--skip-predict]
-        [--skip-speedup] [--repeat 2] [--fresh-profile [quick|full]] [--calibrations N]
+        [--skip-speedup] [--repeat 3] [--fresh-profile [quick|full]] [--calibrations N]
         [--malloc keep|system]
 """
 
@@ -194,18 +194,30 @@ def predictions(models, profile, runs: int, repeat: int = 2,
 
 def summary(rows: list[dict], label: str) -> None:
     """Rows within 20% for each prediction, median |error|, and how many rows this
-    machine's own repeated measurement moved by more than 20%."""
+    machine's own repeated measurement moved by more than 20%; then the same over the
+    rows whose passes held (spread <= 20%: a row whose own measurement moved more than the
+    target is no test of a prediction), and by single- and multi-stream rows with their
+    median signed error (a bias shows there, not in |error|)."""
     if not rows:
         return
-    n = len(rows)
+    held = [r for r in rows if r["spread"] <= 0.2]
+    groups = [("", rows), (" (passes held)", held),
+              (" single stream", [r for r in rows if r["plan"] == "single"]),
+              (" multi-stream", [r for r in rows if r["plan"] != "single"])]
     for key in ("error", "from_ops_error", "fresh_error", "fresh_first_error"):
         if key not in rows[0]:
             continue
-        within = sum(abs(r[key]) <= 0.2 for r in rows)
-        med = statistics.median(abs(r[key]) for r in rows)
-        print(f"{label}: {key}: {within}/{n} within 20%, median |error| {med:.1%}", flush=True)
-    noisy = sum(r["spread"] > 0.2 for r in rows)
-    print(f"{label}: measurement spread > 20% on {noisy}/{n} rows (median spread "
+        for tag, group in groups:
+            if not group:
+                continue
+            n = len(group)
+            within = sum(abs(r[key]) <= 0.2 for r in group)
+            med = statistics.median(abs(r[key]) for r in group)
+            signed = statistics.median(r[key] for r in group)
+            print(f"{label}{tag}: {key}: {within}/{n} within 20%, median |error| {med:.1%}, "
+                  f"median signed {signed:+.1%}", flush=True)
+    noisy = len(rows) - len(held)
+    print(f"{label}: measurement spread > 20% on {noisy}/{len(rows)} rows (median spread "
           f"{statistics.median(r['spread'] for r in rows):.1%})", flush=True)
 
 
@@ -215,8 +227,10 @@ def main() -> None:
     ap.add_argument("--models", default="")
     ap.add_argument("--skip-predict", action="store_true")
     ap.add_argument("--skip-speedup", action="store_true")
-    ap.add_argument("--repeat", type=int, default=2,
-                    help="measurement passes per prediction row (default 2)")
+    ap.add_argument("--repeat", type=int, default=3,
+                    help="measurement passes per prediction row, minutes apart; the row's "
+                         "wall is their median (default 3: one pass caught in a slow spell "
+                         "does not move it)")
     ap.add_argument("--fresh-profile", nargs="?", const="quick", choices=("quick", "full"),
                     help="also predict from a profile calibrated right before each model: "
                          "quick (the default), as 'parastream run' without --profile does, "

@@ -276,7 +276,14 @@ def add_parser(sub) -> None:
 def cmd_demo(args) -> int:
     import sys
 
+    import importlib.util
+
     from .errors import InputError
+
+    if importlib.util.find_spec("torch") is None:
+        # the zoo models are torch modules and the demo runs them
+        raise InputError(None, "the demo runs torch models: it needs torch "
+                               "(pip install 'parastream[torch]')")
     from .graph.zoo import ZOO
 
     if args.model not in ZOO:

@@ -46,6 +46,31 @@ def test_bad_graphs_are_rejected(ops, edges, words):
         loads(_doc(ops, edges))
 
 
+@pytest.mark.parametrize("meta, words", [
+    ({"dur_us": "x"}, "meta.dur_us must be a number"),
+    ({"dur_us": True}, "meta.dur_us must be a number"),
+    ({"block_dim": "x"}, "meta.block_dim must be a whole number"),
+    ({"block_dim": 2.5}, "meta.block_dim must be a whole number"),
+    ({"block_dim": -4}, "meta.block_dim must be a whole number"),
+    ({"views": -1}, "meta.views must be a count"),
+    ({"dtype": 3}, "meta.dtype must be a text"),
+    ({"memory_format": ["channels_last"]}, "meta.memory_format must be a text"),
+])
+def test_op_meta_the_cost_model_reads_is_type_checked(meta, words):
+    # a hand-edited graph with "dur_us": "x" got a ValueError from inside the cost model
+    doc = json.loads(_doc(["a", "b"], [("a", "b", "data")]))
+    doc["ops"][1]["meta"] = meta
+    with pytest.raises(GraphError, match=f"op 'b': {words}"):
+        loads(json.dumps(doc))
+
+
+def test_op_meta_of_the_right_types_loads():
+    doc = json.loads(_doc(["a"], []))
+    doc["ops"][0]["meta"] = {"dur_us": 14.2, "block_dim": 24, "views": 2, "dtype": "fp16",
+                             "note": {"free": "form"}}
+    assert loads(json.dumps(doc)).ops[0].meta["block_dim"] == 24
+
+
 def test_wrong_schema_and_junk():
     with pytest.raises(GraphError, match="unsupported schema"):
         loads(json.dumps({"schema": "parastream.graph/2", "ops": []}))

@@ -44,3 +44,31 @@ def test_graph_layer_without_torch(tmp_path):
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip().endswith("ok")
+
+
+def test_calibrate_and_demo_without_torch(tmp_path):
+    # a docs audit: calibrate without torch measured for 16 s and then refused its own
+    # profile (bf16 rate 0); demo died with ModuleNotFoundError
+    out = tmp_path / "nt.json"
+    code = textwrap.dedent(f"""
+        import sys
+        sys.modules["torch"] = None
+        from parastream.cli import main
+        sys.exit(main(["calibrate", "--quick", "-o", {str(out)!r}]))
+    """)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    from parastream.device.profile import load_profile
+
+    p = load_profile(str(out))
+    assert "bf16" not in p.peak_tflops["cube"] and p.peak_tflops["cube"]["fp32"] > 0
+    assert "no torch" in p.sources["peak_tflops"]
+    code = textwrap.dedent(f"""
+        import sys
+        sys.modules["torch"] = None
+        from parastream.cli import main
+        sys.exit(main(["demo", "--out", {str(tmp_path / "demo")!r}]))
+    """)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert "needs torch" in r.stderr and not (tmp_path / "demo").exists()

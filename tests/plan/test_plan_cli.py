@@ -156,3 +156,34 @@ def test_an_empty_graph_or_negative_costs_are_one_line_errors(tmp_path):
             r = subprocess.run([sys.executable, "-m", "parastream", cmd, str(path)],
                                capture_output=True, text=True, timeout=120)
             assert r.returncode == 2 and "must not be negative" in r.stderr, (field, r.stderr)
+
+
+def test_hand_edited_core_limits_are_refused_by_simulate_and_emit(tmp_path):
+    # a docs audit: aicore_num -4 was a ValueError in simulate and limit_core_num(-4, -8)
+    # in emitted code
+    import pytest
+
+    src = moe_json(tmp_path)
+    good = tmp_path / "plan.json"
+    assert run(str(src), "--device", "ascend910b", "--out", str(good)).returncode == 0
+    doc = json.loads(good.read_text())
+    multi = next(c for c in doc["candidates"] if len(set(c["assignment"].values())) > 1)
+    doc["recommended"] = multi["name"]
+    for limits, words in (({"1": {"aicore_num": -4}}, "aicore_num must be a whole number"),
+                          ({"1": {"aicore_num": 4, "vectorcore_num": 0}}, "vectorcore_num"),
+                          ({"1": {"aicore_num": 2.5}}, "aicore_num must be a whole number"),
+                          ({"x": {"aicore_num": 4}}, "no stream number")):
+        multi["core_limits"] = limits
+        with pytest.raises(ValueError, match=words):
+            loads(json.dumps(doc))
+        bad = tmp_path / "bad.json"
+        bad.write_text(json.dumps(doc))
+        for cmd in (["simulate", str(bad), "--device", "ascend910b"],
+                    ["emit", str(bad), "--target", "torchair", "-o", str(tmp_path / "x.py")]):
+            r = subprocess.run([sys.executable, "-m", "parastream", *cmd], capture_output=True,
+                               text=True, timeout=120)
+            assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+            assert words in r.stderr and "bad.json" in r.stderr
+        assert not (tmp_path / "x.py").exists()
+    multi["core_limits"] = {"1": {"aicore_num": 8, "reason": "kept"}}
+    assert loads(json.dumps(doc)).candidate(multi["name"]).core_limits["1"]["aicore_num"] == 8

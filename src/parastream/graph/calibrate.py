@@ -894,6 +894,10 @@ def calibrate(quick: bool = False, name: str = "cpu-calibrated") -> dict:
     # bf16 is kept even where the CPU emulates it slowly: the measured rate is what a bf16
     # graph will see here (leaving it out would make the cost model fall back to fp32's)
     cube = {"fp32": sig(fp32), "bf16": sig(bf16)}
+    if not bf16:
+        # no torch: numpy has no bf16 matmul to time, and a profile may hold no zero rate
+        # (a bf16 op then takes fp32's)
+        del cube["bf16"]
     by = f"measured by parastream calibrate on {date}"
     mode = "quick mode, " if quick else ""
     profile = {
@@ -920,7 +924,9 @@ def calibrate(quick: bool = False, name: str = "cpu-calibrated") -> dict:
         "sources": {
             "cores": f"{by}: os.sched_getaffinity (CPUs this process may use)",
             "peak_tflops": (f"{by}: {mode}best of {rounds} rounds; cube = best time of "
-                            f"torch.mm {n}x{n} in fp32 and bf16, 2n^3/t, all intra-op "
+                            + (f"torch.mm {n}x{n} in fp32 and bf16" if bf16 else
+                               f"numpy matmul {n}x{n} in fp32 (no torch: bf16 not measured)")
+                            + ", 2n^3/t, all intra-op "
                             "threads; vector = torch.addcmul on 64Ki-element cache-resident "
                             "fp32 arrays, 2 FLOPs/element"),
             "memory_bandwidth_gbps": (f"{by}: {mode}best time of numpy.copyto of a "

@@ -14,7 +14,7 @@ JSON (``parastream.graph/1``, documented in docs/graph-format.md)::
 
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Any, Iterator
 
 import msgspec
 
@@ -108,6 +108,30 @@ class GraphError(ValueError):
     """A graph that breaks the format's rules (the CLI turns it into exit code 2)."""
 
 
+def _number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _bad_meta(meta: dict) -> str | None:
+    """What is wrong with the op ``meta`` values the cost model reads, or None: a
+    measured ``dur_us`` is a number, ``block_dim`` a whole number of cores >= 1,
+    ``views`` a count, the texts texts (a hand-edited graph with ``"dur_us": "x"`` got
+    a ValueError from deep inside the cost model)."""
+    if "dur_us" in meta and meta["dur_us"] is not None and not _number(meta["dur_us"]):
+        return f"dur_us must be a number of microseconds, not {meta['dur_us']!r}"
+    if meta.get("block_dim") not in (None, 0) and not (
+            _number(meta["block_dim"]) and meta["block_dim"] == int(meta["block_dim"])
+            and meta["block_dim"] >= 1):
+        return f"block_dim must be a whole number of cores, not {meta['block_dim']!r}"
+    if "views" in meta and not (isinstance(meta["views"], int)
+                                and not isinstance(meta["views"], bool) and meta["views"] >= 0):
+        return f"views must be a count, not {meta['views']!r}"
+    for key in ("dtype", "memory_format", "head_dims"):
+        if meta.get(key) is not None and not isinstance(meta[key], str):
+            return f"{key} must be a text, not {meta[key]!r}"
+    return None
+
+
 def validate(g: Graph) -> list[str]:
     """Check a graph; return its ops in a topological order.
 
@@ -130,6 +154,9 @@ def validate(g: Graph) -> list[str]:
         if o.resource not in RESOURCES:
             raise GraphError(f"op {o.name!r}: unknown resource {o.resource!r} "
                              f"(expected one of {', '.join(RESOURCES)})")
+        bad = _bad_meta(o.meta)
+        if bad:
+            raise GraphError(f"op {o.name!r}: meta.{bad}")
     indeg = [0] * len(g.ops)
     succ: list[list[int]] = [[] for _ in g.ops]
     for e in g.edges:

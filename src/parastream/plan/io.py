@@ -65,7 +65,33 @@ def loads(data: bytes | str) -> PlanDoc:
     twice = sorted(n for n, k in Counter(c.name for c in doc.candidates).items() if k > 1)
     if twice:  # --candidate NAME and the recommendation pick candidates by name
         raise ValueError(f"candidate name(s) used twice: {', '.join(map(repr, twice))}")
+    for c in doc.candidates:
+        bad = _bad_core_limit(c)
+        if bad:
+            raise ValueError(f"candidate {c.name!r}: {bad}")
     return doc
+
+
+def _whole(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _bad_core_limit(plan: Plan) -> str | None:
+    """What is wrong with a candidate's ``core_limits`` (``{"<stream>": {"aicore_num": n,
+    "vectorcore_num": m, "reason": ...}}``, n and m whole numbers of cores >= 1), or None.
+    A hand-edited -4 reached the simulator as a ValueError and ``emit`` wrote
+    ``limit_core_num(-4, -8)``."""
+    for key, spec in (plan.core_limits or {}).items():
+        if not key.isdigit():
+            return f"core_limits key {key!r} is no stream number"
+        if not isinstance(spec, dict) or "aicore_num" not in spec:
+            return (f"core_limits[{key!r}] must be an object with aicore_num "
+                    f"(and optionally vectorcore_num), not {spec!r}")
+        for field in ("aicore_num", "vectorcore_num"):
+            v = spec.get(field)
+            if (field == "aicore_num" or v is not None) and not (_whole(v) and v >= 1):
+                return f"core_limits[{key!r}].{field} must be a whole number of cores >= 1, not {v!r}"
+    return None
 
 
 def require_fit(graph, plan: Plan, where: str, model: str = "this model") -> None:

@@ -206,3 +206,22 @@ def test_odd_args_fall_back_to_generic_decoding(tmp_path):
     bad = write(tmp_path / "u.json", [1, 2, 3])
     with pytest.raises(InputError, match="not a trace_view event list"):
         trace_view.read(bad)
+
+
+@pytest.mark.parametrize("bad", [{"a": 1}, [1, 2]])
+def test_an_object_or_list_as_thread_or_process_id_is_refused(tmp_path, bad):
+    # found by a docs audit: a dict tid reached a dict key (TypeError, traceback)
+    for field in ("tid", "pid"):
+        events = sample_events()
+        events[-3][field] = bad
+        with pytest.raises(InputError, match="not a trace_view event list"):
+            trace_view.read(write(tmp_path / "t.json", events))
+
+
+def test_numeric_and_named_ids_still_read(tmp_path):
+    events = sample_events()
+    for ev in events:
+        if ev.get("pid") == 300:
+            ev["pid"] = "300"
+    tl = trace_view.read(write(tmp_path / "t.json", events))
+    assert len(tl) > 0

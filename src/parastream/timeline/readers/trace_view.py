@@ -71,8 +71,10 @@ class _Args(msgspec.Struct, gc=False):
 class _Event(msgspec.Struct, gc=False):
     ph: Any = None
     name: Any = ""
-    pid: Any = None
-    tid: Any = None
+    # ids are numbers or names in Chrome traces; anything else (an object, a list) is
+    # no process or thread id and is refused at decoding, not met later as a dict key
+    pid: int | float | str | None = None
+    tid: int | float | str | None = None
     ts: Any = None
     dur: Any = None
     args: _Args | None = None
