@@ -87,6 +87,24 @@ def test_a_model_without_real_weights_is_a_one_line_error(tmp_path):
     assert "meta device" in r.stderr and not out.exists()
 
 
+def test_a_given_profile_is_copied_beside_the_plan(demo_dir, tmp_path):
+    # a docs audit: with --profile FILE no cpu-profile.json was written, and
+    # 'parastream simulate OUT/plan.json' then could not find the plan's device
+    prof = tmp_path / "mine.json"
+    shutil.copy(demo_dir / "cpu-profile.json", prof)
+    out = tmp_path / "demo"
+    r = subprocess.run([sys.executable, "-m", "parastream", "demo", "--scale", "tiny", "--runs", "5",
+                        "--candidates", "1", "--side-by-side-only", "--profile", str(prof),
+                        "--out", str(out), "--no-progress"], capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert (out / "cpu-profile.json").read_bytes() == prof.read_bytes()
+    r = subprocess.run([sys.executable, "-m", "parastream", "simulate", str(out / "plan.json")],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "beside the plan" in r.stderr
+
+
 def test_a_bad_profile_is_a_one_line_error_and_leaves_no_folder(tmp_path):
     bad = tmp_path / "cpu.json"
     bad.write_text('{"schema": "parastream.device/1", "name": "x"')

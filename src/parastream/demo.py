@@ -27,7 +27,8 @@ from .runtime import malloc
 
 DEFAULT_MODEL = "medusa_heads"
 DEFAULT_SCALE = "small"
-#: what the report folder holds (cpu-profile.json only when the demo calibrated)
+#: what the report folder holds (cpu-profile.json: the profile it predicted with, calibrated
+#: or from --profile FILE)
 DEMO_FILES = ("report.html", "plan.json", "plan.md", "analysis.json", "trace.json",
               "cpu-profile.json")
 
@@ -108,13 +109,20 @@ def run_demo(out_dir: str = "out/demo", model: str = DEFAULT_MODEL, scale: str =
         if profile_path:
             step(f"loading the device profile {profile_path}")
             profile = load_profile(profile_path)
+            # a copy in the report folder, as when the demo calibrates: the plan names the
+            # profile, and 'parastream simulate out/demo/plan.json' finds it beside the plan
+            # (a shipped profile's name needs no copy)
+            profile_json = None
+            if os.path.isfile(profile_path):
+                with open(profile_path, "rb") as f:
+                    profile_json = f.read()
         else:
             step("calibrating the local CPU")
             profile_json = dump_profile(calibrate_cpu(quick=True, name="cpu-calibrated",
                                                       warn=lambda note: step(f"warning: {note}")))
             profile = loads_profile(profile_json)
         make_folder(out_dir)  # only once the model and the profile are good
-        if not profile_path:
+        if profile_json is not None:
             write_atomic(os.path.join(out_dir, "cpu-profile.json"), profile_json)
 
         step("decomposing the model")

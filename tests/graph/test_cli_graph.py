@@ -122,3 +122,18 @@ def test_untraceable_model_is_one_line(tmp_path):
                  "    return M(), (torch.randn(3),)\n")
     line = bad(f"{f}:build")
     assert "cannot be traced (torch.export: " in line and "torch.fx: " in line
+
+
+def test_a_graph_file_reports_its_own_scale_and_phase(tmp_path):
+    # a docs audit: a decode fragment's md scope said "scale: small, phase: -"
+    g = shapes.moe_layer()
+    g.meta = {**g.meta, "phase": "decode"}
+    f = tmp_path / "frag.json"
+    f.write_bytes(dumps(g))
+    r = run("graph", str(f), "--format", "md", "--device", "ascend910b")
+    assert r.returncode == 0, r.stderr
+    assert "- scale: -, phase: decode" in r.stdout
+    doc = json.loads(run("graph", str(f), "--format", "json", "--device", "ascend910b").stdout)
+    assert (doc.get("scale"), doc.get("phase")) == (None, "decode")
+    r = run("graph", str(f), "--scale", "tiny")
+    assert r.returncode == 2 and "a graph file has its own" in r.stderr

@@ -254,6 +254,15 @@ def test_simulating_a_plan_uses_the_plans_own_device(tmp_path):
     assert "simulated on h100" in cli("simulate", str(plan)).stdout
     assert "simulated on cpu" in cli("simulate", str(plan), "--device", "cpu").stdout
     assert "simulated on ascend910b" in cli("simulate", str(src)).stdout  # as `graph`
+    # a docs audit: --batch/--seq/--streams on a plan were dropped without a word
+    for flags in (["--batch", "2"], ["--seq", "64", "--streams", "2"], ["--scale", "tiny"]):
+        r = cli("simulate", str(plan), *flags)
+        assert r.returncode == 2 and r.stdout == "", r.stderr
+        assert r.stderr.count("\n") == 1 and "cannot apply to a plan" in r.stderr
+        assert flags[0] in r.stderr and str(plan) in r.stderr
+    r = cli("simulate", str(src), "--batch", "1,2", "--trace", str(tmp_path / "t.json"))
+    assert r.returncode == 2 and "--trace writes one simulated run" in r.stderr
+    assert not (tmp_path / "t.json").exists()
 
     import msgspec
 

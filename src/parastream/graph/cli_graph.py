@@ -12,6 +12,7 @@ import argparse
 import sys
 
 from ..device.profile import DEFAULT_DEVICE
+from ..errors import InputError
 from .models import load_graph
 
 FORMATS = ("text", "json", "md", "mermaid")
@@ -32,7 +33,7 @@ def add_parser(subparsers) -> None:
     p.add_argument("--device", default=DEFAULT_DEVICE, metavar="D",
                    help=f"device profile name or .json path (default {DEFAULT_DEVICE}; "
                         "shipped: ascend910, ascend910b, h100, h200, cpu)")
-    p.add_argument("--scale", default="small", metavar="S",
+    p.add_argument("--scale", metavar="S",
                    help="model scale for zoo models (default small)")
     p.add_argument("--phase", help="phase for zoo models: prefill, decode or infer, as the "
                                    "model has them (default: the model's own)")
@@ -51,14 +52,24 @@ def cmd_graph(args: argparse.Namespace) -> int:
     check_writable(args.output)
     profile = load_profile(args.device)
     warn_if_noted(profile)
-    g = load_graph(args.model, scale=args.scale, phase=args.phase, device=args.device)
+    g = load_graph(args.model, scale=args.scale or "small", phase=args.phase,
+                   device=args.device)
     a = analyze_graph(g, profile)
     source = args.model
+    # the phase a zoo model was built in (its first when none was asked for)
+    scale, phase = args.scale or "small", args.phase or g.meta.get("phase")
+    if _is_graph_file(args.model):
+        # a graph file carries its own shapes: its scale and phase are what its meta says
+        # (a docs audit saw "scale: small, phase: -" for a decode fragment)
+        if args.scale or args.phase:
+            raise InputError(args.model, "--scale and --phase pick a zoo model's shapes; a "
+                                         "graph file has its own")
+        scale, phase = g.meta.get("scale"), g.meta.get("phase")
     if args.format == "json":
-        out = render_json(analysis_document(a, g, profile, source=source, scale=args.scale,
-                                            phase=args.phase))
+        out = render_json(analysis_document(a, g, profile, source=source, scale=scale,
+                                            phase=phase))
     elif args.format == "md":
-        out = render_md(a, g, profile, source=source, scale=args.scale, phase=args.phase)
+        out = render_md(a, g, profile, source=source, scale=scale, phase=phase)
     elif args.format == "mermaid":
         out = render_mermaid(a)
     else:
@@ -71,3 +82,17 @@ def cmd_graph(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(out)
     return 0
+
+
+def _is_graph_file(spec: str) -> bool:
+    """Whether ``spec`` names a graph JSON file (recognised by its content, as load_graph
+    does), not a zoo model or a Python factory."""
+    import os
+
+    if not os.path.isfile(spec):
+        return False
+    try:
+        with open(spec, "rb") as f:
+            return f.read(64).lstrip()[:1] == b"{"
+    except OSError:
+        return False

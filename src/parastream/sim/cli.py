@@ -24,8 +24,8 @@ def add_parser(sub) -> None:
                    "a plan.json from 'parastream plan'")
     p.add_argument("--device", metavar="D", help="device profile name or .json path (default: "
                    f"a plan's own device, else {DEFAULT_DEVICE} as in 'parastream graph')")
-    p.add_argument("--streams", default="1,2,3,4", help="stream counts to try (default 1,2,3,4)")
-    p.add_argument("--scale", default="small")
+    p.add_argument("--streams", help="stream counts to try (default 1,2,3,4)")
+    p.add_argument("--scale", help="zoo scale (default small)")
     p.add_argument("--phase", help="zoo phase (prefill, decode or infer, as the model has them)")
     p.add_argument("--batch", help="zoo batch sizes to sweep, e.g. 1,8,32")
     p.add_argument("--seq", help="zoo sequence lengths to sweep, e.g. 512,1024,2048")
@@ -34,7 +34,8 @@ def add_parser(sub) -> None:
     p.add_argument("--jitter", type=float, default=0.0, help="relative duration jitter (e.g. 0.1)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--trace", metavar="FILE", help="write the best multi-stream run as a trace "
-                   "that 'parastream analyze' and Perfetto read")
+                   "that 'parastream analyze' and Perfetto read (one model, not a --batch/--seq "
+                   "sweep)")
     p.add_argument("--format", choices=("text", "json"), default="text")
     p.set_defaults(func=cmd_simulate)
 
@@ -111,6 +112,18 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     except OSError:
         head = b""
     is_plan = b'"parastream.plan/1"' in head
+    # a plan fixes its model, scale, phase and candidates: a flag that would change them
+    # is refused, never silently dropped
+    fixed = [f"--{flag}" for flag in ("scale", "phase", "batch", "seq", "streams")
+             if is_plan and getattr(args, flag) is not None]
+    if fixed:
+        raise InputError(spec, f"{', '.join(fixed)} cannot apply to a plan (its model, scale, "
+                               "phase and candidates are fixed): simulate the model instead")
+    if args.trace and (args.batch or args.seq):
+        raise InputError(None, "--trace writes one simulated run; --batch/--seq sweep many: "
+                               "drop one of them")
+    args.scale = args.scale or "small"
+    args.streams = args.streams or "1,2,3,4"
     try:
         counts = sorted({int(x) for x in args.streams.split(",") if x.strip()})
         assert counts and counts[0] >= 1
