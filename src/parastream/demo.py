@@ -273,7 +273,9 @@ def add_parser(sub) -> None:
     p.add_argument("--candidates", type=int, default=2, help="candidates to run (default 2)")
     p.add_argument("--profile", help="a device profile from 'parastream calibrate' (default: "
                    "calibrate quickly now)")
-    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--no-progress", action="store_true",
+                   help="no progress bar: each step as a plain line on stderr (as when stderr "
+                        "is no terminal)")
     p.add_argument("--side-by-side-only", dest="best_settings", action="store_false",
                    help="skip measuring each side again in a process of its own in its best "
                    "OpenMP setting (single stream with threads spinning, streams sleeping)")
