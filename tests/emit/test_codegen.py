@@ -328,5 +328,60 @@ def test_a_call_unlike_the_traced_one_is_refused_not_computed_with_old_constants
         with pytest.raises(TypeError, match=r"a call with 3 positional argument\(s\) and "
                                             r"keywords \[\]; this call has 3 and \['bias'\]"):
             wrapper(x, 3, True, bias=torch.ones(4))
+        # an emit audit: a tensor of another shape ran the traced graph's slices and gave a
+        # wrong result with no error
+        assert mod.TRACED_CALL[4] == {0: ("argument 0", (2, 4), "torch.float32")}
+        with pytest.raises(ValueError, match=r"argument 0 is \(3, 4\) torch.float32, but "
+                                             r"MultiStreamForward was traced with \(2, 4\)"):
+            wrapper(torch.randn(3, 4), 3, True)
+        with pytest.raises(ValueError, match=r"argument 0 is \(2, 4\) torch.float64"):
+            wrapper(x.double(), 3, True)
         off = getattr(mod, mod.CLASS_NAME)(module, enabled=False)  # the original path
         assert torch.equal(off(x, 5, False), module(x, 5, False))
+
+
+class _ConstantInForward(torch.nn.Module):
+    """A constant tensor made in forward: export lifts it and copies it
+    (``lift_fresh_copy``), a real kernel the importer folds into its reader."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.a1, self.b1, self.b2 = (torch.nn.Linear(32, 32) for _ in range(3))
+
+    def forward(self, x):
+        b = self.b2(torch.relu(self.b1(x)))
+        w = torch.tensor([1.0, -2.0, 3.0, 0.5] * 8)
+        return self.a1(x) * w + b
+
+
+@pytest.mark.parametrize("target", ["npugraph_ex", "cuda"])
+def test_a_constant_made_in_forward_is_copied_before_the_fork(target):
+    # an emit audit: the copy was emitted inside the open side-stream block after its
+    # last record and read on stream 0 with no event; the check said "consistent"
+    module = _ConstantInForward().eval()
+    inputs = (torch.randn(6, 32),)
+    graph = import_module(module, inputs, name="constant")
+    side = [o.name for o in graph.ops if o.name in ("linear", "relu", "linear_1")]
+    plan = assign(graph, "manual", mapping={n: 1 for n in side})
+    src = emit(trace(module, inputs), plan, target).source
+    lines = src.splitlines()
+    copy_at = next(i for i, ln in enumerate(lines) if "lift_fresh_copy.default(" in ln)
+    assert copy_at < next(i for i, ln in enumerate(lines) if "fork.record(S[0])" in ln)
+    expected = copy.deepcopy(module)(*inputs)
+    r = standins.run(load(src), copy.deepcopy(module), inputs)
+    assert standins.outputs_equal(expected, r.outputs)
+    assert standins.check(r, load(src), graph) == []
+    # the check now sees an unordered read by any op, not only along the graph's edges:
+    # the copy moved back into the side stream's block is caught
+    body = [ln for ln in lines if "lift_fresh_copy.default(" not in ln]
+    at = next(i for i, ln in enumerate(body) if "with cuda.stream(S[1])" in ln
+              or "with npu.stream(S[1])" in ln)
+    indent = body[at + 1][: len(body[at + 1]) - len(body[at + 1].lstrip())]
+    var = lines[copy_at].strip().split(" = ")[0]
+    moved = "\n".join(body[:at + 1] + [f"{indent}{lines[copy_at].strip()}"] + body[at + 1:])
+    assert var in moved
+    r = standins.run(load(moved + "\n"), copy.deepcopy(module), inputs)
+    problems = standins.check(r, load(moved + "\n"), graph)
+    assert any("lift_fresh_copy" in p and "with no event after it" in p for p in problems), \
+        problems

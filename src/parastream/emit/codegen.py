@@ -89,9 +89,11 @@ class Traced:
     mutations: list[tuple[str, Any, Any]] = field(default_factory=list)  # (kind, target, node)
     device: Any = None                           # device of the first tensor input
     #: the traced call: positional arguments, keyword names, the arguments' structure
-    #: (a pytree spec as JSON), and the non-tensor leaves a torch.export trace built into
-    #: the graph as constants (leaf index -> (what, value))
-    call: tuple[int, tuple[str, ...], str, dict[int, tuple[str, Any]]] | None = None
+    #: (a pytree spec as JSON), the non-tensor leaves a torch.export trace built into
+    #: the graph as constants (leaf index -> (what, value)), and the tensor leaves' shapes
+    #: and dtypes it was specialised to (leaf index -> (what, shape, dtype))
+    call: tuple[int, tuple[str, ...], str, dict[int, tuple[str, Any]],
+                dict[int, tuple[str, tuple[int, ...], str]]] | None = None
 
     def nodes(self) -> list[Any]:
         return list(self.graph.nodes)
@@ -116,22 +118,29 @@ def trace(module: Any, inputs: Sequence[Any] | Any, *, kwargs: dict | None = Non
 
 
 def _call_shape(inputs: tuple, kwargs: dict, constants: bool = True
-                ) -> tuple[int, tuple[str, ...], str, dict[int, tuple[str, Any]]]:
-    """The traced call as :attr:`Traced.call` records it; ``constants``: also the non-tensor
-    leaves that can be written as literals, each with what it is (``argument 1``,
-    ``keyword 'scale'``, ``argument 0[1]`` inside a tuple argument)."""
+                ) -> tuple[int, tuple[str, ...], str, dict[int, tuple[str, Any]],
+                           dict[int, tuple[str, tuple[int, ...], str]]]:
+    """The traced call as :attr:`Traced.call` records it; ``constants`` (a torch.export
+    trace): also the non-tensor leaves that can be written as literals, each with what it
+    is (``argument 1``, ``keyword 'scale'``, ``argument 0[1]`` inside a tuple argument), and
+    the tensor leaves' shapes and dtypes, which the graph is specialised to (another
+    shape ran the traced slices and views and gave a wrong result without an error)."""
     import torch
     from torch.utils import _pytree as pytree
 
     leaves, spec = pytree.tree_flatten_with_path((tuple(inputs), dict(kwargs)))
-    consts = {}
+    consts, tensors = {}, {}
     for i, (path, v) in enumerate(leaves):
-        if constants and not isinstance(v, torch.Tensor) and _literal_ok(v):
-            top, where, rest = path[0], path[1], path[2:]
-            what = (f"argument {getattr(where, 'idx', where)}" if getattr(top, "idx", 0) == 0
-                    else f"keyword {getattr(where, 'key', where)!r}")
-            consts[i] = (what + pytree.keystr(rest), v)
-    return len(inputs), tuple(kwargs), pytree.treespec_dumps(spec), consts
+        if not constants:
+            break
+        top, where, rest = path[0], path[1], path[2:]
+        what = (f"argument {getattr(where, 'idx', where)}" if getattr(top, "idx", 0) == 0
+                else f"keyword {getattr(where, 'key', where)!r}") + pytree.keystr(rest)
+        if isinstance(v, torch.Tensor):
+            tensors[i] = (what, tuple(v.shape), str(v.dtype))
+        elif _literal_ok(v):
+            consts[i] = (what, v)
+    return len(inputs), tuple(kwargs), pytree.treespec_dumps(spec), consts, tensors
 
 
 def _literal_ok(v: Any) -> bool:
@@ -676,6 +685,21 @@ class _Emitter:
                 w(2, f"{var} = _get(m, {what!r})")
             else:
                 w(2, f"{var} = {self.tensor_literal(what)}")
+        # nodes of no plan op that read only weights and constants (a constant tensor made
+        # in forward: lift_fresh_copy, a real copy the importer folds): before the fork,
+        # so every stream's readers are ordered after them. Left where they stand, one
+        # was emitted inside an open side-stream block and read on stream 0 with no event
+        hoisted: set[str] = set()
+        for n in self.nodes:
+            if (n.op in ("placeholder", "output") or n.name in self.plan.assignment
+                    or self.stream.get(n.name) is not None):
+                continue
+            args = _arg_nodes(list(n.args) + list(n.kwargs.values()))
+            if args and all(a.name in hoisted or a.op == "get_attr" or (
+                    a.op == "placeholder" and self.t.placeholders[a.name][0] != "input")
+                    for a in args):
+                hoisted.add(n.name)
+                w(2, f"{self.names.var[n.name]} = {self.call(n)}  # constant: before the fork")
         # ---- target prelude
         api = self.api_name
         w(2, f"{api} = self.api")
@@ -710,7 +734,7 @@ class _Emitter:
             depth = 3
 
         for n in self.nodes:
-            if n.op in ("placeholder", "output"):
+            if n.op in ("placeholder", "output") or n.name in hoisted:
                 continue
             s = self.stream[n.name]
             if s is None:
@@ -957,8 +981,9 @@ class _Emitter:
             "CALLS = " + _tuple_literal(self.calls),
             f"SOURCE = {dict(self.source)!r}",
             "#: the traced call: positional count, keyword names, the arguments' structure "
-            "(a pytree spec), and the non-tensor arguments the graph holds as constants "
-            "(leaf index -> (which, value))",
+            "(a pytree spec), the non-tensor arguments the graph holds as constants "
+            "(leaf index -> (which, value)), and the tensors' shapes and dtypes it was "
+            "traced with (leaf index -> (which, shape, dtype))",
             f"TRACED_CALL = {self.call_literal()}",
         ]
         lines += [
@@ -988,7 +1013,7 @@ class _Emitter:
             '    naming the difference (the original path, switch off, takes any call)."""',
             "    if TRACED_CALL is None:",
             "        return pytree.tree_leaves((args, kwargs))",
-            "    n_args, keywords, _, constants = TRACED_CALL",
+            "    n_args, keywords, _, constants, tensors = TRACED_CALL",
             "    if len(args) != n_args or sorted(kwargs) != sorted(keywords):",
             '        raise TypeError(f"{CLASS_NAME} was generated for a call with {n_args} positional "',
             '                        f"argument(s) and keywords {sorted(keywords)}; this call has "',
@@ -1008,6 +1033,16 @@ class _Emitter:
             '            raise ValueError(f"{what} is {shown}, but {CLASS_NAME} was generated with "',
             '                             f"{value!r} built into its graph: generate it again for "',
             '                             f"this value, or unset {SWITCH} for the original path")',
+            "    for i, (what, shape, dtype) in tensors.items():",
+            "        got = leaves[i]",
+            "        if (not isinstance(got, torch.Tensor) or tuple(got.shape) != shape",
+            "                or str(got.dtype) != dtype):",
+            '            shown = (f"{tuple(got.shape)} {got.dtype}" if isinstance(got, torch.Tensor)',
+            "                     else repr(got))",
+            '            raise ValueError(f"{what} is {shown}, but {CLASS_NAME} was traced with "',
+            '                             f"{shape} {dtype} (its graph is specialised to the shapes): "',
+            '                             f"generate it again for this shape, or unset {SWITCH} for "',
+            '                             "the original path")',
             "    return leaves",
             "",
         ]
@@ -1061,8 +1096,8 @@ class _Emitter:
         generated module then takes any call)."""
         if self.t.call is None:  # traced without its example call: nothing to check
             return "None"
-        n, keys, spec, consts = self.t.call
-        return f"({n}, {tuple(keys)!r}, {spec!r}, {consts!r})"
+        n, keys, spec, consts, tensors = self.t.call
+        return f"({n}, {tuple(keys)!r}, {spec!r}, {consts!r}, {tensors!r})"
 
     def api_function(self) -> list[str]:
         if self.target == "torchair":

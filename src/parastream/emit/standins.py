@@ -514,6 +514,7 @@ def _check_streams(r: Run, gen: Any, entry: dict, graph: Any, outputs: list,
                            for p, sto, to in rs_calls):
                     problems.append(f"{e.src} -> {e.dst}: a tensor made on stream {cu.stream} "
                                     f"and read on stream {cv.stream} is not record_stream-ed")
+    problems += _unordered_reads(rec, op_clock, r.long_lived)
     # returned tensors made on a side stream are recorded onto the origin stream
     producers: dict[int, Any] = {}
     for c in rec.calls:
@@ -534,6 +535,39 @@ def _check_streams(r: Run, gen: Any, entry: dict, graph: Any, outputs: list,
     waits = rec.count("event_wait") - (len(sides) if sides else 0)
     if waits != len(gen.EVENTS):
         problems.append(f"{waits} event waits for {len(gen.EVENTS)} plan events")
+    return problems
+
+
+def _unordered_reads(rec: Recorder, op_clock: dict[int, dict[Any, int]],
+                     long_lived: set[int]) -> list[str]:
+    """Every recorded op call, planned or not, that reads memory another stream's op
+    wrote with no event ordering the two (vector clocks ``op_clock`` of the issue order).
+    The graph's edges cover the plan's ops only; a node the importer folds can still launch
+    a kernel (``lift_fresh_copy`` of a constant made in forward: emitted inside an open
+    side-stream block, read on stream 0 unordered, and the check said "consistent").
+    Views write nothing (their result aliases an input of a call not named ``*_``);
+    inputs, weights and buffers (``long_lived``) were written before the call."""
+    problems: list[str] = []
+    writer: dict[int, tuple[Any, int, str]] = {}  # storage -> (stream, clock, op)
+    for c in rec.calls:
+        if c.kind != "op":
+            continue
+        s = c.stream
+        clk = op_clock[id(c)]
+        ins = {_storage(t) for t in _tensors(c.info.get("args"))} - {None}
+        for st in ins - long_lived:
+            if st in writer:
+                ws, wclock, wname = writer[st]
+                if ws != s and clk.get(ws, 0) < wclock:
+                    problems.append(f"{c.info['func']} on stream {s} reads what {wname} wrote "
+                                    f"on stream {ws} with no event after it")
+        func = str(c.info["func"])
+        in_place = func.split(".")[-2].endswith("_") if func.count(".") >= 2 else False
+        for t in _tensors(c.info.get("result")):
+            st = _storage(t)
+            if st is None or (st in ins and not in_place):
+                continue
+            writer[st] = (s, clk[s], func)
     return problems
 
 
