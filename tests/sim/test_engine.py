@@ -27,6 +27,14 @@ def test_five_streams_on_four_queues_behave_like_four():
     assert five == four_plus_one == 200
 
 
+@pytest.mark.parametrize("ids", [(0, 4), (0, 8), (3, 7), (0, 10**12)])
+def test_stream_ids_are_labels_not_queue_numbers(ids):
+    # an emit audit: streams 0 and 4 on 4 queues shared queue 0 (s mod 4) and serialised
+    r = simulate([Task("a", ids[0], 100, "cube", 1), Task("b", ids[1], 100, "cube", 1)], DEV)
+    assert r.wall_us == 100
+    assert sorted(r.timeline.streams) == sorted(str(i) for i in ids)
+
+
 def test_memory_bound_tasks_share_bandwidth():
     r = simulate([Task("a", 0, 100, "none", 0, True), Task("b", 1, 100, "none", 0, True)], DEV)
     assert r.wall_us == pytest.approx(200)

@@ -321,3 +321,44 @@ def test_a_shape_sweep_says_when_the_model_ignores_a_flag():
                         "tiny", "--seq", "16,32", "--streams", "1,2", "--format", "json"],
                        capture_output=True, text=True, timeout=300)
     assert json.loads(r.stdout)["ignored"] == []  # llama_layer takes --seq
+
+
+def test_simulate_plan_keeps_its_baseline_and_reads_the_assignment(tmp_path):
+    """An emit audit: a plan cut to one multi-stream candidate was its own 1.00x baseline;
+    a candidate whose `streams` field was edited to 1 became the baseline; a plan saved
+    with sorted keys was taken for a graph; stream 2**63 crashed the simulator."""
+    src = tmp_path / "prolog.json"
+    src.write_bytes(dumps(prolog()))
+
+    def cli(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "parastream", *args], capture_output=True,
+                              text=True, timeout=120)
+
+    plan = tmp_path / "plan.json"
+    assert cli("plan", str(src), "--device", "h100", "-o", str(plan)).returncode == 0
+    full = json.loads(plan.read_text())
+    multi = next(c for c in full["candidates"] if len(set(c["assignment"].values())) > 1)
+
+    def rows(doc: dict, name: str) -> list[dict]:
+        path = tmp_path / name
+        path.write_text(json.dumps(doc, sort_keys=name.startswith("sorted")))
+        r = cli("simulate", str(path), "--format", "json")
+        assert r.returncode == 0, r.stderr
+        return json.loads(r.stdout)["rows"]
+
+    whole = {r["streams"]: r for r in rows(full, "sorted.json")}
+    one = dict(full, candidates=[multi], recommended=multi["name"])
+    got = rows(one, "one.json")
+    assert [r["plan"] for r in got] == ["single", multi["name"]]
+    assert got[0]["wall_us"] == whole[1]["wall_us"]
+    assert got[1]["speedup"] == pytest.approx(got[0]["wall_us"] / got[1]["wall_us"], rel=1e-3)
+    edited = json.loads(json.dumps(full))
+    next(c for c in edited["candidates"] if c["name"] == multi["name"])["streams"] = 1
+    assert [r["plan"] for r in rows(edited, "edited.json") if r["streams"] == 1] == [
+        whole[1]["plan"]]
+    huge = json.loads(json.dumps(one))
+    op = next(iter(huge["candidates"][0]["assignment"]))
+    huge["candidates"][0]["assignment"][op] = 2 ** 63
+    (tmp_path / "huge.json").write_text(json.dumps(huge))
+    r = cli("simulate", str(tmp_path / "huge.json"))
+    assert r.returncode == 2 and "stream ids run from 0 to" in r.stderr and "Traceback" not in r.stderr

@@ -66,7 +66,7 @@ def loads(data: bytes | str) -> PlanDoc:
     if twice:  # --candidate NAME and the recommendation pick candidates by name
         raise ValueError(f"candidate name(s) used twice: {', '.join(map(repr, twice))}")
     for c in doc.candidates:
-        bad = _bad_core_limit(c)
+        bad = _bad_stream(c) or _bad_core_limit(c)
         if bad:
             raise ValueError(f"candidate {c.name!r}: {bad}")
     return doc
@@ -74,6 +74,19 @@ def loads(data: bytes | str) -> PlanDoc:
 
 def _whole(v: object) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
+
+
+#: stream ids a plan may use: labels, but a C long in the simulator and the executors
+MAX_STREAM_ID = 2 ** 31 - 1
+
+
+def _bad_stream(plan: Plan) -> str | None:
+    """An op assigned to a stream id outside 0..:data:`MAX_STREAM_ID`, or None (2**63
+    crashed the simulator with an OverflowError)."""
+    for op, s in plan.assignment.items():
+        if not 0 <= s <= MAX_STREAM_ID:
+            return f"op {op!r} is on stream {s}: stream ids run from 0 to {MAX_STREAM_ID}"
+    return None
 
 
 def _bad_core_limit(plan: Plan) -> str | None:

@@ -2,8 +2,9 @@
 
 - The host issues tasks in program order, one launch overhead apart (a plan can be
   host-bound).
-- Each stream is a FIFO; streams beyond the device's hardware queues share queues
-  (stream ``s`` uses queue ``s mod hw_queues``), so they add no parallelism.
+- Each stream is a FIFO; streams beyond the device's hardware queues share queues (the
+  ``k``-th of the streams in use, in ascending order, uses queue ``k mod hw_queues``: a plan
+  on streams 0 and 4 gets two queues, whatever the ids), so they add no parallelism.
 - The scheduler sweeps the queues round-robin: a queue's head task starts when the events it
   waits for are recorded and enough cores of its pool (block dim, capped at the pool, or at
   the plan's C2 core limit) are free; a dispatch costs one sweep.
@@ -144,7 +145,10 @@ def _simulate(tasks: list[Task], device: Device, jitter: float, seed: int, name:
     blocks = np.array([t.block_dim for t in tasks], np.int64) if n else np.zeros(0, np.int64)
     need = np.where(pool_cap > 0, np.clip(np.minimum(blocks, pool_cap), 1, None), 0).tolist()
     streams = np.array([t.stream for t in tasks], np.int64) if n else np.zeros(0, np.int64)
-    q_arr = streams % q_count
+    # by rank among the streams in use, not by id: ids are labels (a hand-edited plan on
+    # streams 0 and 4 was serialised on one queue of 4 by s mod 4)
+    q_arr = (np.unique(streams, return_inverse=True)[1].reshape(-1) % q_count
+             if n else streams)
     queue_of = q_arr.tolist()
     # The host issues tasks in program order, so every queue's FIFO is known up front; a task
     # has been issued at time t when index * launch <= t.

@@ -37,8 +37,9 @@ def simpy_simulate(tasks: list[Task], dev: Device, name: str = "simpy") -> Resul
             for t, p in zip(tasks, pool_of)]
     wait_iv: list[tuple[int, float, float, int]] = []
     queues: dict[int, list[int]] = {}
+    rank = {sid: k for k, sid in enumerate(sorted({t.stream for t in tasks}))}  # as the engine
     for i, t in enumerate(tasks):
-        queues.setdefault(t.stream % dev.hw_queues, []).append(i)
+        queues.setdefault(rank[t.stream] % dev.hw_queues, []).append(i)
 
     def worker(q):
         for i in queues[q]:
