@@ -86,7 +86,12 @@ def emit_plan(plan_path: str, target: str, *, candidate: str | None = None,
     from ..graph.torch_import import import_program
     from .codegen import EmitError, build_model, emit, trace
 
-    module, inputs = build_model(source)
+    try:
+        module, inputs = build_model(source)
+    except InputError as exc:
+        if exc.path is not None:
+            raise
+        raise InputError(plan_path, f"its source model: {exc.reason}") from None
     # one trace for both the plan check and the code (the importer's export program); only
     # a model that export cannot trace is traced again, by torch.fx
     graph, program = import_program(module, inputs, name=str(source["model"]))
@@ -108,9 +113,15 @@ def cmd_emit(args: argparse.Namespace) -> int:
 
     from ..report.atomic import check_writable, write_atomic
 
+    from .codegen import RESERVED_NAMES
+
     if not args.class_name.isidentifier() or keyword.iskeyword(args.class_name):
         raise InputError(None, f"--class-name {args.class_name!r} is not a Python name a "
                                "class can have")
+    if args.class_name in RESERVED_NAMES:
+        # ENABLED, torch, pytree, ...: the class would shadow what the module itself reads
+        raise InputError(None, f"--class-name {args.class_name!r} is a name the generated "
+                               "module uses itself: choose another")
     check_writable(args.output)
     emitted = emit_plan(args.plan, args.target, candidate=args.candidate, model=args.model,
                         scale=args.scale, phase=args.phase, class_name=args.class_name)

@@ -305,9 +305,13 @@ _RESERVED = {
     "collections", "TRACE", "math", "record_stream", "fork", "npu", "cuda", "torchair", "api", "_get", "_dev",
     "_resolve", "_OUT_SPEC", "ENABLED", "SWITCH", "TARGET", "CLASS_NAME", "PLAN", "CALLS", "EVENTS",
     "ASSIGNMENT", "CORE_LIMITS", "SIDE_STREAMS", "SOURCE", "switch_on", "load_model",
-    "TRACED_CALL", "_TRACED_SPEC", "_traced_call", "_leaves",
+    "TRACED_CALL", "_TRACED_SPEC", "_traced_call", "_leaves", "_streams_api",
+    "_tensor_record_stream",
     "print", "len", "float", "int", "list", "tuple", "dict", "slice", "getattr", "range",
 }
+
+#: names the generated module defines or reads at its top level: no class may take one
+RESERVED_NAMES = frozenset(_RESERVED)
 
 _VIEW_LIKE = None  # filled lazily from the importer's tables
 
@@ -404,6 +408,9 @@ def emit(traced: Traced, plan: Plan, target: str, *, source: dict | None = None,
     """
     if target not in TARGETS:
         raise EmitError(f"unknown target {target!r} (expected one of {', '.join(TARGETS)})")
+    if class_name in RESERVED_NAMES or not class_name.isidentifier():
+        raise EmitError(f"class name {class_name!r} is no Python name or one the generated "
+                        "module uses itself")
     return _Emitter(traced, plan, target, source or {}, model_name, device_name, class_name,
                     vector_per_cube).run()
 

@@ -161,7 +161,12 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         src = doc.source or {}
         if not src.get("model"):
             raise InputError(spec, "the plan does not say which model it was made for")
-        graph = load_graph(src["model"], src.get("scale", "small"), src.get("phase"), None)
+        try:
+            graph = load_graph(src["model"], src.get("scale", "small"), src.get("phase"), None)
+        except InputError as exc:
+            if exc.path is not None:
+                raise
+            raise InputError(spec, f"its source model: {exc.reason}") from None
         plans = doc.candidates
         if not plans:
             raise InputError(spec, "the plan has no candidates")
