@@ -385,3 +385,40 @@ def test_a_constant_made_in_forward_is_copied_before_the_fork(target):
     problems = standins.check(r, load(moved + "\n"), graph)
     assert any("lift_fresh_copy" in p and "with no event after it" in p for p in problems), \
         problems
+
+
+class _BufferUpdate(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.a, self.b = torch.nn.Linear(32, 32), torch.nn.Linear(32, 32)
+        self.register_buffer("running", torch.zeros(32))
+
+    def forward(self, x):
+        b = self.b(torch.relu(x))
+        self.running.mul_(0.9).add_(b.mean(0) * 0.1)
+        return self.a(x) + self.running
+
+
+def test_torchair_waits_through_an_input_an_in_place_op_does_not_write():
+    # an emit audit: add_(wait_tensor(mul_, dep), ...) wrote the value wait_tensor returned;
+    # TorchAir declares no alias for it, so the buffer update may not reach the buffer
+    import re
+
+    module = _BufferUpdate().eval()
+    inputs = (torch.randn(6, 32),)
+    graph = import_module(module, inputs, name="buffer_update")
+    # the buffer's mul_ on stream 1, its add_ on stream 0: add_ waits for mul_
+    plan = assign(graph, "manual", mapping={"mul_": 1})
+    src = emit(trace(module, inputs), plan, "torchair").source
+    waited = set(re.findall(r"(\w+_w\d+) = torchair\.scope\.npu_wait_tensor", src))
+    assert waited, src
+    for var in waited:
+        assert not re.search(rf"aten\.\w+_\.\w+\({var}\b", src), var
+    expected_module = copy.deepcopy(module)
+    expected = expected_module(*inputs)
+    model = copy.deepcopy(module)
+    r = standins.run(load(src), model, inputs)
+    assert standins.outputs_equal(expected, r.outputs)
+    assert torch.equal(model.running, expected_module.running)
+    assert standins.check(r, load(src), graph) == []

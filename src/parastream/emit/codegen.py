@@ -783,8 +783,13 @@ class _Emitter:
                     w(depth, f"# {self.event_comment(i)}: not expressible with npu_wait_tensor "
                              f"({'no tensor input' if not ins else 'no tensor output'})")
                     continue
-                made = [x for x in ins if self.base.get(x.name) == a]
-                x = (made or ins)[0]
+                # an in-place op writes its first input: wait through another one where it
+                # has one (TorchAir's wait_tensor declares no alias, so a write to its result
+                # may not reach the original tensor, a buffer update among them)
+                written = n.args[0] if n.args and _short(n).endswith("_") else None
+                pool = [y for y in ins if y is not written] or ins
+                made = [x for x in pool if self.base.get(x.name) == a]
+                x = (made or pool)[0]
                 cur = self.subst.get(x.name, self.names.var[x.name])
                 new = self.names.fresh(f"{self.names.var[x.name]}_w{i}")
                 w(depth, f"{new} = torchair.scope.npu_wait_tensor({cur}, {dep})  "
