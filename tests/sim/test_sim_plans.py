@@ -238,19 +238,25 @@ def test_a_stream_with_one_thread_pays_the_one_thread_cold_cost():
     assert took["c"] == pytest.approx(one + 30.0 * d["b"] / 1000.0, abs=0.01)
 
 
+def cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "parastream", *args], capture_output=True,
+                          text=True, timeout=120)
+
+
+def _prolog_plan(tmp_path):
+    """The prolog graph as a JSON file and its plan for h100 beside it."""
+    src = tmp_path / "prolog.json"
+    src.write_bytes(dumps(prolog()))
+    plan = tmp_path / "plan.json"
+    assert cli("plan", str(src), "--device", "h100", "-o", str(plan)).returncode == 0
+    return src, plan
+
+
 def test_simulating_a_plan_uses_the_plans_own_device(tmp_path):
     """A plan's core limits were chosen for its device: `simulate PLAN` predicts on that
     one unless --device says otherwise, and a plan whose device is only a name (a
     calibrated profile's) is refused with the fix, not simulated on another device."""
-    src = tmp_path / "prolog.json"
-    src.write_bytes(dumps(prolog()))
-
-    def cli(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "parastream", *args], capture_output=True,
-                              text=True, timeout=120)
-
-    plan = tmp_path / "plan.json"
-    assert cli("plan", str(src), "--device", "h100", "-o", str(plan)).returncode == 0
+    src, plan = _prolog_plan(tmp_path)
     assert "simulated on h100" in cli("simulate", str(plan)).stdout
     assert "simulated on cpu" in cli("simulate", str(plan), "--device", "cpu").stdout
     assert "simulated on ascend910b" in cli("simulate", str(src)).stdout  # as `graph`
@@ -327,15 +333,7 @@ def test_simulate_plan_keeps_its_baseline_and_reads_the_assignment(tmp_path):
     """An emit audit: a plan cut to one multi-stream candidate was its own 1.00x baseline;
     a candidate whose `streams` field was edited to 1 became the baseline; a plan saved
     with sorted keys was taken for a graph; stream 2**63 crashed the simulator."""
-    src = tmp_path / "prolog.json"
-    src.write_bytes(dumps(prolog()))
-
-    def cli(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "parastream", *args], capture_output=True,
-                              text=True, timeout=120)
-
-    plan = tmp_path / "plan.json"
-    assert cli("plan", str(src), "--device", "h100", "-o", str(plan)).returncode == 0
+    src, plan = _prolog_plan(tmp_path)
     full = json.loads(plan.read_text())
     multi = next(c for c in full["candidates"] if len(set(c["assignment"].values())) > 1)
 
