@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
+from typing import Iterator
 
 
 class InputError(Exception):
@@ -24,3 +26,15 @@ def one_line(exc: BaseException) -> str:
     text = str(exc).strip() or type(exc).__name__
     line = text.splitlines()[0].strip()
     return f"{type(exc).__name__}: {line}"[:300]
+
+
+@contextmanager
+def naming(path: str | os.PathLike[str], prefix: str = "") -> Iterator[None]:
+    """Give an :class:`InputError` raised inside that names no file ``path``, its reason
+    after ``prefix``: a plan's bad source model is the plan file's problem."""
+    try:
+        yield
+    except InputError as exc:
+        if exc.path is not None:
+            raise
+        raise InputError(path, prefix + exc.reason) from None

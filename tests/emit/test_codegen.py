@@ -422,3 +422,33 @@ def test_torchair_waits_through_an_input_an_in_place_op_does_not_write():
     assert standins.outputs_equal(expected, r.outputs)
     assert torch.equal(model.running, expected_module.running)
     assert standins.check(r, load(src), graph) == []
+
+
+class _ReadThenWrite(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.a, self.b = torch.nn.Linear(32, 32), torch.nn.Linear(32, 32)
+        self.register_buffer("running", torch.ones(32))
+
+    def forward(self, x):
+        y = self.b(x) * self.running  # reads the buffer
+        self.running.mul_(0.9)  # then writes it: its only tensor input
+        return self.a(x) + y
+
+
+def test_torchair_warns_when_the_only_input_is_the_written_one():
+    # a review: with no other input the wait goes through the written tensor, silently
+    module = _ReadThenWrite().eval()
+    inputs = (torch.randn(6, 32),)
+    graph = import_module(module, inputs, name="read_then_write")
+    plan = Plan(name="p", algorithm="manual", streams=2,
+                assignment={"linear": 1, "mul": 1, "mul_": 0, "linear_1": 0, "add": 0},
+                events=[Event("mul", "mul_"), Event("mul", "add")])
+    e = emit(trace(module, inputs), plan, "torchair")
+    assert len(e.warnings) == 1 and "mul_ writes its only tensor input" in e.warnings[0]
+    assert "# note: e0: mul (stream 1) -> mul_ (stream 0): mul_ writes" in e.source
+    r = standins.run(load(e.source), copy.deepcopy(module), inputs)
+    assert standins.outputs_equal(copy.deepcopy(module)(*inputs), r.outputs)
+    assert standins.check(r, load(e.source), graph) == []
+    assert emit(trace(module, inputs), plan, "cuda").warnings == []

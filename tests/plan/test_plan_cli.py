@@ -170,7 +170,8 @@ def test_hand_edited_core_limits_are_refused_by_simulate_and_emit(tmp_path):
     multi = next(c for c in doc["candidates"] if len(set(c["assignment"].values())) > 1)
     doc["recommended"] = multi["name"]
     for limits, words in (({"1": {"aicore_num": -4}}, "aicore_num must be a whole number"),
-                          ({"1": {"aicore_num": 4, "vectorcore_num": 0}}, "vectorcore_num"),
+                          ({"1": {"aicore_num": 4, "vectorcore_num": -1}}, "vectorcore_num"),
+                          ({"²": {"aicore_num": 4}}, "no stream number"),
                           ({"1": {"aicore_num": 2.5}}, "aicore_num must be a whole number"),
                           ({"x": {"aicore_num": 4}}, "no stream number")):
         multi["core_limits"] = limits
@@ -187,3 +188,6 @@ def test_hand_edited_core_limits_are_refused_by_simulate_and_emit(tmp_path):
         assert not (tmp_path / "x.py").exists()
     multi["core_limits"] = {"1": {"aicore_num": 8, "reason": "kept"}}
     assert loads(json.dumps(doc)).candidate(multi["name"]).core_limits["1"]["aicore_num"] == 8
+    # vectorcore_num 0: what torchair takes on the 910 (no separate vector cores)
+    multi["core_limits"] = {"1": {"aicore_num": 8, "vectorcore_num": 0}}
+    assert loads(json.dumps(doc)).candidate(multi["name"]).core_limits["1"]["vectorcore_num"] == 0

@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..errors import InputError
+from ..errors import InputError, naming
 from . import TARGETS
 
 
@@ -86,12 +86,8 @@ def emit_plan(plan_path: str, target: str, *, candidate: str | None = None,
     from ..graph.torch_import import import_program
     from .codegen import EmitError, build_model, emit, trace
 
-    try:
+    with naming(plan_path, "its source model: "):
         module, inputs = build_model(source)
-    except InputError as exc:
-        if exc.path is not None:
-            raise
-        raise InputError(plan_path, f"its source model: {exc.reason}") from None
     # one trace for both the plan check and the code (the importer's export program); only
     # a model that export cannot trace is traced again, by torch.fx
     graph, program = import_program(module, inputs, name=str(source["model"]))
@@ -109,19 +105,12 @@ def emit_plan(plan_path: str, target: str, *, candidate: str | None = None,
 
 
 def cmd_emit(args: argparse.Namespace) -> int:
-    import keyword
-
     from ..report.atomic import check_writable, write_atomic
+    from .codegen import bad_class_name
 
-    from .codegen import RESERVED_NAMES
-
-    if not args.class_name.isidentifier() or keyword.iskeyword(args.class_name):
-        raise InputError(None, f"--class-name {args.class_name!r} is not a Python name a "
-                               "class can have")
-    if args.class_name in RESERVED_NAMES:
-        # ENABLED, torch, pytree, ...: the class would shadow what the module itself reads
-        raise InputError(None, f"--class-name {args.class_name!r} is a name the generated "
-                               "module uses itself: choose another")
+    bad = bad_class_name(args.class_name)
+    if bad:  # before the model is built and traced
+        raise InputError(None, "--" + bad.replace("class name", "class-name", 1))
     check_writable(args.output)
     emitted = emit_plan(args.plan, args.target, candidate=args.candidate, model=args.model,
                         scale=args.scale, phase=args.phase, class_name=args.class_name)
@@ -135,6 +124,8 @@ def cmd_emit(args: argparse.Namespace) -> int:
         sys.stdout.write(emitted.source)
     for ev in emitted.skipped_events:
         sys.stderr.write(f"parastream: warning: event {ev} has no {args.target} form here\n")
+    for note in emitted.warnings:
+        sys.stderr.write(f"parastream: warning: {note}\n")
     if emitted.unplanned:
         sys.stderr.write(f"parastream: warning: {len(emitted.unplanned)} op(s) the plan does not "
                          f"name run on stream 0: {', '.join(emitted.unplanned[:6])}\n")

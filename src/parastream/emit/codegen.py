@@ -298,6 +298,8 @@ class Emitted:
     record_streams: int               # record_stream calls
     unplanned: list[str] = field(default_factory=list)  # real ops the plan does not name
     skipped_events: list[str] = field(default_factory=list)
+    #: emitted, but worth a look on the hardware (one line each)
+    warnings: list[str] = field(default_factory=list)
 
 
 _RESERVED = {
@@ -396,6 +398,17 @@ class _Writer:
         self.lines.append(("    " * depth + text) if text else "")
 
 
+def bad_class_name(name: str) -> str | None:
+    """Why ``name`` cannot name the generated class, or None: not a Python name, a keyword,
+    or a name the module binds itself (``ENABLED`` shadowed the switch, ``torch`` broke
+    the module at call time)."""
+    if not name.isidentifier() or keyword.iskeyword(name):
+        return f"class name {name!r} is not a Python name a class can have"
+    if name in RESERVED_NAMES:
+        return f"class name {name!r} is a name the generated module uses itself: choose another"
+    return None
+
+
 def emit(traced: Traced, plan: Plan, target: str, *, source: dict | None = None,
          model_name: str | None = None, device_name: str | None = None,
          class_name: str = DEFAULT_CLASS,
@@ -408,9 +421,9 @@ def emit(traced: Traced, plan: Plan, target: str, *, source: dict | None = None,
     """
     if target not in TARGETS:
         raise EmitError(f"unknown target {target!r} (expected one of {', '.join(TARGETS)})")
-    if class_name in RESERVED_NAMES or not class_name.isidentifier():
-        raise EmitError(f"class name {class_name!r} is no Python name or one the generated "
-                        "module uses itself")
+    bad = bad_class_name(class_name)
+    if bad:
+        raise EmitError(bad)
     return _Emitter(traced, plan, target, source or {}, model_name, device_name, class_name,
                     vector_per_cube).run()
 
@@ -453,6 +466,7 @@ class _Emitter:
         self.base: dict[str, str | None] = {}
         self.stream: dict[str, int | None] = {}
         self.unplanned: list[str] = []
+        self.warnings: list[str] = []
         for n in self.nodes:
             if n.op in ("placeholder", "output", "get_attr"):
                 self.base[n.name] = None
@@ -660,7 +674,8 @@ class _Emitter:
         w.lines.extend(self.module_footer())
         src = "\n".join(w.lines).rstrip() + "\n"
         return Emitted(src, self.target, tuple(self.calls), self.side, self.n_waits,
-                       self.n_records, self.n_rs, list(self.unplanned), list(self.skipped))
+                       self.n_records, self.n_rs, list(self.unplanned), list(self.skipped),
+                       list(self.warnings))
 
     def forward_body(self, first_input: Any) -> list[str]:
         w = _Writer()
@@ -788,6 +803,13 @@ class _Emitter:
                 # may not reach the original tensor, a buffer update among them)
                 written = n.args[0] if n.args and _short(n).endswith("_") else None
                 pool = [y for y in ins if y is not written] or ins
+                if written is not None and pool[0] is written:
+                    note = (f"{self.event_comment(i)}: {n.name} writes its only tensor input, "
+                            "so the wait goes through the tensor it writes; TorchAir's "
+                            "npu_wait_tensor declares no alias: check on the NPU that the "
+                            "write lands (a buffer update)")
+                    self.warnings.append(note)
+                    w(depth, f"# note: {note}")
                 made = [x for x in pool if self.base.get(x.name) == a]
                 x = (made or pool)[0]
                 cur = self.subst.get(x.name, self.names.var[x.name])

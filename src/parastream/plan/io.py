@@ -91,19 +91,21 @@ def _bad_stream(plan: Plan) -> str | None:
 
 def _bad_core_limit(plan: Plan) -> str | None:
     """What is wrong with a candidate's ``core_limits`` (``{"<stream>": {"aicore_num": n,
-    "vectorcore_num": m, "reason": ...}}``, n and m whole numbers of cores >= 1), or None.
+    "vectorcore_num": m, "reason": ...}}``, n a whole number of cores >= 1, m >= 0: 0 is
+    what torchair takes on the 910, which has no separate vector cores), or None.
     A hand-edited -4 reached the simulator as a ValueError and ``emit`` wrote
     ``limit_core_num(-4, -8)``."""
     for key, spec in (plan.core_limits or {}).items():
-        if not key.isdigit():
+        if not (key.isascii() and key.isdigit()):
             return f"core_limits key {key!r} is no stream number"
         if not isinstance(spec, dict) or "aicore_num" not in spec:
             return (f"core_limits[{key!r}] must be an object with aicore_num "
                     f"(and optionally vectorcore_num), not {spec!r}")
-        for field in ("aicore_num", "vectorcore_num"):
+        for field, least in (("aicore_num", 1), ("vectorcore_num", 0)):
             v = spec.get(field)
-            if (field == "aicore_num" or v is not None) and not (_whole(v) and v >= 1):
-                return f"core_limits[{key!r}].{field} must be a whole number of cores >= 1, not {v!r}"
+            if (field == "aicore_num" or v is not None) and not (_whole(v) and v >= least):
+                return (f"core_limits[{key!r}].{field} must be a whole number of cores >= "
+                        f"{least}, not {v!r}")
     return None
 
 

@@ -9,7 +9,7 @@ import argparse
 import sys
 
 from ..device.profile import DEFAULT_DEVICE
-from ..errors import InputError
+from ..errors import InputError, naming
 
 from ..plan.model import SPEEDUP_MARGIN
 
@@ -67,7 +67,7 @@ def sweep(graph, profile, stream_counts: list[int], *, ge: bool = False, jitter:
             # its best within k streams is the answer, unless GE reorder or jitter change the
             # run: then the best few are rerun under those options
             doc = build(graph, profile, algorithm=None, mapping=None, max_streams=k)
-            cands = [c for c in doc.candidates if 2 <= c.streams <= k]  # a row of k >= 2 streams
+            cands = [c for c in doc.candidates if 2 <= c.stream_count() <= k]  # k >= 2 streams
             cands = cands[:3] if (ge or jitter) else cands[:1]
         if not cands:
             continue
@@ -161,12 +161,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         src = doc.source or {}
         if not src.get("model"):
             raise InputError(spec, "the plan does not say which model it was made for")
-        try:
+        with naming(spec, "its source model: "):
             graph = load_graph(src["model"], src.get("scale", "small"), src.get("phase"), None)
-        except InputError as exc:
-            if exc.path is not None:
-                raise
-            raise InputError(spec, f"its source model: {exc.reason}") from None
         plans = doc.candidates
         if not plans:
             raise InputError(spec, "the plan has no candidates")

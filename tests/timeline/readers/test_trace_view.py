@@ -219,9 +219,11 @@ def test_an_object_or_list_as_thread_or_process_id_is_refused(tmp_path, bad):
 
 
 def test_numeric_and_named_ids_still_read(tmp_path):
+    numeric = trace_view.read(write(tmp_path / "n.json", sample_events()))
     events = sample_events()
     for ev in events:
         if ev.get("pid") == 300:
             ev["pid"] = "300"
-    tl = trace_view.read(write(tmp_path / "t.json", events))
-    assert len(tl) > 0
+    named = trace_view.read(write(tmp_path / "t.json", events))
+    assert len(named) == len(numeric) > 0
+    assert sorted(named.streams) == sorted(numeric.streams)
