@@ -388,11 +388,11 @@ def test_a_constant_made_in_forward_is_copied_before_the_fork(target):
 
 
 class _BufferUpdate(torch.nn.Module):
-    def __init__(self) -> None:
+    def __init__(self, start: float = 0.0) -> None:
         super().__init__()
         torch.manual_seed(0)
         self.a, self.b = torch.nn.Linear(32, 32), torch.nn.Linear(32, 32)
-        self.register_buffer("running", torch.zeros(32))
+        self.register_buffer("running", torch.full((32,), start))
 
     def forward(self, x):
         b = self.b(torch.relu(x))
@@ -424,12 +424,9 @@ def test_torchair_waits_through_an_input_an_in_place_op_does_not_write():
     assert standins.check(r, load(src), graph) == []
 
 
-class _ReadThenWrite(torch.nn.Module):
+class _ReadThenWrite(_BufferUpdate):
     def __init__(self) -> None:
-        super().__init__()
-        torch.manual_seed(0)
-        self.a, self.b = torch.nn.Linear(32, 32), torch.nn.Linear(32, 32)
-        self.register_buffer("running", torch.ones(32))
+        super().__init__(start=1.0)
 
     def forward(self, x):
         y = self.b(x) * self.running  # reads the buffer
