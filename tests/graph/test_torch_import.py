@@ -449,3 +449,47 @@ def test_a_lowered_program_writes_the_input_back_as_eager_mode_does():
                              runnable=rn) as ex:
         got = ex(x)
     assert torch.equal(got, want) and torch.equal(x, x_eager)
+
+
+class _ReadViewThenWrite(nn.Module):
+    """A view read, then its base written: a write-after-read the planner must order."""
+
+    def __init__(self, how: str) -> None:
+        super().__init__()
+        self.how = how
+
+    def forward(self, x):
+        y = x * 1.0
+        if self.how == "unfold":
+            v = y.unfold(0, 4, 4)
+        elif self.how == "tensor_split":
+            v = torch.tensor_split(y, 2)[0]
+        else:
+            v = y
+        r = torch.tanh(v)
+        if self.how == "out":
+            torch.add(x, 100.0, out=y)  # an out= keyword after an omitted default (alpha)
+        else:
+            y.add_(100.0)
+        return r, y
+
+
+@pytest.mark.parametrize("how", ["unfold", "tensor_split", "out"])
+def test_a_write_after_a_read_through_any_view_is_ordered(how):
+    # a run audit: unfold and tensor_split results were taken for copies, and an out=
+    # keyword was matched to the wrong schema position: no state edge, racy plans validated
+    g = import_module(_ReadViewThenWrite(how).eval(), (torch.randn(64, 8),))
+    names = [o.name for o in g.ops]
+    writer = next(n for n in names if n.startswith("add"))
+    assert ("tanh", writer, "state") in [(e.src, e.dst, e.type) for e in g.edges], g.edges
+    assert not any(n.startswith(("unfold", "tensor_split")) for n in names)
+
+
+def test_a_cast_that_copies_is_an_op_and_one_that_does_not_is_folded():
+    class Casts(nn.Module):
+        def forward(self, x):
+            return x.to(torch.float64).sum() + x.to(torch.float32).sum() + x.t().contiguous().sum()
+
+    g = import_module(Casts().eval(), (torch.randn(8, 4),))
+    types = [o.type for o in g.ops]
+    assert types.count("to") == 1 and "contiguous" in types  # the float64 cast, the copy

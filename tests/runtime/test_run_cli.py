@@ -10,6 +10,7 @@ import pytest
 
 from parastream.errors import InputError
 from parastream.runtime import cli, malloc
+from parastream.runtime.cli import _safe
 
 
 def run(*argv: str) -> int:
@@ -166,6 +167,24 @@ def test_outputs_are_checked_before_measuring(tmp_path):
         run("moe_layer", "--auto", "--scale", "tiny", "--trace", str(tmp_path / "afile"))
     with pytest.raises(InputError, match="it is a directory"):
         run("moe_layer", "--auto", "--scale", "tiny", "--json", str(tmp_path))
+    # a run audit: a folder where a file of --trace goes failed after the whole run and
+    # left the other files written
+    (trace / "plan.json").mkdir(parents=True)
+    with pytest.raises(InputError, match="it is a directory") as info:
+        run("moe_layer", "--auto", "--scale", "tiny", "--trace", str(trace))
+    assert info.value.path == str(trace / "plan.json")
+    assert sorted(p.name for p in trace.iterdir()) == ["plan.json"]
+
+
+def test_a_folder_in_the_place_of_a_candidates_trace_is_refused_before_measuring(
+        tmp_path, moe_plan, profile):
+    trace = tmp_path / "tr"
+    (trace / (_safe("matching") + ".json")).mkdir(parents=True)
+    with pytest.raises(InputError, match="it is a directory") as info:
+        run("moe_layer", "--plan", str(moe_plan), "--candidate", "matching", "--scale", "tiny",
+            "--runs", "5", "--profile", profile, "--trace", str(trace))
+    assert info.value.path == str(trace / "matching.json")
+    assert sorted(p.name for p in trace.iterdir()) == ["matching.json"]
 
 
 def test_untraceable_model_names_its_file(tmp_path):

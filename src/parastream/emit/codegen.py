@@ -463,6 +463,7 @@ class _Emitter:
             if not isinstance(s, int) or s < 0:
                 raise EmitError(f"stream ids must be integers >= 0, not {s!r}")
         view_like = _view_like()
+        from ..graph.torch_import import aliasing_view
         self.base: dict[str, str | None] = {}
         self.stream: dict[str, int | None] = {}
         self.unplanned: list[str] = []
@@ -477,7 +478,7 @@ class _Emitter:
                 self.stream[n.name] = plan.assignment[n.name]
                 continue
             short = _short(n)
-            if plan.assignment and short not in view_like and (
+            if plan.assignment and short not in view_like and not aliasing_view(n) and (
                     _tensor_val(n) or _multi_val(n)) and n.op != "call_module":
                 # a real op the plan does not name (a partial plan): the origin stream
                 self.unplanned.append(n.name)

@@ -184,6 +184,9 @@ class _Rec:
     args: list                     # positional args (fx nodes or python values)
     kwargs: dict
     mutates: list[int] = field(default_factory=list)  # positions of args written in place
+    #: the schema's argument names (aten ops), so a keyword argument finds its position
+    #: (``out=`` after an omitted default sits at another index than its order in kwargs)
+    arg_names: list[str] = field(default_factory=list)
     stack: list[tuple[str, str]] = field(default_factory=list)  # (module path, class) outer->inner
     kind: str = "op"               # "op" | "view" | "skip"
 
@@ -305,8 +308,14 @@ def _recs_from_program(ep: Any) -> tuple[list[_Rec], dict, str]:
             recs.append(_Rec(node, short, schema.name, ns, list(node.args), dict(node.kwargs),
                              kind="skip"))
             continue
+        # a result that aliases an input without writing it (Tensor(a) in the schema) is a
+        # view, whatever its name: unfold and tensor_split were taken for copies, and a
+        # write to their base after a read of the view got no edge
+        aliases = not mutates and aliasing_view(node)
         recs.append(_Rec(node, short, f"{ns}.{short}.{overload}", ns, list(node.args),
-                         dict(node.kwargs), mutates=mutates, stack=_module_stack(node)))
+                         dict(node.kwargs), mutates=mutates, stack=_module_stack(node),
+                         kind="view" if aliases else "op",
+                         arg_names=[a.name for a in schema.arguments]))
     # functional IR (after run_decompositions) names buffer mutations in the signature
     mutated = dict(getattr(sig, "buffers_to_mutate", {}) or {})
     mutated.update(getattr(sig, "user_inputs_to_mutate", {}) or {})
@@ -575,7 +584,11 @@ def _build(recs: list[_Rec], info: dict, module: Any, name: str, source: str,
         op_name = node.name
         in_tensors: list[Tensor] = []
         arg_refs: list[tuple[int, _Ref, Any]] = []   # (arg position, ref, value)
-        for pos, a in enumerate(list(rec.args) + list(rec.kwargs.values())):
+        # each argument at its schema position: positional ones in order, keywords by name
+        placed = list(enumerate(rec.args)) + [
+            (rec.arg_names.index(k) if k in rec.arg_names else len(rec.args) + j, v)
+            for j, (k, v) in enumerate(rec.kwargs.items())]
+        for pos, a in placed:
             for n in _flat_nodes(a):
                 r = ref_of(n)
                 v = _val(n)
@@ -731,6 +744,37 @@ def _storage_label(s: str) -> str:
     if s.startswith("in:"):
         return s[3:]
     return "the output of " + s.split(":")[1]
+
+
+def aliasing_view(node: Any) -> bool:
+    """Whether an fx node of an aten op returned a view of its input: its schema says the
+    result aliases an argument without writing it, and it did (:func:`_shares_storage`).
+    The importer folds such nodes; ``emit`` treats them as views too."""
+    schema = getattr(node.target, "_schema", None)
+    if schema is None or any(a.alias_info is not None and a.alias_info.is_write
+                             for a in schema.arguments):
+        return False
+    return any(r.alias_info is not None and not r.alias_info.is_write
+               for r in schema.returns) and _shares_storage(node)
+
+
+def _shares_storage(node: Any) -> bool:
+    """Whether an op whose schema says its result may alias its input really returned a
+    view here: its example value (a fake tensor, or each of a list) shares storage with
+    its first argument's. ``to``, ``reshape`` and ``contiguous`` alias only when they
+    need not copy (a dtype change, a transposed input); those that copied are ops."""
+    from torch.multiprocessing.reductions import StorageWeakRef
+
+    base = _val(node.args[0]) if node.args else None
+    out = _val(node)
+    outs = list(out) if isinstance(out, (tuple, list)) else [out]
+    if not _is_tensor(base) or not outs or not all(_is_tensor(t) for t in outs):
+        return False
+    try:
+        ref = StorageWeakRef(base.untyped_storage())
+        return all(StorageWeakRef(t.untyped_storage()) == ref for t in outs)
+    except Exception:  # no storage to compare (a tensor subclass): not taken for a view
+        return False
 
 
 def _folds(rec: _Rec) -> bool:

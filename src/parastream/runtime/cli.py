@@ -119,6 +119,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     check_folder(args.trace)  # both before a minute of measuring, not after it
     check_writable(args.json, made=args.trace)
+    for fixed in ("plan.json", "single.json") if args.trace else ():
+        check_writable(os.path.join(args.trace, fixed), made=args.trace)
     if args.jitter < 0:
         raise InputError(None, f"--jitter must not be negative, got {args.jitter}")
     if args.jitter and not args.check:
@@ -207,6 +209,11 @@ def cmd_run(args: argparse.Namespace) -> int:
                       f"ones {how}; running the best {len(chosen)}\n")
     for c in chosen:
         require_fit(graph, c, args.plan or args.model)
+    if args.trace:
+        # every file --trace will hold, before the measuring: a folder in the place of one
+        # (tr/plan.json/) failed after the whole run and left the others written
+        for c in chosen:
+            check_writable(os.path.join(args.trace, _safe(c.name) + ".json"), made=args.trace)
 
     # a plan file's estimates may come from another calibration of the same name: only
     # estimates made now, on this profile, are reused
