@@ -370,3 +370,16 @@ def test_folder_of_ranks_in_parallel_workers(tmp_path):
     assert serial["ranks"] == doc["ranks"]
     text = run("analyze", str(tmp_path), "-j", "2").stdout
     assert "per rank" in text
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["run", "moe_layer", "--runs", "abc"], "argument --runs: invalid int value: 'abc'"),
+    (["emit", "plan.json"], "the following arguments are required: --target"),
+    (["bogus"], "invalid choice: 'bogus'"),
+])
+def test_a_flag_argparse_refuses_is_one_line_too(argv, words):
+    # a run audit: argparse printed its usage block first (eight lines for --runs abc)
+    r = subprocess.run([sys.executable, "-m", "parastream", *argv], capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr.count("\n") == 1 and words in r.stderr and "--help" in r.stderr

@@ -22,8 +22,16 @@ def default_trace() -> str:
     return str(resources.files("parastream") / "data" / "cuda_event_sync_multi_stream.json.gz")
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with the project's rule for bad input: one line and exit code 2 (argparse
+    prints its whole usage block first; `run --runs abc` was eight lines)."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+
+
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="parastream", description=(
+    p = _Parser(prog="parastream", description=(
         "Plan, run and verify multi-stream inference. "
         "'parastream analyze TRACE' proves or disproves overlap from a profiler timeline."))
     p.add_argument("--version", action="version", version=f"parastream {__version__}")
