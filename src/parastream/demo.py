@@ -135,7 +135,6 @@ def run_demo(out_dir: str = "out/demo", model: str = DEFAULT_MODEL, scale: str =
         step("planning and simulating candidates")
         doc = build(graph, profile, algorithm=None, mapping=None, max_streams=None,
                     source={"model": model, "scale": scale, "phase": phase})
-        write_atomic(os.path.join(out_dir, "plan.json"), dump_plan(doc))
         from .runtime.cli import rank_by_op_times, run_candidates
 
         # the candidates to run: best first by this model's own op times (one short
@@ -188,7 +187,7 @@ def run_demo(out_dir: str = "out/demo", model: str = DEFAULT_MODEL, scale: str =
         step("analysing the measured timeline")
         # the same decision as `parastream run`: never a plan under the speedup margin, each
         # side taken in its best setting
-        decision = recommend(result["candidates"], notes=[busy] if busy else ())
+        decision = recommend(result["candidates"], notes=[busy])
         rec = decision.candidate or "single stream"
         # the report shows the recommended candidate's run, else the one closest to winning
         best = decision.closest
@@ -286,14 +285,10 @@ def add_parser(sub) -> None:
 def cmd_demo(args) -> int:
     import sys
 
-    import importlib.util
-
     from .errors import InputError
+    from .graph.models import _need_torch
 
-    if importlib.util.find_spec("torch") is None:
-        # the zoo models are torch modules and the demo runs them
-        raise InputError(None, "the demo runs torch models: it needs torch "
-                               "(pip install 'parastream[torch]')")
+    _need_torch("demo")  # the zoo models are torch modules and the demo runs them
     from .graph.zoo import ZOO
 
     if args.model not in ZOO:

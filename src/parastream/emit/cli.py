@@ -108,9 +108,9 @@ def cmd_emit(args: argparse.Namespace) -> int:
     from ..report.atomic import check_writable, write_atomic
     from .codegen import bad_class_name
 
-    bad = bad_class_name(args.class_name)
+    bad = bad_class_name(args.class_name, "--class-name")
     if bad:  # before the model is built and traced
-        raise InputError(None, "--" + bad.replace("class name", "class-name", 1))
+        raise InputError(None, bad)
     check_writable(args.output)
     emitted = emit_plan(args.plan, args.target, candidate=args.candidate, model=args.model,
                         scale=args.scale, phase=args.phase, class_name=args.class_name)

@@ -339,6 +339,21 @@ def _short(node: Any) -> str:
     return getattr(tgt, "__name__", str(tgt))
 
 
+def _written_args(node: Any) -> list[Any]:
+    """The argument nodes an op writes, as its schema marks them (in-place, ``out=``, a
+    mutable custom op; the importer reads the same marks), else its first argument when
+    its name ends in ``_`` (a method call of an fx trace)."""
+    schema = getattr(node.target, "_schema", None)
+    if schema is None:
+        return list(node.args[:1]) if _short(node).endswith("_") else []
+    named = {a.name: i for i, a in enumerate(schema.arguments)}
+    placed = list(enumerate(node.args)) + [(named.get(k, -1), v)
+                                          for k, v in node.kwargs.items()]
+    writes = {i for i, a in enumerate(schema.arguments)
+              if a.alias_info is not None and a.alias_info.is_write}
+    return [v for i, v in placed if i in writes and hasattr(v, "op")]
+
+
 def _is_assert(node: Any) -> bool:
     return node.op == "call_function" and _short(node).startswith("_assert") and not node.users
 
@@ -398,14 +413,14 @@ class _Writer:
         self.lines.append(("    " * depth + text) if text else "")
 
 
-def bad_class_name(name: str) -> str | None:
+def bad_class_name(name: str, label: str = "class name") -> str | None:
     """Why ``name`` cannot name the generated class, or None: not a Python name, a keyword,
     or a name the module binds itself (``ENABLED`` shadowed the switch, ``torch`` broke
-    the module at call time)."""
+    the module at call time). ``label`` names it in the message (``--class-name``)."""
     if not name.isidentifier() or keyword.iskeyword(name):
-        return f"class name {name!r} is not a Python name a class can have"
+        return f"{label} {name!r} is not a Python name a class can have"
     if name in RESERVED_NAMES:
-        return f"class name {name!r} is a name the generated module uses itself: choose another"
+        return f"{label} {name!r} is a name the generated module uses itself: choose another"
     return None
 
 
@@ -802,9 +817,9 @@ class _Emitter:
                 # an in-place op writes its first input: wait through another one where it
                 # has one (TorchAir's wait_tensor declares no alias, so a write to its result
                 # may not reach the original tensor, a buffer update among them)
-                written = n.args[0] if n.args and _short(n).endswith("_") else None
-                pool = [y for y in ins if y is not written] or ins
-                if written is not None and pool[0] is written:
+                written = _written_args(n)
+                pool = [y for y in ins if y not in written] or ins
+                if written and pool[0] in written:
                     note = (f"{self.event_comment(i)}: {n.name} writes its only tensor input, "
                             "so the wait goes through the tensor it writes; TorchAir's "
                             "npu_wait_tensor declares no alias: check on the NPU that the "

@@ -567,7 +567,7 @@ def _unordered_reads(rec: Recorder, op_clock: dict[int, dict[Any, int]],
         # schema; the trailing underscore is the fallback for ops without one
         in_place = schema.is_mutable if schema is not None else (
             func.count(".") >= 2 and func.split(".")[-2].endswith("_"))
-        for t in _tensors(c.info.get("result")):
+        for t in _outputs_of(c):
             st = _storage(t)
             if st is None or (st in ins and not in_place):
                 continue

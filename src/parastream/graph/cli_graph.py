@@ -52,19 +52,16 @@ def cmd_graph(args: argparse.Namespace) -> int:
     check_writable(args.output)
     profile = load_profile(args.device)
     warn_if_noted(profile)
+    if (args.scale or args.phase) and _is_graph_file(args.model):
+        raise InputError(args.model, "--scale and --phase pick a zoo model's shapes; a "
+                                     "graph file has its own")
     g = load_graph(args.model, scale=args.scale or "small", phase=args.phase,
                    device=args.device)
     a = analyze_graph(g, profile)
     source = args.model
-    # the phase a zoo model was built in (its first when none was asked for)
-    scale, phase = args.scale or "small", args.phase or g.meta.get("phase")
-    if _is_graph_file(args.model):
-        # a graph file carries its own shapes: its scale and phase are what its meta says
-        # (a docs audit saw "scale: small, phase: -" for a decode fragment)
-        if args.scale or args.phase:
-            raise InputError(args.model, "--scale and --phase pick a zoo model's shapes; a "
-                                         "graph file has its own")
-        scale, phase = g.meta.get("scale"), g.meta.get("phase")
+    # what the graph was built at (a zoo model's first phase when none was asked for; a
+    # graph file's own meta: a docs audit saw "scale: small, phase: -" for a decode fragment)
+    scale, phase = g.meta.get("scale"), g.meta.get("phase")
     if args.format == "json":
         out = render_json(analysis_document(a, g, profile, source=source, scale=scale,
                                             phase=phase))

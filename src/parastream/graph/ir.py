@@ -108,8 +108,14 @@ class GraphError(ValueError):
     """A graph that breaks the format's rules (the CLI turns it into exit code 2)."""
 
 
-def _number(v: Any) -> bool:
+def is_number(v: Any) -> bool:
+    """An int or float read from JSON, not a bool (which Python counts as an int)."""
     return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def is_whole(v: Any) -> bool:
+    """An int read from JSON, not a bool."""
+    return isinstance(v, int) and not isinstance(v, bool)
 
 
 def _bad_meta(meta: dict) -> str | None:
@@ -117,14 +123,13 @@ def _bad_meta(meta: dict) -> str | None:
     measured ``dur_us`` is a number, ``block_dim`` a whole number of cores >= 1,
     ``views`` a count, the texts texts (a hand-edited graph with ``"dur_us": "x"`` got
     a ValueError from deep inside the cost model)."""
-    if "dur_us" in meta and meta["dur_us"] is not None and not _number(meta["dur_us"]):
+    if "dur_us" in meta and meta["dur_us"] is not None and not is_number(meta["dur_us"]):
         return f"dur_us must be a number of microseconds, not {meta['dur_us']!r}"
     if meta.get("block_dim") not in (None, 0) and not (
-            _number(meta["block_dim"]) and meta["block_dim"] == int(meta["block_dim"])
+            is_number(meta["block_dim"]) and meta["block_dim"] == int(meta["block_dim"])
             and meta["block_dim"] >= 1):
         return f"block_dim must be a whole number of cores, not {meta['block_dim']!r}"
-    if "views" in meta and not (isinstance(meta["views"], int)
-                                and not isinstance(meta["views"], bool) and meta["views"] >= 0):
+    if "views" in meta and not (is_whole(meta["views"]) and meta["views"] >= 0):
         return f"views must be a count, not {meta['views']!r}"
     for key in ("dtype", "memory_format", "head_dims"):
         if meta.get(key) is not None and not isinstance(meta[key], str):

@@ -184,9 +184,6 @@ class _Rec:
     args: list                     # positional args (fx nodes or python values)
     kwargs: dict
     mutates: list[int] = field(default_factory=list)  # positions of args written in place
-    #: the schema's argument names (aten ops), so a keyword argument finds its position
-    #: (``out=`` after an omitted default sits at another index than its order in kwargs)
-    arg_names: list[str] = field(default_factory=list)
     stack: list[tuple[str, str]] = field(default_factory=list)  # (module path, class) outer->inner
     kind: str = "op"               # "op" | "view" | "skip"
 
@@ -311,11 +308,10 @@ def _recs_from_program(ep: Any) -> tuple[list[_Rec], dict, str]:
         # a result that aliases an input without writing it (Tensor(a) in the schema) is a
         # view, whatever its name: unfold and tensor_split were taken for copies, and a
         # write to their base after a read of the view got no edge
-        aliases = not mutates and aliasing_view(node)
+        aliases = aliasing_view(node)  # (never an op that writes an argument)
         recs.append(_Rec(node, short, f"{ns}.{short}.{overload}", ns, list(node.args),
                          dict(node.kwargs), mutates=mutates, stack=_module_stack(node),
-                         kind="view" if aliases else "op",
-                         arg_names=[a.name for a in schema.arguments]))
+                         kind="view" if aliases else "op"))
     # functional IR (after run_decompositions) names buffer mutations in the signature
     mutated = dict(getattr(sig, "buffers_to_mutate", {}) or {})
     mutated.update(getattr(sig, "user_inputs_to_mutate", {}) or {})
@@ -585,9 +581,11 @@ def _build(recs: list[_Rec], info: dict, module: Any, name: str, source: str,
         in_tensors: list[Tensor] = []
         arg_refs: list[tuple[int, _Ref, Any]] = []   # (arg position, ref, value)
         # each argument at its schema position: positional ones in order, keywords by name
+        # (``out=`` after an omitted default sits at another index than its kwargs order)
+        schema = getattr(getattr(node, "target", None), "_schema", None)
+        named = {a.name: i for i, a in enumerate(schema.arguments)} if schema else {}
         placed = list(enumerate(rec.args)) + [
-            (rec.arg_names.index(k) if k in rec.arg_names else len(rec.args) + j, v)
-            for j, (k, v) in enumerate(rec.kwargs.items())]
+            (named.get(k, len(rec.args) + j), v) for j, (k, v) in enumerate(rec.kwargs.items())]
         for pos, a in placed:
             for n in _flat_nodes(a):
                 r = ref_of(n)

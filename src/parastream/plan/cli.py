@@ -6,6 +6,7 @@ import argparse
 import json
 import re
 import sys
+from typing import Callable
 
 from ..errors import InputError
 from ..graph.ir import Graph
@@ -163,22 +164,23 @@ def _common_prefix(paths: list[str]) -> str:
     return ".".join(out)
 
 
-def _fewest_best(graph: Graph, algorithm: str, at_cap: Plan, cap: int, dur: dict,
-                 bound: dict, mapping: dict | None, order: list[str], costs: dict,
-                 profile) -> Plan:
-    """``algorithm``'s plan at the stream cap that simulates fastest, from 2 streams up to
-    ``cap`` (``at_cap`` is the plan at ``cap``)."""
-    from ..sim.run import simulate_plan
-    from .assign import assign
-
+def _fastest_cap(plan_at: Callable[[int], Plan], cap: int,
+                 wall: Callable[[Plan], float]) -> Plan:
+    """The plan ``plan_at(k)`` that simulates fastest for stream caps ``k`` from 2 to
+    ``cap``, the fewest streams on a tie; a cap that gives an assignment already seen (it
+    did not bind, or the algorithm takes none: resource-split) is not simulated again."""
     best, best_wall = None, float("inf")
+    seen: set[tuple] = set()
     for k in range(2, cap + 1):
-        plan = at_cap if k == cap else assign(graph, algorithm, durations=dur, bound=bound,
-                                               max_streams=k, mapping=mapping, order=order)
-        wall = simulate_plan(graph, plan, profile, costs=costs, order=order).result.wall_us
-        if wall < best_wall * (1 - 1e-9):
-            best, best_wall = plan, wall
-    return best or at_cap
+        plan = plan_at(k)
+        key = tuple(sorted(plan.assignment.items()))
+        if key in seen:
+            continue
+        seen.add(key)
+        w = wall(plan)
+        if w < best_wall * (1 - 1e-9):
+            best, best_wall = plan, w
+    return best
 
 
 def build(graph: Graph, profile, *, algorithm: str | None, mapping: dict | None,
@@ -201,21 +203,6 @@ def build(graph: Graph, profile, *, algorithm: str | None, mapping: dict | None,
     points = points_from(graph, dec, dur, order)
     cap = max_streams or profile.hw_queues
     algos = [algorithm] if algorithm else ["matching", "critical-path", "resource-split"]
-    global_plans = [assign(graph, "single", durations=dur, order=order)]
-    for a in algos:
-        plan = assign(graph, a, durations=dur, bound=bound, max_streams=cap, mapping=mapping,
-                      order=order)
-        if simulate and not max_streams and a != "manual" and cap > 2:
-            # fewer streams can be faster: each stream the algorithm opens adds events and
-            # splits the cores (moe_layer 7b on ascend910b: matching on 4 streams 1.17x, on 2
-            # 1.25x, which `simulate` found and `plan` did not offer); the fewest streams
-            # win a tie
-            plan = _fewest_best(graph, a, plan, cap, dur, bound, mapping, order, costs, profile)
-        global_plans.append(plan)
-    facts = DeviceFacts(name=profile.name, cores=profile.cores.cube, hw_queues=profile.hw_queues,
-                        max_streams=profile.max_streams, launch_us=profile.launch_overhead_us)
-    # core limits are sized on the matrix (cube) cores, where two streams really collide
-    cube_bd = {n: c.block_dim for n, c in costs.items() if c.unit == "cube"}
     wall = source_label = None
     if simulate:
         from ..sim.run import sim_label, simulate_plan
@@ -224,6 +211,23 @@ def build(graph: Graph, profile, *, algorithm: str | None, mapping: dict | None,
             return simulate_plan(graph, plan, profile, costs=costs, order=order).result.wall_us
 
         source_label = sim_label(profile)
+    global_plans = [assign(graph, "single", durations=dur, order=order)]
+    for a in algos:
+        def plan_at(k: int, a: str = a) -> Plan:
+            return assign(graph, a, durations=dur, bound=bound, max_streams=k,
+                          mapping=mapping, order=order)
+
+        if wall is not None and not max_streams and a != "manual" and cap > 2:
+            # fewer streams can be faster: each stream the algorithm opens adds events and
+            # splits the cores (moe_layer 7b on ascend910b: matching on 4 streams 1.17x, on 2
+            # 1.25x, which `simulate` found and `plan` did not offer)
+            global_plans.append(_fastest_cap(plan_at, cap, wall))
+        else:
+            global_plans.append(plan_at(cap))
+    facts = DeviceFacts(name=profile.name, cores=profile.cores.cube, hw_queues=profile.hw_queues,
+                        max_streams=profile.max_streams, launch_us=profile.launch_overhead_us)
+    # core limits are sized on the matrix (cube) cores, where two streams really collide
+    cube_bd = {n: c.block_dim for n, c in costs.items() if c.unit == "cube"}
     plans = candidates(graph, points, dur, block_dims=cube_bd, device=facts, max_streams=cap,
                        global_plans=global_plans, wall=wall, source=source_label,
                        ladder=simulate, order=order)

@@ -7,6 +7,7 @@ from collections import Counter
 import msgspec
 
 from ..errors import InputError
+from ..graph.ir import is_whole
 from .model import SCHEMA, Plan
 
 
@@ -72,10 +73,6 @@ def loads(data: bytes | str) -> PlanDoc:
     return doc
 
 
-def _whole(v: object) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
 #: stream ids a plan may use: labels, but a C long in the simulator and the executors
 MAX_STREAM_ID = 2 ** 31 - 1
 
@@ -103,7 +100,7 @@ def _bad_core_limit(plan: Plan) -> str | None:
                     f"(and optionally vectorcore_num), not {spec!r}")
         for field, least in (("aicore_num", 1), ("vectorcore_num", 0)):
             v = spec.get(field)
-            if (field == "aicore_num" or v is not None) and not (_whole(v) and v >= least):
+            if (field == "aicore_num" or v is not None) and not (is_whole(v) and v >= least):
                 return (f"core_limits[{key!r}].{field} must be a whole number of cores >= "
                         f"{least}, not {v!r}")
     return None

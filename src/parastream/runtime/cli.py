@@ -119,8 +119,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     check_folder(args.trace)  # both before a minute of measuring, not after it
     check_writable(args.json, made=args.trace)
-    for fixed in ("plan.json", "single.json") if args.trace else ():
-        check_writable(os.path.join(args.trace, fixed), made=args.trace)
+    for label in ("plan", "single") if args.trace else ():
+        check_writable(_trace_file(args.trace, label), made=args.trace)
     if args.jitter < 0:
         raise InputError(None, f"--jitter must not be negative, got {args.jitter}")
     if args.jitter and not args.check:
@@ -213,7 +213,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         # every file --trace will hold, before the measuring: a folder in the place of one
         # (tr/plan.json/) failed after the whole run and left the others written
         for c in chosen:
-            check_writable(os.path.join(args.trace, _safe(c.name) + ".json"), made=args.trace)
+            check_writable(_trace_file(args.trace, c.name), made=args.trace)
 
     # a plan file's estimates may come from another calibration of the same name: only
     # estimates made now, on this profile, are reused
@@ -235,7 +235,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         result["separate_processes"] = iso
         baseline.attach(result["candidates"], iso)
     rec = recommend(result["candidates"], current=current, margin=args.margin,
-                    notes=[result["busy"]] if result["busy"] else ())
+                    notes=[result["busy"]])
     result["recommendation"] = rec.to_dict()
     result["profile"] = profile_note
     result["malloc"] = args.malloc
@@ -246,9 +246,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         from ..report.kineto import write_kineto
 
         for label, tl in _run_timelines(result["_runs"]):
-            write_kineto(os.path.join(args.trace, _safe(label) + ".json"), tl, label)
+            write_kineto(_trace_file(args.trace, label), tl, label)
         # recommending what the measurement chose, as the demo's folder does
-        write_atomic(os.path.join(args.trace, "plan.json"),
+        write_atomic(_trace_file(args.trace, "plan"),
                      dumps(with_recommendation(doc, rec.candidate or "single")))
         out.write(f"timelines written to {args.trace}/ (parastream analyze DIR/<candidate>.json "
                   f"--baseline DIR/single.json --plan DIR/plan.json)\n")
@@ -493,6 +493,12 @@ def faults_line(candidate: str, faults: list | None, device: str | None,
             f"multi-stream {faults[1]:,.0f} (mostly memory the allocator gave back to the OS "
             "and maps again, about a microsecond each on a VM; the prediction has none of it"
             + ("; --malloc keep avoids most" if malloc_choice == "system" else "") + ")")
+
+
+def _trace_file(folder: str, label: str) -> str:
+    """Where ``--trace`` writes ``label``'s file (a candidate, ``single``, ``plan``): one
+    name for the up-front checks and the writes."""
+    return os.path.join(folder, _safe(label) + ".json")
 
 
 def _safe(label: str) -> str:

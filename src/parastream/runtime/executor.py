@@ -259,7 +259,8 @@ class MultiStreamExecutor(torch.fx.Interpreter):
         self._fast_pending: dict[torch.fx.Node, tuple[Any, Any]] = {}
         # an op that draws random numbers keeps its own call: the binding's first-call check
         # would draw twice (an attention at dropout_p=0 draws nothing and keeps the binding)
-        draws = set(random_draws(self.graph_ir))
+        self._draws = random_draws(self.graph_ir)  # (also named by _random_hint)
+        draws = set(self._draws)
         for n, *_rest in self.op_nodes:
             fn = (_torch_binding(n.target) if n.op == "call_function" and n.name not in draws
                   else None)
@@ -596,7 +597,7 @@ class MultiStreamExecutor(torch.fx.Interpreter):
 
     def _random_hint(self) -> str:
         """Why a model that draws random numbers may differ with no missing sync."""
-        draws = random_draws(self.graph_ir)
+        draws = self._draws
         if not draws:
             return ""
         return (f" (the model draws random numbers: {', '.join(draws[:4])}; the check starts "

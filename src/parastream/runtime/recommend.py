@@ -155,7 +155,7 @@ def _noisy(r: CandidateResult, margin: float) -> str:
 
 
 def recommend(results: list[CandidateResult], current: str | None = None,
-              margin: float = MARGIN, notes: Sequence[str] = ()) -> Recommendation:
+              margin: float = MARGIN, notes: Sequence[str | None] = ()) -> Recommendation:
     """Decide from measured candidates (see the module docstring); ``notes`` (a busy
     machine during the measurement) close the evidence."""
     floor = min((r.own_single_us for r in results), default=None)
@@ -178,7 +178,7 @@ def recommend(results: list[CandidateResult], current: str | None = None,
                         f"{r.streams} stream(s), more than the {r.plausible_limit:g}x "
                         "its streams can give: the single-stream baseline was disturbed; "
                         "measure again on a quiet machine")
-    evidence += notes
+    evidence += [n for n in notes if n]  # (a quiet run's note is None)
     usable = [r for r in results if r.outputs_ok is not False and r.plausible]
     winners = [r for r in usable if r.best_speedup >= 1.0 + margin]
     if not winners:

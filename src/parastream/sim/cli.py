@@ -108,7 +108,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
     check_writable(args.trace)
     spec = args.model
-    is_plan = _is_plan_file(spec)
+    plan_data = _plan_data(spec)
+    is_plan = plan_data is not None
     # a plan fixes its model, scale, phase and candidates: a flag that would change them
     # is refused, never silently dropped
     fixed = [f"--{flag}" for flag in ("scale", "phase", "batch", "seq", "streams")
@@ -133,8 +134,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         from ..plan.io import loads, require_fit
 
         try:
-            with open(spec, "rb") as f:
-                doc = loads(f.read())
+            doc = loads(plan_data)
         except ValueError as exc:
             raise InputError(spec, str(exc)) from None
     # a plan's core limits and stream count were chosen for its own device: predict on that
@@ -197,10 +197,10 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _is_plan_file(spec: str) -> bool:
-    """Whether ``spec`` is a plan document: a JSON object whose ``schema`` is the plan's,
-    wherever the key stands (a plan saved with sorted keys has it after 4 KB of
-    candidates, and was taken for a graph)."""
+def _plan_data(spec: str) -> bytes | None:
+    """The bytes of ``spec`` when it is a plan document (a JSON object whose ``schema`` is
+    the plan's, wherever the key stands: a plan saved with sorted keys has it after 4 KB
+    of candidates, and was taken for a graph), else None."""
     import msgspec
 
     from ..plan.model import SCHEMA as PLAN_SCHEMA
@@ -209,14 +209,15 @@ def _is_plan_file(spec: str) -> bool:
         with open(spec, "rb") as f:
             data = f.read()
     except OSError:
-        return False
-    if data.lstrip()[:1] != b"{" or PLAN_SCHEMA.encode() not in data:
-        return False
+        return None
+    mark = PLAN_SCHEMA.encode()
+    if data.lstrip()[:1] != b"{" or mark not in data:
+        return None
     try:
-        head = msgspec.json.decode(data, type=dict)
+        is_plan = msgspec.json.decode(data, type=dict).get("schema") == PLAN_SCHEMA
     except msgspec.DecodeError:
-        return b'"parastream.plan/1"' in data[:4096]  # a broken plan: its loader says why
-    return head.get("schema") == PLAN_SCHEMA
+        is_plan = mark in data[:4096]  # a broken plan: its loader says why
+    return data if is_plan else None
 
 
 def _profile_beside(plan_path: str, name: str):

@@ -89,15 +89,14 @@ def triage(base: dict, multi: dict) -> dict:
     if not faster and verdict not in ("3a",):
         evidence.extend(_three_c(b, m, changes))
     shared = _shared_ops(b, m)
+    doubts = []  # about the baseline itself: they come first
     if shared is not None and shared < SAME_MODEL_SHARE:
-        evidence.insert(0, f"the baseline and this capture share {shared:.0%} of their op time "
-                           "by op type: are they the same model? The comparison assumes it")
-        if len(base_streams) > 1:
-            evidence.insert(1, f"the baseline has {len(base_streams)} compute streams: is it a "
-                               "single-stream capture?")
-    elif len(base_streams) > 1:
-        evidence.insert(0, f"the baseline has {len(base_streams)} compute streams: is it a "
-                           "single-stream capture?")
+        doubts.append(f"the baseline and this capture share {shared:.0%} of their op time "
+                      "by op type: are they the same model? The comparison assumes it")
+    if len(base_streams) > 1:
+        doubts.append(f"the baseline has {len(base_streams)} compute streams: is it a "
+                      "single-stream capture?")
+    evidence[:0] = doubts
     return {"verdict": verdict, "summary": summary, "wall_change_pct": round(change, 3),
             "baseline": {"wall_us": b_wall, "parallelism": b["parallelism"], "ops": b["ops"],
                          "source": b["source"]},
