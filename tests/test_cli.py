@@ -383,3 +383,87 @@ def test_a_flag_argparse_refuses_is_one_line_too(argv, words):
                        text=True, timeout=120)
     assert r.returncode == 2 and r.stdout == ""
     assert r.stderr.count("\n") == 1 and words in r.stderr and "--help" in r.stderr
+
+
+def _stepped_rank(path: Path, rank, overlapping_steps: list[bool]) -> None:
+    """A Kineto trace of one step per entry: a 200 us kernel on stream 7 and a 100 us one on
+    stream 20 that either runs beside it or after it."""
+    ev, corr, t = [], 1, 1000.0
+    for k, together in enumerate(overlapping_steps):
+        ev.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{k}", "pid": 1,
+                   "tid": 1, "ts": t, "dur": 1000})
+        for stream, ts, dur in ((7, t + 100, 200), (20, t + 100 + (0 if together else 300), 100)):
+            ev.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1,
+                       "tid": 1, "ts": ts - 50, "dur": 5, "args": {"correlation": corr}})
+            ev.append({"ph": "X", "cat": "kernel", "name": f"k{stream}", "pid": 0, "tid": stream,
+                       "ts": ts, "dur": dur,
+                       "args": {"stream": stream, "correlation": corr, "device": 0}})
+            corr += 1
+        t += 1000
+    doc = {"traceEvents": ev}
+    if rank is not None:
+        doc["distributedInfo"] = {"rank": rank, "world_size": 3}
+    path.write_text(json.dumps(doc))
+
+
+def test_baseline_triage_over_ranks_takes_each_ranks_warm_steps(tmp_path):
+    # the cold steps are each rank's first two; the triage took the document's first six
+    # captures as cold (the ranks' total), which left rank 2's three captures, cold included
+    ranks = tmp_path / "ranks"
+    ranks.mkdir()
+    _stepped_rank(ranks / "rank0.json", 0, [False, False, True])
+    _stepped_rank(ranks / "rank1.json", 1, [False, False, True])
+    _stepped_rank(ranks / "rank2.json", 2, [False, False, False])
+    _stepped_rank(tmp_path / "base.json", None, [False, False, False])
+    r = run("analyze", str(ranks), "-j", "1", "--baseline", str(tmp_path / "base.json"),
+            "--format", "json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["summary"]["dropped_cold"] == 6
+    assert doc["summary"]["median_overlap_pct"] == 1.0
+    assert doc["triage"]["median_overlap_pct"] == 1.0
+
+
+@pytest.mark.parametrize("rank, ok", [("1", True), ([0], False), (True, False), ("one", False)])
+def test_a_rank_that_is_no_whole_number(tmp_path, rank, ok):
+    # a string rank next to an int one could not be sorted, a list not hashed: tracebacks
+    _stepped_rank(tmp_path / "rank0.json", 0, [True])
+    _stepped_rank(tmp_path / "rank1.json", rank, [True])
+    r = run("analyze", str(tmp_path), "-j", "1", "--format", "json")
+    if ok:
+        assert r.returncode == 0, r.stderr
+        assert [row["rank"] for row in json.loads(r.stdout)["ranks"]] == [0, 1]
+    else:
+        assert r.returncode == 2 and "Traceback" not in r.stderr
+        assert "rank1.json" in r.stderr and "distributedInfo.rank" in r.stderr
+
+
+def test_ops_outside_every_step_are_named_in_a_warning(tmp_path):
+    csv = tmp_path / "kernel_details.csv"
+    csv.write_text("Step Id,Stream ID,Name,Type,Accelerator Core,Start Time(us),Duration(us),"
+                   "Block Dim\n1,2,A,MatMul,AI_CORE,1000000,100,20\n"
+                   "2,2,B,MatMul,AI_CORE,1001000,100,20\n,2,C,MatMul,AI_CORE,1002000,5000,20\n")
+    r = run("analyze", str(csv), "--format", "json")
+    assert r.returncode == 0, r.stderr
+    caps = json.loads(r.stdout)["captures"]
+    assert len(caps) == 2
+    assert any("skipped 1 op(s) outside every step (5,000.000 us" in w
+               for w in caps[0]["warnings"])
+    whole = json.loads(run("analyze", str(csv), "--no-steps", "--format", "json").stdout)
+    assert whole["captures"][0]["ops"] == 3
+
+
+def test_an_unreadable_folder_is_one_line(tmp_path, monkeypatch):
+    # root reads any folder, so the refusal is simulated where the folder is listed
+    from parastream.errors import InputError
+    from parastream.timeline import ranks
+
+    folder = tmp_path / "locked"
+    folder.mkdir()
+
+    def refuse(path):
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr(ranks.os, "listdir", refuse)
+    with pytest.raises(InputError, match="cannot list the folder: permission denied"):
+        ranks.expand(str(folder))

@@ -6,6 +6,7 @@ Bad input ends with one line ``parastream: <file>: <reason>`` on stderr and exit
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 from importlib import resources
@@ -49,8 +50,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="trace files or profiler directories; several = several captures "
                         "(default: the sample trace shipped with parastream)")
     a.add_argument("--baseline", metavar="TRACE", help="single-stream capture to triage against")
-    a.add_argument("--main-stream", metavar="ID", help="the main stream (default: the compute "
-                   "stream with the most busy time)")
+    a.add_argument("--main-stream", metavar="ID", help="the main stream of the traces analysed "
+                   "(default: the compute stream with the most busy time; a --baseline always "
+                   "takes that default)")
     a.add_argument("--side", metavar="REGEX", help="side ops by name (default: every op of each "
                    "side stream, grouped into windows)")
     a.add_argument("--dominator", metavar="REGEX", help="dominator candidates by name among "
@@ -146,7 +148,10 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         if args.baseline:
             from .timeline.triage import triage
 
-            base_doc, _ = analyze_paths([args.baseline], opts, jobs=1, progress=prog)
+            # --main-stream names a stream of the traces analysed; the single-stream
+            # baseline's stream ids are its own (its main is its busiest compute stream)
+            base_opts = dataclasses.replace(opts, main_stream=None)
+            base_doc, _ = analyze_paths([args.baseline], base_opts, jobs=1, progress=prog)
             doc["triage"] = triage(base_doc, doc)
             doc["baseline"] = {"source": args.baseline, "summary": base_doc["summary"]}
 

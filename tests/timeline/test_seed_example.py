@@ -123,3 +123,31 @@ def test_committed_example_files_are_current():
         EXAMPLE.csv_text(EXAMPLE.MULTI)
     assert (here / "seed_single_stream" / "kernel_details.csv").read_text() == \
         EXAMPLE.csv_text(EXAMPLE.single_stream(EXAMPLE.MULTI))
+
+
+def test_side_work_left_on_the_main_stream_is_a_false_point(tmp_path):
+    # the single-stream capture: the MoE gate and top-k never left stream 2; picked by
+    # name, they must not be their own dominator (overlap_pct 1.0 "true" before the fix)
+    base = tmp_path / "kernel_details.csv"
+    base.write_text(EXAMPLE.csv_text(EXAMPLE.single_stream(EXAMPLE.MULTI)))
+    doc = analyze(read_path(base), Options(side_regex="moe_(gate|topk)"))
+    p = _only_point(doc)
+    assert not p["dominator"]["name"].startswith("moe_")
+    assert p["verdict"] == "false" and p["overlap_pct"] == 0.0
+    assert p["busy_overlap_pct"] == 0.0  # main's busy time leaves the side ops out
+    assert p["barrier"]["ops"] == ["aclnnCast_Cast", "aclnnSwish_Swish"]
+
+
+def test_the_baseline_takes_its_own_main_stream(seed_csv, tmp_path):
+    # --main-stream names the multi-stream capture's stream; a baseline whose only stream
+    # has another id is still triaged (it was refused: "no stream '2'")
+    base = tmp_path / "single" / "kernel_details.csv"
+    base.parent.mkdir()
+    text = EXAMPLE.csv_text(EXAMPLE.single_stream(EXAMPLE.MULTI))
+    base.write_text(text.replace(",2,", ",3,"))
+    assert ",3," in base.read_text() and ",2," not in base.read_text()
+    out = subprocess.run([sys.executable, "-m", "parastream", "analyze", str(seed_csv),
+                          "--main-stream", "2", "--baseline", str(base), "--format", "json"],
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["triage"]["verdict"] == "3b"

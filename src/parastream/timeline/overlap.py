@@ -304,6 +304,14 @@ def point_table(tl: Timeline, main_code: int, side_codes: list[int], *,
     shows up as a false point); ``dominator_regex`` restricts the dominator candidates.
     """
     main_idx = tl.stream_ops(main_code)
+    side_sel = None
+    if side_regex:
+        rx = re.compile(side_regex)
+        ok = np.array([bool(rx.search(t)) for t in tl.names], bool)
+        side_sel = ok[tl.name] if len(tl) else np.zeros(0, bool)
+        # side work left on the main stream is what is measured, never what hides it: it
+        # is no dominator candidate, no part of main's busy time and no barrier
+        main_idx = main_idx[~side_sel[main_idx]]
     main_s, main_e = tl.start_ns[main_idx], tl.end_ns[main_idx]
     main_union = iv.union(main_s, main_e)
     main_runmax = np.maximum.accumulate(main_e) if main_e.size else main_e
@@ -316,12 +324,9 @@ def point_table(tl: Timeline, main_code: int, side_codes: list[int], *,
     rmq = _RangeArgmax(ce - cs) if cs.size else None
 
     groups: list[tuple[str, np.ndarray]] = []
-    if side_regex:
-        rx = re.compile(side_regex)
-        ok = np.array([bool(rx.search(t)) for t in tl.names], bool)
-        sel = ok[tl.name] if len(tl) else np.zeros(0, bool)
-        for s in np.unique(tl.stream[sel]):
-            groups.append((tl.streams[int(s)], np.flatnonzero(sel & (tl.stream == s))))
+    if side_sel is not None:
+        for s in np.unique(tl.stream[side_sel]):
+            groups.append((tl.streams[int(s)], np.flatnonzero(side_sel & (tl.stream == s))))
     else:
         for s in side_codes:
             groups.append((tl.streams[s], tl.stream_ops(s)))

@@ -49,7 +49,10 @@ def expand(path: str) -> list[str]:
     of captures/ranks."""
     if not os.path.isdir(path):
         return [path]
-    entries = sorted(os.listdir(path))
+    try:
+        entries = sorted(os.listdir(path))
+    except OSError as exc:
+        raise InputError(path, f"cannot list the folder: {(exc.strerror or str(exc)).lower()}") from None
     if is_capture(path):
         return [path]
     if any(fnmatch.fnmatch(e, "PROF_*") for e in entries):  # an msprof output folder
@@ -101,8 +104,10 @@ def analyze_paths(paths: list[str], opts: Options, *, jobs: int = 0, keep_timeli
     check_regex(opts.dominator_regex, "--dominator")
     units: list[str] = []
     for p in paths:
-        if not os.path.exists(p):
-            raise InputError(p, "no such file or directory")
+        try:
+            os.stat(p)
+        except OSError as exc:  # not only missing: a parent folder may refuse the lookup
+            raise InputError(p, (exc.strerror or "cannot stat").lower()) from None
         units.extend(expand(p))
     jobs = jobs if jobs > 0 else (os.cpu_count() or 1)
     jobs = min(jobs, len(units))

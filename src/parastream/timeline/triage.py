@@ -20,9 +20,26 @@ FALSE_PARALLELISM = 1.05
 TAIL_RATIO = 5.0
 
 
+def warm_captures(doc: dict) -> list[dict]:
+    """The captures an analysis document's summary is over: each rank's own first
+    ``dropped_cold`` are cold (its captures lie together, in ``sources`` order), else the
+    document's first ``summary.dropped_cold``; all of them when none would be left."""
+    caps = doc["captures"]
+    dropped = {r["source"]: r["dropped_cold"] for r in doc.get("ranks", [])}
+    if dropped and doc.get("sources"):
+        out: list[dict] = []
+        i = 0
+        for info in doc["sources"]:
+            n = info["captures"]
+            out.extend(caps[i + dropped.get(info["source"], 0):i + n])
+            i += n
+        return out or caps
+    return caps[doc["summary"].get("dropped_cold", 0):] or caps
+
+
 def representative(doc: dict) -> dict:
     """The warm capture with the median wall (the one whose details are compared)."""
-    caps = doc["captures"][doc["summary"].get("dropped_cold", 0):] or doc["captures"]
+    caps = warm_captures(doc)
     walls = sorted(caps, key=lambda c: c["wall_us"])
     return walls[(len(walls) - 1) // 2]
 
@@ -41,7 +58,7 @@ def triage(base: dict, multi: dict) -> dict:
     evidence: list[str] = []
     changes = op_type_changes(b, m)
 
-    warm = multi["captures"][multi["summary"].get("dropped_cold", 0):] or multi["captures"]
+    warm = warm_captures(multi)
     pcts = [c["overlap_pct_median"] for c in warm if c["overlap_pct_median"] is not None]
     med_pct = statistics.median(pcts) if pcts else 0.0
     n_points = sum(c["parallel_points_total"] for c in warm)

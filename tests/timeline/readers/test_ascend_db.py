@@ -197,6 +197,11 @@ def test_no_usable_rows(tmp_path):
     db.task(1.0, 1.0, 2, "EVENT_RECORD_SQE")
     with pytest.raises(InputError, match="no usable rows"):
         ascend_db.read(db.close())
+    waits = Db(tmp_path / "w.db")  # waits alone: nothing to overlap (was a "0 ops" capture)
+    waits.task(1.0, 5.0, 2, "EVENT_WAIT_SQE")
+    waits.task(9.0, 5.0, 7, "EVENT_WAIT_SQE")
+    with pytest.raises(InputError, match=r"2 wait\(s\) alone"):
+        ascend_db.read(waits.close())
     empty = Db(tmp_path / "b.db").close()
     with pytest.raises(InputError, match="TASK table is empty"):
         ascend_db.read(empty)

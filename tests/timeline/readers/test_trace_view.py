@@ -227,3 +227,19 @@ def test_numeric_and_named_ids_still_read(tmp_path):
     named = trace_view.read(write(tmp_path / "t.json", events))
     assert len(named) == len(numeric) > 0
     assert sorted(named.streams) == sorted(numeric.streams)
+
+
+def test_waits_alone_are_refused(tmp_path):
+    # a wait shows no work to overlap; it was read as a "0 ops" capture, exit 0
+    events = [meta("process_name", 1, "Ascend Hardware"),
+              x("w", "0.000", 10.0, 1, 2, **{"Task Type": "EVENT_WAIT_SQE"})]
+    with pytest.raises(InputError, match=r"only wait tasks \(1\)"):
+        trace_view.read(write(tmp_path / "t.json", events))
+
+
+def test_a_block_dim_past_int32_is_clipped(tmp_path):
+    events = [meta("process_name", 1, "Ascend Hardware"),
+              x("mm", "0.000", 10.0, 1, 2, **{"Task Type": "AI_CORE", "Block Dim": 2**32 - 1,
+                                               "Mix Block Dim": -7})]
+    tl = trace_view.read(write(tmp_path / "t.json", events))
+    assert int(tl.block_dim[0]) == 2**31 - 1 and int(tl.mix_block_dim[0]) == -1

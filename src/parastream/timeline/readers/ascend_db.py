@@ -259,9 +259,9 @@ def _read(con: sqlite3.Connection, path: str) -> Timeline:
         comm_small = np.zeros(n, bool)
     idx = np.flatnonzero(keep & (compute | comm_small | dma))
     widx = np.flatnonzero(keep & is_wait)
-    if not len(idx) and not len(widx) and not comm_rows:
+    if not len(idx) and not comm_rows:
         raise InputError(path, "no usable rows (no TASK row has compute or communication "
-                               "info, and there are no waits)")
+                               f"info; {len(widx)} wait(s) alone leave nothing to analyse)")
 
     # name / type / core per op: compute info, else communication info, else the task type
     src = np.where(compute[idx], 0, np.where(comm_small[idx], 1, 2))

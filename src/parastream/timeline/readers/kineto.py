@@ -569,6 +569,14 @@ def _build(path: str, parts: list[dict], trace, warnings: list[str]) -> Timeline
         for k in ("rank", "world_size", "backend"):
             if k in trace.distributedInfo:
                 meta[k] = trace.distributedInfo[k]
+        for k in ("rank", "world_size"):
+            # ranks are sorted and compared across files: a whole number or nothing
+            v = meta.get(k)
+            if v is not None and not (isinstance(v, int) and not isinstance(v, bool)):
+                if isinstance(v, str) and v.strip().isascii() and v.strip().isdigit():
+                    meta[k] = int(v.strip())
+                else:
+                    raise InputError(path, f"distributedInfo.{k} is {v!r}, not a whole number")
     syncs: Counter = Counter()
     for p in parts:
         syncs.update(p["syncs"])

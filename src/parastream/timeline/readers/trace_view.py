@@ -132,11 +132,16 @@ def _args(ev) -> _Args:
                  op_type=a.get("Op Type", a.get("OP Type")))
 
 
+#: block dims are int32 columns; a larger one (a corrupt field) is clipped, as the CSV
+#: and database readers do, instead of overflowing
+_INT32_MAX = 2**31 - 1
+
+
 def _int(value: Any) -> int:
     if value is None:
         return -1
     try:
-        return int(str(value).strip())
+        return max(-1, min(int(str(value).strip()), _INT32_MAX))
     except (TypeError, ValueError):
         return -1
 
@@ -305,7 +310,11 @@ def read(path: str | os.PathLike[str]) -> Timeline:
             continue
         (take_wait if role == "wait" else take_op).append(i)
 
-    if not take_op and not take_wait:
+    if not take_op and take_wait:
+        # waits alone show no work to overlap (the Kineto and CSV readers refuse this too)
+        raise InputError(path, f"only wait tasks ({len(take_wait)}), no compute, copy or "
+                               f"communication task: nothing to analyse")
+    if not take_op:
         where = (f"no task events in the '{HARDWARE_PROCESS}' process" if hw_pids
                  else f"no '{HARDWARE_PROCESS}' process")
         raise InputError(path, f"no device tasks ({where}; is this a CPU-only trace?)")
