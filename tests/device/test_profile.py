@@ -67,6 +67,10 @@ def _raw(name="ascend910b") -> dict:
         "rate_all": 190.0, "knee_work": 1.2e6}}), "knee_work"),
     (lambda d: d.update(name=" "), "name must not be empty"),
     (lambda d: d.update(kind="cpu", memory_streams=50.0), "must not exceed the cores"),
+    # absurd counts: a MemoryError sizing the simulator's queues, an endless cap search
+    (lambda d: d.update(hw_queues=1_000_000_000), "hw_queues is 1000000000, past the 1024"),
+    (lambda d: d["cores"].update(cube=10**12), "cores.cube is"),
+    (lambda d: d.update(max_streams=10**9), "max_streams is"),
 ])
 def test_bad_profiles_are_refused(change, words):
     d = _raw()

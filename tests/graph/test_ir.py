@@ -94,3 +94,15 @@ def test_random_dags_round_trip_in_topological_order(case):
     pos = {o: i for i, o in enumerate(order)}
     assert all(pos[e.src] < pos[e.dst] for e in edges)
     assert loads(dumps(g)) == g
+
+
+def test_costs_that_would_overflow_the_sums_are_refused():
+    # three ops of 1e308 us: finite each, inf summed (walls of inf, speedups of nan)
+    ops = [Op(name=n, type="mm", resource="cube", meta={"dur_us": 1e308}) for n in "abc"]
+    g = Graph(name="g", ops=ops, edges=[Edge(src="a", dst="c"), Edge(src="b", dst="c")])
+    with pytest.raises(GraphError, match="meta.dur_us at most 1e\\+12 us"):
+        validate(g)
+    g.ops = [Op(name="a", type="mm", resource="cube", flops=float("inf"))]
+    g.edges = []
+    with pytest.raises(GraphError, match="flops and bytes must be at most"):
+        validate(g)

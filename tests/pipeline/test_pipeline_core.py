@@ -194,3 +194,17 @@ def test_device_stages_on_an_async_backend_pass_events_between_streams():
         assert w.record_id < prog.index(w)
     tl = nb.timeline()
     analyze_capture(tl)
+
+
+def test_queue_wait_is_time_in_the_queue_not_the_producers_blocked_time():
+    # fast -> slow through a queue of one: at most one item sits in it at any time, so its
+    # summed wait is at most the run's wall; the producer's wait for room is its "blocked"
+    # time (it was counted in the queue's wait too: 452 ms of queue wait in a 304 ms run)
+    with Pipeline([Stage("fast", lambda x: x),
+                   Stage("slow", lambda x: (time.sleep(0.02), x)[1])], depth=1) as p:
+        assert list(p.map(range(8))) == list(range(8))
+        stats = p.stats()
+    slow = next(s for s in stats.stages if s.name == "slow")
+    fast = next(s for s in stats.stages if s.name == "fast")
+    assert slow.queue_wait_ns <= stats.wall_ns
+    assert fast.blocked_ns > 0  # the producer did wait for room

@@ -79,3 +79,38 @@ def test_three_branches_side_each_uses_three_streams_within_the_cap():
     assert each.streams == 3
     for p in plans:
         check(g, p)
+
+
+def test_c2_limits_main_too_when_it_would_take_every_core():
+    # main's ops want all 32 cores: the side's 8 only fit if main is held to 24 (it was
+    # left unlimited, 32 + 8 > 32, and the simulator then rejected every C2 proposal)
+    g, dur, point = moe()
+    bd = {n: 32 for n in dur}
+    plans = candidates(g, [point], dur, block_dims=bd, device=DeviceFacts(cores=32, hw_queues=4))
+    for p in plans:
+        if p.core_limits:
+            sides = sum(v["aicore_num"] for k, v in p.core_limits.items() if k != "0")
+            assert p.core_limits["0"]["aicore_num"] + sides <= 32
+
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+from parastream.plan.candidates import core_limits  # noqa: E402
+from parastream.plan.model import Plan  # noqa: E402
+
+
+@settings(max_examples=300, deadline=None)
+@given(cores=st.integers(2, 64), dims=st.lists(st.integers(0, 80), min_size=2, max_size=6))
+def test_c2_limits_keep_main_plus_sides_within_the_cores(cores, dims):
+    assignment = {f"op{i}": i for i in range(len(dims))}  # one op per stream, 0 is main
+    plan = Plan(name="p", algorithm="test", assignment=assignment)
+    limits, strength = core_limits(plan, {f"op{i}": d for i, d in enumerate(dims)}, cores)
+    sides = len(dims) - 1
+    if strength == "C1":
+        assert sum(dims) <= cores
+        return
+    if sides >= cores:  # more side streams than cores: one core each is all there is
+        return
+    main = limits["0"]["aicore_num"] if "0" in limits else min(dims[0], cores)
+    assert all(v["aicore_num"] >= 1 for v in limits.values())
+    assert main + sum(v["aicore_num"] for k, v in limits.items() if k != "0") <= cores

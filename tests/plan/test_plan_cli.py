@@ -191,3 +191,60 @@ def test_hand_edited_core_limits_are_refused_by_simulate_and_emit(tmp_path):
     # vectorcore_num 0: what torchair takes on the 910 (no separate vector cores)
     multi["core_limits"] = {"1": {"aicore_num": 8, "vectorcore_num": 0}}
     assert loads(json.dumps(doc)).candidate(multi["name"]).core_limits["1"]["vectorcore_num"] == 0
+
+
+def test_max_streams_one_gives_only_single_stream_candidates(tmp_path):
+    # the point candidates and critical-path always opened stream 1, and one was recommended
+    src = moe_json(tmp_path)
+    r = run(str(src), "--device", "ascend910b", "--max-streams", "1", "--format", "json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["recommended"] == "single"
+    assert all(set(c["assignment"].values()) == {0} for c in doc["candidates"])
+    two = json.loads(run(str(src), "--device", "ascend910b", "--max-streams", "2",
+                         "--format", "json").stdout)
+    assert max(len(set(c["assignment"].values())) for c in two["candidates"]) == 2
+    r = run(str(src), "--max-streams", "2", "--mapping", '{"shared_up": 1, "gate": 2}')
+    assert r.returncode == 2 and "3 streams, above --max-streams 2" in r.stderr
+
+
+def test_an_output_over_an_input_or_another_output_is_refused(tmp_path):
+    src = moe_json(tmp_path)
+    before = src.read_bytes()
+    plan = tmp_path / "plan.json"
+    assert run(str(src), "--device", "ascend910b", "-o", str(plan)).returncode == 0
+    plan_bytes = plan.read_bytes()
+    cases = [
+        ["plan", str(src), "-o", str(src)],
+        ["plan", str(src), "-o", str(tmp_path / "x"), "--report", str(tmp_path / "x")],
+        ["graph", str(src), "-o", str(src)],
+        ["simulate", str(plan), "--trace", str(plan)],
+        ["emit", str(plan), "--target", "cuda", "-o", str(plan)],
+    ]
+    for argv in cases:
+        r = subprocess.run([sys.executable, "-m", "parastream", *argv], capture_output=True,
+                           text=True, timeout=120)
+        assert r.returncode == 2 and "Traceback" not in r.stderr, (argv, r.stderr)
+        assert r.stderr.count("\n") == 1, r.stderr
+        assert "it is an input of this command" in r.stderr or "name the same file" in r.stderr
+    assert src.read_bytes() == before and plan.read_bytes() == plan_bytes
+    assert not (tmp_path / "x").exists()
+
+
+def test_a_mapping_stream_must_be_a_stream_id(tmp_path):
+    src = moe_json(tmp_path)
+    for bad in ('{"shared": 99999999999999999999}', '{"shared": true}', '{"shared": -1}',
+                '{"shared": 3000000000}'):
+        r = run(str(src), "--mapping", bad)
+        assert r.returncode == 2 and "--mapping" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_a_missing_graph_file_or_a_folder_is_named_as_such(tmp_path):
+    r = run(str(tmp_path / "nope.json"))
+    assert r.returncode == 2 and "nope.json: no such file" in r.stderr
+    r = run(str(tmp_path))
+    assert r.returncode == 2 and "a folder, not a model" in r.stderr
+    src = moe_json(tmp_path)
+    r = subprocess.run([sys.executable, "-m", "parastream", "simulate", str(src), "--batch",
+                        "1,2"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "a graph file's shapes are fixed" in r.stderr

@@ -214,6 +214,12 @@ _FALLBACK = {"bf16": ("fp16",), "fp16": ("bf16",), "int8": ("fp16", "bf16"),
              "fp8": ("int8", "fp16", "bf16"), "fp64": ("fp32",)}
 
 
+#: upper bounds on a profile's counts (see :func:`_check`)
+MAX_CORES = 100_000
+MAX_QUEUES = 1024
+MAX_STREAMS = 1_000_000
+
+
 def _check(p: DeviceProfile, where: str | None) -> DeviceProfile:
     def bad(reason: str) -> InputError:
         return InputError(where, f"device profile {p.name!r}: {reason}")
@@ -240,6 +246,15 @@ def _check(p: DeviceProfile, where: str | None) -> DeviceProfile:
     for key in ("memory_bandwidth_gbps", "hw_queues", "max_streams"):
         if not getattr(p, key) > 0:
             raise bad(f"{key} must be positive")
+    # past any real part (an H200 has 132 SMs and 128 hardware queues; a 910B 24 AI cores);
+    # the simulator sizes tables by these and the planner tries every stream count up to
+    # hw_queues, so an absurd one is a MemoryError or an endless plan, not a result
+    for key, value, most in (("cores.cube", p.cores.cube, MAX_CORES),
+                             ("cores.vector", p.cores.vector, MAX_CORES),
+                             ("hw_queues", p.hw_queues, MAX_QUEUES),
+                             ("max_streams", p.max_streams, MAX_STREAMS)):
+        if value > most:
+            raise bad(f"{key} is {value}, past the {most} this parastream models")
     if not 0.0 <= p.intra_op_efficiency <= 1.0:
         raise bad("intra_op_efficiency must be between 0 and 1")
     for key, r in p.op_rates.items():

@@ -105,13 +105,13 @@ def emit_plan(plan_path: str, target: str, *, candidate: str | None = None,
 
 
 def cmd_emit(args: argparse.Namespace) -> int:
-    from ..report.atomic import check_writable, write_atomic
+    from ..report.atomic import check_outputs, spec_paths, write_atomic
     from .codegen import bad_class_name
 
     bad = bad_class_name(args.class_name, "--class-name")
     if bad:  # before the model is built and traced
         raise InputError(None, bad)
-    check_writable(args.output)
+    check_outputs({"-o/--output": args.output}, spec_paths(args.plan, args.model))
     emitted = emit_plan(args.plan, args.target, candidate=args.candidate, model=args.model,
                         scale=args.scale, phase=args.phase, class_name=args.class_name)
     summary = (f"{args.target}: {len(emitted.calls)} op calls, streams "

@@ -44,12 +44,12 @@ def add_parser(subparsers) -> None:
 
 def cmd_graph(args: argparse.Namespace) -> int:
     from ..device.profile import load_profile, warn_if_noted
-    from ..report.atomic import check_writable
+    from ..report.atomic import check_outputs, spec_paths
     from .headroom import analyze_graph
     from .render import (analysis_document, render_json, render_md, render_mermaid,
                          render_text)
 
-    check_writable(args.output)
+    check_outputs({"-o/--output": args.output}, spec_paths(args.model, args.device))
     profile = load_profile(args.device)
     warn_if_noted(profile)
     if (args.scale or args.phase) and _is_graph_file(args.model):

@@ -108,6 +108,12 @@ class GraphError(ValueError):
     """A graph that breaks the format's rules (the CLI turns it into exit code 2)."""
 
 
+#: bounds far past any real op (1e20 FLOPs is minutes on the largest accelerator; 1e12 us
+#: is eleven days) that keep a graph's sums finite
+MAX_COUNT = 1e20
+MAX_DUR_US = 1e12
+
+
 def is_number(v: Any) -> bool:
     """An int or float read from JSON, not a bool (which Python counts as an int)."""
     return isinstance(v, (int, float)) and not isinstance(v, bool)
@@ -156,6 +162,13 @@ def validate(g: Graph) -> list[str]:
             # a negative cost makes a critical path longer than the work (nonsense bounds)
             raise GraphError(f"op {o.name!r}: flops, bytes and meta.dur_us must not be "
                              "negative")
+        if not (o.flops <= MAX_COUNT and o.bytes_read <= MAX_COUNT
+                and o.bytes_written <= MAX_COUNT
+                and all(t.bytes <= MAX_COUNT for t in (*o.inputs, *o.outputs))
+                and (not isinstance(dur, (int, float)) or dur <= MAX_DUR_US)):
+            # finite but huge values overflow the sums to inf: walls of inf, speedups of nan
+            raise GraphError(f"op {o.name!r}: flops and bytes must be at most {MAX_COUNT:.0e}, "
+                             f"meta.dur_us at most {MAX_DUR_US:.0e} us")
         if o.resource not in RESOURCES:
             raise GraphError(f"op {o.name!r}: unknown resource {o.resource!r} "
                              f"(expected one of {', '.join(RESOURCES)})")

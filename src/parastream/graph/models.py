@@ -111,6 +111,10 @@ def load_model(spec: str, scale: str = "small", phase: str | None = None,
         raise InputError(None, f"unknown scale {scale!r} (expected one of {', '.join(SCALES)})")
     if os.path.isfile(spec) and not spec.endswith(".py"):
         raise InputError(spec, NOT_A_MODEL)
+    if os.path.isdir(spec):
+        raise InputError(spec, "a folder, not a model: give a zoo name or path/to/file.py:factory")
+    if spec.endswith((".json", ".json.gz")):  # a graph or plan file that is not there
+        raise InputError(spec, "no such file")
     if _looks_like_file(spec):
         return _load_from_file(spec, scale, phase)
     _need_torch(spec)
@@ -124,8 +128,13 @@ def load_model(spec: str, scale: str = "small", phase: str | None = None,
     if phase not in model.phases:
         raise InputError(None, f"model {spec!r} has no phase {phase!r} "
                                f"(it has {', '.join(model.phases)})")
-    with overrides(phase, batch=batch, seq=seq):
-        module, inputs = model.factory(scale, phase)
+    try:
+        with overrides(phase, batch=batch, seq=seq):
+            module, inputs = model.factory(scale, phase)
+    except (RuntimeError, MemoryError) as exc:  # torch's allocator at an absurd --batch/--seq
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise InputError(None, f"cannot build {spec!r} at these shapes (batch {batch}, seq "
+                               f"{seq}): {first}") from None
     return module, tuple(inputs), spec, {"zoo": spec, "phase": phase,
                                          "description": model.description}
 

@@ -86,7 +86,8 @@ class PipelineError(RuntimeError):
 
 
 class _Entry:
-    """An item in flight: id, payload, when it was enqueued, the event to wait on."""
+    """An item in flight: id, payload, when it entered its current queue (set by
+    :meth:`_Channel.put`), the event to wait on."""
 
     __slots__ = ("seq", "payload", "t", "ready")
 
@@ -118,6 +119,9 @@ class _Channel:
                 self._not_full.wait()
             if self._cancelled:
                 return 0
+            # the time it entered the queue: a producer blocked on a full queue has not
+            # queued it yet (that time is the producer's "blocked", not the queue's wait)
+            entry.t = now_ns()
             self._q.append(entry)
             self._not_empty.notify()
             return waited

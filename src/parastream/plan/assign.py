@@ -217,17 +217,20 @@ def plan_critical_path(graph: Graph, order: list[str], dur: dict[str, float],
     rest = [n for n in order if n not in path]
     sub = {n: [v for v in red[n] if v not in path] for n in rest}
     cs = chains(rest, max_matching(rest, sub))
-    sides = max(1, (max_streams or 4) - 1)
+    sides = (max_streams or 4) - 1
     assignment = {n: 0 for n in path}
     for i, c in enumerate(cs):
         for n in c:
-            assignment[n] = 1 + i % sides
+            # a cap of one stream leaves nothing beside the path: all of it on stream 0
+            assignment[n] = 1 + i % sides if sides > 0 else 0
     return plan_from_assignment(graph, assignment, "critical-path", order=order)
 
 
-def plan_resource_split(graph: Graph, order: list[str], bound: dict[str, str], **_) -> Plan:
+def plan_resource_split(graph: Graph, order: list[str], bound: dict[str, str],
+                        max_streams: int | None = None, **_) -> Plan:
     assignment = {n: (1 if bound.get(n) in ("memory", "comm") else 0) for n in order}
-    if len(set(assignment.values())) < 2:  # one class only: nothing to split, stream 0 it is
+    if len(set(assignment.values())) < 2 or max_streams == 1:
+        # one class only, or one stream allowed: nothing to split, stream 0 it is
         assignment = dict.fromkeys(order, 0)
     return plan_from_assignment(graph, assignment, "resource-split", order=order)
 
@@ -294,5 +297,11 @@ def assign(graph: Graph, algorithm: str, *, durations: dict[str, float] | None =
     if bound is None:
         bound = {o.name: {"memory": "memory", "comm": "comm"}.get(o.resource, "compute")
                  for o in graph.ops}
-    return _PLANNERS[algorithm](graph, order, dur=dur, bound=bound, max_streams=max_streams,
+    plan = _PLANNERS[algorithm](graph, order, dur=dur, bound=bound, max_streams=max_streams,
                                 mapping=mapping)
+    used = len(set(plan.assignment.values()))
+    if max_streams is not None and used > max_streams:
+        # only a mapping names its streams itself; the algorithms keep to the cap
+        raise PlanError(f"the mapping puts ops on {used} streams, above --max-streams "
+                        f"{max_streams}")
+    return plan

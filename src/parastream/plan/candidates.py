@@ -183,11 +183,21 @@ def core_limits(plan: Plan, block_dims: dict[str, int], cores: int | None) -> tu
     if sum(by_stream.values()) <= cores:
         return {}, "C1"
     main = min(by_stream.get(0, 0), cores)
-    free = max(1, cores - main) if main < cores else max(1, cores // 4)
     sides = [s for s in by_stream if s != 0]
+    free = cores - main if main < cores else max(1, cores // 4)
     share = max(1, free // max(1, len(sides)))
-    return {str(s): {"aicore_num": share, "reason": f"main uses up to {main} of {cores} cores"}
-            for s in sides}, "C2"
+    held = share * len(sides)
+    reason = f"main uses up to {main} of {cores} cores"
+    limits: dict = {}
+    if main + held > cores and cores - held >= 1:
+        # main alone would take every core: main + side <= device cores (DOMAIN.md) only
+        # holds when main is limited too, to what the side streams leave
+        limits["0"] = {"aicore_num": cores - held,
+                       "reason": f"the side streams hold {held} of {cores} cores"}
+        reason = f"main limited to {cores - held} of {cores} cores"
+    for s in sides:
+        limits[str(s)] = {"aicore_num": share, "reason": reason}
+    return limits, "C2"
 
 
 def describe(graph: Graph, plan: Plan, point: Point | None) -> str:
@@ -274,7 +284,8 @@ def candidates(graph: Graph, points: list[Point], dur: dict[str, float], *,
     for p in points:
         groups.setdefault(p.name, []).append(p)
     for instances in groups.values():
-        plans.extend(point_candidates(graph, order, instances, cap))
+        if cap is None or cap >= 2:  # a point's orchestrations all open a side stream
+            plans.extend(point_candidates(graph, order, instances, cap))
     plans.extend(global_plans or [])
     by_name = {p.name: p for p in points}
     single = wall(Plan.single(order))

@@ -178,7 +178,7 @@ def _fastest_cap(plan_at: Callable[[int], Plan], cap: int,
             continue
         seen.add(key)
         w = wall(plan)
-        if w < best_wall * (1 - 1e-9):
+        if best is None or w < best_wall * (1 - 1e-9):  # the first, even at a wall of inf
             best, best_wall = plan, w
     return best
 
@@ -246,21 +246,28 @@ def build(graph: Graph, profile, *, algorithm: str | None, mapping: dict | None,
 def cmd_plan(args: argparse.Namespace) -> int:
     from ..device.profile import load_profile, warn_if_noted
     from ..graph.models import model_source
-    from ..report.atomic import check_writable, write_atomic
+    from ..report.atomic import check_outputs, spec_paths, write_atomic
 
-    for path in (args.out, args.report):
-        check_writable(path)  # both before either is written
+    # both before either is written; neither over the model, the device file or each other
+    check_outputs({"-o/--out": args.out, "--report": args.report},
+                  spec_paths(args.model, args.device))
     if args.max_streams is not None and args.max_streams < 1:
         raise InputError(None, f"--max-streams must be at least 1, got {args.max_streams}")
     profile = load_profile(args.device)  # bad names and files raise a one-line InputError
     warn_if_noted(profile)
     mapping = None
     if args.mapping:
+        from .io import MAX_STREAM_ID
+
         try:
             mapping = json.loads(args.mapping)
-            assert isinstance(mapping, dict) and all(isinstance(v, int) for v in mapping.values())
+            # JSON's true is an int to Python; a stream past int32 is one no plan file can hold
+            assert isinstance(mapping, dict) and all(
+                isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= MAX_STREAM_ID
+                for v in mapping.values())
         except (ValueError, AssertionError):
-            raise InputError(None, "--mapping must be a JSON object of pattern -> stream number") from None
+            raise InputError(None, "--mapping must be a JSON object of pattern -> stream number "
+                                   f"(0 to {MAX_STREAM_ID})") from None
         args.algorithm = args.algorithm or "manual"
     if args.algorithm == "manual" and not mapping:
         raise InputError(None, "--algorithm manual needs --mapping")

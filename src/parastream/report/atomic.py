@@ -120,18 +120,35 @@ def check_outputs(outputs: dict[str, str | os.PathLike[str] | None],
     one path (one would overwrite the other) or an output that is one of the ``inputs``
     (a trace analysed and then overwritten by its own report is lost)."""
     seen: dict[str, str] = {}
-    ins = {_key(p): p for p in inputs if p}
     for flag, path in outputs.items():
         if not path:
             continue
         check_writable(path)
+        check_not_input(flag, path, inputs)
         key = _key(path)
-        if key in ins:
-            raise InputError(path, f"cannot write {flag}: it is an input of this command, "
-                                   "which it would overwrite")
         if key in seen:
             raise InputError(path, f"{seen[key]} and {flag} name the same file")
         seen[key] = flag
+
+
+def check_not_input(flag: str, path: str | os.PathLike[str] | None,
+                    inputs: list[str | os.PathLike[str] | None] | tuple) -> None:
+    """Refuse an output ``path`` that is one of the command's ``inputs``."""
+    if path and _key(path) in {_key(p) for p in inputs if p}:
+        raise InputError(path, f"cannot write {flag}: it is an input of this command, "
+                               "which it would overwrite")
+
+
+def spec_paths(*specs: str | None) -> list[str]:
+    """The files a command's input arguments may name, for :func:`check_outputs`: each
+    argument, and the file part of a ``path/to/file.py:factory`` model."""
+    out: list[str] = []
+    for s in specs:
+        if s:
+            out.append(s)
+            if ":" in s:
+                out.append(s.rsplit(":", 1)[0])
+    return out
 
 
 def _key(path: str | os.PathLike[str]) -> str:

@@ -115,10 +115,12 @@ MEASURE_BUSY_ADVICE = ("the walls and speedups may be off (an OpenMP team stalls
 def cmd_run(args: argparse.Namespace) -> int:
     from ..plan.io import PlanDoc, dumps, load_doc, require_fit, with_recommendation
     from ..plan.model import PlanError
-    from ..report.atomic import check_folder, check_writable, make_folder, write_atomic
+    from ..report.atomic import (check_folder, check_not_input, check_writable, make_folder,
+                                 spec_paths, write_atomic)
 
     check_folder(args.trace)  # both before a minute of measuring, not after it
     check_writable(args.json, made=args.trace)
+    check_not_input("--json", args.json, spec_paths(args.model, args.plan, args.profile))
     for label in ("plan", "single") if args.trace else ():
         check_writable(_trace_file(args.trace, label), made=args.trace)
     if args.jitter < 0:
