@@ -122,8 +122,6 @@ def run_demo(out_dir: str = "out/demo", model: str = DEFAULT_MODEL, scale: str =
                                                       warn=lambda note: step(f"warning: {note}")))
             profile = loads_profile(profile_json)
         make_folder(out_dir)  # only once the model and the profile are good
-        if profile_json is not None:
-            write_atomic(os.path.join(out_dir, "cpu-profile.json"), profile_json)
 
         step("decomposing the model")
         analysis = analyze_graph(graph, profile)
@@ -209,6 +207,10 @@ def run_demo(out_dir: str = "out/demo", model: str = DEFAULT_MODEL, scale: str =
         # the folder's documents agree on one recommendation, the measured one: `emit
         # plan.json` with no --candidate then generates what the measurement chose
         doc = with_recommendation(doc, decision.candidate or "single")
+        # the profile goes in with the documents made from it, not before: a run that
+        # fails on the way leaves the folder's earlier profile beside its earlier plan
+        if profile_json is not None:
+            write_atomic(os.path.join(out_dir, "cpu-profile.json"), profile_json)
         write_atomic(os.path.join(out_dir, "plan.json"), dump_plan(doc))
         write_atomic(os.path.join(out_dir, "plan.md"), render_markdown(doc, measured_by_name))
         analysis_json = {"schema": "parastream.demo/1", "model": model, "scale": scale, "phase": phase,

@@ -71,6 +71,10 @@ def _raw(name="ascend910b") -> dict:
     (lambda d: d.update(hw_queues=1_000_000_000), "hw_queues is 1000000000, past the 1024"),
     (lambda d: d["cores"].update(cube=10**12), "cores.cube is"),
     (lambda d: d.update(max_streams=10**9), "max_streams is"),
+    (lambda d: d["cores"].update(cube=2**63), "cores.cube is 9223372036854775808"),
+    # finite but huge: a wall of 1.7e301 us and numpy cast warnings
+    (lambda d: d.update(launch_overhead_us=1e300), "launch_overhead_us is 1e\\+300, past the 1e\\+09 us"),
+    (lambda d: d.update(memory_bandwidth_gbps=1e300), "memory_bandwidth_gbps is 1e\\+300"),
 ])
 def test_bad_profiles_are_refused(change, words):
     d = _raw()

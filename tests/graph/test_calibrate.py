@@ -85,6 +85,19 @@ def test_cli_repeat_below_one_is_an_input_error(tmp_path):
     assert r.stderr.strip() == "parastream: --repeat must be at least 1, got 0"
 
 
+@pytest.mark.parametrize("name", ["cpu", "Host", "H100", "ascend-910b"])
+def test_cli_name_of_a_shipped_profile_is_refused(tmp_path, name):
+    # a plan records its device by name: the calibration was later taken for the shipped one
+    out = tmp_path / "cpu.json"
+    r = subprocess.run([sys.executable, "-m", "parastream", "calibrate", "--name", name, "-o",
+                        str(out)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and not out.exists() and r.stderr.count("\n") == 1
+    assert "is a shipped profile's name" in r.stderr and "malloc" not in r.stderr
+    r = subprocess.run([sys.executable, "-m", "parastream", "calibrate", "-o", ""],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "-o/--output must name a file" in r.stderr
+
+
 def _shipped_cpu() -> dict:
     from importlib import resources
 

@@ -137,3 +137,13 @@ def test_a_graph_file_reports_its_own_scale_and_phase(tmp_path):
     assert (doc.get("scale"), doc.get("phase")) == (None, "decode")
     r = run("graph", str(f), "--scale", "tiny")
     assert r.returncode == 2 and "a graph file has its own" in r.stderr
+
+
+def test_a_graph_of_no_ops_says_so(tmp_path):
+    from parastream.graph.ir import Graph, dumps
+
+    src = tmp_path / "empty.json"
+    src.write_bytes(dumps(Graph(name="empty", ops=[], edges=[])))
+    r = subprocess.run([sys.executable, "-m", "parastream", "graph", str(src)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and "the graph has no ops" in r.stderr

@@ -73,6 +73,22 @@ GOOD = """
     def untraceable():
         return Dyn(), (torch.randn(3),)
 
+    class Quits(nn.Module):
+        def forward(self, x):
+            raise SystemExit(3)
+
+    def quits():
+        return Quits(), (torch.randn(3),)
+
+    class Chatty(nn.Module):
+        def forward(self, x):
+            print("hello from forward")
+            return x * 2
+
+    def chatty():
+        print("hello from the factory")
+        return Chatty(), (torch.randn(3),)
+
     NOT_CALLABLE = 3
 """
 
@@ -120,7 +136,7 @@ def test_factory_gets_scale_and_phase(tmp_path):
 
 
 @pytest.mark.parametrize("factory,match", [
-    ("missing", r"no factory named 'missing' \(callables defined there: .*plain"),
+    ("missing", r"no factory named 'missing' \(callables defined there: Chatty, Dyn, Net"),
     ("NOT_CALLABLE", "'NOT_CALLABLE' is a int, not a callable factory"),
     ("wrong_shape", r"must return \(module, example_inputs\), got a Net"),
     ("not_module", "returned a str as the module; expected a torch.nn.Module"),
@@ -128,6 +144,8 @@ def test_factory_gets_scale_and_phase(tmp_path):
     ("raises", r"factory raises\(\) failed: RuntimeError: weights not found$"),
     ("needs_args", r"needs arguments \(path\)"),
     ("untraceable", r"model from untraceable\(\) cannot be traced \(torch.export: .*torch.fx: "),
+    # a sys.exit() in forward ended the process with exit code 3 and no word
+    ("quits", r"model from quits\(\) cannot be traced \(torch.export: SystemExit: 3"),
 ])
 def test_factory_errors(tmp_path, factory, match):
     path = write(tmp_path, GOOD)
@@ -212,3 +230,22 @@ def test_cli_zoo_does_not_import_torch_for_other_commands():
             "print('torch' in sys.modules)")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert r.stdout.strip() == "False", r.stderr
+
+
+def test_a_phase_for_a_factory_that_takes_none_is_refused(tmp_path):
+    # it was built at its own shapes and labelled with the phase asked for
+    path = write(tmp_path, GOOD)
+    for factory in ("plain", "scaled"):
+        with pytest.raises(InputError, match=rf"factory {factory}\(\) takes no phase: drop "
+                                             "--phase decode"):
+            resolve(f"{path}:{factory}", phase="decode")
+    assert resolve(f"{path}:scaled", scale="tiny").meta["phase"] is None
+
+
+def test_what_the_model_prints_goes_to_stderr(tmp_path):
+    path = write(tmp_path, GOOD)
+    r = subprocess.run([sys.executable, "-m", "parastream", "graph", f"{path}:chatty",
+                        "--format", "json"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["schema"] == "parastream.graph-analysis/1"
+    assert "hello from the factory" in r.stderr

@@ -430,3 +430,14 @@ def test_real_kineto_trace():
     assert "ampere_sgemm_128x64_nn" in data["names"]
     assert len(data["waits"]["s"]) == tl.n_waits
     assert min(data["ops"]["s"] + data["waits"]["s"]) == 0.0
+
+
+def test_write_atomic_writes_through_a_symlink(tmp_path):
+    # renaming over the link made it a plain file and left its target as it was
+    target = tmp_path / "target.txt"
+    target.write_text("old")
+    link = tmp_path / "link.json"
+    link.symlink_to(target.name)
+    write_atomic(link, "new")
+    assert link.is_symlink() and target.read_text() == "new"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link.json", "target.txt"]

@@ -290,6 +290,39 @@ def test_simulating_a_plan_uses_the_plans_own_device(tmp_path):
     r = cli("simulate", str(mine))
     assert r.returncode == 0 and "simulated on my-h100" in r.stdout
     assert f"simulating on {tmp_path / 'beside.json'}, the profile 'my-h100' beside" in r.stderr
+    # the same profile saved with sorted keys ("schema" past the first 4 kB) is found too,
+    # and a copy of it is no doubt; a different profile of that name is
+    import json
+
+    raw = json.loads(prof.read_text())
+    raw["description"] = "a long note on where this calibration was made. " * 100
+    (tmp_path / "beside.json").write_text(json.dumps(raw, sort_keys=True, indent=1))
+    assert raw["schema"] not in (tmp_path / "beside.json").read_text()[:4096]
+    (tmp_path / "copy.json").write_text(json.dumps(raw))
+    assert cli("simulate", str(mine)).returncode == 0
+    raw["launch_overhead_us"] = raw["launch_overhead_us"] * 2
+    (tmp_path / "other.json").write_text(json.dumps(raw))
+    r = cli("simulate", str(mine))
+    assert r.returncode == 2 and "3 profiles named 'my-h100' beside the plan" in r.stderr
+
+
+def test_a_profile_beside_the_plan_goes_before_a_shipped_one_of_its_name(tmp_path):
+    # a calibration renamed "cpu" by hand was simulated on the shipped cpu profile
+    import msgspec
+
+    from parastream.device.profile import dumps_profile
+
+    src = tmp_path / "prolog.json"
+    src.write_bytes(dumps(prolog()))
+    prof = tmp_path / "calibrated.json"
+    prof.write_bytes(dumps_profile(msgspec.structs.replace(load_profile("h100"), name="cpu")))
+    plan = tmp_path / "plan.json"
+    r = cli("plan", str(src), "--device", str(prof), "--format", "json", "-o", str(plan))
+    planned = json.loads(r.stdout)["candidates"][0]["estimate"]["wall_us"]
+    r = cli("simulate", str(plan), "--format", "json")
+    assert r.returncode == 0 and "calibrated.json, the profile 'cpu' beside" in r.stderr
+    rows = {row["plan"]: row["wall_us"] for row in json.loads(r.stdout)["rows"]}
+    assert round(planned, 3) in {round(w, 3) for w in rows.values()}
 
 
 def test_a_profile_calibrated_on_a_busy_machine_is_warned_of_where_it_is_used(tmp_path):

@@ -218,6 +218,35 @@ _FALLBACK = {"bf16": ("fp16",), "fp16": ("bf16",), "int8": ("fp16", "bf16"),
 MAX_CORES = 100_000
 MAX_QUEUES = 1024
 MAX_STREAMS = 1_000_000
+#: and on its times (us; 1e9 us is a quarter of an hour per op or launch) and other
+#: magnitudes (rates, bandwidths, byte counts): finite but huge values overflowed the
+#: simulator's integer nanoseconds (a launch of 1e300 us gave a wall of 1.7e301)
+MAX_TIME_US = 1e9
+MAX_MAGNITUDE = 1e18
+
+
+def _too_big(p: DeviceProfile) -> str | None:
+    """The first of a profile's numbers past :data:`MAX_TIME_US` (``*_us`` fields and
+    ``cold_curve`` idles) or :data:`MAX_MAGNITUDE` (the rest), named by its path; or None."""
+    def walk(obj: object, path: str):
+        if isinstance(obj, msgspec.Struct):
+            for f in obj.__struct_fields__:
+                yield from walk(getattr(obj, f), f"{path}.{f}" if path else f)
+        elif isinstance(obj, dict):
+            for k, v in obj.items():
+                yield from walk(v, f"{path}.{k}")
+        elif isinstance(obj, list):
+            for i, v in enumerate(obj):
+                yield from walk(v, f"{path}[{i}]")
+        elif isinstance(obj, (int, float)) and not isinstance(obj, bool):
+            yield path, obj
+
+    for path, v in walk(p, ""):
+        us = path.endswith("_us") or path.startswith("cold_curve") and path.endswith("[0]")
+        most = MAX_TIME_US if us else MAX_MAGNITUDE
+        if abs(v) > most:
+            return f"{path} is {v:g}, past the {most:g}{' us' if us else ''} this parastream models"
+    return None
 
 
 def _check(p: DeviceProfile, where: str | None) -> DeviceProfile:
@@ -255,6 +284,9 @@ def _check(p: DeviceProfile, where: str | None) -> DeviceProfile:
                              ("max_streams", p.max_streams, MAX_STREAMS)):
         if value > most:
             raise bad(f"{key} is {value}, past the {most} this parastream models")
+    big = _too_big(p)
+    if big:
+        raise bad(big)
     if not 0.0 <= p.intra_op_efficiency <= 1.0:
         raise bad("intra_op_efficiency must be between 0 and 1")
     for key, r in p.op_rates.items():
@@ -346,6 +378,18 @@ ALIASES = {"910": "ascend910", "910a": "ascend910", "ascend910a": "ascend910",
            "h100sxm": "h100", "h200sxm": "h200", "host": "cpu", "local": "cpu"}
 
 
+def shipped_key(name: str) -> str:
+    """The shipped profile a name stands for (case, ``-``, ``_`` and spaces ignored,
+    aliases resolved); whether one exists is for :func:`is_shipped`."""
+    key = name.lower().replace("-", "").replace("_", "").replace(" ", "")
+    return ALIASES.get(key, key)
+
+
+def is_shipped(name: str) -> bool:
+    """Whether ``name`` would load a shipped profile (``h100``, ``host``, ``ASCEND-910B``)."""
+    return shipped_key(name) in list_profiles()
+
+
 def list_profiles() -> list[str]:
     """Names of the shipped profiles (``load_profile`` accepts each)."""
     return sorted(f.name[:-5] for f in _builtin_dir().iterdir() if f.name.endswith(".json"))
@@ -363,8 +407,7 @@ def load_profile(name_or_path: str | os.PathLike[str]) -> DeviceProfile:
         except OSError as exc:
             raise InputError(text, f"cannot read device profile: {exc.strerror or exc}") from None
         return loads_profile(data, text)
-    key = text.lower().replace("-", "").replace("_", "").replace(" ", "")
-    key = ALIASES.get(key, key)
+    key = shipped_key(text)
     f = _builtin_dir() / f"{key}.json"
     if not f.is_file():
         raise InputError(None, f"unknown device {text!r} (shipped profiles: "

@@ -57,6 +57,9 @@ def cmd_graph(args: argparse.Namespace) -> int:
                                      "graph file has its own")
     g = load_graph(args.model, scale=args.scale or "small", phase=args.phase,
                    device=args.device)
+    if not g.ops:  # its analysis is written (an empty DAG), but nothing in it can run apart
+        print(f"parastream: {args.model}: the graph has no ops (the forward returns its "
+              "input or no tensor): nothing to plan", file=sys.stderr)
     a = analyze_graph(g, profile)
     source = args.model
     # what the graph was built at (a zoo model's first phase when none was asked for; a

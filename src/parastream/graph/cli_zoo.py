@@ -71,8 +71,17 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 
     if not args.name.strip():
         raise InputError(None, "--name must not be empty")
+    from ..device.profile import is_shipped
+
+    if is_shipped(args.name):
+        # a plan records its device by name: a calibrated profile under a shipped name is
+        # later taken for the shipped one (simulate plan.json predicted on the wrong device)
+        raise InputError(None, f"--name {args.name!r} is a shipped profile's name: pick "
+                               "another (default cpu-calibrated)")
     if args.repeat < 1:
         raise InputError(None, f"--repeat must be at least 1, got {args.repeat}")
+    if not args.output.strip():
+        raise InputError(None, "-o/--output must name a file")
     check_writable(args.output)  # fail before spending seconds measuring
     from ..runtime import malloc
     from ..runtime.overhead import calibrate_cpu

@@ -43,11 +43,14 @@ def resolve(spec: str, scale: str = "small", phase: str | None = None,
     prompt length; decode: the tokens already cached), for sweeps over shapes.
     """
     device_name = _check_device(device)
-    module, inputs, name, meta = load_model(spec, scale, phase, batch, seq)
     from .torch_import import import_module
 
-    with anchored(meta):
-        graph = import_module(module, inputs, name=name, meta=meta)
+    # what the model's own code prints goes to stderr: stdout is the command's document
+    # (a print() in forward made `graph --format json` invalid JSON)
+    with contextlib.redirect_stdout(sys.stderr):
+        module, inputs, name, meta = load_model(spec, scale, phase, batch, seq)
+        with anchored(meta):
+            graph = import_module(module, inputs, name=name, meta=meta)
     graph.meta.update({"scale": scale, "phase": phase or graph.meta.get("phase"),
                        "spec": spec})
     if batch is not None or seq is not None:
@@ -201,14 +204,18 @@ def _call_factory(factory: Callable, path: str, attr: str, scale: str,
                   phase: str | None) -> Any:
     try:
         params = inspect.signature(factory).parameters
-    except (TypeError, ValueError):
-        params = {}
+        known = True
+    except (TypeError, ValueError):  # a builtin or C callable: its keywords are unknown
+        params, known = {}, False
     var_kw = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
     kwargs: dict[str, Any] = {}
     if "scale" in params or var_kw:
         kwargs["scale"] = scale
     if phase is not None and ("phase" in params or var_kw):
         kwargs["phase"] = phase
+    elif phase is not None and known:
+        # it would be built at its own shapes and recorded under the phase asked for
+        raise InputError(path, f"factory {attr}() takes no phase: drop --phase {phase}")
     required = [n for n, p in params.items() if p.default is inspect.Parameter.empty
                 and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
                 and n not in kwargs]

@@ -16,6 +16,8 @@ from typing import Any
 import msgspec
 
 from ..device.profile import DeviceProfile
+from ..mdtext import cell
+from ..mdtext import code, text
 from .decompose import CANDIDATE, PENDING, Decomposition, OpDag
 from .headroom import Analysis, Headroom
 from .ir import Graph
@@ -251,13 +253,11 @@ def render_mermaid(a: Analysis) -> str:
 
 # ----------------------------------------------------------------------------- Markdown
 
-def _md_cell(text: Any) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ")
-
-
 def _md_table(headers: list[str], rows: list[list[Any]]) -> list[str]:
+    """A table of cells already in Markdown: names through :func:`~parastream.mdtext.cell`
+    or :func:`~parastream.mdtext.code` (model names are the user's), numbers as they are."""
     out = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
-    out += ["| " + " | ".join(_md_cell(c) for c in r) + " |" for r in rows]
+    out += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
     return out
 
 
@@ -266,14 +266,14 @@ def render_md(a: Analysis, g: Graph, profile: DeviceProfile, *, source: str | No
     """The direction-level analysis document of DOMAIN.md §3."""
     d = a.decomposition
     h = a.headroom
-    out = [f"# Multi-stream analysis: {g.name}", "", "## Scope", ""]
-    out += [f"- graph: `{g.name}`" + (f" from `{source}`" if source else "")
+    out = [f"# Multi-stream analysis: {text(g.name)}", "", "## Scope", ""]
+    out += [f"- graph: {code(g.name)}" + (f" from {code(source)}" if source else "")
             + f", {len(g.ops)} ops, {len(g.edges)} edges -> {len(d.modules)} modules",
-            f"- device: `{profile.name}` ({profile.kind}; cube {profile.cores.cube}, vector "
+            f"- device: {code(profile.name)} ({profile.kind}; cube {profile.cores.cube}, vector "
             f"{profile.cores.vector} cores; {profile.memory_bandwidth_gbps:g} GB/s; "
             f"{profile.hw_queues} hardware queues)"]
     if scale or phase:
-        out.append(f"- scale: {scale or '-'}, phase: {phase or '-'}")
+        out.append(f"- scale: {text(scale or '-')}, phase: {text(phase or '-')}")
     out += [f"- headroom: work {h.work_us:.1f} us, critical path {h.critical_path_us:.1f} us, "
             f"bound **{h.bound_speedup:.2f}x** — {h.summary}",
             "- costs are roofline estimates from the device profile, not measurements; "
@@ -282,18 +282,21 @@ def render_md(a: Analysis, g: Graph, profile: DeviceProfile, *, source: str | No
     out += ["## Module table", ""]
     out += _md_table(["module_id", "module_name", "module_type", "inputs", "outputs",
                       "side_effect", "resource_hint"],
-                     [[m.module_id, f"`{m.module_name}`", m.module_type, _names(m.inputs, 3),
-                       _names(m.outputs, 3), m.side_effect, m.resource_hint]
-                      for m in d.modules])
+                     [[cell(m.module_id), code(m.module_name, table=True), cell(m.module_type),
+                       cell(_names(m.inputs, 3)), cell(_names(m.outputs, 3)), cell(m.side_effect),
+                       cell(m.resource_hint)] for m in d.modules])
     out += ["", "## Dependency table", ""]
     out += _md_table(["from", "to", "dependency_type", "reason"],
-                     [[e.src, e.dst, e.dependency_type, e.reason] for e in d.module_edges])
+                     [[cell(e.src), cell(e.dst), cell(e.dependency_type), cell(e.reason)]
+                      for e in d.module_edges])
     if d.shared_inputs:
         out += ["", "Shared inputs (a common upstream node, not a dependency between readers):", ""]
-        out += [f"- `{s.tensor}` read by {', '.join(s.consumers)}" for s in d.shared_inputs]
+        out += [f"- {code(s.tensor)} read by {text(', '.join(s.consumers))}"
+                for s in d.shared_inputs]
     out += ["", "## Verdicts", ""]
     out += _md_table(["a", "b", "verdict", "reason", "point"],
-                     [[v.a, v.b, v.verdict, v.reason, v.point or "-"] for v in d.verdicts])
+                     [[cell(v.a), cell(v.b), cell(v.verdict), cell(v.reason), cell(v.point or "-")]
+                      for v in d.verdicts])
     out += ["", "## Module DAG", "", "```mermaid", module_mermaid(d).rstrip(), "```", ""]
 
     out += ["## Operator DAGs of candidate modules", ""]
@@ -302,13 +305,13 @@ def render_md(a: Analysis, g: Graph, profile: DeviceProfile, *, source: str | No
     single = [dag for dag in d.op_dags if len(dag.ops) == 1]
     if single:
         out += ["Single-op modules (their DAG is the op itself): "
-                + ", ".join(f"{dag.module_id} `{dag.ops[0]}`" for dag in single[:40])
+                + ", ".join(f"{text(dag.module_id)} {code(dag.ops[0])}" for dag in single[:40])
                 + (f" (+{len(single) - 40})" if len(single) > 40 else ""), ""]
     multi = [dag for dag in d.op_dags if len(dag.ops) > 1]
     for dag in multi[:MAX_OP_DAGS]:
         m = d.module(dag.module_id)
-        pts = f" — parallel points {', '.join(dag.points)}" if dag.points else ""
-        out += [f"### {m.module_id} `{m.module_name}` ({len(dag.ops)} ops){pts}", "",
+        pts = f" — parallel points {text(', '.join(dag.points))}" if dag.points else ""
+        out += [f"### {text(m.module_id)} {code(m.module_name)} ({len(dag.ops)} ops){pts}", "",
                 "```mermaid", op_dag_mermaid(d, dag, g).rstrip(), "```", ""]
     if len(multi) > MAX_OP_DAGS:
         out += [f"({len(multi) - MAX_OP_DAGS} more candidate modules: see "
@@ -322,13 +325,13 @@ def render_md(a: Analysis, g: Graph, profile: DeviceProfile, *, source: str | No
         for p in d.parallel_points:
             ph = a.point_headroom[p.id]
             dom = p.branches[p.dominating_branch]
-            rows.append([p.id, p.level + (f" in {p.scope}" if p.scope else ""), p.fork,
-                         "<br/>".join(f"{i + 1}. {_names(b.nodes, 4)} ({b.dur_us:.1f} us, "
-                                      f"{b.resource}, blk={b.block_dim})"
+            rows.append([cell(p.id), cell(p.level + (f" in {p.scope}" if p.scope else "")), cell(p.fork),
+                         "<br/>".join(cell(f"{i + 1}. {_names(b.nodes, 4)} ({b.dur_us:.1f} us, "
+                                        f"{b.resource}, blk={b.block_dim})")
                                       for i, b in enumerate(p.branches)),
-                         p.join, f"{_names(dom.nodes, 2)}; dominator `{dom.dominator}`",
+                         cell(p.join), f"{cell(_names(dom.nodes, 2))}; dominator {code(dom.dominator, table=True)}",
                          f"{ph.work_us:.1f}", f"{ph.critical_path_us:.1f}",
-                         f"{ph.bound_speedup:.2f}x", p.verdict, p.reason])
+                         f"{ph.bound_speedup:.2f}x", cell(p.verdict), cell(p.reason)])
         out += _md_table(["point", "level", "fork", "branches (dominating first)", "join",
                           "dominating branch", "serial us", "ideal us", "bound", "verdict",
                           "reason"], rows)
@@ -337,9 +340,9 @@ def render_md(a: Analysis, g: Graph, profile: DeviceProfile, *, source: str | No
     out += _md_table(["work us", "critical path us", "logical bound", "resource floor us",
                       "limited by", "bound", "launch floor us (eager)"],
                      [[f"{h.work_us:.1f}", f"{h.critical_path_us:.1f}",
-                       f"{h.logical_speedup:.2f}x", f"{h.resource_floor_us:.1f}", h.limited_by,
+                       f"{h.logical_speedup:.2f}x", f"{h.resource_floor_us:.1f}", cell(h.limited_by),
                        f"{h.bound_speedup:.2f}x", f"{h.launch_floor_us:.1f}"]])
-    out += ["", h.summary + ".", ""]
+    out += ["", text(h.summary) + ".", ""]
     return "\n".join(out)
 
 

@@ -154,7 +154,9 @@ def _trace(module: Any, inputs: tuple, kwargs: dict, name: str, meta: dict | Non
         try:
             ep = export_program(module, inputs, kwargs)
             recs, labels, source = _recs_from_program(ep)
-        except Exception as exc:  # torch raises many types; the user needs the reason
+        # torch raises many types; the user needs the reason (a sys.exit() in forward is
+        # the model's, not ours: it ended the process with no word)
+        except (Exception, SystemExit) as exc:
             if method == "export":
                 raise InputError(name, "cannot be traced by torch.export: "
                                  + one_line(exc)) from exc
@@ -163,7 +165,7 @@ def _trace(module: Any, inputs: tuple, kwargs: dict, name: str, meta: dict | Non
             return _build(recs, labels, module, name, source, meta), ep, recs
     try:
         recs, labels, source = _trace_fx(module, inputs, kwargs)
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:
         errors.append("torch.fx: " + one_line(exc))
         raise InputError(name, "cannot be traced (" + "; ".join(errors) + ")") from exc
     g = _build(recs, labels, module, name, source, meta)

@@ -3,6 +3,7 @@ fragment per candidate in the 8-field structure of DOMAIN.md §3."""
 
 from __future__ import annotations
 
+from ..mdtext import cell, code, text
 from .io import PlanDoc
 from .model import Plan
 
@@ -27,7 +28,7 @@ def _streams(plan: Plan) -> dict[int, list[str]]:
 
 
 def _short(ops: list[str], k: int = 6) -> str:
-    return ", ".join(f"`{o}`" for o in ops[:k]) + (f" and {len(ops) - k} more" if len(ops) > k else "")
+    return ", ".join(code(o) for o in ops[:k]) + (f" and {len(ops) - k} more" if len(ops) > k else "")
 
 
 def measured_text(measured: dict | None) -> str:
@@ -39,11 +40,11 @@ def measured_text(measured: dict | None) -> str:
         if p.get("found"):
             d = p["dominator"]
             parts.append(f"side_window [{p['side_window_us'][0]:.2f}, {p['side_window_us'][1]:.2f}] us, "
-                         f"dominator `{d['name']}` [{d['window_us'][0]:.2f}, {d['window_us'][1]:.2f}] us, "
+                         f"dominator {code(d['name'])} [{d['window_us'][0]:.2f}, {d['window_us'][1]:.2f}] us, "
                          f"overlap {p['overlap_us']:.2f} us, overlap_pct {p['overlap_pct']:.3f} -> "
                          f"{p['verdict']}")
         else:
-            parts.append(f"{p.get('parallel_point')}: {p.get('reason')}")
+            parts.append(text(f"{p.get('parallel_point')}: {p.get('reason')}"))
     w = measured.get("walls")
     if w:
         parts.append(f"measured wall {w['single_median_us']:.1f} us single vs {w['multi_median_us']:.1f} us "
@@ -67,9 +68,9 @@ def fragment(plan: Plan, rank: int, measured: dict | None = None) -> str:
                  "C2": "C3: add manual sync points if the join shows EVENT_WAIT holes",
                  "C3": "top of the ladder"}[plan.strength]
     lines = [
-        f"### {rank}. `{plan.name}` ({plan.algorithm})",
+        f"### {rank}. {code(plan.name)} ({text(plan.algorithm)})",
         "",
-        plan.description,
+        text(plan.description),
         "",
         "1. **Parallel objects and stream grouping.** " + ("; ".join(
             f"stream {s}: {_short(ops)}" for s, ops in sorted(side.items())) or "single stream")
@@ -85,15 +86,15 @@ def fragment(plan: Plan, rank: int, measured: dict | None = None) -> str:
         "```",
         "",
         f"4. **Strength.** {plan.strength}; next: {next_step}.",
-        "5. **GE auto-reorder risk.** " + ("; ".join(l.message + f" Fix: {l.fix}." for l in ge)
+        "5. **GE auto-reorder risk.** " + ("; ".join(text(l.message + f" Fix: {l.fix}.") for l in ge)
                                           if ge else "none found (no cheap main-stream consumer of a "
                                           "side output that could be hoisted ahead of the dominator)."),
         f"6. **Measured overlap.** {measured_text(measured)}. Estimated: "
         + (f"{est.wall_us:.1f} us vs {est.single_stream_wall_us:.1f} us single stream, "
            f"{est.speedup:.2f}x ({est.source})." if est else "no estimate."),
-        f"7. **Enable switch.** `{plan.switch}` (off = the original single-stream path, kept "
+        f"7. **Enable switch.** {code(plan.switch)} (off = the original single-stream path, kept "
         f"unchanged).",
-        "8. **Risks.** " + "; ".join([contention] + [f"{l.rule}: {l.message}" for l in risks]
+        "8. **Risks.** " + "; ".join([contention] + [text(f"{l.rule}: {l.message}") for l in risks]
                                      + ["watch TransData/BroadcastTo/MemSet long tails and shape "
                                         "degradation in the measured timeline"]) + ".",
         "",
@@ -105,14 +106,14 @@ def render_markdown(doc: PlanDoc, measured: dict[str, dict] | None = None) -> st
     """The plan report; ``measured`` maps candidate names to their runs' results."""
     how = (" from the measured runs (their fields below)" if measured
            else " from the estimates")
-    out = [f"# Multi-stream plan for `{doc.model}` on {doc.device}", "",
-           f"Recommended: **{doc.recommended}**{how}. Candidates are ranked by estimated wall "
+    out = [f"# Multi-stream plan for {code(doc.model)} on {text(doc.device)}", "",
+           f"Recommended: **{text(doc.recommended)}**{how}. Candidates are ranked by estimated wall "
            f"time (estimates, not measurements).", ""]
     if doc.parallel_points:
         out += ["## Parallel points", "", "| point | fork | join | branches |", "|---|---|---|---|"]
         for p in doc.parallel_points:
-            out.append(f"| {p.get('name')} | {p.get('fork') or '-'} | {p.get('join') or '-'} | "
-                       f"{len(p.get('branches', []))} |")
+            out.append(f"| {cell(p.get('name'))} | {cell(p.get('fork') or '-')} | "
+                       f"{cell(p.get('join') or '-')} | {len(p.get('branches', []))} |")
         out.append("")
     out += ["## Candidates", ""]
     for i, c in enumerate(doc.candidates, 1):

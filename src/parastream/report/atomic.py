@@ -38,9 +38,12 @@ def write_atomic(path: str | os.PathLike[str], data: str | bytes) -> None:
     """
     path = os.fspath(path)
     payload = data.encode("utf-8") if isinstance(data, str) else bytes(data)
-    directory = os.path.dirname(os.path.abspath(path))
+    # through a symlink to its file: renaming over the link itself would turn it into a
+    # plain file and leave the file it pointed to as it was
+    target = os.path.realpath(path) if os.path.islink(path) else path
+    directory = os.path.dirname(os.path.abspath(target))
     try:
-        _write(path, payload, directory)
+        _write(target, payload, directory)
     except OSError as exc:
         raise InputError(path, f"cannot write: {exc.strerror or exc}") from None
 

@@ -7,13 +7,12 @@ risks (core contention, long tails) — plus the triage when a baseline was give
 
 from __future__ import annotations
 
+from ..mdtext import cell as _cell
+from ..mdtext import code
+
 
 def _w(w) -> str:
     return f"[{w[0]:.3f}, {w[1]:.3f}] us"
-
-
-def _cell(text: str) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ")
 
 
 def render_markdown(doc: dict) -> str:
@@ -21,7 +20,7 @@ def render_markdown(doc: dict) -> str:
     for cap in doc["captures"]:
         lines.append(f"### {_cell(cap['label'])}")
         lines.append("")
-        lines.append(f"Source `{cap['source']}` ({cap['format']}); wall {cap['wall_us']:.3f} us, "
+        lines.append(f"Source {code(cap['source'])} ({cap['format']}); wall {cap['wall_us']:.3f} us, "
                      f"parallelism {cap['parallelism']:.3f}x.")
         lines.append("")
         lines.append("**(1) Stream grouping (observed).** " + "; ".join(

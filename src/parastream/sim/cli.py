@@ -151,20 +151,21 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     # one unless told otherwise, never silently on another
     from_plan = not args.device and doc is not None and bool(doc.device)
     device = args.device or (doc.device if from_plan else DEFAULT_DEVICE)
-    try:
-        profile = load_profile(device)
-    except InputError:
-        if not from_plan:
-            raise
-        # a calibrated profile: the plan keeps its name, not its path; the demo's folder
-        # and `calibrate -o` beside the plan hold it
-        profile = _profile_beside(spec, device)
-        if profile is None:
+    # a calibrated profile: the plan keeps its name, not its path; the demo's folder and
+    # `calibrate -o` beside the plan hold it. One there goes first, over a shipped profile
+    # of the same name (a hand-renamed calibration was simulated on the shipped part)
+    profile = _profile_beside(spec, device) if from_plan else None
+    if profile is None:
+        try:
+            profile = load_profile(device)
+        except InputError:
+            if not from_plan:
+                raise
             raise InputError(spec, f"made for device {device!r}, which is neither a shipped "
                                    "profile nor a profile file beside the plan: name its "
                                    "profile file with --device") from None
-    except (OSError, ValueError, KeyError) as exc:
-        raise InputError(device, f"not a device profile: {exc}") from None
+        except (OSError, ValueError, KeyError) as exc:
+            raise InputError(device, f"not a device profile: {exc}") from None
     warn_if_noted(profile)
     plans = None
     if doc is not None:
@@ -230,26 +231,43 @@ def _plan_data(spec: str) -> bytes | None:
     return data if is_plan else None
 
 
+#: a profile is a few kB; a larger JSON beside a plan (a trace) is not read whole
+_PROFILE_MAX_BYTES = 4 << 20
+
+
 def _profile_beside(plan_path: str, name: str):
-    """The device profile called ``name`` in a JSON file in the plan's own folder, else None."""
+    """The device profile called ``name`` in a JSON file in the plan's own folder, else
+    None; two such files that differ are refused (which one the plan was made with is
+    unknown)."""
     import glob
     import os
 
+    from ..device.profile import SCHEMA as PROFILE_SCHEMA
     from ..device.profile import load_profile
 
+    found = []
     for path in sorted(glob.glob(os.path.join(os.path.dirname(os.path.abspath(plan_path)),
                                               "*.json"))):
         try:
-            with open(path, "rb") as f:
-                if b'"parastream.device/1"' not in f.read(4096):
+            if os.path.getsize(path) > _PROFILE_MAX_BYTES:
+                continue
+            with open(path, "rb") as f:  # the schema key may come last (sorted keys)
+                if f'"{PROFILE_SCHEMA}"'.encode() not in f.read():
                     continue
             profile = load_profile(path)
         except (OSError, InputError):
             continue
         if profile.name == name:
-            print(f"parastream: {plan_path}: simulating on {path}, the profile {name!r} beside "
-                  "the plan", file=sys.stderr)
-            return profile
+            found.append((path, profile))
+    if any(p != found[0][1] for _, p in found[1:]):  # copies of one profile are no doubt
+        raise InputError(plan_path, f"{len(found)} profiles named {name!r} beside the plan "
+                                    f"({', '.join(os.path.basename(p) for p, _ in found)}): "
+                                    "name the one it was made with by --device")
+    if found:
+        path, profile = found[0]
+        print(f"parastream: {plan_path}: simulating on {path}, the profile {name!r} beside "
+              "the plan", file=sys.stderr)
+        return profile
     return None
 
 

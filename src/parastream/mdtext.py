@@ -1,0 +1,34 @@
+"""Names from models and traces inside Markdown: op, module and file names are the user's,
+and a ``<script>`` or a backtick in one must neither inject into a rendered page nor break
+the document around it. Imports nothing of parastream, so every layer may use it."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+_HTML = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;"})
+
+
+def text(value: Any) -> str:
+    """Prose: the characters HTML gives a meaning escaped, on one line."""
+    return str(value).translate(_HTML).replace("\r", " ").replace("\n", " ")
+
+
+def cell(value: Any) -> str:
+    """A table cell: :func:`text` with the column separator escaped."""
+    return text(value).replace("|", "\\|")
+
+
+def code(value: Any, table: bool = False) -> str:
+    """An inline code span that holds any text: the fence is one backtick longer than the
+    longest run of backticks inside, padded where the text starts or ends with one. HTML
+    in a code span is shown, not run. In a table cell (``table``) the pipe is escaped too
+    (tables split rows at it before they read code spans)."""
+    s = str(value).replace("\r", " ").replace("\n", " ")
+    if table:
+        s = s.replace("|", "\\|")
+    runs = re.findall(r"`+", s)
+    fence = "`" * (max((len(r) for r in runs), default=0) + 1)
+    pad = " " if s.startswith("`") or s.endswith("`") else ""
+    return f"{fence}{pad}{s}{pad}{fence}"
