@@ -48,3 +48,15 @@ def test_the_known_hostile_names():
     for name in ("<script>alert(1)</script>", "</svg><img src=x onerror=alert(2)>", "a`b", "``"):
         assert "<script" not in MD.render(text(name)) and "<img" not in MD.render(cell(name))
         assert "<img" not in MD.render(code(name))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=60))
+def test_a_mermaid_label_stays_on_its_line_and_in_its_quotes(name):
+    from parastream.mdtext import mermaid_label
+
+    out = mermaid_label(name)
+    assert not any(ch in out for ch in '\n\r<>"`')
+    assert out == " ".join(out.split())  # one line, no control whitespace
+    fence = MD.render(f"```mermaid\nflowchart LR\n  n0[\"{out}\"]\n```\n\nafter")
+    assert fence.count("<pre>") == 1 and fence.rstrip().endswith("<p>after</p>")

@@ -32,3 +32,15 @@ def code(value: Any, table: bool = False) -> str:
     fence = "`" * (max((len(r) for r in runs), default=0) + 1)
     pad = " " if s.startswith("`") or s.endswith("`") else ""
     return f"{fence}{pad}{s}{pad}{fence}"
+
+
+def mermaid_label(value: Any, limit: int | None = None) -> str:
+    """A name as the text of a quoted Mermaid node label inside a ```` ```mermaid ````
+    fence: on one line (a newline in a name could close the fence and turn the rest of
+    the document into raw HTML), cut to ``limit`` characters before escaping, and the
+    characters Mermaid or HTML read escaped with Mermaid's ``#code;`` entities."""
+    s = " ".join(str(value).split())
+    if limit is not None:
+        s = s[:limit]
+    return (s.replace("#", "#35;").replace('"', "#quot;").replace("<", "#lt;")
+            .replace(">", "#gt;").replace("`", "#96;"))

@@ -232,6 +232,17 @@ def test_cli_zoo_does_not_import_torch_for_other_commands():
     assert r.stdout.strip() == "False", r.stderr
 
 
+def test_a_folder_named_like_a_zoo_model_does_not_hide_it(tmp_path, monkeypatch):
+    # `run two_chains --trace two_chains` leaves such a folder; the zoo name still works
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "two_chains").mkdir()
+    assert resolve("two_chains", scale="tiny").name == "two_chains"
+    with pytest.raises(InputError, match="a folder, not a model"):
+        resolve(str(tmp_path / "two_chains"))
+    with pytest.raises(InputError, match="a folder, not a model"):
+        resolve("./two_chains")
+
+
 def test_a_phase_for_a_factory_that_takes_none_is_refused(tmp_path):
     # it was built at its own shapes and labelled with the phase asked for
     path = write(tmp_path, GOOD)
@@ -249,3 +260,14 @@ def test_what_the_model_prints_goes_to_stderr(tmp_path):
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["schema"] == "parastream.graph-analysis/1"
     assert "hello from the factory" in r.stderr
+    # emit prints the generated module on stdout: the model's prints stay out of it
+    plan = tmp_path / "plan.json"
+    r = subprocess.run([sys.executable, "-m", "parastream", "plan", f"{path}:chatty",
+                        "--device", "h100", "-o", str(plan)], capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr
+    r = subprocess.run([sys.executable, "-m", "parastream", "emit", str(plan), "--target",
+                        "cuda"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    compile(r.stdout, "generated.py", "exec")
+    assert "hello from forward" in r.stderr

@@ -231,6 +231,45 @@ def test_an_output_over_an_input_or_another_output_is_refused(tmp_path):
     assert not (tmp_path / "x").exists()
 
 
+def test_op_names_cannot_break_out_of_the_reports_mermaid_blocks(tmp_path):
+    # a newline and a fence in an op name closed the ```mermaid block: the rest was raw HTML
+    from markdown_it import MarkdownIt
+
+    src = moe_json(tmp_path)
+    g = json.loads(src.read_text())
+    evil = "s\n```\n<img src=x onerror=a()>"  # within the 40 characters a label keeps
+    for op in g["ops"]:
+        if op["name"] == "shared_up":
+            op["name"] = evil
+    for e in g["edges"]:
+        e["from"] = evil if e["from"] == "shared_up" else e["from"]
+        e["to"] = evil if e["to"] == "shared_up" else e["to"]
+    src.write_text(json.dumps(g))
+    rep = tmp_path / "plan.md"
+    r = run(str(src), "--device", "ascend910b", "--report", str(rep))
+    assert r.returncode == 0, r.stderr
+    page = MarkdownIt("commonmark").enable("table").render(rep.read_text())
+    assert "<img" not in page
+    graph_md = subprocess.run([sys.executable, "-m", "parastream", "graph", str(src), "--format",
+                               "md"], capture_output=True, text=True, timeout=120).stdout
+    assert "<img" not in MarkdownIt("commonmark").enable("table").render(graph_md)
+
+
+def test_max_streams_is_a_cap_not_a_count():
+    # --max-streams 3 offered matching on 3 streams (4799 us) over its 2-stream 4460 us
+    import pytest
+
+    pytest.importorskip("torch")
+    best = {}
+    for cap in ("2", "3", "4"):
+        r = run("moe_layer", "--scale", "7b", "--device", "ascend910b", "--max-streams", cap,
+                "--format", "json")
+        assert r.returncode == 0, r.stderr
+        doc = json.loads(r.stdout)
+        best[cap] = min(c["estimate"]["wall_us"] for c in doc["candidates"])
+    assert best["2"] >= best["3"] >= best["4"]
+
+
 def test_a_mapping_stream_must_be_a_stream_id(tmp_path):
     src = moe_json(tmp_path)
     for bad in ('{"shared": 99999999999999999999}', '{"shared": true}', '{"shared": -1}',

@@ -432,6 +432,15 @@ def test_real_kineto_trace():
     assert min(data["ops"]["s"] + data["waits"]["s"]) == 0.0
 
 
+def test_a_dangling_symlink_is_checked_where_it_points(tmp_path):
+    # the write goes through the link: a link into a missing folder fails up front, not
+    # after the work
+    link = tmp_path / "out.md"
+    link.symlink_to(tmp_path / "missing" / "out.md")
+    with pytest.raises(InputError, match="no directory"):
+        check_writable(link)
+
+
 def test_write_atomic_writes_through_a_symlink(tmp_path):
     # renaming over the link made it a plain file and left its target as it was
     target = tmp_path / "target.txt"

@@ -174,6 +174,10 @@ def test_outputs_are_checked_before_measuring(tmp_path):
         run("moe_layer", "--auto", "--scale", "tiny", "--trace", str(trace))
     assert info.value.path == str(trace / "plan.json")
     assert sorted(p.name for p in trace.iterdir()) == ["plan.json"]
+    # --json as one of --trace's files: the run's summary replaced the single-stream trace
+    with pytest.raises(InputError, match="--json and --trace's single timeline name the same"):
+        run("moe_layer", "--auto", "--scale", "tiny", "--trace", str(tmp_path / "t2"),
+            "--json", str(tmp_path / "t2" / "single.json"))
 
 
 def test_a_folder_in_the_place_of_a_candidates_trace_is_refused_before_measuring(
@@ -185,6 +189,10 @@ def test_a_folder_in_the_place_of_a_candidates_trace_is_refused_before_measuring
             "--runs", "5", "--profile", profile, "--trace", str(trace))
     assert info.value.path == str(trace / "matching.json")
     assert sorted(p.name for p in trace.iterdir()) == ["matching.json"]
+    with pytest.raises(InputError, match="--json and --trace's matching timeline"):
+        run("moe_layer", "--plan", str(moe_plan), "--candidate", "matching", "--scale", "tiny",
+            "--runs", "5", "--profile", profile, "--trace", str(tmp_path / "t3"),
+            "--json", str(tmp_path / "t3" / "matching.json"))
 
 
 def test_untraceable_model_names_its_file(tmp_path):

@@ -5,6 +5,7 @@ only when the command runs."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 
 from ..errors import InputError, naming
@@ -86,15 +87,17 @@ def emit_plan(plan_path: str, target: str, *, candidate: str | None = None,
     from ..graph.torch_import import import_program
     from .codegen import EmitError, build_model, emit, trace
 
-    with naming(plan_path, "its source model: "):
-        module, inputs = build_model(source)
-    # one trace for both the plan check and the code (the importer's export program); only
-    # a model that export cannot trace is traced again, by torch.fx
-    graph, program = import_program(module, inputs, name=str(source["model"]))
-    try:
-        traced = trace(module, inputs, program=program, method="auto" if program else "fx")
-    except EmitError as exc:
-        raise InputError(source["model"], str(exc)) from None
+    # what the model's own code prints goes to stderr: the generated module may go to stdout
+    with contextlib.redirect_stdout(sys.stderr):
+        with naming(plan_path, "its source model: "):
+            module, inputs = build_model(source)
+        # one trace for both the plan check and the code (the importer's export program);
+        # only a model that export cannot trace is traced again, by torch.fx
+        graph, program = import_program(module, inputs, name=str(source["model"]))
+        try:
+            traced = trace(module, inputs, program=program, method="auto" if program else "fx")
+        except EmitError as exc:
+            raise InputError(source["model"], str(exc)) from None
     require_fit(graph, plan, plan_path, f"{source.get('model')} at scale {source.get('scale')}")
     try:
         return emit(traced, plan, target, source=source, model_name=doc.model,

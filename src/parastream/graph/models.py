@@ -72,6 +72,7 @@ def _check_device(device: str | None) -> str | None:
 
 #: a file that is neither a graph JSON file nor a ``.py`` factory, given as a model
 NOT_A_MODEL = "not a model: give a zoo name or path/to/file.py:factory"
+FOLDER_NOT_MODEL = "a folder, not a model: give a zoo name or path/to/file.py:factory"
 
 
 def _looks_like_file(spec: str) -> bool:
@@ -114,16 +115,18 @@ def load_model(spec: str, scale: str = "small", phase: str | None = None,
         raise InputError(None, f"unknown scale {scale!r} (expected one of {', '.join(SCALES)})")
     if os.path.isfile(spec) and not spec.endswith(".py"):
         raise InputError(spec, NOT_A_MODEL)
-    if os.path.isdir(spec):
-        raise InputError(spec, "a folder, not a model: give a zoo name or path/to/file.py:factory")
     if spec.endswith((".json", ".json.gz")):  # a graph or plan file that is not there
         raise InputError(spec, "no such file")
+    if os.path.isdir(spec) and _looks_like_file(spec):  # a bare name may be a zoo model
+        raise InputError(spec, FOLDER_NOT_MODEL)
     if _looks_like_file(spec):
         return _load_from_file(spec, scale, phase)
     _need_torch(spec)
     from .zoo import ZOO, overrides
 
     model = ZOO.get(spec)
+    if model is None and os.path.isdir(spec):  # after the zoo: a run's folder may bear its name
+        raise InputError(spec, FOLDER_NOT_MODEL)
     if model is None:
         raise InputError(None, f"unknown model {spec!r} (built-in models: {', '.join(ZOO)}; "
                                "or give path/to/file.py:factory)")

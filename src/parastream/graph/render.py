@@ -17,7 +17,7 @@ import msgspec
 
 from ..device.profile import DeviceProfile
 from ..mdtext import cell
-from ..mdtext import code, text
+from ..mdtext import code, mermaid_label, text
 from .decompose import CANDIDATE, PENDING, Decomposition, OpDag
 from .headroom import Analysis, Headroom
 from .ir import Graph
@@ -135,7 +135,7 @@ def render_text(a: Analysis, g: Graph, profile: DeviceProfile, source: str | Non
 # ----------------------------------------------------------------------------- Mermaid
 
 def _label(text: str) -> str:
-    return text.replace('"', "#quot;").replace("<", "#lt;").replace(">", "#gt;")
+    return mermaid_label(text)
 
 
 def _node_id(name: str) -> str:

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from ..graph.ir import Graph, validate
+from ..mdtext import mermaid_label
 from .estimate import make_estimate, wall_us
 from .lints import is_cheap, lint
 from .assign import plan_from_assignment
@@ -255,7 +256,7 @@ def mermaid(graph: Graph, plan: Plan, limit: int = 60, order: list[str] | None =
 
 
 def _label(name: str) -> str:
-    return name.replace('"', "'").replace("[", "(").replace("]", ")")[:40]
+    return mermaid_label(name.replace("[", "(").replace("]", ")"), limit=40)
 
 
 def candidates(graph: Graph, points: list[Point], dur: dict[str, float], *,

@@ -217,10 +217,11 @@ def build(graph: Graph, profile, *, algorithm: str | None, mapping: dict | None,
             return assign(graph, a, durations=dur, bound=bound, max_streams=k,
                           mapping=mapping, order=order)
 
-        if wall is not None and not max_streams and a != "manual" and cap > 2:
+        if wall is not None and a != "manual" and cap > 2:
             # fewer streams can be faster: each stream the algorithm opens adds events and
             # splits the cores (moe_layer 7b on ascend910b: matching on 4 streams 1.17x, on 2
-            # 1.25x, which `simulate` found and `plan` did not offer)
+            # 1.25x, which `simulate` found and `plan` did not offer); --max-streams is a
+            # cap, not a count (--max-streams 3 offered the 3-stream 4799 us plan over 4460)
             global_plans.append(_fastest_cap(plan_at, cap, wall))
         else:
             global_plans.append(plan_at(cap))

@@ -78,6 +78,8 @@ def check_writable(path: str | os.PathLike[str] | None,
     if not path:  # no such output (an empty name is stdout too)
         return
     path = os.fspath(path)
+    if os.path.islink(path):  # write_atomic writes through it: check where it points
+        path = os.path.realpath(path)
     if os.path.isdir(path):
         raise InputError(path, "cannot write: it is a directory, not a file")
     if path.endswith(os.sep):

@@ -123,6 +123,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     check_not_input("--json", args.json, spec_paths(args.model, args.plan, args.profile))
     for label in ("plan", "single") if args.trace else ():
         check_writable(_trace_file(args.trace, label), made=args.trace)
+        _json_apart(args, label)
     if args.jitter < 0:
         raise InputError(None, f"--jitter must not be negative, got {args.jitter}")
     if args.jitter and not args.check:
@@ -216,6 +217,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         # (tr/plan.json/) failed after the whole run and left the others written
         for c in chosen:
             check_writable(_trace_file(args.trace, c.name), made=args.trace)
+            _json_apart(args, c.name)
 
     # a plan file's estimates may come from another calibration of the same name: only
     # estimates made now, on this profile, are reused
@@ -495,6 +497,15 @@ def faults_line(candidate: str, faults: list | None, device: str | None,
             f"multi-stream {faults[1]:,.0f} (mostly memory the allocator gave back to the OS "
             "and maps again, about a microsecond each on a VM; the prediction has none of it"
             + ("; --malloc keep avoids most" if malloc_choice == "system" else "") + ")")
+
+
+def _json_apart(args: argparse.Namespace, label: str) -> None:
+    """Refuse a ``--json`` that is one of ``--trace``'s files (the run's summary replaced
+    the single-stream trace)."""
+    if args.json and os.path.realpath(args.json) == os.path.realpath(
+            _trace_file(args.trace, label)):
+        raise InputError(args.json, f"--json and --trace's {label} timeline name the same "
+                                    "file")
 
 
 def _trace_file(folder: str, label: str) -> str:
