@@ -116,10 +116,12 @@ def test_a_whole_graph_algorithm_keeps_its_fastest_stream_count():
     g = resolve("moe_layer", scale="7b")
     doc = build(g, PROFILE, algorithm=None, mapping=None, max_streams=None)
     matching = doc.candidate("matching")
-    # with --max-streams the cap is the user's, not searched
+    # --max-streams N caps the search at N streams (it fixed the count: --max-streams 3
+    # offered matching on 3 streams at 4799 us over its 2-stream 4460)
     caps = {k: build(g, PROFILE, algorithm="matching", mapping=None, max_streams=k)
             .candidate("matching") for k in (2, 3, 4)}
-    assert caps[4].stream_count() == 4
-    assert matching.estimate.wall_us == min(c.estimate.wall_us for c in caps.values())
-    assert matching.estimate.wall_us < caps[4].estimate.wall_us
+    assert all(c.stream_count() <= k for k, c in caps.items())
+    walls = [caps[k].estimate.wall_us for k in (2, 3, 4)]
+    assert walls == sorted(walls, reverse=True)
+    assert matching.estimate.wall_us == caps[4].estimate.wall_us  # 4 = the device's queues
     assert matching.stream_count() < PROFILE.hw_queues
