@@ -241,6 +241,16 @@ def test_a_folder_named_like_a_zoo_model_does_not_hide_it(tmp_path, monkeypatch)
         resolve(str(tmp_path / "two_chains"))
     with pytest.raises(InputError, match="a folder, not a model"):
         resolve("./two_chains")
+    (tmp_path / "out.json").mkdir()  # a folder, not a missing file
+    with pytest.raises(InputError, match="a folder, not a model"):
+        resolve("out.json")
+    # a file of a zoo model's name (`analyze -o two_chains`) does not hide the model either
+    from parastream.graph.models import load_graph
+
+    (tmp_path / "moe_layer").write_text('{"schema": "parastream.run/1"}')
+    assert load_graph("moe_layer", scale="tiny").name == "moe_layer"
+    with pytest.raises(InputError, match="not a parastream graph"):
+        load_graph("./moe_layer")
 
 
 def test_a_phase_for_a_factory_that_takes_none_is_refused(tmp_path):

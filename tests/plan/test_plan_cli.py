@@ -268,6 +268,10 @@ def test_max_streams_is_a_cap_not_a_count():
         doc = json.loads(r.stdout)
         best[cap] = min(c["estimate"]["wall_us"] for c in doc["candidates"])
     assert best["2"] >= best["3"] >= best["4"]
+    # a cap far past what the graph can use ends the search where it stops binding
+    r = run("moe_layer", "--scale", "7b", "--device", "ascend910b", "--max-streams", "512",
+            "--format", "json")
+    assert min(c["estimate"]["wall_us"] for c in json.loads(r.stdout)["candidates"]) == best["4"]
 
 
 def test_a_mapping_stream_must_be_a_stream_id(tmp_path):

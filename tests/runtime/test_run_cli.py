@@ -178,6 +178,9 @@ def test_outputs_are_checked_before_measuring(tmp_path):
     with pytest.raises(InputError, match="--json and --trace's single timeline name the same"):
         run("moe_layer", "--auto", "--scale", "tiny", "--trace", str(tmp_path / "t2"),
             "--json", str(tmp_path / "t2" / "single.json"))
+    with pytest.raises(InputError, match="--json names the --trace folder"):
+        run("moe_layer", "--auto", "--scale", "tiny", "--trace", str(tmp_path / "t4"),
+            "--json", str(tmp_path / "t4"))
 
 
 def test_a_folder_in_the_place_of_a_candidates_trace_is_refused_before_measuring(

@@ -409,6 +409,12 @@ def test_a_sweep_row_is_the_best_within_that_many_streams():
     assert [row["streams"] for row in rows] == [1, 2, 3, 4]
     assert walls == sorted(walls, reverse=True)
     assert all(row["plan_streams"] <= row["streams"] for row in rows)
+    # asked for 1 and 3 only: the 3-stream budget's best uses 2, and 2 is recommended
+    r = subprocess.run([sys.executable, "-m", "parastream", "simulate", "moe_layer", "--scale",
+                        "7b", "--device", "ascend910b", "--streams", "1,3", "--format", "json"],
+                       capture_output=True, text=True, timeout=300)
+    doc = json.loads(r.stdout)
+    assert doc["rows"][1]["plan_streams"] == 2 and doc["recommended_streams"] == 2
 
 
 def test_a_zoo_model_too_large_to_build_is_one_line():

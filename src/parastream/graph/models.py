@@ -75,6 +75,18 @@ NOT_A_MODEL = "not a model: give a zoo name or path/to/file.py:factory"
 FOLDER_NOT_MODEL = "a folder, not a model: give a zoo name or path/to/file.py:factory"
 
 
+def is_zoo_name(spec: str) -> bool:
+    """Whether ``spec`` is a built-in model's name: such a name means the zoo model even
+    when a file or folder of that name is in the current directory (`run two_chains
+    --trace two_chains` leaves one); ``./two_chains`` names the file. False without torch
+    (the zoo cannot be imported)."""
+    if os.sep in spec or "/" in spec or "." in spec or importlib.util.find_spec("torch") is None:
+        return False
+    from .zoo import ZOO
+
+    return spec in ZOO
+
+
 def _looks_like_file(spec: str) -> bool:
     path = spec.rpartition(":")[0] if ":" in spec else spec
     return path.endswith(".py") or os.sep in path or "/" in path
@@ -113,11 +125,12 @@ def load_model(spec: str, scale: str = "small", phase: str | None = None,
     cannot be built."""
     if scale not in SCALES:
         raise InputError(None, f"unknown scale {scale!r} (expected one of {', '.join(SCALES)})")
-    if os.path.isfile(spec) and not spec.endswith(".py"):
+    zoo_name = is_zoo_name(spec)  # a zoo name goes before a file or folder of that name
+    if os.path.isfile(spec) and not spec.endswith(".py") and not zoo_name:
         raise InputError(spec, NOT_A_MODEL)
-    if spec.endswith((".json", ".json.gz")):  # a graph or plan file that is not there
-        raise InputError(spec, "no such file")
-    if os.path.isdir(spec) and _looks_like_file(spec):  # a bare name may be a zoo model
+    if spec.endswith((".json", ".json.gz")) and not os.path.exists(spec):
+        raise InputError(spec, "no such file")  # a graph or plan file that is not there
+    if os.path.isdir(spec) and not zoo_name:
         raise InputError(spec, FOLDER_NOT_MODEL)
     if _looks_like_file(spec):
         return _load_from_file(spec, scale, phase)
@@ -125,8 +138,6 @@ def load_model(spec: str, scale: str = "small", phase: str | None = None,
     from .zoo import ZOO, overrides
 
     model = ZOO.get(spec)
-    if model is None and os.path.isdir(spec):  # after the zoo: a run's folder may bear its name
-        raise InputError(spec, FOLDER_NOT_MODEL)
     if model is None:
         raise InputError(None, f"unknown model {spec!r} (built-in models: {', '.join(ZOO)}; "
                                "or give path/to/file.py:factory)")
@@ -265,7 +276,7 @@ def load_graph(model: str, scale: str = "small", phase: str | None = None,
     :class:`InputError` (one line)."""
     from .ir import SCHEMA, GraphError, loads
 
-    if os.path.isfile(model):
+    if os.path.isfile(model) and not is_zoo_name(model):
         try:
             with open(model, "rb") as f:
                 data = f.read()

@@ -174,12 +174,15 @@ def _fastest_cap(plan_at: Callable[[int], Plan], cap: int,
     for k in range(2, cap + 1):
         plan = plan_at(k)
         key = tuple(sorted(plan.assignment.items()))
-        if key in seen:
-            continue
-        seen.add(key)
-        w = wall(plan)
-        if best is None or w < best_wall * (1 - 1e-9):  # the first, even at a wall of inf
-            best, best_wall = plan, w
+        if key not in seen:
+            seen.add(key)
+            w = wall(plan)
+            if best is None or w < best_wall * (1 - 1e-9):  # the first, even at a wall of inf
+                best, best_wall = plan, w
+        if plan.stream_count() < k:
+            # the cap no longer binds, and no larger one would (every algorithm opens at
+            # most one stream per chain): a --max-streams 512 tried 511 caps
+            break
     return best
 
 

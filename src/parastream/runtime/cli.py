@@ -121,6 +121,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     check_folder(args.trace)  # both before a minute of measuring, not after it
     check_writable(args.json, made=args.trace)
     check_not_input("--json", args.json, spec_paths(args.model, args.plan, args.profile))
+    if args.json and args.trace and os.path.realpath(args.json) == os.path.realpath(args.trace):
+        raise InputError(args.json, "--json names the --trace folder: give it a file's name")
     for label in ("plan", "single") if args.trace else ():
         check_writable(_trace_file(args.trace, label), made=args.trace)
         _json_apart(args, label)

@@ -95,7 +95,8 @@ def sweep(graph, profile, stream_counts: list[int], *, ge: bool = False, jitter:
     best = min(rows, key=lambda r: r["wall_us"]) if rows else None
     rec = 1
     if best and best["speedup"] and best["speedup"] >= 1 + SPEEDUP_MARGIN:
-        rec = min(r["streams"] for r in rows if r["wall_us"] <= best["wall_us"] * 1.02)
+        # the streams the plan uses: a "2 of 3" row recommends 2
+        rec = min(r["plan_streams"] for r in rows if r["wall_us"] <= best["wall_us"] * 1.02)
     return {"schema": "parastream.simulation/1", "model": graph.name, "device": profile.name,
             "label": sim_label(profile), "ge_reorder": ge, "rows": rows,
             "recommended_streams": rec,
