@@ -61,3 +61,44 @@ def test_cli(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "parastream", "analyze", str(src), "--plan", str(plan),
                           "--candidate", "nope"], capture_output=True, text=True)
     assert bad.returncode == 2 and "nope" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def _side_doc(assignment: dict[str, int]) -> PlanDoc:
+    plan = Plan(name="p", algorithm="matching", assignment=assignment,
+                streams=len(set(assignment.values())))
+    return PlanDoc(model="m", device="test", recommended="p", candidates=[plan])
+
+
+def _run(placed: dict[str, str]):
+    b = TimelineBuilder("t", "test")
+    for i, (name, stream) in enumerate(placed.items()):
+        b.add_op(stream, name, i * 1000, i * 1000 + 500)
+    return b.build()
+
+
+def test_half_a_side_stream_moved_names_the_ops_that_moved():
+    # 4 of stream 1's 8 ops ran elsewhere: the check took the stream they moved to as
+    # stream 1's and named the 4 that ran where planned
+    side = [f"s{i}" for i in range(8)]
+    doc_ = _side_doc({"m0": 0, "m1": 0, **{n: 1 for n in side}})
+    for moved_to in ("9", "0"):
+        placed = {"m0": "0", "m1": "0", **{n: (moved_to if i < 4 else "1")
+                                         for i, n in enumerate(side)}}
+        r = verify(_run(placed), doc_)
+        assert r["stream_mapping"] == {"0": "0", "1": "1"}, moved_to
+        assert sorted(m["op"] for m in r["misplaced"]) == side[:4]
+        assert not r["side_stream_never_ran"]
+
+
+def test_two_side_streams_that_ran_as_one_are_reported():
+    doc_ = _side_doc({"m": 0, "a": 1, "b": 1, "c": 2, "d": 2})
+    r = verify(_run({"m": "0", "a": "1", "b": "1", "c": "1", "d": "1"}), doc_)
+    assert r["shared_trace_streams"] == [{"trace_stream": "1", "plan_streams": [1, 2]}]
+    assert not r["side_stream_never_ran"]
+    from parastream.report.markdown import render_markdown
+
+    md = render_markdown({"captures": [{
+        "label": "x", "source": "t", "format": "test", "wall_us": 1.0, "parallelism": 1.0,
+        "streams": [], "parallel_points": [], "contention": [], "warnings": [],
+        "verdict_counts": {}, "parallel_points_total": 0, "plan_check": r}]})
+    assert "Side streams 1, 2 all ran on trace stream 1" in md and "Plan check" in md

@@ -37,12 +37,11 @@ def verify(tl: Timeline, doc: PlanDoc, candidate: str | None = None) -> dict:
     t0 = tl.t0_ns
     found = {n: occ[n] for n in plan.assignment if n in occ}
     missing = sorted(n for n in plan.assignment if n not in occ)
-    # which trace stream each logical stream ran on (majority over its ops)
     seen: dict[int, Counter] = {}
     for n, idx in found.items():
         seen.setdefault(plan.assignment[n], Counter()).update(
             tl.streams[int(tl.stream[i])] for i in idx)
-    mapping = {s: c.most_common(1)[0][0] for s, c in seen.items()}
+    mapping, shared = _stream_mapping(seen)
     misplaced = []
     for n, idx in found.items():
         want = mapping[plan.assignment[n]]
@@ -54,6 +53,7 @@ def verify(tl: Timeline, doc: PlanDoc, candidate: str | None = None) -> dict:
                 break
     merged = [s for s, lab in mapping.items() if s != 0 and lab == mapping.get(0)]
     verdict_3a = bool(merged)
+    shared = [g for g in shared if 0 not in g["plan_streams"]]  # with main: the 3a case
     points = []
     for p in doc.parallel_points:
         if p.get("name") != plan.parallel_point and plan.parallel_point is not None:
@@ -85,4 +85,33 @@ def verify(tl: Timeline, doc: PlanDoc, candidate: str | None = None) -> dict:
             "missing": missing[:20], "missing_count": len(missing),
             "stream_mapping": {str(k): v for k, v in sorted(mapping.items())},
             "misplaced": misplaced[:50], "misplaced_count": len(misplaced),
-            "side_stream_never_ran": verdict_3a, "parallel_points": points}
+            "side_stream_never_ran": verdict_3a, "shared_trace_streams": shared,
+            "parallel_points": points}
+
+
+def _stream_mapping(seen: dict[int, Counter]) -> tuple[dict[int, str], list[dict]]:
+    """Which trace stream each logical stream ran on, one to one: the (logical, trace)
+    pairs that hold the most ops are taken first, a trace stream named like the logical
+    one first on a tie (the cpu and cuda backends keep the plan's ids), each side taken
+    once. Half of a side stream's ops moved to the main stream, or to a new one, so no
+    longer takes the stream the other half ran on where planned (the ops that stayed were
+    named misplaced). A logical stream left without a trace stream of its own (its ops ran
+    on streams others hold) maps to where most of them ran, and is listed with the streams
+    it shares (two side streams that ran as one went unreported)."""
+    pairs = sorted(((n, lab != str(s), s, lab) for s, c in seen.items() for lab, n in c.items()),
+                   key=lambda p: (-p[0], p[1], p[2], p[3]))
+    mapping: dict[int, str] = {}
+    used: set[str] = set()
+    for _, _, s, lab in pairs:
+        if s not in mapping and lab not in used:
+            mapping[s] = lab
+            used.add(lab)
+    by_trace: dict[str, list[int]] = {}
+    for s, c in seen.items():
+        if s not in mapping:
+            mapping[s] = c.most_common(1)[0][0]
+    for s, lab in mapping.items():
+        by_trace.setdefault(lab, []).append(s)
+    shared = [{"trace_stream": lab, "plan_streams": sorted(ss)}
+              for lab, ss in sorted(by_trace.items()) if len(ss) > 1]
+    return mapping, shared

@@ -15,6 +15,23 @@ def _w(w) -> str:
     return f"[{w[0]:.3f}, {w[1]:.3f}] us"
 
 
+def _plan_check(pc: dict) -> list[str]:
+    """``--plan``'s placement check, as the text report gives it."""
+    out = [f"**Plan check ({code(pc['candidate'])}).** {pc['ops_found']}/{pc['ops_planned']} "
+           f"planned ops found; streams {_cell(pc['stream_mapping'])}; "
+           f"{pc['misplaced_count']} misplaced."]
+    if pc["side_stream_never_ran"]:
+        out.append("3a: a side stream ran on the main stream's id: the stream switch did not "
+                   "take effect.")
+    for g in pc.get("shared_trace_streams", []):
+        out.append(f"Side streams {', '.join(map(str, g['plan_streams']))} all ran on trace "
+                   f"stream {_cell(g['trace_stream'])}: planned apart, they ran as one.")
+    out += [f"- misplaced: {code(m['op'])} planned on stream {m['planned_stream']} (trace "
+            f"{_cell(m['expected_trace_stream'])}) ran on {_cell(m['trace_stream'])}"
+            for m in pc["misplaced"][:5]]
+    return ["", *out, ""]
+
+
 def render_markdown(doc: dict) -> str:
     lines: list[str] = []
     for cap in doc["captures"]:
@@ -27,6 +44,8 @@ def render_markdown(doc: dict) -> str:
             f"stream {s['id']} ({s['role']}): {s['ops']} ops, busy {s['busy_us']:.3f} us"
             for s in cap["streams"]))
         lines.append("")
+        if "plan_check" in cap:
+            lines += _plan_check(cap["plan_check"])
         lines.append("**(6) Measured overlap.**")
         lines.append("")
         if cap["parallel_points"]:
