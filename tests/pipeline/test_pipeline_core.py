@@ -208,3 +208,30 @@ def test_queue_wait_is_time_in_the_queue_not_the_producers_blocked_time():
     fast = next(s for s in stats.stages if s.name == "fast")
     assert slow.queue_wait_ns <= stats.wall_ns
     assert fast.blocked_ns > 0  # the producer did wait for room
+
+
+def test_a_device_pipeline_runs_again_and_its_wall_covers_its_work():
+    # stream names were the same every run, and a backend refuses a name in use; the wall
+    # ended at the last item out, so an early break left busy over wall x replicas
+    nb = NullBackend()
+    p = Pipeline([Stage("pre", lambda x: x), Stage("infer", lambda x: x, kind="device")],
+                 backend=nb)
+    assert len(list(p.map(range(3)))) == 3 and len(list(p.map(range(3)))) == 3
+    with Pipeline([Stage("a", lambda x: (time.sleep(0.01), x)[1], replicas=2),
+                   Stage("b", lambda x: x)], depth=2) as q:
+        for _ in q.map(range(10)):
+            break
+        stats = q.stats()
+    a = next(s for s in stats.stages if s.name == "a")
+    assert a.busy_ns <= stats.wall_ns * a.replicas
+
+
+def test_run_serial_wraps_an_input_error_as_the_pipelined_run_does():
+    from parastream.pipeline import PipelineError
+
+    def items():
+        yield 1
+        raise KeyError("bad item")
+
+    with pytest.raises(PipelineError, match="stage '<source>' failed on item 1"):
+        run_serial([Stage("a", lambda x: x)], items())

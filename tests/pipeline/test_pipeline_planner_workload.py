@@ -138,6 +138,10 @@ def test_cli_runs_the_demo_and_writes_html_and_an_analysable_trace(tmp_path):
     (("--replicas", "decoder=2"), "--replicas"),
     (("--replicas", "decode=0"), "N must be"),
     (("--items", "0"), "--items"),
+    # past these, a MemoryError (items made up front) or libgomp's allocation failure
+    (("--items", "100000000000"), "--items must be from 1 to 100000"),
+    (("--batch", "300000000"), "--batch must be from 1 to 4096"),
+    (("--threads", "1000000000"), "--threads must be from 1 to 1024"),
     (("--depth", "0"), "--depth"),
     (("--html", "/nonexistent-dir/x.html"), "directory"),
     (("--replicas", "decode=2,decode=3"), "given twice"),

@@ -36,7 +36,7 @@ def add_parser(subparsers: Any) -> None:
                         "serial run's stage times); stages: decode, normalize, h2d, infer, d2h, "
                         "postprocess")
     p.add_argument("--depth", type=int, metavar="N", help="queue depth between stages "
-                   "(default: planned, at least 2)")
+                   "(default: planned, at least 2 and at least the largest replica count)")
     p.add_argument("--unordered", action="store_true",
                    help="hand out items as they finish instead of in input order")
     p.add_argument("--threads", type=int, default=1, metavar="N",
@@ -53,6 +53,9 @@ def add_parser(subparsers: Any) -> None:
 #: replicas of one stage at most: each is a worker thread, and thousands exhaust the
 #: process's threads (a traceback after the whole serial run) long before they pay
 MAX_REPLICAS = 256
+MAX_ITEMS = 100_000
+MAX_BATCH = 4096
+MAX_THREADS = 1024
 
 
 def parse_replicas(spec: str, stages: Iterable[str]) -> dict[str, int]:
@@ -91,9 +94,12 @@ def _ticking(it: Iterable[Any], prog: Any, description: str, total: int) -> Iter
 
 def cmd_pipeline(args: argparse.Namespace) -> int:
     """Run the demo; see the module docstring."""
-    for flag, v in (("--items", args.items), ("--batch", args.batch), ("--threads", args.threads)):
-        if v < 1:
-            raise InputError(None, f"{flag} must be >= 1")
+    # the items are made up front and the threads are torch's: past these bounds a run is a
+    # MemoryError or an allocation failure of the OpenMP runtime, not a measurement
+    for flag, v, most in (("--items", args.items, MAX_ITEMS), ("--batch", args.batch, MAX_BATCH),
+                          ("--threads", args.threads, MAX_THREADS)):
+        if not 1 <= v <= most:
+            raise InputError(None, f"{flag} must be from 1 to {most}, got {v}")
     if args.depth is not None and args.depth < 1:
         raise InputError(None, "--depth must be >= 1")
     from .workload import STAGE_NAMES
@@ -148,7 +154,8 @@ def run_demo(items: int, batch: int, replicas: dict[str, int] | None, depth: int
         times = {s.name: s.mean_ns / 1e9 for s in serial.stages}
         suggestion = plan(times, cores=os.cpu_count() or 1)
         reps = replicas if replicas is not None else suggestion.replicas
-        qdepth = depth if depth is not None else suggestion.depth
+        # at least the largest replica count (docs/pipeline.md), of the replicas used
+        qdepth = depth if depth is not None else max(suggestion.depth, *reps.values())
         stages = make_stages(cfg, reps, model=model)
         with Pipeline(stages, depth=qdepth, ordered=ordered, name="pipelined") as pipe:
             results = list(_ticking(pipe.results(data), prog, "pipelined", items))

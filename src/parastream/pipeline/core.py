@@ -153,10 +153,10 @@ class _Channel:
 
 
 class _Acc:
-    __slots__ = ("items", "busy", "qwait", "blocked")
+    __slots__ = ("items", "busy", "qwait", "blocked", "last_end")
 
     def __init__(self) -> None:
-        self.items = self.busy = self.qwait = self.blocked = 0
+        self.items = self.busy = self.qwait = self.blocked = self.last_end = 0
 
 
 class _Run:
@@ -224,7 +224,8 @@ class _Run:
                     self.ready[seq] = (seq, value, latency)  # type: ignore[index]
                 else:
                     self.ready.append((seq, value, latency))  # type: ignore[union-attr]
-                self.t_end = t_done
+                # replicas of the last stage report out of order: the latest end, not the last
+                self.t_end = t_done if self.t_end is None else max(self.t_end, t_done)
                 self.cond.notify_all()
                 return
         self.finish(seq, CANCELLED)
@@ -242,7 +243,11 @@ class _Run:
                 self.accs[s].append(acc)
                 stream = None
                 if device_streams and stage.kind != "host":
-                    stream = backend.stream(f"{self.pipe.name}/{lane_name}", stage.kind)
+                    # one name per run: a backend refuses a name already in use, and a
+                    # pipeline on a device backend could run only once
+                    stream = backend.stream(f"{self.pipe.name}/{lane_name}"
+                                            + (f"@{self.pipe.runs}" if self.pipe.runs > 1 else ""),
+                                            stage.kind)
                 t = threading.Thread(target=self._worker, args=(s, stage, lane, acc, stream),
                                      name=f"parastream-{lane_name}", daemon=True)
                 self.threads.append(t)
@@ -333,13 +338,17 @@ class _Run:
                     if outq is None and ready is not None:
                         ready.synchronize()  # the caller reads the result on the host
                 except BaseException as exc:  # noqa: BLE001 - reported to the caller
-                    lane.op(name, t0, now_ns())
+                    t_fail = now_ns()
+                    lane.op(name, t0, t_fail)
+                    acc.busy += t_fail - t0  # the timeline shows it: so does busy time
+                    acc.last_end = max(acc.last_end, t_fail)
                     self.finish(e.seq, FAILED)
                     self.abort((name, e.seq, exc))
                     continue
                 t1 = now_ns()
                 lane.op(name, t0, t1)
                 acc.busy += t1 - t0
+                acc.last_end = max(acc.last_end, t1)
                 acc.items += 1
                 if outq is None:
                     self.arrive(e.seq, out, t1)
@@ -414,7 +423,10 @@ class _Run:
 
     def stats(self) -> PipelineStats:
         t_start = self.t_start or 0
-        wall = max(0, (self.t_end or t_start) - t_start)
+        # to the last stage work, not only to the last item out: after an early break or
+        # a failure the stages ran on (busy over wall x replicas, or a wall of 0)
+        end = max([self.t_end or t_start, *(a.last_end for accs in self.accs for a in accs)])
+        wall = max(0, end - t_start)
         stages = []
         for s, stage in enumerate(self.stages):
             st = StageStats(stage.name, stage.kind, stage.replicas, wall_ns=wall)
@@ -457,6 +469,7 @@ class Pipeline:
         self._run: _Run | None = None
         self._last: _Run | None = None
         self._closed = False
+        self.runs = 0  # runs started: each run's device streams get their own names
 
     @property
     def workers(self) -> int:
@@ -482,6 +495,7 @@ class Pipeline:
             raise RuntimeError("a run of this pipeline is still in progress")
         run = _Run(self)
         self._run = self._last = run
+        self.runs += 1
         try:
             run.start(items)
             yield from run.results()
@@ -544,7 +558,16 @@ def run_serial(stages: Sequence[Stage], items: Iterable[Any],
     lat: list[int] = []
     t_start = now_ns()
     seq = -1
-    for seq, x in enumerate(items):
+    it = iter(items)
+    while True:
+        try:  # the input iterator's errors arrive as PipelineError too, as in a pipelined run
+            x = next(it)
+        except StopIteration:
+            break
+        except Exception as exc:
+            raise PipelineError(SOURCE, seq + 1, exc, {COMPLETED: len(outs), FAILED: 0,
+                                                       CANCELLED: 0}, len(outs)) from exc
+        seq += 1
         t_in = now_ns()
         for st, lane, acc in zip(stages, lanes, accs):
             t0 = now_ns()
