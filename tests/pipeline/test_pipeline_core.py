@@ -235,3 +235,42 @@ def test_run_serial_wraps_an_input_error_as_the_pipelined_run_does():
 
     with pytest.raises(PipelineError, match="stage '<source>' failed on item 1"):
         run_serial([Stage("a", lambda x: x)], items())
+
+
+def test_close_from_another_thread_while_the_caller_iterates(monkeypatch):
+    # the caller saw the abort, joined the workers and counted the items in flight while
+    # the closing thread was still cancelling them: "AssertionError: items lost"
+    import threading
+
+    from parastream.pipeline import core
+
+    finish = core._Run.finish
+
+    def slow_finish(self, seq, status):
+        if threading.current_thread().name == "closer":
+            time.sleep(0.002)  # widens the window the race needs
+        return finish(self, seq, status)
+
+    monkeypatch.setattr(core._Run, "finish", slow_finish)
+    p = Pipeline([Stage("a", lambda x: x), Stage("b", lambda x: x)], depth=4, ordered=False)
+    box, started = {}, threading.Event()
+
+    def consume():
+        try:
+            for _ in p.map(range(100_000)):
+                started.set()
+                time.sleep(0.01)
+        except BaseException as exc:  # noqa: BLE001 - what the caller would see
+            box["error"] = exc
+
+    t = threading.Thread(target=consume)
+    t.start()
+    assert started.wait(10)
+    time.sleep(0.05)
+    closer = threading.Thread(target=p.close, name="closer")
+    closer.start()
+    closer.join(30)
+    t.join(30)
+    assert "error" not in box, box
+    counts = p.stats().counts
+    assert counts["completed"] + counts["cancelled"] + counts["failed"] == p.stats().submitted

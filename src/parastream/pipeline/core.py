@@ -174,6 +174,7 @@ class _Run:
         self.submitted = 0
         self.source_done = False
         self.aborted = False
+        self.cancelled = threading.Event()  # set once an abort has cancelled everything
         self.failure: tuple[str, int, BaseException] | None = None
         self.counts = {COMPLETED: 0, FAILED: 0, CANCELLED: 0}
         self.latencies: list[int] = []
@@ -202,10 +203,14 @@ class _Run:
         with self.cond:
             if failure is not None and self.failure is None:
                 self.failure = failure
-            if self.aborted:
-                return
+            first = not self.aborted
             self.aborted = True
             self.cond.notify_all()
+        if not first:
+            # another thread is cancelling (Pipeline.close from elsewhere): the caller may
+            # count what is in flight once this returns, so it returns when that is done
+            self.cancelled.wait()
+            return
         for ch in self.channels:
             for entry in ch.cancel():
                 self.finish(entry.seq, CANCELLED)
@@ -214,6 +219,7 @@ class _Run:
             self.ready.clear()
         for seq in pending:
             self.finish(seq, CANCELLED)
+        self.cancelled.set()
 
     def arrive(self, seq: int, value: Any, t_done: int) -> None:
         """The last stage finished ``seq``: park it for the caller (or cancel after abort)."""
