@@ -274,3 +274,23 @@ def test_close_from_another_thread_while_the_caller_iterates(monkeypatch):
     assert "error" not in box, box
     counts = p.stats().counts
     assert counts["completed"] + counts["cancelled"] + counts["failed"] == p.stats().submitted
+
+
+def test_a_thread_that_cannot_start_leaves_none_running(monkeypatch):
+    import threading
+
+    real_start = threading.Thread.start
+    calls = {"n": 0}
+
+    def start(self):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise RuntimeError("can't start new thread")
+        return real_start(self)
+
+    monkeypatch.setattr(threading.Thread, "start", start)
+    p = Pipeline([Stage("a", lambda x: x), Stage("b", lambda x: x), Stage("c", lambda x: x)])
+    with pytest.raises(RuntimeError, match="can't start new thread"):
+        list(p.map(range(5)))
+    monkeypatch.undo()
+    assert not [t for t in threading.enumerate() if t.name.startswith("parastream-")]

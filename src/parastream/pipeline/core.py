@@ -260,8 +260,20 @@ class _Run:
         src = threading.Thread(target=self._source, args=(items,), name="parastream-source",
                                daemon=True)
         self.threads.append(src)
-        for t in self.threads:
-            t.start()
+        started = []
+        try:
+            for t in self.threads:
+                t.start()
+                started.append(t)
+        except BaseException:
+            # the OS refused a thread: the ones running would wait on their queues for ever
+            self.abort(None)
+            for ch in self.channels:
+                ch.close()
+            for t in started:
+                t.join()
+            self.threads = started
+            raise
 
     def _source(self, items: Iterable[Any]) -> None:
         seq = 0
