@@ -450,3 +450,19 @@ def test_write_atomic_writes_through_a_symlink(tmp_path):
     write_atomic(link, "new")
     assert link.is_symlink() and target.read_text() == "new"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["link.json", "target.txt"]
+
+
+def test_the_plan_check_is_in_the_page():
+    # analyze --plan printed it in text and JSON only: the HTML report left it out
+    tl, a = small_capture()
+    a["plan_check"] = {"candidate": "moe/side-serial", "ops_planned": 5, "ops_found": 5,
+                       "stream_mapping": {"0": "7", "1": "8"}, "misplaced_count": 1,
+                       "misplaced": [{"op": EVIL, "planned_stream": 1,
+                                      "expected_trace_stream": "8", "trace_stream": "7"}],
+                       "side_stream_never_ran": False,
+                       "shared_trace_streams": [{"trace_stream": "8", "plan_streams": [1, 2]}],
+                       "parallel_points": []}
+    page = render_html([(tl, a)], SUMMARY, "t")
+    assert "Plan check" in page and "moe/side-serial" in page and "1 misplaced" in page
+    assert "side streams 1, 2 all ran on trace stream 8" in page
+    assert EVIL not in page and "&lt;/script&gt;&lt;img src=x onerror=alert(1)&gt;" in page

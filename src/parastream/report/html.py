@@ -489,6 +489,32 @@ def _contention_table(a: dict) -> str:
                   "no core oversubscription found (or block dims / core count unknown)")
 
 
+def _plan_check(a: dict) -> str:
+    """``analyze --plan``'s placement check, as the text and Markdown reports give it."""
+    pc = a.get("plan_check")
+    if not pc:
+        return ""
+    notes = [f"{_esc(pc.get('ops_found'))}/{_esc(pc.get('ops_planned'))} planned ops found; "
+             f"plan stream &rarr; trace stream: "
+             + ", ".join(f"{_esc(k)} &rarr; {_esc(v)}"
+                         for k, v in (pc.get("stream_mapping") or {}).items())
+             + f"; {_esc(pc.get('misplaced_count'))} misplaced"]
+    if pc.get("side_stream_never_ran"):
+        notes.append("3a: a side stream ran on the main stream's id: the stream switch did not "
+                     "take effect")
+    for g in pc.get("shared_trace_streams") or []:
+        notes.append(f"side streams {_esc(', '.join(map(str, g.get('plan_streams', []))))} all "
+                     f"ran on trace stream {_esc(g.get('trace_stream'))}: planned apart, they "
+                     "ran as one")
+    rows = [f"<tr><td>{_esc(m.get('op'))}</td><td class=\"num\">{_esc(m.get('planned_stream'))}</td>"
+            f"<td>{_esc(m.get('expected_trace_stream'))}</td><td>{_esc(m.get('trace_stream'))}</td></tr>"
+            for m in (pc.get("misplaced") or [])[:20]]
+    return (f"<h3>Plan check: <span class=\"label\">{_esc(pc.get('candidate'))}</span></h3>"
+            + "".join(f'<p class="explain">{n}</p>' for n in notes)
+            + _table(["op", "planned stream", "expected trace stream", "ran on"], rows,
+                     "plan-check", "every planned op ran where the plan put it"))
+
+
 def _warnings(tl: Timeline, a: dict) -> str:
     seen: list[str] = []
     for w in list(a.get("warnings") or []) + list(tl.warnings):
@@ -518,6 +544,7 @@ def _capture_section(ci: int, tl: Timeline, a: dict, n_captures: int) -> str:
     <div><h3>Main / side overlap</h3>{_overlaps_table(a)}
       <h3>Concurrency</h3><p class="explain">Time with k streams busy at once.</p>{_concurrency(a)}</div>
   </div>
+  {_plan_check(a)}
   <h3>Core contention</h3>
   {_contention_table(a)}
   <h3>Warnings</h3>
