@@ -35,8 +35,15 @@ def test_planner_stops_at_the_core_limit_and_the_worker_budget():
     assert sum(q.replicas.values()) == 4
     assert "budget" in q.steps[-1]
     for bad in ({"cores": 0}, {"cores": -1}, {"max_workers": 0}):  # not "unbounded"
-        with pytest.raises(ValueError, match="at least 1"):
+        with pytest.raises(ValueError, match="at least"):
             plan(times, **bad)
+    # a budget below one worker per stage was "reached" with more workers than it allowed
+    with pytest.raises(ValueError, match="at least the 3 stages, got 2"):
+        plan(times, max_workers=2)
+    with pytest.raises(ValueError, match="no stage named 'zz'"):
+        plan(times, cpu_stages=["zz"], cores=1)
+    with pytest.raises(ValueError, match="max_replicas must be at least 1"):
+        plan(times, max_replicas=0)
 
 
 def test_planner_gil_bound_stages_do_not_scale():

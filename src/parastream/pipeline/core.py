@@ -56,7 +56,8 @@ class Stage:
             raise ValueError("a stage needs a non-empty name")
         if self.kind not in STREAM_KINDS:
             raise ValueError(f"stage {self.name!r}: kind must be one of {STREAM_KINDS}")
-        if not isinstance(self.replicas, int) or self.replicas < 1:
+        if (not isinstance(self.replicas, int) or isinstance(self.replicas, bool)
+                or self.replicas < 1):
             raise ValueError(f"stage {self.name!r}: replicas must be an integer >= 1")
 
 
@@ -477,7 +478,7 @@ class Pipeline:
         names = [s.name for s in stages]
         if len(set(names)) != len(names):
             raise ValueError(f"stage names must be unique: {names}")
-        if not isinstance(depth, int) or depth < 1:
+        if not isinstance(depth, int) or isinstance(depth, bool) or depth < 1:
             raise ValueError("depth must be an integer >= 1")
         self.stages = list(stages)
         self.depth = depth

@@ -81,8 +81,18 @@ def plan(stage_times: Mapping[str, float | Sequence[float]], *, cores: int | Non
         raise ValueError("no stage times")
     if cores is not None and cores < 1:  # 0 or less would read as "no core bound"
         raise ValueError(f"cores must be at least 1, got {cores}")
-    if max_workers is not None and max_workers < 1:
-        raise ValueError(f"max_workers must be at least 1, got {max_workers}")
+    if max_workers is not None and max_workers < len(stage_times):
+        # every stage has a worker: a smaller budget cannot be kept, only reported as kept
+        raise ValueError(f"max_workers must be at least the {len(stage_times)} stages, "
+                         f"got {max_workers}")
+    if max_replicas < 1:
+        raise ValueError(f"max_replicas must be at least 1, got {max_replicas}")
+    cpu_stages = None if cpu_stages is None else list(cpu_stages)  # read twice below
+    gil_bound = list(gil_bound)
+    unknown = sorted((set(cpu_stages or ()) | set(gil_bound)) - set(stage_times))
+    if unknown:
+        raise ValueError(f"no stage named {', '.join(map(repr, unknown))} "
+                         f"(stages: {', '.join(stage_times)})")
     stats = {k: _mean_and_tail(v) for k, v in stage_times.items()}
     times = {k: m for k, (m, _) in stats.items()}
     cpu = None if cpu_stages is None else list(cpu_stages)
