@@ -422,6 +422,23 @@ def test_a_rated_op_over_the_cache_takes_at_least_its_dram_floor():
     cs = estimate(small, prof)
     assert cs.bound == "compute" and cs.memory_full_us == 0.0
     assert cs.dur_us == pytest_approx(5.0 + 2.0 * 1024 * 1024 / 90e3 + prof.launch_overhead_us)
+    # where this machine's torch spreads a GEMV over its threads (parallel_gemv), each
+    # thread streams its share: the floor falls with the threads, up to memory_streams
+    # (a 16000x2048 GEMV: 11.9 ms on 1 thread, 6.8 on 2, on such a VM), and the op holds
+    # every core; on one thread (a stream's share) it is back at one thread's floor
+    cores = prof.cores.cube
+    gemv = msgspec.structs.replace(gemv, inputs=[Tensor([1, 1024], "float32"),
+                                                 Tensor([16384, 1024], "float32")])
+    c = estimate(gemv, prof)  # one row on the left: a GEMV, on one thread here
+    assert c.threads == 1 and not c.spreads_traffic
+    for streams in (1.0, 1.5, float(cores)):
+        par = msgspec.structs.replace(prof, parallel_gemv=True, memory_streams=streams)
+        cp = estimate(gemv, par)
+        assert cp.threads == cores and cp.block_dim == cores and cp.spreads_traffic
+        assert cp.memory_full_us == pytest_approx(floor)           # one thread's, kept
+        assert cp.dur_us == pytest_approx(floor / min(cores, streams)
+                                          + prof.launch_overhead_us)
+        assert with_cores(cp, par, 1).dur_us == pytest_approx(c.dur_us)
 
 
 def test_a_single_token_matmul_is_costed_on_one_thread():

@@ -53,6 +53,9 @@ def test_cli_quick_writes_a_loadable_profile(tmp_path):
     assert doc["event_wake_us"] >= 0 and doc["stream_overhead_us"] >= 0
     assert doc["view_us"] >= 0 and "folded views" in doc["sources"]["view_us"]
     assert 1.0 <= doc["memory_streams"] <= doc["cores"]["cube"] and doc["cache_bytes"] >= 0
+    assert isinstance(doc["parallel_gemv"], bool)
+    if doc["cores"]["cube"] > 1:
+        assert "intra-op thread" in doc["sources"]["parallel_gemv"]
     assert doc["op_rates"]["linear"]["dram_gbps"] > 0 and doc["op_rates"]["add"]["dram_gbps"] > 0
     assert doc["cold_after_us"] >= 0 and "rms_norm" in doc["sources"]["cold_after_us"]
     assert all(r["cold_1_us"] >= 0 and r["cold_all_us"] >= 0 for r in doc["op_rates"].values())
@@ -459,3 +462,11 @@ def test_cli_keeps_a_busy_warning_in_the_profile(tmp_path, monkeypatch, capsys):
     doc = json.loads(out.read_text())
     assert doc["sources"]["warning"].startswith("calibrated on a busy machine: other tasks")
     assert "parastream calibrate: other tasks took at least half" in capsys.readouterr().err
+
+
+def test_median_profile_takes_the_majoritys_yes_or_no():
+    base = _shipped_cpu()
+    runs = [dict(base, parallel_gemv=v) for v in (True, False, True)]
+    assert cal.median_profile(runs)["parallel_gemv"] is True
+    runs = [dict(base, parallel_gemv=v) for v in (False, True, False)]
+    assert cal.median_profile(runs)["parallel_gemv"] is False

@@ -218,6 +218,10 @@ class OpCost(msgspec.Struct, frozen=True, gc=False):
     #: CPU: the executor's time for the folded views the op computes (:func:`views_us`),
     #: in ``dur_us`` like the launch, and like it not stretched by fewer threads
     views_us: float = 0.0
+    #: CPU: a GEMV torch spreads over its threads (``DeviceProfile.parallel_gemv``): each
+    #: thread streams its share of the weight, so its DRAM floor (``memory_full_us``, one
+    #: thread's) falls with the threads, up to the profile's ``memory_streams``
+    spreads_traffic: bool = False
 
 
 def _elements(tensors: Any) -> int:
@@ -303,8 +307,9 @@ def left_rows(op: Any) -> int:
 
 def is_matrix_vector(op: Any) -> bool:
     """A matmul-like op with one row on its left (``mv``, or ``linear``/``mm``/``matmul``/
-    ``addmm`` on a single token): CPU torch runs it as a GEMV on the calling thread,
-    whatever its intra-op thread count (a 2048x8192 GEMV: 3.2 ms on 1 thread and on 2)."""
+    ``addmm`` on a single token): CPU torch runs it as a GEMV, on the calling thread
+    whatever its intra-op thread count on some machines (a 2048x8192 GEMV: 3.2 ms on 1
+    thread and on 2), over all of them on others (``DeviceProfile.parallel_gemv``)."""
     return left_rows(op) == 1
 
 
@@ -316,15 +321,16 @@ GRAIN_ELEMENTS = 32768
 _GRAIN_KEYS = frozenset({"add", "silu", "cat", "softmax"})
 
 
-def runs_serial(op: Any, key: str) -> bool:
+def runs_serial(op: Any, key: str, profile: DeviceProfile | None = None) -> bool:
     """True when CPU torch runs this op on the calling thread whatever its intra-op thread
     count: a matrix-vector product (:func:`is_matrix_vector`), or an element-wise op, copy
     or concatenation under the grain size. Such an op neither pays the thread team's fixed
     cost (it dominates small ops on a stream worker: a 64Ki-element ``neg`` took 6 us
     serially and 32-65 us on two threads there; a tiny linear's team cost 54-82 us, while
-    in-model GEMVs took 12-40 us) nor holds the other cores."""
+    in-model GEMVs took 12-40 us) nor holds the other cores. A GEMV runs serially unless
+    ``profile`` says this machine's torch spreads it (``parallel_gemv``)."""
     if is_matrix_vector(op):
-        return True
+        return not (profile is not None and profile.parallel_gemv)
     return key.split(".", 1)[0] in _GRAIN_KEYS and 0 < _elements(op.outputs) < GRAIN_ELEMENTS
 
 
@@ -340,7 +346,7 @@ def _rated(op: Any, profile: DeviceProfile, key: str, max_cores: int | None,
     resource = op.resource
     cores = profile.unit_cores("cube")
     threads = max(1, min(cores, max_cores or cores))
-    serial = runs_serial(op, key)
+    serial = runs_serial(op, key, profile)
     if serial:
         threads = 1
     blocks = threads if resource in ("cube", "vector") else 0
@@ -349,11 +355,22 @@ def _rated(op: Any, profile: DeviceProfile, key: str, max_cores: int | None,
     # them at once share the bandwidth in the simulator)
     floor = rate.floor_us(traffic, profile.memory_bandwidth_gbps) \
         if traffic > profile.cache_bytes else 0.0
-    dur, bound = _rated_time(rate, work, threads, cores, floor)
-    full = max(rate.duration_us(work, 1 if serial else cores, cores), floor)
+    spreads = not serial and profile.parallel_gemv and is_matrix_vector(op)
+    dur, bound = _rated_time(rate, work, threads, cores, _floor_at(floor, threads, spreads, profile))
+    full = max(rate.duration_us(work, 1 if serial else cores, cores),
+               _floor_at(floor, cores, spreads, profile))
     dur, bound = _with_launch(profile, dur, bound, extra)
     return OpCost(dur, blocks, bound, resource, full, floor, False, key, work, threads,
-                  float(op.bytes_read or 0), extra)
+                  float(op.bytes_read or 0), extra, spreads_traffic=spreads)
+
+
+def _floor_at(floor_us: float, threads: int, spreads: bool, profile: DeviceProfile) -> float:
+    """The DRAM floor of an op on ``threads`` threads: one thread's, unless the op
+    ``spreads`` its traffic over them (a parallel GEMV), then that over the threads that
+    can pull memory at once."""
+    if not spreads or threads <= 1:
+        return floor_us
+    return floor_us / min(float(threads), max(1.0, profile.memory_streams))
 
 
 def _rated_time(rate: Any, work: float, threads: int, cores: int,
@@ -433,14 +450,17 @@ def with_cores(op_or_cost: Any, profile: DeviceProfile, cores: int) -> OpCost:
     if rate is not None and c.measured:
         # a measured CPU op: its own time scaled as its op rate, floored at DRAM speed,
         # scales with threads (a decode GEMV at its floor on one thread does not stretch)
-        floor = c.memory_full_us  # the DRAM floor, which no thread count lowers
-        before = _rated_time(rate, c.work, was, total, floor)[0]
-        now = _rated_time(rate, c.work, cores, total, floor)[0]
+        floor = c.memory_full_us  # one thread's DRAM floor (only a spread GEMV's falls)
+        before = _rated_time(rate, c.work, was, total,
+                             _floor_at(floor, was, c.spreads_traffic, profile))[0]
+        now = _rated_time(rate, c.work, cores, total,
+                          _floor_at(floor, cores, c.spreads_traffic, profile))[0]
         scale = now / before if before > 0 else was / cores
         dur, bound = _with_launch(profile, own * scale, c.bound, extra)
     elif rate is not None:
-        dur, bound = _with_launch(profile, *_rated_time(rate, c.work, cores, total,
-                                                         c.memory_full_us), extra)
+        dur, bound = _with_launch(profile, *_rated_time(
+            rate, c.work, cores, total,
+            _floor_at(c.memory_full_us, cores, c.spreads_traffic, profile)), extra)
     elif c.measured:
         dur, bound = _with_launch(profile, own * c.block_dim / cores, c.bound, extra)
     else:

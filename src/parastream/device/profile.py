@@ -170,6 +170,12 @@ class DeviceProfile(msgspec.Struct, forbid_unknown_fields=True):
     #: ``cold_after_us``. (Inside a model the idles are 0.05-0.5 ms, where the calibrated
     #: share was 5-20%, three times the proportional ramp's.)
     cold_curve: list[list[float]] = []
+    #: CPU only: whether torch spreads a matrix-vector product (a batch-1 ``linear``) over
+    #: its intra-op threads on this machine. On the development VM it ran on the calling
+    #: thread whatever the thread count (a 2048x8192 GEMV: 3.2 ms on 1 thread and on 2);
+    #: on another VM a 16000x2048 one took 11.9 ms on 1 and 6.8 on 2, so one stream
+    #: already used both cores and two streams gained nothing. ``calibrate`` measures it.
+    parallel_gemv: bool = False
     schema: str = SCHEMA
 
     @property

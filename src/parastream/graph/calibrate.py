@@ -656,6 +656,40 @@ def measure_dram(megabytes: int = 64,
     return rates, min(float(cores), max(1.0, streams)), cached
 
 
+#: a GEMV this much faster on all cores than on one is spread over the threads by torch
+#: (1.25-1.93x on a VM where it was; 1.0 where it ran on the calling thread)
+PARALLEL_GEMV_AT = 1.15
+
+
+def measure_gemv_threads(megabytes: int = 32, budget_s: float = 0.2) -> tuple[float, float]:
+    """Median ms (the faster of two rounds) of a batch-1 ``F.linear`` over a ``megabytes``
+    weight on one intra-op thread and on all cores (as the executor runs an op on each): their ratio says
+    whether this machine's torch spreads a GEMV over its threads
+    (``DeviceProfile.parallel_gemv``). (0, 0) without torch or on one core."""
+    try:
+        import torch
+    except ImportError:
+        return 0.0, 0.0
+    import torch.nn.functional as F
+
+    cores = cpu_count()
+    if cores < 2:
+        return 0.0, 0.0
+    k = 2048
+    w = torch.randn(max(1, megabytes * (1 << 20) // (4 * k)), k)
+    x = torch.randn(1, k)
+
+    def timed() -> float:
+        return _median_time(lambda: F.linear(x, w), budget_s) * 1e3
+
+    # the faster of two alternating rounds each: a busy neighbour only slows one
+    one = every = float("inf")
+    for _ in range(2):
+        one = min(one, _on_executor_thread(timed, 1, "parastream-calibrate-gemv"))
+        every = min(every, _on_executor_thread(timed, cores, "parastream-calibrate-gemv"))
+    return one, every
+
+
 def measure_vector(elements: int = 1 << 16, budget_s: float = 0.5) -> float:
     """fp32 TFLOPS of an element-wise multiply-add on arrays that fit in cache."""
     try:
@@ -890,6 +924,7 @@ def calibrate(quick: bool = False, name: str = "cpu-calibrated") -> dict:
     for key, gbps in dram.items():
         if key in op_rates:
             op_rates[key]["dram_gbps"] = sig(gbps)
+    gemv_one, gemv_all = measure_gemv_threads(32 if quick else 64, 0.1 if quick else 0.3)
 
     # bf16 is kept even where the CPU emulates it slowly: the measured rate is what a bf16
     # graph will see here (leaving it out would make the cost model fall back to fp32's)
@@ -921,6 +956,7 @@ def calibrate(quick: bool = False, name: str = "cpu-calibrated") -> dict:
         "cache_bytes": cache,
         "cold_after_us": sig(cold_after),
         "cold_curve": cold_curve,
+        "parallel_gemv": bool(gemv_all and gemv_one / gemv_all >= PARALLEL_GEMV_AT),
         "sources": {
             "cores": f"{by}: os.sched_getaffinity (CPUs this process may use)",
             "peak_tflops": (f"{by}: {mode}best of {rounds} rounds; cube = best time of "
@@ -989,6 +1025,11 @@ def calibrate(quick: bool = False, name: str = "cpu-calibrated") -> dict:
         profile["sources"]["cache_bytes"] = (
             f"{by}: the largest power-of-two MiB weight a batch-1 F.linear still reads at "
             "over twice its DRAM rate, repeated calls on one thread (best of 2 rounds)")
+    if gemv_all:
+        profile["sources"]["parallel_gemv"] = (
+            f"{by}: a batch-1 F.linear over a {32 if quick else 64} MiB weight took "
+            f"{gemv_one:.3g} ms on 1 intra-op thread and {gemv_all:.3g} ms on {cores} "
+            f"({gemv_one / gemv_all:.2f}x; spread over the threads at >= {PARALLEL_GEMV_AT}x)")
     return profile
 
 
@@ -998,6 +1039,8 @@ def _median_of(values: list[Any]) -> Any:
     one length element by element (a median of ascending sequences stays ascending, so a
     cold curve stays valid), anything else (text, lists of other lengths) the first's."""
     first = values[0]
+    if all(isinstance(v, bool) for v in values):  # a yes/no the majority of them saw
+        return 2 * sum(values) > len(values)
     if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
         if all(isinstance(v, int) for v in values):
             return statistics.median_low(values)

@@ -137,7 +137,7 @@ def measured_costs(graph: Graph, profile: DeviceProfile,
             # the captured interval holds the op's folded views too
             c = msgspec.structs.replace(c, dur_us=statistics.median(seen[n]) + launch,
                                         measured=True, views_us=0.0)
-            if cpu and not (c.rate_key and runs_serial(op, c.rate_key)):
+            if cpu and not (c.rate_key and runs_serial(op, c.rate_key, profile)):
                 # (an op torch runs on the calling thread ran on one whatever the count;
                 # on a 1-core profile k is 1 anyway)
                 on_cores = c.unit in ("cube", "vector")
