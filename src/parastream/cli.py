@@ -182,7 +182,11 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         from .report.html import write_html
 
         caps = list(zip(timelines, doc["captures"]))
-        write_html(args.html, caps, doc["summary"] | ({"triage": doc["triage"]} if "triage" in doc else {}),
+        # the per-rank rows too: the page showed only the medians across ranks
+        extra = {k: doc[k] for k in ("triage",) if k in doc}
+        if "ranks" in doc:  # (the summary's own "ranks" is their count)
+            extra["per_rank"] = doc["ranks"]
+        write_html(args.html, caps, doc["summary"] | extra,
                    title="parastream analyze: " + ", ".join(os.path.basename(p.rstrip("/")) for p in paths))
     if args.perfetto:
         from .report.perfetto import write_perfetto
