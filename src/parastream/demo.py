@@ -75,7 +75,7 @@ def run_demo(out_dir: str = "out/demo", model: str = DEFAULT_MODEL, scale: str =
     import msgspec
     import torch
 
-    from .device.profile import load_profile, loads_profile
+    from .device.profile import load_profile, loads_profile, read_profile_file
     from .graph.calibrate import dumps as dump_profile
     from .runtime.overhead import calibrate_cpu
     from .graph.headroom import analyze_graph
@@ -108,14 +108,15 @@ def run_demo(out_dir: str = "out/demo", model: str = DEFAULT_MODEL, scale: str =
 
         if profile_path:
             step(f"loading the device profile {profile_path}")
-            profile = load_profile(profile_path)
             # a copy in the report folder, as when the demo calibrates: the plan names the
             # profile, and 'parastream simulate out/demo/plan.json' finds it beside the plan
-            # (a shipped profile's name needs no copy)
+            # (a shipped profile's name needs no copy); the file is read once, for both
             profile_json = None
             if os.path.isfile(profile_path):
-                with open(profile_path, "rb") as f:
-                    profile_json = f.read()
+                profile_json = read_profile_file(profile_path)
+                profile = loads_profile(profile_json, profile_path)
+            else:
+                profile = load_profile(profile_path)
         else:
             step("calibrating the local CPU")
             profile_json = dump_profile(calibrate_cpu(quick=True, name="cpu-calibrated",

@@ -4,15 +4,14 @@ the document around it. Imports nothing of parastream, so every layer may use it
 
 from __future__ import annotations
 
+import html
 import re
 from typing import Any
-
-_HTML = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;"})
 
 
 def text(value: Any) -> str:
     """Prose: the characters HTML gives a meaning escaped, on one line."""
-    return str(value).translate(_HTML).replace("\r", " ").replace("\n", " ")
+    return html.escape(str(value), quote=False).replace("\r", " ").replace("\n", " ")
 
 
 def cell(value: Any) -> str:

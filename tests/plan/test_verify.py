@@ -101,4 +101,5 @@ def test_two_side_streams_that_ran_as_one_are_reported():
         "label": "x", "source": "t", "format": "test", "wall_us": 1.0, "parallelism": 1.0,
         "streams": [], "parallel_points": [], "contention": [], "warnings": [],
         "verdict_counts": {}, "parallel_points_total": 0, "plan_check": r}]})
-    assert "Side streams 1, 2 all ran on trace stream 1" in md and "Plan check" in md
+    assert "side streams 1, 2 all ran on trace stream 1: planned apart" in md
+    assert "Plan check" in md

@@ -355,30 +355,31 @@ def _rated(op: Any, profile: DeviceProfile, key: str, max_cores: int | None,
     # them at once share the bandwidth in the simulator)
     floor = rate.floor_us(traffic, profile.memory_bandwidth_gbps) \
         if traffic > profile.cache_bytes else 0.0
-    spreads = not serial and profile.parallel_gemv and is_matrix_vector(op)
-    dur, bound = _rated_time(rate, work, threads, cores, _floor_at(floor, threads, spreads, profile))
-    full = max(rate.duration_us(work, 1 if serial else cores, cores),
-               _floor_at(floor, cores, spreads, profile))
+    # (runs_serial already says a GEMV is serial unless the profile's torch spreads it)
+    spreads = not serial and is_matrix_vector(op)
+    pull = _pulling(profile, spreads)
+    dur, bound = _rated_time(rate, work, threads, cores, floor, pull)
+    full = _rated_time(rate, work, 1 if serial else cores, cores, floor, pull)[0]
     dur, bound = _with_launch(profile, dur, bound, extra)
     return OpCost(dur, blocks, bound, resource, full, floor, False, key, work, threads,
                   float(op.bytes_read or 0), extra, spreads_traffic=spreads)
 
 
-def _floor_at(floor_us: float, threads: int, spreads: bool, profile: DeviceProfile) -> float:
-    """The DRAM floor of an op on ``threads`` threads: one thread's, unless the op
-    ``spreads`` its traffic over them (a parallel GEMV), then that over the threads that
-    can pull memory at once."""
-    if not spreads or threads <= 1:
-        return floor_us
-    return floor_us / min(float(threads), max(1.0, profile.memory_streams))
+def _pulling(profile: DeviceProfile, spreads: bool) -> float:
+    """How many of an op's threads can stream its traffic at once: 1 (its DRAM floor is
+    one thread's), or for an op that ``spreads`` it over them (a parallel GEMV) as many
+    as the profile's ``memory_streams``."""
+    return max(1.0, profile.memory_streams) if spreads else 1.0
 
 
 def _rated_time(rate: Any, work: float, threads: int, cores: int,
-                floor_us: float) -> tuple[float, str]:
+                floor_us: float, pulling: float = 1.0) -> tuple[float, str]:
     """A rated op's own time on ``threads`` of ``cores`` (launch not included), no lower
-    than its DRAM floor, and its bound ("memory" when the floor wins)."""
+    than its DRAM floor (one thread's ``floor_us`` over the threads, up to ``pulling``,
+    that stream at once), and its bound ("memory" when the floor wins)."""
     own = rate.duration_us(work, threads, cores)
-    return (floor_us, "memory") if floor_us > own else (own, rate.bound)
+    floor = floor_us / min(float(max(1, threads)), pulling)
+    return (floor, "memory") if floor > own else (own, rate.bound)
 
 
 def estimate(op: Any, profile: DeviceProfile, max_cores: int | None = None) -> OpCost:
@@ -451,16 +452,15 @@ def with_cores(op_or_cost: Any, profile: DeviceProfile, cores: int) -> OpCost:
         # a measured CPU op: its own time scaled as its op rate, floored at DRAM speed,
         # scales with threads (a decode GEMV at its floor on one thread does not stretch)
         floor = c.memory_full_us  # one thread's DRAM floor (only a spread GEMV's falls)
-        before = _rated_time(rate, c.work, was, total,
-                             _floor_at(floor, was, c.spreads_traffic, profile))[0]
-        now = _rated_time(rate, c.work, cores, total,
-                          _floor_at(floor, cores, c.spreads_traffic, profile))[0]
+        pull = _pulling(profile, c.spreads_traffic)
+        before = _rated_time(rate, c.work, was, total, floor, pull)[0]
+        now = _rated_time(rate, c.work, cores, total, floor, pull)[0]
         scale = now / before if before > 0 else was / cores
         dur, bound = _with_launch(profile, own * scale, c.bound, extra)
     elif rate is not None:
         dur, bound = _with_launch(profile, *_rated_time(
-            rate, c.work, cores, total,
-            _floor_at(c.memory_full_us, cores, c.spreads_traffic, profile)), extra)
+            rate, c.work, cores, total, c.memory_full_us,
+            _pulling(profile, c.spreads_traffic)), extra)
     elif c.measured:
         dur, bound = _with_launch(profile, own * c.block_dim / cores, c.bound, extra)
     else:

@@ -401,6 +401,15 @@ def list_profiles() -> list[str]:
     return sorted(f.name[:-5] for f in _builtin_dir().iterdir() if f.name.endswith(".json"))
 
 
+def read_profile_file(path: str | os.PathLike[str]) -> bytes:
+    """A profile file's bytes (InputError naming it when it cannot be read)."""
+    try:
+        return Path(path).read_bytes()
+    except OSError as exc:
+        raise InputError(os.fspath(path),
+                         f"cannot read device profile: {exc.strerror or exc}") from None
+
+
 def load_profile(name_or_path: str | os.PathLike[str]) -> DeviceProfile:
     """A shipped profile by name (``ascend910b``, ``h100``, ...; case and ``-``/``_``
     ignored) or a profile JSON file by path. Unknown names and bad files raise
@@ -408,11 +417,7 @@ def load_profile(name_or_path: str | os.PathLike[str]) -> DeviceProfile:
     text = os.fspath(name_or_path)
     path = Path(text)
     if path.suffix == ".json" or os.sep in text or path.is_file():
-        try:
-            data = path.read_bytes()
-        except OSError as exc:
-            raise InputError(text, f"cannot read device profile: {exc.strerror or exc}") from None
-        return loads_profile(data, text)
+        return loads_profile(read_profile_file(text), text)
     key = shipped_key(text)
     f = _builtin_dir() / f"{key}.json"
     if not f.is_file():

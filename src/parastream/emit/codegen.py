@@ -346,12 +346,12 @@ def _written_args(node: Any) -> list[Any]:
     schema = getattr(node.target, "_schema", None)
     if schema is None:
         return list(node.args[:1]) if _short(node).endswith("_") else []
-    named = {a.name: i for i, a in enumerate(schema.arguments)}
-    placed = list(enumerate(node.args)) + [(named.get(k, -1), v)
-                                          for k, v in node.kwargs.items()]
-    writes = {i for i, a in enumerate(schema.arguments)
-              if a.alias_info is not None and a.alias_info.is_write}
-    return [v for i, v in placed if i in writes and hasattr(v, "op")]
+    from ..graph.torch_import import schema_args
+
+    given = schema_args(schema, node.args, node.kwargs)
+    return [v for a in schema.arguments
+            if a.alias_info is not None and a.alias_info.is_write
+            and hasattr(v := given.get(a.name), "op")]
 
 
 def _is_assert(node: Any) -> bool:

@@ -554,7 +554,7 @@ def _unordered_reads(rec: Recorder, op_clock: dict[int, dict[Any, int]],
             continue
         s = c.stream
         clk = op_clock[id(c)]
-        ins = {_storage(t) for t in _tensors(c.info.get("args"))} - {None}
+        ins = {_storage(t) for t in c.info["args"]} - {None}  # logged flat by record_ops
         for st in ins - long_lived:
             if st in writer:
                 ws, wclock, wname = writer[st]
@@ -562,11 +562,9 @@ def _unordered_reads(rec: Recorder, op_clock: dict[int, dict[Any, int]],
                     problems.append(f"{c.info['func']} on stream {s} reads what {wname} wrote "
                                     f"on stream {ws} with no event after it")
         func = str(c.info["func"])
-        schema = getattr(c.info["func"], "_schema", None)
         # an op that writes an argument (in-place, out=, a mutable custom op) says so in its
-        # schema; the trailing underscore is the fallback for ops without one
-        in_place = schema.is_mutable if schema is not None else (
-            func.count(".") >= 2 and func.split(".")[-2].endswith("_"))
+        # schema (record_ops logs OpOverloads only, which all have one)
+        in_place = c.info["func"]._schema.is_mutable
         for t in _outputs_of(c):
             st = _storage(t)
             if st is None or (st in ins and not in_place):

@@ -13,7 +13,7 @@ import sys
 
 from ..device.profile import DEFAULT_DEVICE
 from ..errors import InputError
-from .models import load_graph
+from .models import is_graph_file, load_graph
 
 FORMATS = ("text", "json", "md", "mermaid")
 
@@ -52,7 +52,7 @@ def cmd_graph(args: argparse.Namespace) -> int:
     check_outputs({"-o/--output": args.output}, spec_paths(args.model, args.device))
     profile = load_profile(args.device)
     warn_if_noted(profile)
-    if (args.scale or args.phase) and _is_graph_file(args.model):
+    if (args.scale or args.phase) and is_graph_file(args.model):
         raise InputError(args.model, "--scale and --phase pick a zoo model's shapes; a "
                                      "graph file has its own")
     g = load_graph(args.model, scale=args.scale or "small", phase=args.phase,
@@ -84,15 +84,3 @@ def cmd_graph(args: argparse.Namespace) -> int:
     return 0
 
 
-def _is_graph_file(spec: str) -> bool:
-    """Whether ``spec`` names a graph JSON file (recognised by its content, as load_graph
-    does), not a zoo model or a Python factory."""
-    import os
-
-    if not os.path.isfile(spec):
-        return False
-    try:
-        with open(spec, "rb") as f:
-            return f.read(64).lstrip()[:1] == b"{"
-    except OSError:
-        return False

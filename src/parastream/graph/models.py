@@ -87,6 +87,18 @@ def is_zoo_name(spec: str) -> bool:
     return spec in ZOO
 
 
+def is_graph_file(spec: str) -> bool:
+    """Whether ``spec`` names a graph JSON file the way :func:`load_graph` takes it: a
+    file, not named like a zoo model, whose first non-blank byte is ``{``."""
+    if not os.path.isfile(spec) or is_zoo_name(spec):
+        return False
+    try:
+        with open(spec, "rb") as f:
+            return f.read(64).lstrip()[:1] == b"{"
+    except OSError:
+        return False
+
+
 def _looks_like_file(spec: str) -> bool:
     path = spec.rpartition(":")[0] if ":" in spec else spec
     return path.endswith(".py") or os.sep in path or "/" in path

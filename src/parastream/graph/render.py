@@ -16,8 +16,7 @@ from typing import Any
 import msgspec
 
 from ..device.profile import DeviceProfile
-from ..mdtext import cell
-from ..mdtext import code, mermaid_label, text
+from ..mdtext import cell, code, mermaid_label, text
 from .decompose import CANDIDATE, PENDING, Decomposition, OpDag
 from .headroom import Analysis, Headroom
 from .ir import Graph
@@ -134,10 +133,6 @@ def render_text(a: Analysis, g: Graph, profile: DeviceProfile, source: str | Non
 
 # ----------------------------------------------------------------------------- Mermaid
 
-def _label(text: str) -> str:
-    return mermaid_label(text)
-
-
 def _node_id(name: str) -> str:
     return "n_" + re.sub(r"[^A-Za-z0-9_]", "_", name)
 
@@ -183,10 +178,10 @@ def module_mermaid(d: Decomposition) -> str:
     lines = ["flowchart LR"]
     for s in d.shared_inputs:
         if any(c in shown for c in s.consumers):
-            lines.append(f'  {_node_id(s.node)}(["{_label(s.tensor)}"])')
+            lines.append(f'  {_node_id(s.node)}(["{mermaid_label(s.tensor)}"])')
     for m in mods:
-        lines.append(f'  {m.module_id}["{m.module_id} {_label(m.module_name)}<br/>'
-                     f'{_label(m.module_type)} · {_label(m.resource_hint)}"]')
+        lines.append(f'  {m.module_id}["{m.module_id} {mermaid_label(m.module_name)}<br/>'
+                     f'{mermaid_label(m.module_type)} · {mermaid_label(m.resource_hint)}"]')
     for s in d.shared_inputs:
         for c in s.consumers:
             if c in shown:
@@ -218,10 +213,10 @@ def op_dag_mermaid(d: Decomposition, dag: OpDag, g: Graph) -> str:
     lines = ["flowchart LR"]
     for n in dag.inputs_from + dag.outputs_to:
         where = d.op_module.get(n, "input")
-        lines.append(f'  {_node_id(n)}(["{_label(n)} ({where})"])')
+        lines.append(f'  {_node_id(n)}(["{mermaid_label(n)} ({where})"])')
     for n in dag.ops:
         c = d.costs[n]
-        lines.append(f'  {_node_id(n)}["{_label(n)}<br/>{_label(ops[n].type)} · '
+        lines.append(f'  {_node_id(n)}["{mermaid_label(n)}<br/>{mermaid_label(ops[n].type)} · '
                      f'{c.unit} blk={c.block_dim} · {c.dur_us:.1f}us"]')
     seen = set()
     for e in g.edges:

@@ -751,8 +751,7 @@ def aliasing_view(node: Any) -> bool:
     result aliases an argument without writing it, and it did (:func:`_shares_storage`).
     The importer folds such nodes; ``emit`` treats them as views too."""
     schema = getattr(node.target, "_schema", None)
-    if schema is None or any(a.alias_info is not None and a.alias_info.is_write
-                             for a in schema.arguments):
+    if schema is None or schema.is_mutable:  # it writes an argument: an op, not a view
         return False
     return any(r.alias_info is not None and not r.alias_info.is_write
                for r in schema.returns) and _shares_storage(node)

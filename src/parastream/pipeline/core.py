@@ -92,8 +92,8 @@ class _Entry:
 
     __slots__ = ("seq", "payload", "t", "ready")
 
-    def __init__(self, seq: int, payload: Any, t: int, ready: Any = None) -> None:
-        self.seq, self.payload, self.t, self.ready = seq, payload, t, ready
+    def __init__(self, seq: int, payload: Any, ready: Any = None) -> None:
+        self.seq, self.payload, self.t, self.ready = seq, payload, 0, ready
 
 
 class _Channel:
@@ -183,7 +183,6 @@ class _Run:
         self.source_blocks = 0
         self.source_blocked_ns = 0
         self.t_start: int | None = None
-        self.t_end: int | None = None
         self.channels = [_Channel(pipe.depth) for _ in self.stages]
         self.remaining = [s.replicas for s in self.stages]
         self.lanes: list[LaneRecorder] = []
@@ -231,8 +230,6 @@ class _Run:
                     self.ready[seq] = (seq, value, latency)  # type: ignore[index]
                 else:
                     self.ready.append((seq, value, latency))  # type: ignore[union-attr]
-                # replicas of the last stage report out of order: the latest end, not the last
-                self.t_end = t_done if self.t_end is None else max(self.t_end, t_done)
                 self.cond.notify_all()
                 return
         self.finish(seq, CANCELLED)
@@ -304,7 +301,7 @@ class _Run:
                     self.max_in_flight = max(self.max_in_flight, len(self.in_flight))
                     if self.t_start is None:
                         self.t_start = t
-                put = first.put(_Entry(seq, x, t))
+                put = first.put(_Entry(seq, x))
                 if put == 2:  # back-pressure reached the source: it blocked on a full queue
                     t_put = now_ns()
                     with self.cond:
@@ -356,23 +353,24 @@ class _Run:
                         ready = None
                     if outq is None and ready is not None:
                         ready.synchronize()  # the caller reads the result on the host
+                    failed = None
                 except BaseException as exc:  # noqa: BLE001 - reported to the caller
-                    t_fail = now_ns()
-                    lane.op(name, t0, t_fail)
-                    acc.busy += t_fail - t0  # the timeline shows it: so does busy time
-                    acc.last_end = max(acc.last_end, t_fail)
-                    self.finish(e.seq, FAILED)
-                    self.abort((name, e.seq, exc))
-                    continue
+                    failed = exc
+                # a failed call is busy time too, as the timeline shows it; a worker's clock
+                # only moves on, so its last op ended last
                 t1 = now_ns()
                 lane.op(name, t0, t1)
                 acc.busy += t1 - t0
-                acc.last_end = max(acc.last_end, t1)
+                acc.last_end = t1
+                if failed is not None:
+                    self.finish(e.seq, FAILED)
+                    self.abort((name, e.seq, failed))
+                    continue
                 acc.items += 1
                 if outq is None:
                     self.arrive(e.seq, out, t1)
                     continue
-                e.payload, e.t, e.ready = out, t1, ready
+                e.payload, e.ready = out, ready
                 put = outq.put(e)
                 if not put:
                     self.finish(e.seq, CANCELLED)
@@ -443,8 +441,9 @@ class _Run:
     def stats(self) -> PipelineStats:
         t_start = self.t_start or 0
         # to the last stage work, not only to the last item out: after an early break or
-        # a failure the stages ran on (busy over wall x replicas, or a wall of 0)
-        end = max([self.t_end or t_start, *(a.last_end for accs in self.accs for a in accs)])
+        # a failure the stages ran on (busy over wall x replicas, or a wall of 0); the last
+        # stage's work ends when its items arrive, whichever replica reports last
+        end = max([t_start, *(a.last_end for accs in self.accs for a in accs)])
         wall = max(0, end - t_start)
         stages = []
         for s, stage in enumerate(self.stages):

@@ -87,16 +87,14 @@ def plan(stage_times: Mapping[str, float | Sequence[float]], *, cores: int | Non
                          f"got {max_workers}")
     if max_replicas < 1:
         raise ValueError(f"max_replicas must be at least 1, got {max_replicas}")
-    cpu_stages = None if cpu_stages is None else list(cpu_stages)  # read twice below
-    gil_bound = list(gil_bound)
-    unknown = sorted((set(cpu_stages or ()) | set(gil_bound)) - set(stage_times))
+    cpu = None if cpu_stages is None else list(cpu_stages)  # read twice below
+    gil = list(gil_bound)
+    unknown = sorted((set(cpu or ()) | set(gil)) - set(stage_times))
     if unknown:
         raise ValueError(f"no stage named {', '.join(map(repr, unknown))} "
                          f"(stages: {', '.join(stage_times)})")
     stats = {k: _mean_and_tail(v) for k, v in stage_times.items()}
     times = {k: m for k, (m, _) in stats.items()}
-    cpu = None if cpu_stages is None else list(cpu_stages)
-    gil = list(gil_bound)
     reps = {k: 1 for k in times}
     steps: list[str] = []
 

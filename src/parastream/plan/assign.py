@@ -235,7 +235,8 @@ def plan_resource_split(graph: Graph, order: list[str], bound: dict[str, str],
     return plan_from_assignment(graph, assignment, "resource-split", order=order)
 
 
-def plan_manual(graph: Graph, order: list[str], mapping: dict[str, int] | None, **_) -> Plan:
+def plan_manual(graph: Graph, order: list[str], mapping: dict[str, int] | None,
+                max_streams: int | None = None, **_) -> Plan:
     if not mapping:
         raise PlanError("the manual algorithm needs a mapping (pattern -> stream)")
     ops = graph.index()
@@ -259,8 +260,12 @@ def plan_manual(graph: Graph, order: list[str], mapping: dict[str, int] | None, 
                if not any(_matches(p, (ops[n].name, ops[n].module, ops[n].type)) for n in order)]
     if unknown:
         raise PlanError(f"manual mapping names that match no op: {', '.join(map(repr, unknown))}")
-    return plan_from_assignment(graph, assignment, "manual", order=order,
-                                mapping=dict(mapping))
+    plan = plan_from_assignment(graph, assignment, "manual", order=order, mapping=dict(mapping))
+    if max_streams is not None and plan.stream_count() > max_streams:
+        # the algorithms keep to the cap; a mapping names its streams itself
+        raise PlanError(f"the mapping puts ops on {plan.stream_count()} streams, above "
+                        f"--max-streams {max_streams}")
+    return plan
 
 
 def _matches(pattern: str, fields: tuple[str, ...]) -> bool:
@@ -297,11 +302,5 @@ def assign(graph: Graph, algorithm: str, *, durations: dict[str, float] | None =
     if bound is None:
         bound = {o.name: {"memory": "memory", "comm": "comm"}.get(o.resource, "compute")
                  for o in graph.ops}
-    plan = _PLANNERS[algorithm](graph, order, dur=dur, bound=bound, max_streams=max_streams,
+    return _PLANNERS[algorithm](graph, order, dur=dur, bound=bound, max_streams=max_streams,
                                 mapping=mapping)
-    used = len(set(plan.assignment.values()))
-    if max_streams is not None and used > max_streams:
-        # only a mapping names its streams itself; the algorithms keep to the cap
-        raise PlanError(f"the mapping puts ops on {used} streams, above --max-streams "
-                        f"{max_streams}")
-    return plan

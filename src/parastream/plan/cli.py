@@ -261,14 +261,14 @@ def cmd_plan(args: argparse.Namespace) -> int:
     warn_if_noted(profile)
     mapping = None
     if args.mapping:
+        from ..graph.ir import is_whole
         from .io import MAX_STREAM_ID
 
         try:
             mapping = json.loads(args.mapping)
             # JSON's true is an int to Python; a stream past int32 is one no plan file can hold
             assert isinstance(mapping, dict) and all(
-                isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= MAX_STREAM_ID
-                for v in mapping.values())
+                is_whole(v) and 0 <= v <= MAX_STREAM_ID for v in mapping.values())
         except (ValueError, AssertionError):
             raise InputError(None, "--mapping must be a JSON object of pattern -> stream number "
                                    f"(0 to {MAX_STREAM_ID})") from None

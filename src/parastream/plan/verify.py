@@ -89,6 +89,19 @@ def verify(tl: Timeline, doc: PlanDoc, candidate: str | None = None) -> dict:
             "parallel_points": points}
 
 
+def plan_check_notes(pc: dict) -> list[str]:
+    """The plain sentences a plan check's findings read as (3a, side streams that ran as
+    one), for every report to escape and lay out its own way."""
+    notes = []
+    if pc.get("side_stream_never_ran"):
+        notes.append("3a: a side stream ran on the main stream's id: the stream switch did "
+                     "not take effect")
+    for g in pc.get("shared_trace_streams") or []:
+        notes.append(f"side streams {', '.join(map(str, g['plan_streams']))} all ran on "
+                     f"trace stream {g['trace_stream']}: planned apart, they ran as one")
+    return notes
+
+
 def _stream_mapping(seen: dict[int, Counter]) -> tuple[dict[int, str], list[dict]]:
     """Which trace stream each logical stream ran on, one to one: the (logical, trace)
     pairs that hold the most ops are taken first, a trace stream named like the logical

@@ -156,6 +156,11 @@ def spec_paths(*specs: str | None) -> list[str]:
     return out
 
 
+def same_file(a: str | os.PathLike[str], b: str | os.PathLike[str]) -> bool:
+    """Whether two paths name one file (symlinks and relative parts resolved)."""
+    return _key(a) == _key(b)
+
+
 def _key(path: str | os.PathLike[str]) -> str:
     """One spelling per file: symlinks and relative parts resolved."""
     return os.path.realpath(os.fspath(path))

@@ -499,13 +499,9 @@ def _plan_check(a: dict) -> str:
              + ", ".join(f"{_esc(k)} &rarr; {_esc(v)}"
                          for k, v in (pc.get("stream_mapping") or {}).items())
              + f"; {_esc(pc.get('misplaced_count'))} misplaced"]
-    if pc.get("side_stream_never_ran"):
-        notes.append("3a: a side stream ran on the main stream's id: the stream switch did not "
-                     "take effect")
-    for g in pc.get("shared_trace_streams") or []:
-        notes.append(f"side streams {_esc(', '.join(map(str, g.get('plan_streams', []))))} all "
-                     f"ran on trace stream {_esc(g.get('trace_stream'))}: planned apart, they "
-                     "ran as one")
+    from ..plan.verify import plan_check_notes
+
+    notes += [_esc(note) for note in plan_check_notes(pc)]
     rows = [f"<tr><td>{_esc(m.get('op'))}</td><td class=\"num\">{_esc(m.get('planned_stream'))}</td>"
             f"<td>{_esc(m.get('expected_trace_stream'))}</td><td>{_esc(m.get('trace_stream'))}</td></tr>"
             for m in (pc.get("misplaced") or [])[:20]]

@@ -20,12 +20,9 @@ def _plan_check(pc: dict) -> list[str]:
     out = [f"**Plan check ({code(pc['candidate'])}).** {pc['ops_found']}/{pc['ops_planned']} "
            f"planned ops found; streams {_cell(pc['stream_mapping'])}; "
            f"{pc['misplaced_count']} misplaced."]
-    if pc["side_stream_never_ran"]:
-        out.append("3a: a side stream ran on the main stream's id: the stream switch did not "
-                   "take effect.")
-    for g in pc.get("shared_trace_streams", []):
-        out.append(f"Side streams {', '.join(map(str, g['plan_streams']))} all ran on trace "
-                   f"stream {_cell(g['trace_stream'])}: planned apart, they ran as one.")
+    from ..plan.verify import plan_check_notes
+
+    out += [f"{_cell(note)}." for note in plan_check_notes(pc)]
     out += [f"- misplaced: {code(m['op'])} planned on stream {m['planned_stream']} (trace "
             f"{_cell(m['expected_trace_stream'])}) ran on {_cell(m['trace_stream'])}"
             for m in pc["misplaced"][:5]]

@@ -115,12 +115,10 @@ def _plan_check(con: Console, pc: dict) -> None:
     con.print(f"plan check ({pc['candidate']}): {pc['ops_found']}/{pc['ops_planned']} planned ops "
               f"found; streams {pc['stream_mapping']}; {pc['misplaced_count']} misplaced",
               markup=False)
-    if pc["side_stream_never_ran"]:
-        con.print("  3a: a side stream ran on the main stream's id: the stream switch did not take "
-                  "effect", markup=False)
-    for g in pc.get("shared_trace_streams", []):
-        con.print(f"  side streams {', '.join(map(str, g['plan_streams']))} all ran on trace "
-                  f"stream {g['trace_stream']}: planned apart, they ran as one", markup=False)
+    from ..plan.verify import plan_check_notes
+
+    for note in plan_check_notes(pc):
+        con.print(f"  {note}", markup=False)
     for m in pc["misplaced"][:5]:
         con.print(f"  misplaced: {m['op']} planned on stream {m['planned_stream']} "
                   f"(trace {m['expected_trace_stream']}) ran on {m['trace_stream']}", markup=False)

@@ -11,7 +11,7 @@ import argparse
 import json
 import os
 import sys
-from typing import Any
+from typing import Any, Iterable
 
 from ..errors import InputError
 from . import malloc
@@ -116,16 +116,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     from ..plan.io import PlanDoc, dumps, load_doc, require_fit, with_recommendation
     from ..plan.model import PlanError
     from ..report.atomic import (check_folder, check_not_input, check_writable, make_folder,
-                                 spec_paths, write_atomic)
+                                 same_file, spec_paths, write_atomic)
 
     check_folder(args.trace)  # both before a minute of measuring, not after it
     check_writable(args.json, made=args.trace)
     check_not_input("--json", args.json, spec_paths(args.model, args.plan, args.profile))
-    if args.json and args.trace and os.path.realpath(args.json) == os.path.realpath(args.trace):
+    if args.json and args.trace and same_file(args.json, args.trace):
         raise InputError(args.json, "--json names the --trace folder: give it a file's name")
-    for label in ("plan", "single") if args.trace else ():
-        check_writable(_trace_file(args.trace, label), made=args.trace)
-        _json_apart(args, label)
+    _check_trace_files(args, ("plan", "single"))
     if args.jitter < 0:
         raise InputError(None, f"--jitter must not be negative, got {args.jitter}")
     if args.jitter and not args.check:
@@ -214,12 +212,9 @@ def cmd_run(args: argparse.Namespace) -> int:
                       f"ones {how}; running the best {len(chosen)}\n")
     for c in chosen:
         require_fit(graph, c, args.plan or args.model)
-    if args.trace:
-        # every file --trace will hold, before the measuring: a folder in the place of one
-        # (tr/plan.json/) failed after the whole run and left the others written
-        for c in chosen:
-            check_writable(_trace_file(args.trace, c.name), made=args.trace)
-            _json_apart(args, c.name)
+    # every file --trace will hold, before the measuring: a folder in the place of one
+    # (tr/plan.json/) failed after the whole run and left the others written
+    _check_trace_files(args, [c.name for c in chosen])
 
     # a plan file's estimates may come from another calibration of the same name: only
     # estimates made now, on this profile, are reused
@@ -501,13 +496,19 @@ def faults_line(candidate: str, faults: list | None, device: str | None,
             + ("; --malloc keep avoids most" if malloc_choice == "system" else "") + ")")
 
 
-def _json_apart(args: argparse.Namespace, label: str) -> None:
-    """Refuse a ``--json`` that is one of ``--trace``'s files (the run's summary replaced
-    the single-stream trace)."""
-    if args.json and os.path.realpath(args.json) == os.path.realpath(
-            _trace_file(args.trace, label)):
-        raise InputError(args.json, f"--json and --trace's {label} timeline name the same "
-                                    "file")
+def _check_trace_files(args: argparse.Namespace, labels: Iterable[str]) -> None:
+    """Each of ``--trace``'s files for ``labels`` can be written, and none is ``--json``
+    (the run's summary replaced the single-stream trace)."""
+    from ..report.atomic import check_writable, same_file
+
+    if not args.trace:
+        return
+    for label in labels:
+        path = _trace_file(args.trace, label)
+        check_writable(path, made=args.trace)
+        if args.json and same_file(args.json, path):
+            raise InputError(args.json, f"--json and --trace's {label} timeline name the "
+                                        "same file")
 
 
 def _trace_file(folder: str, label: str) -> str:

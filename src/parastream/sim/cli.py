@@ -126,9 +126,9 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     if args.trace and (args.batch or args.seq):
         raise InputError(None, "--trace writes one simulated run; --batch/--seq sweep many: "
                                "drop one of them")
-    from ..graph.cli_graph import _is_graph_file
+    from ..graph.models import is_graph_file
 
-    if (args.batch or args.seq) and _is_graph_file(spec):
+    if (args.batch or args.seq) and is_graph_file(spec):
         raise InputError(spec, "--batch and --seq rebuild a model at other shapes; a graph "
                                "file's shapes are fixed: simulate the model instead")
     args.scale = args.scale or "small"
@@ -244,7 +244,7 @@ def _profile_beside(plan_path: str, name: str):
     import os
 
     from ..device.profile import SCHEMA as PROFILE_SCHEMA
-    from ..device.profile import load_profile
+    from ..device.profile import loads_profile
 
     found = []
     for path in sorted(glob.glob(os.path.join(os.path.dirname(os.path.abspath(plan_path)),
@@ -252,10 +252,11 @@ def _profile_beside(plan_path: str, name: str):
         try:
             if os.path.getsize(path) > _PROFILE_MAX_BYTES:
                 continue
-            with open(path, "rb") as f:  # the schema key may come last (sorted keys)
-                if f'"{PROFILE_SCHEMA}"'.encode() not in f.read():
-                    continue
-            profile = load_profile(path)
+            with open(path, "rb") as f:
+                data = f.read()
+            if f'"{PROFILE_SCHEMA}"'.encode() not in data:  # it may come last (sorted keys)
+                continue
+            profile = loads_profile(data, path)
         except (OSError, InputError):
             continue
         if profile.name == name:

@@ -181,20 +181,21 @@ class Timeline:
             return [self]
         out = []
         outside = self.step < 0
+        # said once, on the first step's capture: the ops outside every step are in none
+        note = []
+        if outside.any():
+            op_us = int((self.end_ns[outside] - self.start_ns[outside]).sum()) / 1000
+            note = [f"skipped {int(outside.sum())} op(s) outside every step ({op_us:,.3f} us "
+                    f"of op time): no capture holds them; --no-steps analyses the file as one "
+                    f"capture"]
         for st in steps:
             m = self.step == st
             lo, hi = int(self.start_ns[m].min()), int(self.end_ns[m].max())
             wm = (self.wait_start_ns >= lo) & (self.wait_start_ns <= hi)
             meta = dict(self.meta)
             meta["step"] = int(st)
-            warnings = list(self.warnings)
-            if outside.any() and not out:
-                # said once, on the first step's capture: the ops are in none of them
-                op_us = int((self.end_ns[outside] - self.start_ns[outside]).sum()) / 1000
-                warnings.append(f"skipped {int(outside.sum())} op(s) outside every step "
-                                f"({op_us:,.3f} us of op time): no capture holds them; "
-                                f"--no-steps analyses the file as one capture")
-            out.append(self.select(m, wm, meta=meta, warnings=warnings))
+            first = {"warnings": self.warnings + note} if note and not out else {}
+            out.append(self.select(m, wm, meta=meta, **first))
         return out
 
 

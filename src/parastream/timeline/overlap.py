@@ -293,6 +293,12 @@ def parallel_points(tl: Timeline, main_code: int, side_codes: list[int], **kw) -
     return [t.point(k) for k in range(len(t))]
 
 
+def _name_mask(tl: Timeline, pattern: str) -> np.ndarray:
+    """Per op, whether its name matches ``pattern`` (each distinct name tested once)."""
+    rx = re.compile(pattern)
+    return np.array([bool(rx.search(t)) for t in tl.names], bool)[tl.name]
+
+
 def point_table(tl: Timeline, main_code: int, side_codes: list[int], *,
                 side_regex: str | None = None, dominator_regex: str | None = None,
                 window_gap_ns: int | None = None) -> PointTable:
@@ -306,9 +312,7 @@ def point_table(tl: Timeline, main_code: int, side_codes: list[int], *,
     main_idx = tl.stream_ops(main_code)
     side_sel = None
     if side_regex:
-        rx = re.compile(side_regex)
-        ok = np.array([bool(rx.search(t)) for t in tl.names], bool)
-        side_sel = ok[tl.name] if len(tl) else np.zeros(0, bool)
+        side_sel = _name_mask(tl, side_regex)
         # side work left on the main stream is what is measured, never what hides it: it
         # is no dominator candidate, no part of main's busy time and no barrier
         main_idx = main_idx[~side_sel[main_idx]]
@@ -317,9 +321,7 @@ def point_table(tl: Timeline, main_code: int, side_codes: list[int], *,
     main_runmax = np.maximum.accumulate(main_e) if main_e.size else main_e
     cand = main_idx
     if dominator_regex:
-        rx = re.compile(dominator_regex)
-        ok = np.array([bool(rx.search(t)) for t in tl.names], bool)
-        cand = main_idx[ok[tl.name[main_idx]]] if main_idx.size else main_idx
+        cand = main_idx[_name_mask(tl, dominator_regex)[main_idx]]
     cs, ce = tl.start_ns[cand], tl.end_ns[cand]
     rmq = _RangeArgmax(ce - cs) if cs.size else None
 

@@ -567,16 +567,17 @@ def _build(path: str, parts: list[dict], trace, warnings: list[str]) -> Timeline
     meta: dict = {"device_id": device_id}
     if trace.distributedInfo:
         for k in ("rank", "world_size", "backend"):
-            if k in trace.distributedInfo:
-                meta[k] = trace.distributedInfo[k]
-        for k in ("rank", "world_size"):
-            # ranks are sorted and compared across files: a whole number or nothing
-            v = meta.get(k)
-            if v is not None and not (isinstance(v, int) and not isinstance(v, bool)):
-                if isinstance(v, str) and v.strip().isascii() and v.strip().isdigit():
-                    meta[k] = int(v.strip())
-                else:
+            if k not in trace.distributedInfo:
+                continue
+            v = trace.distributedInfo[k]
+            if k != "backend" and v is not None and not (isinstance(v, int)
+                                                         and not isinstance(v, bool)):
+                # ranks are sorted and compared across files: a whole number or nothing
+                s = v.strip() if isinstance(v, str) else ""
+                if not (s.isascii() and s.isdigit()):
                     raise InputError(path, f"distributedInfo.{k} is {v!r}, not a whole number")
+                v = int(s)
+            meta[k] = v
     syncs: Counter = Counter()
     for p in parts:
         syncs.update(p["syncs"])
