@@ -249,6 +249,10 @@ def test_a_folder_named_like_a_zoo_model_does_not_hide_it(tmp_path, monkeypatch)
 
     (tmp_path / "moe_layer").write_text('{"schema": "parastream.run/1"}')
     assert load_graph("moe_layer", scale="tiny").name == "moe_layer"
+    from parastream.graph.models import is_graph_file
+
+    # graph and simulate ask the same question before --scale/--batch (they refused them)
+    assert not is_graph_file("moe_layer") and is_graph_file("./moe_layer")
     with pytest.raises(InputError, match="not a parastream graph"):
         load_graph("./moe_layer")
 
