@@ -94,6 +94,9 @@ class FakeCuda:
     def synchronize(self):
         self.log.append(("device_sync",))
 
+    def _sleep(self, cycles):  # torch.cuda._sleep: spin on the current stream
+        self.log.append(("sleep", self._current.id, cycles))
+
 
 @pytest.fixture
 def fake():
@@ -145,3 +148,27 @@ def test_device_available_is_false_without_devices():
     assert device_available("npu") is False or device_available("npu") is True
     with pytest.raises(ValueError):
         DeviceBackend("tpu")
+
+
+def test_jitter_delays_the_op_on_its_stream_not_the_host(fake, monkeypatch):
+    # on a device a host sleep only delays the launch: the delay must be queued on the
+    # op's own stream, inside the op's stream context, for a missing wait to show
+    import time
+
+    from parastream.runtime.cuda import SPIN_CYCLES_PER_US
+    from parastream.runtime.executor import Jitter
+
+    module, inputs = ZOO["inception_block"].factory("tiny", "infer")
+    rn = import_runnable(module, inputs)
+    plan = assign(rn.graph, "matching", max_streams=2)
+    backend = DeviceBackend("cuda", mod=fake)
+    monkeypatch.setattr(backend, "record_stream", lambda value, stream: None)  # cpu tensors
+    monkeypatch.setattr(time, "sleep", lambda s: pytest.fail("host sleep under device jitter"))
+    with MultiStreamExecutor(module, inputs, plan, backend=backend, runnable=rn,
+                             jitter=Jitter(seed=1, prob=1.0, max_delay_us=50)) as ex:
+        assert ex.check(*inputs, runs=1).ok
+        stream_ids = {s.raw.id for s in ex.streams.values()}
+    sleeps = [x for x in fake.log if x[0] == "sleep"]
+    assert len(sleeps) >= len(plan.assignment)  # prob 1: every op of the jittered run
+    assert {sid for _, sid, _ in sleeps} == stream_ids  # on the plan's streams, each of them
+    assert all(1 <= c <= 50 * SPIN_CYCLES_PER_US for _, _, c in sleeps)

@@ -214,7 +214,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         require_fit(graph, c, args.plan or args.model)
     # every file --trace will hold, before the measuring: a folder in the place of one
     # (tr/plan.json/) failed after the whole run and left the others written
-    _check_trace_files(args, [c.name for c in chosen])
+    _check_trace_files(args, [c.name for c in chosen]
+                       + ([f"{c.name}-torch" for c in chosen] + ["single-torch"]
+                          if args.device == "cuda" else []))
 
     # a plan file's estimates may come from another calibration of the same name: only
     # estimates made now, on this profile, are reused
@@ -253,6 +255,8 @@ def cmd_run(args: argparse.Namespace) -> int:
                      dumps(with_recommendation(doc, rec.candidate or "single")))
         out.write(f"timelines written to {args.trace}/ (parastream analyze DIR/<candidate>.json "
                   f"--baseline DIR/single.json --plan DIR/plan.json)\n")
+        if args.device == "cuda":
+            _torch_traces(args.trace, module, inputs, runnable, chosen, args.device, out)
     result.pop("_runs", None)
     if args.json:  # named by a schema, as parastream's documents are (analyze DIR skips it)
         write_atomic(args.json, json.dumps({"schema": "parastream.run/1",
@@ -509,6 +513,22 @@ def _check_trace_files(args: argparse.Namespace, labels: Iterable[str]) -> None:
         if args.json and same_file(args.json, path):
             raise InputError(args.json, f"--json and --trace's {label} timeline name the "
                                         "same file")
+
+
+def _torch_traces(folder: str, module: Any, inputs: tuple, runnable: Any, chosen: list,
+                  device: str, out: Any) -> None:
+    """On cuda, also each candidate's and the single-stream model's kernels as the torch
+    profiler saw them (``<candidate>-torch.json``, ``single-torch.json``)."""
+    from .executor import MultiStreamExecutor
+    from .profiler import capture_torch_trace
+
+    for c in chosen:
+        with MultiStreamExecutor(module, inputs, c, backend=device, runnable=runnable) as ex:
+            capture_torch_trace(lambda: ex.run(*inputs), _trace_file(folder, f"{c.name}-torch"),
+                                device)
+    capture_torch_trace(lambda: module(*inputs), _trace_file(folder, "single-torch"), device)
+    out.write(f"torch profiler traces written to {folder}/ (parastream analyze "
+              "DIR/<candidate>-torch.json --baseline DIR/single-torch.json)\n")
 
 
 def _trace_file(folder: str, label: str) -> str:

@@ -24,10 +24,15 @@ module that records the calls (tests/runtime/test_cuda_standin.py).
 
 from __future__ import annotations
 
+import time
 from typing import Any, Callable
 
 from ..timeline.model import Timeline
 from .backend import STREAM_KINDS, StreamError
+
+#: cycles per microsecond for ``delay``: about an H100/H200 or Ascend core clock; jitter's
+#: delays are random anyway, so only their order of magnitude matters
+SPIN_CYCLES_PER_US = 2000
 
 
 def import_torch_npu() -> Any:
@@ -196,6 +201,16 @@ class DeviceBackend:
 
     def synchronize(self) -> None:
         self.mod.synchronize()
+
+    def delay(self, us: float) -> None:
+        """Queue about ``us`` microseconds of spinning on the current stream (jitter's
+        delay: it must hold back the device work, not only its launch). Uses the device
+        module's ``_sleep(cycles)`` at an assumed 2 GHz clock; a host sleep without it."""
+        spin = getattr(self.mod, "_sleep", None)
+        if spin is None:
+            time.sleep(us * 1e-6)
+        else:
+            spin(max(1, int(us * SPIN_CYCLES_PER_US)))
 
     def timeline(self, source: str | None = None) -> Timeline:
         """The recorded launches of the last run, timed by their device events."""

@@ -477,7 +477,14 @@ class MultiStreamExecutor(torch.fx.Interpreter):
         """Stream side of one op: read its inputs, run it, store its value."""
         j = self.jitter
         if j is not None and self._rng.random() < j.prob:
-            time.sleep(self._rng.random() * j.max_delay_us * 1e-6)
+            us = self._rng.random() * j.max_delay_us
+            # a device backend delays the op on its stream (a host sleep there only delays
+            # the launch, and a missing wait would stay hidden behind the queue)
+            delay = getattr(self.backend, "delay", None)
+            if delay is not None:
+                delay(us)
+            else:
+                time.sleep(us * 1e-6)
         args = map_arg(n.args, self._value)
         kwargs = map_arg(n.kwargs, self._value)
         if n in self.cross and hasattr(self.backend, "record_stream"):
