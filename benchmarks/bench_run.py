@@ -56,33 +56,50 @@ class TwoChains(torch.nn.Module):
         return ya + yb
 
 
-def overhead(ops: int = 200, runs: int = 9) -> dict:
+def overhead(ops: int = 200, runs: int = 9, device: str = "cpu") -> dict:
+    """Executor wall minus ``torch.fx.Interpreter`` wall per op, one stream. On a device
+    each call is followed by a synchronize (both sides), and the executor is timed with its
+    per-op timing events (as ``run`` measures) and without them."""
     from parastream.graph.torch_import import import_runnable
     from parastream.plan.model import Plan
     from parastream.runtime.executor import MultiStreamExecutor
 
     m, x = Chain(ops).eval(), torch.randn(16)
+    if device != "cpu":
+        m, x = m.to(device), x.to(device)
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     rn = import_runnable(m, (x,))
     plan = Plan.single(o.name for o in rn.graph.ops)
     interp = torch.fx.Interpreter(rn.graph_module)
-    ex = MultiStreamExecutor(m, (x,), plan, runnable=rn)
-    a, b = [], []
+    timers = {"interpreter_us": lambda: interp.run(*rn.bind((x,))),
+              "module_us": lambda: m(x)}
+    executors = [MultiStreamExecutor(m, (x,), plan, runnable=rn, backend=device)]
+    timers["executor_us"] = executors[0]
+    if device == "cuda":
+        from parastream.runtime.cuda import CudaBackend
+
+        executors.append(MultiStreamExecutor(m, (x,), plan, runnable=rn,
+                                             backend=CudaBackend(record_timeline=False)))
+        timers["executor_no_timing_us"] = executors[1]
+    times: dict[str, list[float]] = {k: [] for k in timers}
     with torch.no_grad():
-        for _ in range(2):
-            interp.run(*rn.bind((x,)))
-            ex(x)
-        for _ in range(runs):
-            t = time.perf_counter_ns()
-            interp.run(*rn.bind((x,)))
-            a.append((time.perf_counter_ns() - t) / 1e3)
-            t = time.perf_counter_ns()
-            ex(x)
-            b.append((time.perf_counter_ns() - t) / 1e3)
-    ex.close()
+        for k in range(runs + 2):  # alternating; the first two of each are dropped
+            for key, fn in timers.items():
+                t = time.perf_counter_ns()
+                fn() if key in ("interpreter_us", "module_us") else fn(x)
+                sync()
+                if k >= 2:
+                    times[key].append((time.perf_counter_ns() - t) / 1e3)
+    for ex in executors:
+        ex.close()
     n = len(rn.graph.ops)
-    ia, eb = statistics.median(a[2:]), statistics.median(b[2:])
-    return {"ops": n, "interpreter_us": ia, "executor_us": eb, "per_op_us": (eb - ia) / n,
-            "interpreter_per_op_us": ia / n}
+    med = {key: statistics.median(v) for key, v in times.items()}
+    ia = med["interpreter_us"]
+    out = {"device": device, "ops": n, **med, "per_op_us": (med["executor_us"] - ia) / n,
+           "interpreter_per_op_us": ia / n}
+    if "executor_no_timing_us" in med:
+        out["per_op_no_timing_us"] = (med["executor_no_timing_us"] - ia) / n
+    return out
 
 
 def candidates_of(module, inputs, name, profile, top=3):

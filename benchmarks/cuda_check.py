@@ -10,7 +10,9 @@ Run on a machine with a GPU (``benchmarks/cuda_check.sh`` runs it with the CLI c
 2. a plan with one wait removed, run with the validator off: is the race caught (jitter
    runs) or not (plain runs)? Printed either way, as measured;
 3. ``emit --target cuda`` code for three models, run on the device with the switch on
-   and off, against the original model's outputs.
+   and off, against the original model's outputs;
+4. the executor's overhead per op over ``torch.fx.Interpreter`` (benchmarks/bench_run.py's
+   chain of 200 tiny ops), and the host cost of each stream call the backend makes.
 
 ``--device cpu`` runs the same on the cpu backend (a dry run of this script; bitwise).
 Every section is guarded: a failure is printed with its traceback and the next runs.
@@ -115,12 +117,77 @@ def removed_wait(device):
             jit = ex.check(*inputs, runs=100)
         row.update(plain_caught=not plain.ok, plain=plain.describe(),
                    jitter_caught=not jit.ok, jitter=jit.describe())
+        if device == "cuda":  # the comparison: the same jitter with host sleeps only
+            from parastream.runtime.cuda import CudaBackend
+
+            host = CudaBackend()
+            host.delay = None  # the executor then sleeps on the host, as on cpu
+            with MultiStreamExecutor(module, inputs, broken, backend=host, runnable=rn,
+                                     validate=False,
+                                     jitter=Jitter(seed=3, prob=0.7, max_delay_us=300)) as ex:
+                hj = ex.check(*inputs, runs=100)
+            row.update(host_jitter_caught=not hj.ok, host_jitter=hj.describe())
         out["tried"].append(row)
         print(f"wait {k} removed: validator {row['validator'][:40]}; 100 plain runs "
               f"{'CAUGHT' if row['plain_caught'] else 'not caught'}; 100 jittered runs "
-              f"{'CAUGHT' if row['jitter_caught'] else 'not caught'}", flush=True)
-    out["jitter_caught"] = sum(r["jitter_caught"] for r in out["tried"])
-    out["plain_caught"] = sum(r["plain_caught"] for r in out["tried"])
+              f"{'CAUGHT' if row['jitter_caught'] else 'not caught'}; with host sleeps "
+              f"{row.get('host_jitter_caught')}", flush=True)
+    for mode in ("jitter", "plain", "host_jitter"):
+        out[f"{mode}_caught"] = sum(bool(r.get(f"{mode}_caught")) for r in out["tried"])
+    return out
+
+
+def overhead(device):
+    sys.path.insert(0, os.path.dirname(__file__))
+    from bench_run import overhead as bench_overhead
+
+    r = bench_overhead(ops=200, runs=15, device=device)
+    print(r, flush=True)
+    return r
+
+
+def micro_costs(device):
+    """Host cost per call of what the cuda backend does around an op (us, median of 5
+    batches of 2000 calls, synchronized after each batch)."""
+    if device != "cuda":
+        return {}
+    import statistics
+
+    s1, s2 = torch.cuda.Stream(), torch.cuda.Stream()
+    x = torch.randn(16, device="cuda")
+    ev = torch.cuda.Event(enable_timing=True)
+    ev.record(s1)
+    origin = torch.cuda.current_stream()
+    flip = [s1, s2]
+
+    def ctx():
+        with torch.cuda.stream(s1):
+            pass
+
+    def set_stream():
+        flip.reverse()
+        torch.cuda.set_stream(flip[0])
+
+    calls = {"tiny kernel launch (x + 1)": lambda: x + 1,
+             "with torch.cuda.stream(s)": ctx,
+             "torch.cuda.set_stream (changing)": set_stream,
+             "new timing Event + record": lambda: torch.cuda.Event(enable_timing=True).record(s1),
+             "reused Event record": lambda: ev.record(s1),
+             "stream.wait_event": lambda: s2.wait_event(ev),
+             "tensor.record_stream": lambda: x.record_stream(s1),
+             "torch.cuda._sleep(2000)": lambda: torch.cuda._sleep(2000)}
+    out = {}
+    for name, fn in calls.items():
+        batches = []
+        for _ in range(6):
+            t = time.perf_counter_ns()
+            for _ in range(2000):
+                fn()
+            torch.cuda.synchronize()
+            batches.append((time.perf_counter_ns() - t) / 2000 / 1e3)
+        torch.cuda.set_stream(origin)
+        out[name] = round(statistics.median(batches[1:]), 3)
+        print(f"{name:36s} {out[name]:8.3f} us", flush=True)
     return out
 
 
@@ -178,12 +245,14 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
     ap.add_argument("--out", default="cuda_check.json")
-    ap.add_argument("--skip", nargs="*", default=(), choices=("zoo", "removed_wait", "emit"))
+    ap.add_argument("--skip", nargs="*", default=(), choices=("zoo", "removed_wait", "emit", "overhead",
+                                                         "micro_costs"))
     args = ap.parse_args()
     report = {"torch": torch.__version__, "python": sys.version.split()[0],
               "device": (torch.cuda.get_device_name() if args.device == "cuda" else "cpu")}
     print(report, flush=True)
-    for name, fn in (("zoo", zoo_check), ("removed_wait", removed_wait), ("emit", emit_check)):
+    for name, fn in (("zoo", zoo_check), ("removed_wait", removed_wait), ("emit", emit_check),
+                     ("overhead", overhead), ("micro_costs", micro_costs)):
         if name not in args.skip:
             section(name, lambda f=fn: f(args.device), report)
             with open(args.out, "w") as f:  # after each section: a timeout keeps the rest
@@ -192,7 +261,8 @@ def main() -> int:
     rw = report.get("removed_wait", {})
     print(f"SUMMARY zoo {z.get('passed')}/{z.get('total')} model x algorithm pass (2 runs + 50 "
           f"jittered); removed waits caught by jitter {rw.get('jitter_caught')}/"
-          f"{len(rw.get('tried', []))}, by plain runs {rw.get('plain_caught')}; emit "
+          f"{len(rw.get('tried', []))}, by plain runs {rw.get('plain_caught')}, by host-sleep "
+          f"jitter {rw.get('host_jitter_caught')}; emit "
           f"{[(r['model'], r.get('on_ok'), r.get('off_ok')) for r in report.get('emit', {}).get('rows', [])]}")
     return 0
 

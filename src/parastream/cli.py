@@ -74,7 +74,8 @@ def _parser() -> argparse.ArgumentParser:
     a.add_argument("--plan", metavar="PLAN", help="plan.json from 'parastream plan': check each op "
                    "ran on its planned stream and compute overlap_pct per planned parallel point")
     a.add_argument("--candidate", metavar="NAME", help="the plan candidate to check: its name or "
-                   "a unique suffix such as side-serial (default: the recommended one)")
+                   "a unique suffix such as side-serial (default: the candidate a trace from "
+                   "'parastream run --trace' names, else the recommended one)")
     a.add_argument("-j", "--jobs", type=int, default=0, metavar="N",
                    help="worker processes for many files (default: one per core, 1 = serial)")
     a.add_argument("--no-progress", action="store_true", help="no progress display")
@@ -134,6 +135,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     if args.candidate and not args.plan:
         raise InputError(None, "--candidate picks the candidate of --plan FILE to check")
     plan_doc = None
+    named = args.candidate is not None  # else each capture's own candidate, where it names one
     if args.plan:
         from .plan.io import load_doc
 
@@ -158,13 +160,19 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     if plan_doc is not None:
         from .plan.verify import verify
 
+        # a timeline 'parastream run --trace' wrote names the candidate that ran in it: the
+        # plan it sits beside recommends what the measurement chose, often single stream
+        names = {c.name for c in plan_doc.candidates}
         for cap, tl in zip(doc["captures"], timelines):
-            cap["plan_check"] = verify(tl, plan_doc, args.candidate)
+            own = tl.meta.get("trace_name")
+            cap["plan_check"] = verify(tl, plan_doc, own if not named and own in names
+                                       else args.candidate)
         checks = [c["plan_check"] for c in doc["captures"]]
         if checks and all(c["ops_found"] == 0 and c["ops_planned"] for c in checks):
             raise InputError(args.plan, f"none of the {checks[0]['ops_planned']} ops of "
-                                        f"candidate {args.candidate!r} is in the trace: the plan "
-                                        "is for another model, or the trace names ops otherwise")
+                                        f"candidate {checks[0]['candidate']!r} is in the trace: "
+                                        "the plan is for another model, or the trace names ops "
+                                        "otherwise")
     if args.format == "json":
         from .graph.render import render_json
 

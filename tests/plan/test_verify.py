@@ -103,3 +103,31 @@ def test_two_side_streams_that_ran_as_one_are_reported():
         "verdict_counts": {}, "parallel_points_total": 0, "plan_check": r}]})
     assert "side streams 1, 2 all ran on trace stream 1: planned apart" in md
     assert "Plan check" in md
+
+
+def test_cli_checks_the_candidate_a_run_trace_names_not_the_recommended_single(tmp_path):
+    # 'parastream run --trace' writes plan.json recommending what the measurement chose (often
+    # single stream) beside each candidate's timeline, whose traceName is the candidate
+    from parastream.report.kineto import write_kineto
+
+    side = doc().candidates[0]
+    single = Plan.single(side.assignment)
+    d = PlanDoc(model="moe", device="test", recommended="single", candidates=[single, side],
+                parallel_points=doc().parallel_points)
+    plan = tmp_path / "plan.json"
+    plan.write_bytes(dumps(d))
+    src = tmp_path / "side-serial.json"
+    write_kineto(src, trace(), side.name)
+
+    def check(*extra):
+        out = subprocess.run([sys.executable, "-m", "parastream", "analyze", str(src), "--plan",
+                              str(plan), "--format", "json", *extra], capture_output=True,
+                             text=True, check=True).stdout
+        return json.loads(out)["captures"][0]["plan_check"]
+
+    pc = check()
+    assert pc["candidate"] == side.name and pc["misplaced_count"] == 0
+    assert pc["parallel_points"][0]["verdict"] == "true"
+    # --candidate still wins: the single plan puts shared_up/down on stream 0
+    pc = check("--candidate", "single")
+    assert pc["candidate"] == "single" and pc["misplaced_count"] == 2

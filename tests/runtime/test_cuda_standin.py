@@ -91,6 +91,10 @@ class FakeCuda:
     def current_stream(self):
         return self._current
 
+    def set_stream(self, s):
+        self._current = s
+        self.log.append(("set", s.id))
+
     def synchronize(self):
         self.log.append(("device_sync",))
 
@@ -172,3 +176,38 @@ def test_jitter_delays_the_op_on_its_stream_not_the_host(fake, monkeypatch):
     assert len(sleeps) >= len(plan.assignment)  # prob 1: every op of the jittered run
     assert {sid for _, sid, _ in sleeps} == stream_ids  # on the plan's streams, each of them
     assert all(1 <= c <= 50 * SPIN_CYCLES_PER_US for _, _, c in sleeps)
+
+
+def test_a_run_switches_streams_only_on_change_and_restores_the_callers(fake, monkeypatch):
+    module, inputs = ZOO["inception_block"].factory("tiny", "infer")
+    rn = import_runnable(module, inputs)
+    plan = assign(rn.graph, "matching", max_streams=2)
+    backend = DeviceBackend("cuda", mod=fake)
+    monkeypatch.setattr(backend, "record_stream", lambda value, stream: None)
+    origin = fake.current_stream()
+    with MultiStreamExecutor(module, inputs, plan, backend=backend, runnable=rn) as ex:
+        ex(*inputs)
+        assert fake.current_stream() is origin  # the caller's stream is current again
+        sets = [x[1] for x in fake.log if x[0] == "set"]
+        switches = sum(1 for a, b in zip(ex._issue_order(), ex._issue_order()[1:])
+                       if a[1] != b[1])
+        assert len(sets) == switches + 2  # into the first op's stream, each change, back
+        assert not any(x[0] == "enter" for x in fake.log)  # no context per op in a run
+        events = len(backend._pool)
+        fake.log.clear()
+        ex(*inputs)
+        assert len(backend._pool) == events  # the timing events are reused, not made anew
+        # an op that fails mid-run: the caller's stream is current again after it
+        calls = {"n": 0}
+        real = ex._call
+
+        def failing(n, args, kwargs):
+            calls["n"] += 1
+            if calls["n"] == 5:
+                raise RuntimeError("launch failed")
+            return real(n, args, kwargs)
+
+        monkeypatch.setattr(ex, "_call", failing)
+        with pytest.raises(Exception, match="launch failed"):
+            ex(*inputs)
+        assert fake.current_stream() is origin

@@ -2,13 +2,15 @@
 
 One code path for both: the device module (``torch.cuda``, or ``torch.npu`` once
 ``torch_npu`` is imported) provides ``Stream``, ``Event``, ``stream(s)`` (the context that
-makes ``s`` current), ``current_stream()`` and ``synchronize()``, and tensors provide
+makes ``s`` current), ``set_stream``, ``current_stream()`` and ``synchronize()``, and tensors provide
 ``record_stream``. Only that one family of objects is used (DOMAIN.md §5: never mix the
 generic ``torch.Stream``/``torch.Event`` with device-specific ones).
 
-``submit(fn)`` calls ``fn`` on the host under ``with device.stream(s)``: the kernels it
-launches queue on ``s`` and the result is available at once (``host_synchronous`` is
-false). With ``record_timeline`` each submit is bracketed by two timing events on its
+``submit(fn)`` calls ``fn`` on the host with ``s`` current: the kernels it launches queue
+on ``s`` and the result is available at once (``host_synchronous`` is false). Outside a
+run that is ``with device.stream(s)``; inside the executor's run (``begin`` .. ``end``) the
+issuing thread calls ``set_stream`` only when the stream changes, and ``end`` (or
+``close`` after an error) makes the caller's stream current again. With ``record_timeline`` each submit is bracketed by two timing events on its
 stream; :meth:`DeviceBackend.timeline` turns them into a Timeline (op names as submitted,
 stream labels as named), the device-side counterpart of the cpu backend's own recording.
 For kernel-level detail use the torch profiler (``parastream run --trace``).
@@ -114,21 +116,31 @@ class DeviceStream:
     def submit(self, fn: Callable[..., Any], *args: Any, name: str | None = None,
                **kwargs: Any) -> DeviceWork:
         b = self._backend
-        op = name or getattr(fn, "__name__", "op")
+        if b._in_run:  # inside the executor's run: switch the current stream only on change
+            b._switch(self.raw)
+            return DeviceWork(self._launch(fn, args, kwargs, name))
         with b.mod.stream(self.raw):
-            start = end = None
-            if b.record_timeline:
-                start = b.mod.Event(enable_timing=True)
-                start.record(self.raw)
-            try:
-                value = fn(*args, **kwargs)
-            except Exception as exc:  # a launch failed: report where, as the cpu backend does
-                raise StreamError(self.name, op, exc) from exc
-            if b.record_timeline:
-                end = b.mod.Event(enable_timing=True)
-                end.record(self.raw)
-                b._marks.append((self.name, self.kind, op, start, end))
-        return DeviceWork(value)
+            return DeviceWork(self._launch(fn, args, kwargs, name))
+
+    def _launch(self, fn: Callable[..., Any], args: tuple, kwargs: dict,
+                name: str | None) -> Any:
+        """Call ``fn`` with this stream current, between two timing events when recording."""
+        b = self._backend
+        start = end = None
+        if b.record_timeline:
+            start = b._timing_event()
+            start.record(self.raw)
+        try:
+            value = fn(*args, **kwargs)
+        except Exception as exc:  # a launch failed: report where, as the cpu backend does
+            op = name or getattr(fn, "__name__", "op")
+            raise StreamError(self.name, op, exc) from exc
+        if b.record_timeline:
+            end = b._timing_event()
+            end.record(self.raw)
+            b._marks.append((self.name, self.kind, name or getattr(fn, "__name__", "op"),
+                             start, end))
+        return value
 
     def record_event(self, event: DeviceEvent | None = None) -> DeviceEvent:
         event = event or self._backend.event()
@@ -160,6 +172,14 @@ class DeviceBackend:
         self._marks: list[tuple] = []
         self._streams: dict[str, DeviceStream] = {}
         self._origin = None  # the caller's current stream during a run
+        # during a run (begin .. end) the issuing thread sets the current stream only when
+        # it changes, instead of entering and leaving a stream context around every op;
+        # the timing events are reused from run to run (begin clears the marks that read
+        # them) instead of made anew for every op
+        self._in_run = False
+        self._set: Any = None
+        self._pool: list[Any] = []
+        self._pool_next = 0
 
     def stream(self, name: str | None = None, kind: str = "device") -> DeviceStream:
         name = name or f"stream{len(self._streams)}"
@@ -178,8 +198,11 @@ class DeviceBackend:
     # -- run brackets used by the executor
     def begin(self, streams: list[DeviceStream]) -> None:
         """Every stream waits for the caller's current stream (where the inputs were made)."""
+        self._restore()  # a run that ended without end() (an error) left its stream set
         self._marks.clear()
-        self._origin = self.mod.current_stream()
+        self._pool_next = 0
+        self._origin = self._set = self.mod.current_stream()
+        self._in_run = True
         ev = self.mod.Event()
         ev.record(self._origin)
         for s in streams:
@@ -187,12 +210,34 @@ class DeviceBackend:
                 s.raw.wait_event(ev)
 
     def end(self, main: DeviceStream) -> None:
-        """The caller's current stream waits for ``main`` (already joined by the plan)."""
+        """The caller's current stream waits for ``main`` (already joined by the plan) and
+        is current again."""
+        self._restore()
         origin = self._origin if self._origin is not None else self.mod.current_stream()
         if main.raw is not origin:
             ev = self.mod.Event()
             ev.record(main.raw)
             origin.wait_event(ev)
+
+    def _switch(self, raw: Any) -> None:
+        if self._set is not raw:
+            self.mod.set_stream(raw)
+            self._set = raw
+
+    def _restore(self) -> None:
+        """Leave run mode with the caller's stream current again."""
+        if self._in_run:
+            self._in_run = False
+            if self._set is not self._origin:
+                self.mod.set_stream(self._origin)
+            self._set = None
+
+    def _timing_event(self) -> Any:
+        if self._pool_next == len(self._pool):
+            self._pool.append(self.mod.Event(enable_timing=True))
+        ev = self._pool[self._pool_next]
+        self._pool_next += 1
+        return ev
 
     def record_stream(self, value: Any, stream: DeviceStream) -> None:
         """Tell the caching allocator that ``value``'s tensors are used on ``stream``."""
@@ -235,9 +280,11 @@ class DeviceBackend:
 
     def close(self) -> None:
         try:
+            self._restore()
             self.synchronize()
         finally:
             self._streams.clear()
+            self._pool.clear()
 
     def __enter__(self) -> "DeviceBackend":
         return self

@@ -17,6 +17,7 @@ import gc
 import multiprocessing as mp
 import re
 from collections import Counter
+from typing import Any
 
 import msgspec
 import numpy as np
@@ -78,6 +79,7 @@ class _Trace(msgspec.Struct):
     traceEvents: list[_Event] = []
     deviceProperties: list[_DevProp] | None = None
     distributedInfo: dict | None = None
+    traceName: Any = None  # parastream's writer names the plan candidate that ran
 
 
 class _TraceHead(msgspec.Struct):
@@ -86,6 +88,7 @@ class _TraceHead(msgspec.Struct):
     traceEvents: msgspec.Raw = msgspec.Raw()
     deviceProperties: list[_DevProp] | None = None
     distributedInfo: dict | None = None
+    traceName: Any = None
 
 
 _EVENTS = msgspec.json.Decoder(list[_Event])
@@ -145,7 +148,8 @@ def _lenient_events(path: str, data: bytes, warnings: list[str]) -> _Trace:
         except (msgspec.ValidationError, TypeError):
             pass
     dist = doc.get("distributedInfo") if isinstance(doc.get("distributedInfo"), dict) else None
-    return _Trace(traceEvents=events, deviceProperties=props, distributedInfo=dist)
+    return _Trace(traceEvents=events, deviceProperties=props, distributedInfo=dist,
+                  traceName=doc.get("traceName"))
 
 
 def _normalise(e):
@@ -565,6 +569,8 @@ def _build(path: str, parts: list[dict], trace, warnings: list[str]) -> Timeline
             device = DeviceInfo(name=p.name, sm_count=p.numSms)
             break
     meta: dict = {"device_id": device_id}
+    if isinstance(trace.traceName, str) and trace.traceName:
+        meta["trace_name"] = trace.traceName
     if trace.distributedInfo:
         for k in ("rank", "world_size", "backend"):
             if k not in trace.distributedInfo:
