@@ -4,8 +4,9 @@
 #   bash benchmarks/cuda_check.sh
 # 1. benchmarks/cuda_check.py: every zoo model x planner algorithm on the cuda backend
 #    (tolerance check + 50 jittered runs each), removed waits, emit --target cuda code;
-# 2. parastream run medusa_heads --auto --device cuda --check --jitter 50 --trace DIR
-#    (the demo's model) and moe_layer, then parastream analyze on what they captured.
+# 2. parastream calibrate --device cuda; parastream run medusa_heads --auto --device cuda
+#    --check --jitter 50 --trace DIR (the demo's model) and moe_layer, with the in-process
+#    calibration and with the calibrated profile; parastream analyze on what they captured.
 # Needs torch with cuda; msgspec is installed from ./.whl when that folder is there.
 set -u
 OUT=${OUT:-$(mktemp -d)}
@@ -22,11 +23,17 @@ python3 -c "import torch, msgspec, pyarrow, rich; print('torch', torch.__version
 timeout 200 python3 benchmarks/cuda_check.py --out "$OUT/cuda_check.json" 2>&1 \
   | grep -v '^USDT' | tee "$OUT/cuda_check.log"
 T=/tmp/cuda-traces; rm -rf $T; mkdir -p $T
+echo "== parastream calibrate --device cuda --repeat 3" | tee "$OUT/run.log"
+timeout 120 $P calibrate --device cuda --repeat 3 -o $T/h200-calibrated.json 2>&1 \
+  | grep -v '^USDT' | tee -a "$OUT/run.log" | tail -5
 for m in medusa_heads moe_layer; do
   echo "== parastream run $m --auto --device cuda --check --jitter 50"
   timeout 150 $P run $m --auto --device cuda --check --jitter 50 --runs 15 \
     --trace $T/$m --json $T/$m-run.json 2>&1 | grep -v '^USDT' | tee -a "$OUT/run.log"
   echo "rc ${PIPESTATUS[0]}" | tee -a "$OUT/run.log"
+  echo "== the same with --profile (calibrate --device cuda --repeat 3)" | tee -a "$OUT/run.log"
+  timeout 150 $P run $m --auto --device cuda --runs 15 --profile $T/h200-calibrated.json \
+    --json $T/$m-run-profile.json 2>&1 | grep -v '^USDT' | tee -a "$OUT/run.log" | tail -8
   for f in $T/$m/*.json; do
     b=$(basename $f .json)
     case $b in plan|single|single-torch) continue;; esac

@@ -456,7 +456,7 @@ def test_cli_keeps_a_busy_warning_in_the_profile(tmp_path, monkeypatch, capsys):
 
     monkeypatch.setattr(overhead, "_watched_calibration", fake)
     out = tmp_path / "p.json"
-    args = argparse.Namespace(name="cpu-calibrated", repeat=1, output=str(out), quick=True,
+    args = argparse.Namespace(device="cpu", name="cpu-calibrated", repeat=1, output=str(out), quick=True,
                               malloc="system")
     assert cli_zoo.cmd_calibrate(args) == 0
     doc = json.loads(out.read_text())

@@ -19,14 +19,22 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     z.add_argument("--format", choices=("text", "json"), default="text")
     z.set_defaults(func=cmd_zoo)
 
-    c = sub.add_parser("calibrate", help="measure this CPU and write a device profile",
+    c = sub.add_parser("calibrate", help="measure this CPU (or a cuda GPU) and write a device "
+                                         "profile",
                        description="Measure the local CPU (matmul and vector throughput, "
                                    "memory bandwidth, per-task hand-off overhead, cores) and "
                                    "write a parastream.device/1 profile; use it with "
-                                   "--device FILE.")
-    c.add_argument("-o", "--output", metavar="FILE", default="cpu-calibrated.json",
-                   help="where to write the profile (default: cpu-calibrated.json)")
-    c.add_argument("--name", default="cpu-calibrated", help="the profile's name")
+                                   "--device FILE. With --device cuda, measure the GPU "
+                                   "(matmul rates, copy bandwidth, multiprocessors) and the "
+                                   "executor's host cost per op and per call there, on top "
+                                   "of the shipped profile of that GPU.")
+    c.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                   help="what to calibrate (default cpu)")
+    c.add_argument("-o", "--output", metavar="FILE", default=None,
+                   help="where to write the profile (default: NAME.json)")
+    c.add_argument("--name", default=None, help="the profile's name (default: cpu-calibrated; "
+                   "on cuda the GPU's shipped profile's name with -calibrated, e.g. "
+                   "h200-calibrated)")
     c.add_argument("--quick", action="store_true", help="shorter measurements (10-16 s on a 2-core VM, against 30-35 s)")
     c.add_argument("--repeat", type=int, default=1, metavar="N",
                    help="calibrate N times, one after another, and keep the median of each "
@@ -69,6 +77,19 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     from ..report.atomic import check_writable, write_atomic
     from .calibrate import dumps
 
+    if args.device == "cuda":
+        from ..runtime.cuda import device_available
+
+        if not device_available("cuda"):
+            raise InputError(None, "--device cuda: no cuda device available to torch here")
+        if args.name is None:
+            import torch
+
+            from ..runtime.device_calibrate import shipped_base
+
+            args.name = f"{shipped_base(torch.cuda.get_device_name())}-calibrated"
+    args.name = "cpu-calibrated" if args.name is None else args.name
+    args.output = f"{args.name}.json" if args.output is None else args.output
     if not args.name.strip():
         raise InputError(None, "--name must not be empty")
     from ..device.profile import is_shipped
@@ -77,7 +98,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         # a plan records its device by name: a calibrated profile under a shipped name is
         # later taken for the shipped one (simulate plan.json predicted on the wrong device)
         raise InputError(None, f"--name {args.name!r} is a shipped profile's name: pick "
-                               "another (default cpu-calibrated)")
+                               "another (default cpu-calibrated, or NAME-calibrated on cuda)")
     if args.repeat < 1:
         raise InputError(None, f"--repeat must be at least 1, got {args.repeat}")
     if not args.output.strip():
@@ -87,10 +108,16 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     from ..runtime.overhead import calibrate_cpu
 
     print(f"parastream calibrate: {malloc.apply(args.malloc)}", file=sys.stderr)
-    # with torch, the cpu backend's executor costs too (what run and demo predict with)
-    profile = calibrate_cpu(quick=args.quick, name=args.name, repeat=args.repeat,
-                            warn=lambda note: print(f"parastream calibrate: {note}",
-                                                    file=sys.stderr))
+    if args.device == "cuda":
+        from ..runtime.device_calibrate import calibrate_repeated
+
+        profile = calibrate_repeated("cuda", quick=args.quick, name=args.name,
+                                     repeat=args.repeat)
+    else:
+        # with torch, the cpu backend's executor costs too (what run and demo predict with)
+        profile = calibrate_cpu(quick=args.quick, name=args.name, repeat=args.repeat,
+                                warn=lambda note: print(f"parastream calibrate: {note}",
+                                                        file=sys.stderr))
     data = dumps(profile)
     if args.repeat > 1:  # how far this machine's figures moved between the calibrations
         print(f"parastream calibrate: {profile['sources']['repeat'].split(': ', 1)[1]}",

@@ -16,7 +16,9 @@ from typing import Any, Iterable
 from ..errors import InputError
 from . import malloc
 
-DEVICE_PROFILES = {"cuda": "h100", "npu": "ascend910b"}
+#: the shipped profile a device predicts with when none is given and none is calibrated
+#: in-process (cuda calibrates one: runtime.device_calibrate)
+DEVICE_PROFILES = {"npu": "ascend910b"}
 
 
 def add_parser(sub) -> None:
@@ -50,7 +52,8 @@ def add_parser(sub) -> None:
     p.add_argument("--jitter", type=int, default=0, metavar="RUNS", help="with --check: also run "
                    "RUNS times with random per-op delays and stream interleavings")
     p.add_argument("--profile", metavar="FILE", help="device profile for the prediction (from "
-                   "parastream calibrate -o FILE); default on cpu: a quick in-process calibration")
+                   "parastream calibrate [--device cuda] -o FILE); default on cpu and cuda: a quick "
+                   "in-process calibration (npu: the shipped ascend910b profile)")
     p.add_argument("--scale", default="small", help="zoo scale: tiny or small (7b is meta-only)")
     p.add_argument("--phase", help="zoo phase where it applies")
     p.add_argument("--json", metavar="FILE", help="also write the result as JSON")
@@ -85,6 +88,16 @@ def load_profile_for(args: argparse.Namespace) -> tuple[Any, str]:
         return prof, "; ".join(["profile: calibrated in-process (quick mode); pass --profile "
                                 "FILE from 'parastream calibrate -o FILE' for a steadier "
                                 "prediction", *notes])
+    if args.device == "cuda":
+        import torch
+
+        from .device_calibrate import calibrated_device_profile
+
+        prof = calibrated_device_profile("cuda", quick=True, name="cuda-quick")
+        return prof, (f"profile: calibrated in-process on {torch.cuda.get_device_name()} (quick: "
+                      f"the executor's host cost {prof.launch_overhead_us:.3g} us per op, "
+                      "matmul rates, copy bandwidth); pass --profile FILE from 'parastream "
+                      "calibrate --device cuda -o FILE' for a steadier prediction")
     name = DEVICE_PROFILES[args.device]
     return load_profile(name), (f"profile: built-in {name!r} (not measured on this device; pass "
                                 "--profile)")
