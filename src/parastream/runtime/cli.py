@@ -268,9 +268,10 @@ def cmd_run(args: argparse.Namespace) -> int:
                      dumps(with_recommendation(doc, rec.candidate or "single")))
         out.write(f"timelines written to {args.trace}/ (parastream analyze DIR/<candidate>.json "
                   f"--baseline DIR/single.json --plan DIR/plan.json)\n")
-        if args.device == "cuda":
-            _torch_traces(args.trace, module, inputs, runnable, chosen, args.device, out)
+        if result.get("_torch"):
+            _torch_traces(args.trace, module, inputs, result["_torch"], args.device, out)
     result.pop("_runs", None)
+    result.pop("_torch", None)
     if args.json:  # named by a schema, as parastream's documents are (analyze DIR skips it)
         write_atomic(args.json, json.dumps({"schema": "parastream.run/1",
                                             **_jsonable(result)}, indent=1))
@@ -362,6 +363,8 @@ def run_candidates(module: Any, inputs: tuple, runnable: Any, doc: Any, chosen: 
     details: list[dict] = []
     # op_costs: given, or from the first measured single-stream executor runs
     runs_by_name: dict[str, tuple[Any, dict]] = {}
+    torch_raw: dict[str, bytes] = {}  # cuda: each candidate's annotated profiler trace
+    kernel_single: dict[str, Any] = {}
     from ..graph.calibrate import BusyWatch, cpu_count
 
     # the host's threads issue every backend's ops: a neighbour on the cores skews them
@@ -390,6 +393,20 @@ def run_candidates(module: Any, inputs: tuple, runnable: Any, doc: Any, chosen: 
                 op_costs = measured_costs(graph, profile, m.single_timelines)
             from_ops = (simulate_plan(graph, c, profile, costs=op_costs, order=order).result.wall_us
                         if op_costs is not None else None)
+            if device == "cuda":
+                # the kernels as they ran, not the launch-inclusive event brackets: the
+                # analysis below and --trace's timelines take these (runtime/profiler.py)
+                raw, tl = _profiled(module, inputs, runnable, c, device)
+                torch_raw[c.name] = raw
+                if tl is not None:
+                    m.multi_timeline, m.multi_timelines = tl, [tl]
+                if "single" not in kernel_single:
+                    kernel_single["single"] = _profiled(
+                        module, inputs, runnable, Plan.single(o.name for o in graph.ops),
+                        device)[1]
+                if kernel_single["single"] is not None:
+                    m.single_timeline = kernel_single["single"]
+                    m.single_timelines = [kernel_single["single"]]
             an = analyse(m, doc, c.name)
             runs_by_name[c.name] = (m, an)
             pts = an.get("plan_check", {}).get("parallel_points", [])
@@ -417,9 +434,15 @@ def run_candidates(module: Any, inputs: tuple, runnable: Any, doc: Any, chosen: 
                             "triage": {"verdict": tri.get("verdict"), "summary": tri.get("summary"),
                                        "evidence": tri.get("evidence", [])},
                             "start_lag": late_starts(m, c) if device == "cpu" else {},
+                            "timeline": ("torch profiler: each op's kernels "
+                                         "(gpu_user_annotation spans), one run"
+                                         if c.name in torch_raw and m.multi_timelines
+                                         and m.multi_timelines[0].format == "torch-profiler"
+                                         else "the backend's own recording"),
                             "check": check_note})
     return {"model": graph.name, "device": device, "runs": runs, "drop": drop,
             "candidates": results, "details": details, "_runs": runs_by_name,
+            "_torch": torch_raw,
             "busy": watch.note("the measurement", MEASURE_BUSY_ADVICE)}
 
 
@@ -528,20 +551,39 @@ def _check_trace_files(args: argparse.Namespace, labels: Iterable[str]) -> None:
                                         "same file")
 
 
-def _torch_traces(folder: str, module: Any, inputs: tuple, runnable: Any, chosen: list,
+def _torch_traces(folder: str, module: Any, inputs: tuple, raws: dict[str, bytes],
                   device: str, out: Any) -> None:
-    """On cuda, also each candidate's and the single-stream model's kernels as the torch
+    """On cuda, also each candidate's annotated run and the plain model as the torch
     profiler saw them (``<candidate>-torch.json``, ``single-torch.json``)."""
-    from .executor import MultiStreamExecutor
+    from ..report.atomic import write_atomic
     from .profiler import capture_torch_trace
 
-    for c in chosen:
-        with MultiStreamExecutor(module, inputs, c, backend=device, runnable=runnable) as ex:
-            capture_torch_trace(lambda: ex.run(*inputs), _trace_file(folder, f"{c.name}-torch"),
-                                device)
+    for name, raw in raws.items():
+        write_atomic(_trace_file(folder, f"{name}-torch"), raw)
     capture_torch_trace(lambda: module(*inputs), _trace_file(folder, "single-torch"), device)
     out.write(f"torch profiler traces written to {folder}/ (parastream analyze "
               "DIR/<candidate>-torch.json --baseline DIR/single-torch.json)\n")
+
+
+def _profiled(module: Any, inputs: tuple, runnable: Any, plan: Any,
+              device: str) -> tuple[bytes, Any]:
+    """One run of ``plan`` under the torch profiler with each op annotated: the trace's
+    bytes and the plan's ops from it (:func:`~parastream.runtime.profiler.kernel_timeline`;
+    None when the trace has no annotation spans)."""
+    from .executor import MultiStreamExecutor
+    from .profiler import kernel_timeline, profile_call
+
+    with MultiStreamExecutor(module, inputs, plan, backend=device, runnable=runnable) as ex:
+        ex.annotate = True
+        raw = profile_call(lambda: ex.run(*inputs), device)
+    try:
+        import torch
+
+        name = torch.cuda.get_device_name() if device == "cuda" else None
+    except Exception:  # noqa: BLE001 - the name is a label only
+        name = None
+    return raw, kernel_timeline(json.loads(raw), plan.assignment, f"{plan.name} (torch profiler)",
+                                device=name)
 
 
 def _trace_file(folder: str, label: str) -> str:

@@ -205,6 +205,10 @@ class MultiStreamExecutor(torch.fx.Interpreter):
         self._here_cpus: set[int] | None = None
         self._prepare()
         self._last_timeline: Timeline | None = None
+        #: wrap each op in ``torch.profiler.record_function(op name)``: under the torch
+        #: profiler its kernels then carry the plan's op name (``gpu_user_annotation``
+        #: spans on cuda; :func:`parastream.runtime.profiler.kernel_timeline`)
+        self.annotate = False
 
     # ------------------------------------------------------------------ set-up
     def _prepare(self) -> None:
@@ -491,7 +495,11 @@ class MultiStreamExecutor(torch.fx.Interpreter):
             stream = self.streams[self._op_info[n][1]]
             for a in self.cross[n]:
                 self.backend.record_stream(self.env.get(a), stream)
-        self.env[n] = self._call(n, args, kwargs)
+        if self.annotate:
+            with torch.profiler.record_function(self._op_info[n][2]):
+                self.env[n] = self._call(n, args, kwargs)
+        else:
+            self.env[n] = self._call(n, args, kwargs)
         frees = self._frees[n]
         if frees:
             del args, kwargs  # this op's own references go with its inputs

@@ -1,10 +1,16 @@
-"""One warm call under the torch profiler, saved as a PyTorch (Kineto) trace.
+"""One warm call under the torch profiler: the PyTorch (Kineto) trace, and on cuda the
+plan's ops as the GPU ran them.
 
-On cuda, ``parastream run --trace`` writes two kinds of timeline per candidate: the
-backend's own (device events around each op, op names as planned), and this one, the
-kernels as the driver ran them on its streams, in the format ``parastream analyze`` reads
-from ``torch.profiler`` (DOMAIN.md §6). The second is the independent check: the first is
-bracketed by the same events the plan issued, the second is not.
+On cuda the backend's own timeline brackets each op with two events on its stream. When
+the host issues more slowly than the GPU runs (the zoo models at small scale on an H200:
+kernels 0.4 ms of a 0.5-1.1 ms call), the start event fires as soon as it is recorded
+and the interval holds the op's launch too: two streams' intervals then overlap while no
+two kernels did (the backend timeline said parallelism 1.15-1.31x and "partial overlap";
+the torch profiler's kernels, 1.00x). So ``parastream run --device cuda`` analyses a run
+taken under the torch profiler instead: the executor wraps each op in
+``record_function(op name)`` (:attr:`MultiStreamExecutor.annotate`), and the profiler
+puts a ``gpu_user_annotation`` span around that op's kernels on the stream they ran on;
+:func:`kernel_timeline` reads those spans as the plan's ops.
 
 npu is not captured here: torch_npu has its own profiler and output folder
 (``torch_npu.profiler``; ``parastream analyze`` reads its ASCEND_PROFILER_OUTPUT).
@@ -12,24 +18,25 @@ npu is not captured here: torch_npu has its own profiler and output folder
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import tempfile
+from collections import Counter
 from typing import Any, Callable
+
+from ..timeline.model import Timeline
 
 #: the devices whose kernels the torch profiler records (cpu: host ops only)
 PROFILED = ("cpu", "cuda")
+_DIGITS = re.compile(r"(\d+)")
 
 
-def capture_torch_trace(call: Callable[[], Any], path: str, device: str = "cuda") -> int:
+def profile_call(call: Callable[[], Any], device: str = "cuda") -> bytes:
     """Run ``call`` once untimed, then once under ``torch.profiler`` (host activity, and the
-    device's kernels on cuda), and write the trace to ``path`` atomically. Returns the
-    number of trace events."""
-    import json
-
+    device's kernels on cuda), both without autograd; the exported trace's bytes."""
     import torch
     from torch.profiler import ProfilerActivity, profile
-
-    from ..report.atomic import write_atomic
 
     if device not in PROFILED:
         raise ValueError(f"the torch profiler trace is taken on {' or '.join(PROFILED)}, "
@@ -45,16 +52,84 @@ def capture_torch_trace(call: Callable[[], Any], path: str, device: str = "cuda"
         with profile(activities=activities) as prof:
             call()
             sync()
-    # export_chrome_trace writes to a path of its own choosing: a scratch folder, then one
-    # atomic write to the real place
+    # export_chrome_trace writes to a path of its own choosing: a scratch folder
     with tempfile.TemporaryDirectory(prefix="parastream-trace-") as scratch:
         tmp = os.path.join(scratch, "trace.json")
         prof.export_chrome_trace(tmp)
         with open(tmp, "rb") as f:
-            data = f.read()
+            return f.read()
+
+
+def capture_torch_trace(call: Callable[[], Any], path: str, device: str = "cuda") -> int:
+    """:func:`profile_call`, written to ``path`` atomically; the number of trace events."""
+    from ..report.atomic import write_atomic
+
+    data = profile_call(call, device)
     events = len(json.loads(data).get("traceEvents", []))
     write_atomic(path, data)
     return events
 
 
-__all__ = ["PROFILED", "capture_torch_trace"]
+def _stream_of(event: dict) -> str | None:
+    args = event.get("args") or {}
+    for v in (args.get("stream"), event.get("tid")):
+        if isinstance(v, bool) or v is None:
+            continue
+        if isinstance(v, (int, float)):
+            return str(int(v))
+        m = _DIGITS.search(str(v))
+        if m:
+            return m.group(1)
+    return None
+
+
+def kernel_timeline(doc: dict, assignment: dict[str, int], source: str,
+                    device: str | None = None) -> Timeline | None:
+    """The plan's ops from a trace's ``gpu_user_annotation`` spans (an annotated executor
+    run, :func:`profile_call`): each op from its first kernel's start to its last kernel's
+    end on the stream they ran on. Each CUDA stream is labelled with the plan stream most of
+    its ops were planned on, one to one (an op that ran elsewhere stays misplaced for the
+    placement check); ops that launched no kernel are not in it. None without any span."""
+    from .cpu import LaneRecorder, build_timeline
+
+    rows = []
+    for e in doc.get("traceEvents") or []:
+        if not isinstance(e, dict) or e.get("ph") != "X" or e.get("cat") != "gpu_user_annotation":
+            continue
+        name, stream = e.get("name"), _stream_of(e)
+        if name not in assignment or stream is None:
+            continue
+        try:
+            start = round(float(e["ts"]) * 1e3)
+            end = start + max(0, round(float(e.get("dur", 0)) * 1e3))
+        except (KeyError, TypeError, ValueError):
+            continue
+        rows.append((stream, name, start, end))
+    if not rows:
+        return None
+    votes: dict[str, Counter] = {}
+    for stream, name, _, _ in rows:
+        votes.setdefault(stream, Counter())[assignment[name]] += 1
+    label: dict[str, str] = {}
+    taken: set[int] = set()
+    # the stream with the clearest majority picks first
+    for stream, count in sorted(votes.items(), key=lambda kv: -max(kv[1].values())):
+        free = [(n, s) for s, n in count.items() if s not in taken]
+        if free:
+            _, planned = max(free)
+            label[stream] = str(planned)
+            taken.add(planned)
+        else:
+            label[stream] = f"cuda{stream}"
+    t0 = min(r[2] for r in rows)
+    lanes: dict[str, LaneRecorder] = {}
+    for stream, name, start, end in sorted(rows, key=lambda r: r[2]):
+        lane = label[stream]
+        lanes.setdefault(lane, LaneRecorder(lane)).op(name, start - t0, end - t0)
+    ordered = sorted(lanes.values(), key=lambda ln: (not ln.lane.isdigit(),
+                                                     int(ln.lane) if ln.lane.isdigit() else 0))
+    return build_timeline(ordered, source, "torch-profiler", device=device,
+                          meta={"cuda_streams": {v: k for k, v in label.items()}})
+
+
+__all__ = ["PROFILED", "capture_torch_trace", "kernel_timeline", "profile_call"]
