@@ -131,3 +131,18 @@ def test_cli_checks_the_candidate_a_run_trace_names_not_the_recommended_single(t
     # --candidate still wins: the single plan puts shared_up/down on stream 0
     pc = check("--candidate", "single")
     assert pc["candidate"] == "single" and pc["misplaced_count"] == 2
+
+
+def test_side_ops_between_main_ops_are_not_overlap_whatever_the_envelope():
+    # a host-bound device run: the side stream's ops ran one by one between main's, so the
+    # side envelope covers the dominator (overlap_pct 1.0) while no two ops ran at once
+    b = TimelineBuilder("t", "test")
+    for k, (name, stream) in enumerate([("gate", "7"), ("shared_up", "9"), ("experts", "7"),
+                                        ("shared_down", "9"), ("merge", "7")]):
+        b.add_op(stream, name, k * 10_000, k * 10_000 + 8_000)
+    (p,) = verify(b.build(), doc())["parallel_points"]
+    assert p["overlap_pct"] == 1.0 and p["busy_overlap_pct"] == 0.0
+    assert p["verdict"] == "false"
+    # the same side ops beside the main ones: both measures agree
+    (q,) = verify(trace(), doc())["parallel_points"]
+    assert q["busy_overlap_pct"] == 1.0 and q["verdict"] == "true"

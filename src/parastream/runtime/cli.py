@@ -416,6 +416,7 @@ def run_candidates(module: Any, inputs: tuple, runnable: Any, doc: Any, chosen: 
                 multi_median_us=m.multi_median_us, predicted_wall_us=pred,
                 predicted_single_us=pred_single, predicted_from_ops_us=from_ops,
                 overlap_pcts=[p["overlap_pct"] for p in found], verdicts=[p["verdict"] for p in found],
+                busy_overlap_pcts=[p["busy_overlap_pct"] for p in found],
                 triage=an.get("triage", {}).get("verdict"), outputs_ok=ok,
                 speedup_quartiles=m.speedup_quartiles, streams=m.streams))
             tri = an.get("triage", {})

@@ -43,6 +43,8 @@ class CandidateResult:
     #: simulated with this model's measured single-stream op times instead of the profile's
     predicted_from_ops_us: float | None = None
     overlap_pcts: list[float] = field(default_factory=list)
+    #: per point, the share of its side ops' busy time the main stream covered
+    busy_overlap_pcts: list[float] = field(default_factory=list)
     verdicts: list[str] = field(default_factory=list)
     triage: str | None = None
     outputs_ok: bool | None = None
@@ -119,6 +121,8 @@ def _line(r: CandidateResult) -> str:
     pred = (f", predicted {r.predicted_wall_us:,.0f} us" if r.predicted_wall_us is not None
             else "")
     pcts = ", ".join(f"{p:.2f}" for p in r.overlap_pcts[:4]) or "-"
+    if r.busy_overlap_pcts:
+        pcts += "] busy overlap [" + ", ".join(f"{p:.2f}" for p in r.busy_overlap_pcts[:4])
     tri = f", triage {r.triage}" if r.triage else ""
     ok = "" if r.outputs_ok is None else (", outputs identical" if r.outputs_ok
                                           else ", OUTPUTS DIFFER")
