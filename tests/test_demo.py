@@ -148,3 +148,15 @@ def test_a_folder_in_place_of_a_report_file_fails_before_any_work(tmp_path):
     assert r.stderr.strip().splitlines() == [
         f"parastream: {out / 'report.html'}: cannot write: it is a directory, not a file"]
     assert sorted(p.name for p in out.iterdir()) == ["report.html"]  # nothing half-written
+
+
+def test_device_cuda_without_a_gpu_is_a_one_line_error_and_leaves_no_folder(tmp_path):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a cuda device is here")
+    out = tmp_path / "demo"
+    r = subprocess.run([sys.executable, "-m", "parastream", "demo", "--device", "cuda", "--out",
+                        str(out), "--no-progress"], capture_output=True, text=True)
+    assert r.returncode == 2 and "no cuda device" in r.stderr
+    assert "Traceback" not in r.stderr and not out.exists()

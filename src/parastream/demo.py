@@ -14,6 +14,12 @@ per parallel point, triage) -> a report folder:
   measured multi-stream run, readable by ``parastream analyze`` and Perfetto).
 
 Every figure says where it comes from: "simulated on <profile>" or "measured, CPU".
+
+``--device cuda`` runs the same loop on the GPU: the model on the device, a quick
+calibration of the GPU (:mod:`parastream.runtime.device_calibrate`) instead of the CPU's,
+the cuda backend's streams, the measured run analysed from its kernels under the torch
+profiler, figures labelled with the GPU's name; no separate-process pass (that is about
+the CPU's OpenMP threads).
 """
 
 from __future__ import annotations
@@ -28,7 +34,7 @@ from .runtime import malloc
 DEFAULT_MODEL = "medusa_heads"
 DEFAULT_SCALE = "small"
 #: what the report folder holds (cpu-profile.json: the profile it predicted with, calibrated
-#: or from --profile FILE)
+#: or from --profile FILE; cuda-profile.json with --device cuda)
 DEMO_FILES = ("report.html", "plan.json", "plan.md", "analysis.json", "trace.json",
               "cpu-profile.json")
 
@@ -44,6 +50,7 @@ class DemoResult:
     seconds: float = 0.0
     notes: list[str] = field(default_factory=list)  # e.g. a separate process that failed
     summary: str = ""  # the recommendation's one line ("use matching: 1.58x measured")
+    device_name: str = ""  # where it ran: "this CPU", or the GPU's name
 
 
 @contextmanager
@@ -70,7 +77,7 @@ def _steps(enabled: bool, total: int):
 def run_demo(out_dir: str = "out/demo", model: str = DEFAULT_MODEL, scale: str = DEFAULT_SCALE,
              phase: str | None = None, runs: int = 11, candidates_to_run: int = 2,
              progress: bool = True, profile_path: str | None = None,
-             best_settings: bool = True) -> DemoResult:
+             best_settings: bool = True, device: str = "cpu") -> DemoResult:
     """Run the whole loop and write the report folder; returns what was measured."""
     import msgspec
     import torch
@@ -92,9 +99,18 @@ def run_demo(out_dir: str = "out/demo", model: str = DEFAULT_MODEL, scale: str =
     from .runtime.recommend import recommend
     from .timeline.analyze import Options, analyze_capture
 
+    profile_file = f"{device}-profile.json"
     check_folder(out_dir)
-    for name in DEMO_FILES:  # a folder in the way of one of them fails now, not at the end
+    for name in DEMO_FILES + (profile_file,):  # a folder in the way fails now, not at the end
         check_writable(os.path.join(out_dir, name), made=out_dir)
+    where = "this CPU"
+    if device == "cuda":
+        from .errors import InputError
+        from .runtime.cuda import device_available
+
+        if not device_available("cuda"):
+            raise InputError(None, "--device cuda: no cuda device available to torch here")
+        where = torch.cuda.get_device_name()
     t_start = time.perf_counter()
     with _steps(progress, 9) as step:
         step(f"importing {model} ({scale})")
@@ -102,6 +118,10 @@ def run_demo(out_dir: str = "out/demo", model: str = DEFAULT_MODEL, scale: str =
 
         module, inputs, _, meta = load_model(model, scale, phase)
         phase = meta.get("phase", phase)
+        if device != "cpu":
+            from .runtime.cli import _move
+
+            module, inputs = _move(module, inputs, device)
         with anchored(meta):
             runnable = import_runnable(module, inputs, name=model)
         graph = runnable.graph
@@ -117,6 +137,13 @@ def run_demo(out_dir: str = "out/demo", model: str = DEFAULT_MODEL, scale: str =
                 profile = loads_profile(profile_json, profile_path)
             else:
                 profile = load_profile(profile_path)
+        elif device == "cuda":
+            from .runtime.device_calibrate import calibrate_device, shipped_base
+
+            step(f"calibrating {where}")
+            profile_json = dump_profile(calibrate_device(
+                "cuda", quick=True, name=f"{shipped_base(where)}-calibrated"))
+            profile = loads_profile(profile_json)
         else:
             step("calibrating the local CPU")
             profile_json = dump_profile(calibrate_cpu(quick=True, name="cpu-calibrated",
@@ -139,7 +166,8 @@ def run_demo(out_dir: str = "out/demo", model: str = DEFAULT_MODEL, scale: str =
         # the candidates to run: best first by this model's own op times (one short
         # single-stream capture), which the profile alone predicts 20-50% low, unevenly
         multi, op_costs = rank_by_op_times(module, inputs, runnable, profile,
-                                           [c for c in doc.candidates if c.stream_count() > 1])
+                                           [c for c in doc.candidates if c.stream_count() > 1],
+                                           device=device)
         multi = multi[:candidates_to_run]
 
         def running(k: int, n: int, cand) -> None:
@@ -147,13 +175,16 @@ def run_demo(out_dir: str = "out/demo", model: str = DEFAULT_MODEL, scale: str =
 
         # the planner already simulated every candidate on this profile: its estimates stand
         result = run_candidates(module, inputs, runnable, doc, multi, profile, runs=runs,
-                                reuse_estimates=True, on_candidate=running, op_costs=op_costs)
+                                reuse_estimates=True, on_candidate=running, op_costs=op_costs,
+                                device=device)
         busy = result["busy"]
         if busy:
             step(f"warning: {busy}")
         runs_by_name = result["_runs"]
         iso = None
-        if best_settings and baseline.wanted():
+        if device != "cpu":
+            step("separate processes skipped: they set the CPU's OpenMP threads")
+        elif best_settings and baseline.wanted():
             step("each side again in a process of its own (best OpenMP setting)")
             iso = baseline.best_settings(model, scale, phase, doc, [c.name for c in multi],
                                          runs=runs, warmup=2, drop=2)
@@ -203,7 +234,8 @@ def run_demo(out_dir: str = "out/demo", model: str = DEFAULT_MODEL, scale: str =
             mm, rr = runs_by_name[r["candidate"]]
             entry = dict(rr.get("plan_check") or {})
             entry["walls"] = {"single_median_us": mm.single_median_us, "multi_median_us": mm.multi_median_us,
-                              "speedup": mm.speedup, "label": "measured, CPU"}
+                              "speedup": mm.speedup,
+                              "label": "measured, CPU" if device == "cpu" else f"measured, {where}"}
             measured_by_name[r["candidate"]] = entry
         # the folder's documents agree on one recommendation, the measured one: `emit
         # plan.json` with no --candidate then generates what the measurement chose
@@ -211,10 +243,11 @@ def run_demo(out_dir: str = "out/demo", model: str = DEFAULT_MODEL, scale: str =
         # the profile goes in with the documents made from it, not before: a run that
         # fails on the way leaves the folder's earlier profile beside its earlier plan
         if profile_json is not None:
-            write_atomic(os.path.join(out_dir, "cpu-profile.json"), profile_json)
+            write_atomic(os.path.join(out_dir, profile_file), profile_json)
         write_atomic(os.path.join(out_dir, "plan.json"), dump_plan(doc))
         write_atomic(os.path.join(out_dir, "plan.md"), render_markdown(doc, measured_by_name))
         analysis_json = {"schema": "parastream.demo/1", "model": model, "scale": scale, "phase": phase,
+                         "device": device if device == "cpu" else where,
                          "device_profile": profile.name, "recommended": rec, "measured": measured,
                          "separate_processes": iso, "decision": decision.to_dict(),
                          "headroom": graph_doc.get("headroom"),
@@ -227,19 +260,20 @@ def run_demo(out_dir: str = "out/demo", model: str = DEFAULT_MODEL, scale: str =
             write_kineto(os.path.join(out_dir, "trace.json"), tl, label=f"{model}: {best}")
             files.append("trace.json")
             summary = _summary(model, scale, phase, profile.name, rec, measured, graph_doc, doc,
-                               res.get("triage"))
+                               res.get("triage"), where=where)
             summary["module_dag"] = module_graph
             write_html(os.path.join(out_dir, "report.html"), [(tl, cap)], summary,
-                       title=f"parastream demo: {model} ({scale}) on this CPU")
+                       title=f"parastream demo: {model} ({scale}) on {where}")
         step("done")
     torch.set_num_threads(os.cpu_count() or 1)
     verdict = (res.get("triage") or {}).get("verdict", "")
     notes = [f"not measured in a separate process: {e}" for e in (iso or {}).get("errors", [])]
     return DemoResult(out_dir, model, rec, measured, files, verdict,
-                      round(time.perf_counter() - t_start, 1), notes, decision.summary)
+                      round(time.perf_counter() - t_start, 1), notes, decision.summary, where)
 
 
-def _summary(model, scale, phase, device, rec, measured, graph_doc, doc, triage) -> dict:
+def _summary(model, scale, phase, device, rec, measured, graph_doc, doc, triage,
+             where: str = "this CPU") -> dict:
     """What the report's summary section shows (rendered as tables by the HTML report)."""
     mods = [{k: m.get(k) for k in ("module_id", "module_name", "module_type", "side_effect",
                                    "resource_hint")} for m in graph_doc.get("modules", [])][:40]
@@ -250,7 +284,8 @@ def _summary(model, scale, phase, device, rec, measured, graph_doc, doc, triage)
               "lints": sum(1 for l in c.lints if l.severity in ("error", "warning"))}
              for c in doc.candidates[:12]]
     out = {"model": f"{model} ({scale}, {phase})", "recommendation": rec,
-           "figures": f"measured: CPU ({os.cpu_count()} cores), median of the kept runs; "
+           "figures": (f"measured: CPU ({os.cpu_count()} cores)" if where == "this CPU"
+                       else f"measured: {where}") + ", median of the kept runs; "
                       f"predicted: simulated on {device}",
            "predicted_vs_measured": measured, "headroom": graph_doc.get("headroom"),
            "candidates": cands, "modules": mods,
@@ -275,6 +310,9 @@ def add_parser(sub) -> None:
     p.add_argument("--candidates", type=int, default=2, help="candidates to run (default 2)")
     p.add_argument("--profile", help="a device profile from 'parastream calibrate' (default: "
                    "calibrate quickly now)")
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                   help="where the streams run (default cpu; cuda: torch's cuda streams, the "
+                        "GPU calibrated instead of the CPU)")
     p.add_argument("--no-progress", action="store_true",
                    help="no progress bar: each step as a plain line on stderr (as when stderr "
                         "is no terminal)")
@@ -303,8 +341,10 @@ def cmd_demo(args) -> int:
     print(malloc.apply(args.malloc))
     r = run_demo(args.out, args.model, args.scale, args.phase, args.runs, args.candidates,
                  progress=not args.no_progress, profile_path=args.profile,
-                 best_settings=args.best_settings)
-    print(f"\nparastream demo: {r.model} on this CPU ({os.cpu_count()} cores) in {r.seconds} s")
+                 best_settings=args.best_settings, device=args.device)
+    where = (f"this CPU ({os.cpu_count()} cores)" if args.device == "cpu"
+             else r.device_name or args.device)
+    print(f"\nparastream demo: {r.model} on {where} in {r.seconds} s")
     print(f"{'candidate':44s} {'pred. single':>12s} {'pred. multi':>11s} {'from ops':>9s} "
           f"{'meas. single':>12s} {'meas. multi':>11s} {'speedup':>8s}  overlap_pct")
     for m in r.measured:
@@ -314,8 +354,9 @@ def cmd_demo(args) -> int:
               f"{m['predicted_multi_us']:11.1f} {ops if ops is not None else '-':>9} "
               f"{m['measured_single_us']:12.1f} {m['measured_multi_us']:11.1f} "
               f"{m['measured_speedup']:7.2f}x  {pcts}")
-    print("(predicted = simulated on the calibrated CPU profile; from ops = simulated from the op "
-          "times of the single-stream runs; measured = median of the kept runs, CPU)")
+    kind = "CPU" if args.device == "cpu" else where
+    print(f"(predicted = simulated on the calibrated {kind} profile; from ops = simulated from the "
+          f"op times of the single-stream runs; measured = median of the kept runs, {kind})")
     if any(m.get("separate_single_spinning_us") or m.get("separate_multi_us") for m in r.measured):
         print("in separate processes, each side in its best OpenMP setting (single stream with "
               "threads spinning, streams with them sleeping):")
