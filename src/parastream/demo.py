@@ -209,6 +209,7 @@ def run_demo(out_dir: str = "out/demo", model: str = DEFAULT_MODEL, scale: str =
                 "prediction_error_pct": round(100 * d["prediction_error"], 1)
                 if d["prediction_error"] is not None else None,
                 "overlap_pct": [round(p, 4) for p in r.overlap_pcts],
+                "busy_overlap_pct": [round(p, 4) for p in r.busy_overlap_pcts],
                 "runs_kept": len(runs_by_name[r.name][0].multi_walls_us),
                 "separate_single_spinning_us": round(r.iso_single_us, 1)
                 if r.iso_single_us else None,
@@ -346,10 +347,12 @@ def cmd_demo(args) -> int:
              else r.device_name or args.device)
     print(f"\nparastream demo: {r.model} on {where} in {r.seconds} s")
     print(f"{'candidate':44s} {'pred. single':>12s} {'pred. multi':>11s} {'from ops':>9s} "
-          f"{'meas. single':>12s} {'meas. multi':>11s} {'speedup':>8s}  overlap_pct")
+          f"{'meas. single':>12s} {'meas. multi':>11s} {'speedup':>8s}  overlap_pct (busy)")
     for m in r.measured:
         ops = m.get("predicted_from_ops_us")
         pcts = ", ".join(f"{p:.2f}" for p in m.get("overlap_pct") or []) or "-"
+        if m.get("busy_overlap_pct"):
+            pcts += " (" + ", ".join(f"{p:.2f}" for p in m["busy_overlap_pct"]) + ")"
         print(f"{m['candidate'][:44]:44s} {m['predicted_single_us'] or 0:12.1f} "
               f"{m['predicted_multi_us']:11.1f} {ops if ops is not None else '-':>9} "
               f"{m['measured_single_us']:12.1f} {m['measured_multi_us']:11.1f} "

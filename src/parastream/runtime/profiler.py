@@ -22,6 +22,7 @@ import json
 import os
 import re
 import tempfile
+import warnings
 from collections import Counter
 from typing import Any, Callable
 
@@ -49,9 +50,12 @@ def profile_call(call: Callable[[], Any], device: str = "cuda") -> bytes:
     with torch.no_grad():
         call()  # warm: allocator growth and lazy kernel loading stay out of the trace
         sync()
-        with profile(activities=activities) as prof:
-            call()
-            sync()
+        with warnings.catch_warnings():
+            # torch warns that a profiler without a schedule keeps one cycle: one is all
+            warnings.filterwarnings("ignore", message=".*clears events at the end of each cycle")
+            with profile(activities=activities) as prof:
+                call()
+                sync()
     # export_chrome_trace writes to a path of its own choosing: a scratch folder
     with tempfile.TemporaryDirectory(prefix="parastream-trace-") as scratch:
         tmp = os.path.join(scratch, "trace.json")
