@@ -138,11 +138,11 @@ def run_demo(out_dir: str = "out/demo", model: str = DEFAULT_MODEL, scale: str =
             else:
                 profile = load_profile(profile_path)
         elif device == "cuda":
-            from .runtime.device_calibrate import calibrate_device, shipped_base
+            from .runtime.device_calibrate import calibrate_device, profile_stem
 
             step(f"calibrating {where}")
             profile_json = dump_profile(calibrate_device(
-                "cuda", quick=True, name=f"{shipped_base(where)}-calibrated"))
+                "cuda", quick=True, name=f"{profile_stem(where)}-calibrated"))
             profile = loads_profile(profile_json)
         else:
             step("calibrating the local CPU")

@@ -146,3 +146,15 @@ def test_side_ops_between_main_ops_are_not_overlap_whatever_the_envelope():
     # the same side ops beside the main ones: both measures agree
     (q,) = verify(trace(), doc())["parallel_points"]
     assert q["busy_overlap_pct"] == 1.0 and q["verdict"] == "true"
+
+
+def test_side_ops_on_the_main_stream_do_not_hide_behind_themselves():
+    # shared_up ran on main's stream between gate and experts, shared_down after merge on
+    # the side stream: nothing ran at once, so nothing was hidden
+    b = TimelineBuilder("t", "test")
+    for name, stream, lo, hi in [("gate", "7", 0, 10), ("shared_up", "7", 10, 20),
+                                 ("experts", "7", 20, 110), ("merge", "7", 110, 112),
+                                 ("shared_down", "9", 112, 140)]:
+        b.add_op(stream, name, lo * 1000, hi * 1000)
+    (p,) = verify(b.build(), doc())["parallel_points"]
+    assert p["busy_overlap_pct"] == 0.0 and p["verdict"] == "false"

@@ -211,3 +211,32 @@ def test_a_run_switches_streams_only_on_change_and_restores_the_callers(fake, mo
         with pytest.raises(Exception, match="launch failed"):
             ex(*inputs)
         assert fake.current_stream() is origin
+
+
+def test_run_mode_belongs_to_the_thread_that_began_it(fake, monkeypatch):
+    import threading
+
+    b = DeviceBackend("cuda", mod=fake)
+    s0, s1 = b.stream("0"), b.stream("1")
+    b.begin([s0, s1])
+    origin = b._origin
+    other = threading.Thread(target=lambda: s1.submit(lambda: None, name="elsewhere"))
+    other.start()
+    other.join()
+    # another thread's submit (a pipeline worker's) keeps its own stream context and
+    # leaves the run's notion of the current stream alone
+    assert ("enter", s1.raw.id) in fake.log and b._set is origin
+    s0.submit(lambda: None, name="mine")
+    assert ("set", s0.raw.id) in fake.log  # the run's own thread switches
+    b.end(s0)
+    assert fake.current_stream() is origin and not b._in_run
+    # a begin that fails part-way leaves no run mode behind
+    monkeypatch.setattr(fake, "Event", lambda enable_timing=False: (_ for _ in ()).throw(
+        RuntimeError("no events")))
+    with pytest.raises(RuntimeError):
+        b.begin([s0, s1])
+    assert not b._in_run
+    monkeypatch.undo()
+    fake.log.clear()
+    s1.submit(lambda: None, name="after")
+    assert ("enter", s1.raw.id) in fake.log and fake.current_stream() is origin

@@ -20,6 +20,16 @@ def test_shipped_base_from_the_name_torch_reports():
     assert shipped_base("cpu") == "h100"  # never the host's profile for a GPU
 
 
+def test_a_calibration_is_named_after_the_device_not_the_fallback():
+    from parastream.device.profile import is_shipped
+    from parastream.runtime.device_calibrate import profile_stem
+
+    assert profile_stem("NVIDIA H200") == "h200"
+    assert profile_stem("NVIDIA H100 80GB HBM3") == "h100"
+    assert profile_stem("NVIDIA A100-SXM4-80GB") == "a100-sxm4-80gb"
+    assert not is_shipped(profile_stem("NVIDIA A100-SXM4-80GB") + "-calibrated")
+
+
 def test_calibrated_profile_keeps_the_base_and_puts_the_measured_figures_in():
     prof = calibrate_device("cpu", quick=True, name="test-calibrated", base="h200",
                             matmul_n=128, copy_mib=4)

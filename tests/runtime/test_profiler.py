@@ -88,3 +88,15 @@ def test_an_annotated_executor_names_its_ops_in_the_profiler_trace():
 
     assert not annotations(plain) & set(plan.assignment)
     assert annotations(marked) >= set(plan.assignment)
+
+
+def test_kernel_timeline_keeps_main_on_a_tie():
+    # CUDA 7 ran two ops of plan stream 0 and two of stream 1, CUDA 9 two of stream 1:
+    # 7 is main, 9 the side stream (a greedy pick by largest count took 7 for stream 1)
+    from parastream.runtime.profiler import kernel_timeline
+
+    assignment = {"a": 0, "b": 0, "c": 1, "d": 1, "e": 1, "f": 1}
+    doc = {"traceEvents": [_span(n, s, float(k * 10), 5.0) for k, (n, s) in enumerate(
+        [("a", 7), ("c", 7), ("b", 7), ("d", 7), ("e", 9), ("f", 9)])]}
+    tl = kernel_timeline(doc, assignment, "run")
+    assert tl.meta["cuda_streams"] == {"0": "7", "1": "9"}

@@ -85,9 +85,9 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         if args.name is None:
             import torch
 
-            from ..runtime.device_calibrate import shipped_base
+            from ..runtime.device_calibrate import profile_stem
 
-            args.name = f"{shipped_base(torch.cuda.get_device_name())}-calibrated"
+            args.name = f"{profile_stem(torch.cuda.get_device_name())}-calibrated"
     args.name = "cpu-calibrated" if args.name is None else args.name
     args.output = f"{args.name}.json" if args.output is None else args.output
     if not args.name.strip():

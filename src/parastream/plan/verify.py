@@ -60,8 +60,13 @@ def verify(tl: Timeline, doc: PlanDoc, candidate: str | None = None) -> dict:
     verdict_3a = bool(merged)
     shared = [g for g in shared if 0 not in g["plan_streams"]]  # with main: the 3a case
     points = []
-    # what ran on the main stream's trace id, all of it: side work hidden behind any of it
-    main_ops = np.flatnonzero(np.asarray(tl.streams, dtype=object)[tl.stream] == mapping.get(0)) \
+    # what main's own ops kept busy on its trace stream: side work hides behind any of
+    # those, never behind side ops that ran there themselves (they would cover their own
+    # time, and a side stream that never ran would read as hidden)
+    side_planned = {n for n, s in plan.assignment.items() if s != 0}
+    main_ops = np.asarray([i for i in np.flatnonzero(
+        np.asarray(tl.streams, dtype=object)[tl.stream] == mapping.get(0)).tolist()
+        if tl.op_name(i) not in side_planned], dtype=np.int64) \
         if 0 in mapping and len(tl) else np.zeros(0, np.int64)
     main_busy = iv.union(tl.start_ns[main_ops], tl.end_ns[main_ops])
     for p in doc.parallel_points:

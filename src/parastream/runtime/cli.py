@@ -228,7 +228,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     # every file --trace will hold, before the measuring: a folder in the place of one
     # (tr/plan.json/) failed after the whole run and left the others written
     _check_trace_files(args, [c.name for c in chosen]
-                       + ([f"{c.name}-torch" for c in chosen] + ["single-torch"]
+                       + ([_torch_label(c.name) for c in chosen] + ["single-torch"]
                           if args.device == "cuda" else []))
 
     # a plan file's estimates may come from another calibration of the same name: only
@@ -560,10 +560,16 @@ def _torch_traces(folder: str, module: Any, inputs: tuple, raws: dict[str, bytes
     from .profiler import capture_torch_trace
 
     for name, raw in raws.items():
-        write_atomic(_trace_file(folder, f"{name}-torch"), raw)
+        write_atomic(_trace_file(folder, _torch_label(name)), raw)
     capture_torch_trace(lambda: module(*inputs), _trace_file(folder, "single-torch"), device)
     out.write(f"torch profiler traces written to {folder}/ (parastream analyze "
               "DIR/<candidate>-torch.json --baseline DIR/single-torch.json)\n")
+
+
+def _torch_label(candidate: str) -> str:
+    """A candidate's torch profiler trace's label: ``single-torch`` is the plain model's
+    (a plan's own single-stream candidate ran through the executor is another run)."""
+    return "single-plan-torch" if _safe(candidate) == "single" else f"{candidate}-torch"
 
 
 def _profiled(module: Any, inputs: tuple, runnable: Any, plan: Any,

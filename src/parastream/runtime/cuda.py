@@ -26,6 +26,7 @@ module that records the calls (tests/runtime/test_cuda_standin.py).
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any, Callable
 
@@ -116,19 +117,22 @@ class DeviceStream:
     def submit(self, fn: Callable[..., Any], *args: Any, name: str | None = None,
                **kwargs: Any) -> DeviceWork:
         b = self._backend
-        if b._in_run:  # inside the executor's run: switch the current stream only on change
+        # inside the executor's run, on the thread that began it (the current stream is a
+        # thread's own): switch the current stream only on change, pooled timing events
+        if b._in_run and threading.get_ident() == b._run_thread:
             b._switch(self.raw)
-            return DeviceWork(self._launch(fn, args, kwargs, name))
+            return DeviceWork(self._launch(fn, args, kwargs, name, pooled=True))
         with b.mod.stream(self.raw):
-            return DeviceWork(self._launch(fn, args, kwargs, name))
+            return DeviceWork(self._launch(fn, args, kwargs, name, pooled=False))
 
     def _launch(self, fn: Callable[..., Any], args: tuple, kwargs: dict,
-                name: str | None) -> Any:
+                name: str | None, pooled: bool) -> Any:
         """Call ``fn`` with this stream current, between two timing events when recording."""
         b = self._backend
         start = end = None
+        event = b._timing_event if pooled else (lambda: b.mod.Event(enable_timing=True))
         if b.record_timeline:
-            start = b._timing_event()
+            start = event()
             start.record(self.raw)
         try:
             value = fn(*args, **kwargs)
@@ -136,7 +140,7 @@ class DeviceStream:
             op = name or getattr(fn, "__name__", "op")
             raise StreamError(self.name, op, exc) from exc
         if b.record_timeline:
-            end = b._timing_event()
+            end = event()
             end.record(self.raw)
             b._marks.append((self.name, self.kind, name or getattr(fn, "__name__", "op"),
                              start, end))
@@ -177,6 +181,7 @@ class DeviceBackend:
         # the timing events are reused from run to run (begin clears the marks that read
         # them) instead of made anew for every op
         self._in_run = False
+        self._run_thread: int | None = None
         self._set: Any = None
         self._pool: list[Any] = []
         self._pool_next = 0
@@ -202,12 +207,13 @@ class DeviceBackend:
         self._marks.clear()
         self._pool_next = 0
         self._origin = self._set = self.mod.current_stream()
-        self._in_run = True
         ev = self.mod.Event()
         ev.record(self._origin)
         for s in streams:
             if s.raw is not self._origin:
                 s.raw.wait_event(ev)
+        self._run_thread = threading.get_ident()
+        self._in_run = True  # last: a failure above leaves no run mode behind
 
     def end(self, main: DeviceStream) -> None:
         """The caller's current stream waits for ``main`` (already joined by the plan) and
@@ -228,6 +234,7 @@ class DeviceBackend:
         """Leave run mode with the caller's stream current again."""
         if self._in_run:
             self._in_run = False
+            self._run_thread = None
             if self._set is not self._origin:
                 self.mod.set_stream(self._origin)
             self._set = None

@@ -28,6 +28,7 @@ slopes are taken within a round (:func:`parastream.runtime.overhead.per_round`).
 from __future__ import annotations
 
 import datetime as _dt
+import re
 import statistics
 import time
 from typing import Any, Callable
@@ -46,6 +47,17 @@ def shipped_base(device_name: str) -> str:
         if cand and is_shipped(cand) and shipped_key(cand) not in ("cpu",):
             return shipped_key(cand)
     return FALLBACK
+
+
+def profile_stem(device_name: str) -> str:
+    """What a calibration of this device is called before ``-calibrated``: the shipped
+    profile's name where there is one (``h200``), else the device's own name in lower case
+    (``a100-sxm4-80gb``): a profile built on the fallback is not named after it."""
+    base = shipped_base(device_name)
+    if base != FALLBACK or "h100" in device_name.lower():
+        return base
+    slug = re.sub(r"[^a-z0-9]+", "-", device_name.lower().replace("nvidia", "")).strip("-")
+    return slug or "gpu"
 
 
 def _timer(device: str) -> Callable[[Callable[[], Any], int], float]:
@@ -171,7 +183,7 @@ def calibrate_device(device: str = "cuda", quick: bool = True, name: str | None 
     how = "quick" if quick else "full"
     stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     src = prof["sources"]
-    prof["name"] = name or f"{base}-calibrated"
+    prof["name"] = name or f"{profile_stem(device_name)}-calibrated"
     prof["description"] = f"{device_name}, calibrated by parastream ({how}, {stamp})"
     if sms:
         prof["cores"] = {"cube": sms, "vector": sms}
@@ -224,5 +236,5 @@ def calibrated_device_profile(device: str = "cuda", quick: bool = True,
     return loads_profile(msgspec.json.encode(calibrate_device(device, quick, name)))
 
 
-__all__ = ["FALLBACK", "calibrate_device", "calibrate_repeated", "calibrated_device_profile", "measure_host_costs",
+__all__ = ["FALLBACK", "calibrate_device", "calibrate_repeated", "profile_stem", "calibrated_device_profile", "measure_host_costs",
            "measure_rates", "shipped_base"]

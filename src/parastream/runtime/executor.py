@@ -391,9 +391,13 @@ class MultiStreamExecutor(torch.fx.Interpreter):
             if rec is not None:
                 rec.ops.clear()
                 rec.waits.clear()
-        if hasattr(self.backend, "begin"):
-            self.backend.begin([self.streams[s] for s in self.stream_ids])
-        self._events = [self.backend.event() for _ in self.plan.events]
+        try:  # a device backend is in its run mode from begin(): close() ends it
+            if hasattr(self.backend, "begin"):
+                self.backend.begin([self.streams[s] for s in self.stream_ids])
+            self._events = [self.backend.event() for _ in self.plan.events]
+        except BaseException:
+            self.close()
+            raise
         self._left = dict(self._uses)
         # a CPU stream's worker could not run before the issue loop ends anyway (this
         # thread holds the GIL), so each gets its whole program in one hand-off; on an
@@ -424,9 +428,11 @@ class MultiStreamExecutor(torch.fx.Interpreter):
                 for s in self.stream_ids[1:]:
                     self.streams[s].synchronize()
             else:
-                out = self._outputs()
+                # the caller's stream current again and joined to main first: what the
+                # outputs launch (input and buffer write-backs) is ordered after the run
                 if hasattr(self.backend, "end"):
                     self.backend.end(main)
+                out = self._outputs()
         except StreamError as exc:
             self.close()  # a stream error is sticky: start fresh workers next call
             if isinstance(exc.cause, MissingSyncError):

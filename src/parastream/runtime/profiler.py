@@ -111,20 +111,19 @@ def kernel_timeline(doc: dict, assignment: dict[str, int], source: str,
         rows.append((stream, name, start, end))
     if not rows:
         return None
-    votes: dict[str, Counter] = {}
+    # the plan check's own one-to-one mapping (pairs holding the most ops first): each
+    # trace stream a plan stream maps to takes that plan stream's label
+    from ..plan.verify import _stream_mapping
+
+    seen: dict[int, Counter] = {}
     for stream, name, _, _ in rows:
-        votes.setdefault(stream, Counter())[assignment[name]] += 1
+        seen.setdefault(assignment[name], Counter())[stream] += 1
+    mapping, _ = _stream_mapping(seen)
     label: dict[str, str] = {}
-    taken: set[int] = set()
-    # the stream with the clearest majority picks first
-    for stream, count in sorted(votes.items(), key=lambda kv: -max(kv[1].values())):
-        free = [(n, s) for s, n in count.items() if s not in taken]
-        if free:
-            _, planned = max(free)
-            label[stream] = str(planned)
-            taken.add(planned)
-        else:
-            label[stream] = f"cuda{stream}"
+    for planned, stream in sorted(mapping.items()):
+        label.setdefault(stream, str(planned))
+    for stream, _, _, _ in rows:  # a trace stream no plan stream took keeps its own id
+        label.setdefault(stream, f"cuda{stream}")
     t0 = min(r[2] for r in rows)
     lanes: dict[str, LaneRecorder] = {}
     for stream, name, start, end in sorted(rows, key=lambda r: r[2]):
