@@ -39,7 +39,7 @@ def test_calibrated_profile_keeps_the_base_and_puts_the_measured_figures_in():
     assert p.hw_queues == base.hw_queues and p.cores == base.cores  # not measured on a host
     # the executor's host cost replaces the shipped guess; one op costs more than nothing
     assert p.launch_overhead_us > 0 and p.launch_overhead_us != base.launch_overhead_us
-    assert p.run_overhead_us > 0
+    assert p.run_overhead_us >= 0  # an intercept: 0 when the slope takes it all (noise)
     for dtype in ("fp32", "bf16", "fp16"):
         assert 0 < p.peak_tflops["cube"][dtype] != base.peak_tflops["cube"][dtype]
     assert p.peak_tflops["vector"] == base.peak_tflops["vector"]  # kept, and said so

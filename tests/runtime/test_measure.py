@@ -356,3 +356,12 @@ def test_start_lags_count_from_when_a_stream_could_start():
                    "threshold_us": 200.0, "frequent": True}
     m.multi_timelines = m.multi_timelines[2:]
     assert late_starts(m, plan)["late_runs"] == 0 and not late_starts(m, plan)["frequent"]
+
+
+def test_recommend_withholds_a_win_measured_on_a_busy_machine():
+    # a busy neighbour stalls the single-stream model's thread team, not the streams'
+    rec = recommend([_r("a", 3.4), _r("b", 1.2)], current="b", busy_share=0.6)
+    assert rec.action == "single" and rec.candidate is None and rec.closest == "a"
+    assert "quiet machine" in rec.summary and "60%" in rec.summary
+    # busy for a short spell only: the win stands
+    assert recommend([_r("a", 3.4), _r("b", 1.2)], busy_share=0.3).candidate == "a"

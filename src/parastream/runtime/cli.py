@@ -251,6 +251,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         result["separate_processes"] = iso
         baseline.attach(result["candidates"], iso)
     rec = recommend(result["candidates"], current=current, margin=args.margin,
+                    busy_share=result["busy_share"],
                     notes=[result["busy"]])
     result["recommendation"] = rec.to_dict()
     result["profile"] = profile_note
@@ -444,7 +445,8 @@ def run_candidates(module: Any, inputs: tuple, runnable: Any, doc: Any, chosen: 
     return {"model": graph.name, "device": device, "runs": runs, "drop": drop,
             "candidates": results, "details": details, "_runs": runs_by_name,
             "_torch": torch_raw,
-            "busy": watch.note("the measurement", MEASURE_BUSY_ADVICE)}
+            "busy": watch.note("the measurement", MEASURE_BUSY_ADVICE),
+            "busy_share": watch.busy_share()}
 
 
 def _run_timelines(runs_by_name: dict) -> list[tuple[str, Any]]:

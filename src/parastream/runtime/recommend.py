@@ -10,8 +10,12 @@ candidate's rounds can measure single stream hundreds of times slower than anoth
 speedup above :data:`PLAUSIBLE_PER_STREAM` times the plan's stream count is no overlap
 any plan gives, but a disturbed baseline: never recommended. Among those left, the fastest measured
 one wins; the current candidate (the plan file's recommendation, or the simulator's pick)
-is kept when it is within ``margin`` of the winner. Every decision comes with the numbers:
-medians, speedup, predicted wall, overlap verdicts and the triage verdict.
+is kept when it is within ``margin`` of the winner. A win measured while other tasks took
+half the cores for at least :data:`BUSY_REFUSE` of the measurement is not recommended: on
+a 2-core VM a busy neighbour stalled the single-stream model's OpenMP team (72-80 ms
+against about 20 ms quiet) while the one-thread streams ran on, and the demo said "use
+matching: 3.40x". Every decision comes with the numbers: medians, speedup, predicted wall,
+overlap verdicts and the triage verdict.
 """
 
 from __future__ import annotations
@@ -28,6 +32,8 @@ from ..plan.model import SPEEDUP_MARGIN as MARGIN
 PLAUSIBLE_PER_STREAM = 2.0
 #: single-stream medians of one invocation further apart than this: the machine was disturbed
 BASELINE_SPREAD = 1.5
+#: the share of the measurement other tasks may hold half the cores before a win is withheld
+BUSY_REFUSE = 0.5
 
 
 @dataclass
@@ -159,9 +165,12 @@ def _noisy(r: CandidateResult, margin: float) -> str:
 
 
 def recommend(results: list[CandidateResult], current: str | None = None,
-              margin: float = MARGIN, notes: Sequence[str | None] = ()) -> Recommendation:
+              margin: float = MARGIN, notes: Sequence[str | None] = (),
+              busy_share: float = 0.0) -> Recommendation:
     """Decide from measured candidates (see the module docstring); ``notes`` (a busy
-    machine during the measurement) close the evidence."""
+    machine during the measurement) close the evidence; ``busy_share``: the share of the
+    measurement other tasks took half the cores (a win is withheld at
+    :data:`BUSY_REFUSE` or more)."""
     floor = min((r.own_single_us for r in results), default=None)
     for r in results:  # every candidate's speedup is taken against the run's fastest
         r.floor_single_us = floor
@@ -202,6 +211,12 @@ def recommend(results: list[CandidateResult], current: str | None = None,
         return Recommendation("single", None, f"stay single-stream: {why}", evidence,
                               best.name if best else None)
     best = max(winners, key=lambda r: r.best_speedup)
+    if busy_share >= BUSY_REFUSE:
+        return Recommendation(
+            "single", None, f"stay single-stream until measured on a quiet machine: "
+            f"{best.name} measured {best.best_speedup:.2f}x while other tasks took half the "
+            f"cores during {busy_share:.0%} of the measurement (a stalled single-stream "
+            "thread team can fake a win)", evidence, best.name)
     cur = next((r for r in winners if r.name == current), None)
     if cur is not None and cur.best_speedup >= best.best_speedup * (1.0 - margin):
         return Recommendation("keep", cur.name, f"keep {cur.name}: {cur.best_speedup:.2f}x measured"
@@ -213,4 +228,4 @@ def recommend(results: list[CandidateResult], current: str | None = None,
                           "measured" + _noisy(best, margin), evidence, best.name)
 
 
-__all__ = ["BASELINE_SPREAD", "MARGIN", "PLAUSIBLE_PER_STREAM", "CandidateResult", "Recommendation", "recommend"]
+__all__ = ["BASELINE_SPREAD", "BUSY_REFUSE", "MARGIN", "PLAUSIBLE_PER_STREAM", "CandidateResult", "Recommendation", "recommend"]
