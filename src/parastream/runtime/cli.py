@@ -45,7 +45,9 @@ def add_parser(sub) -> None:
     p.add_argument("--margin", type=float, default=0.05, help="speedup margin a candidate must "
                    "beat single stream by (default 0.05)")
     p.add_argument("--trace", metavar="DIR", help="write the captured timelines (Kineto JSON, "
-                   "read by parastream analyze) and the plan document here")
+                   "read by parastream analyze) and the plan document here; on cuda also "
+                   "each run's torch profiler trace (<candidate>-torch.json, "
+                   "single-torch.json)")
     p.add_argument("--check", action="store_true", help="compare every candidate's outputs with "
                    "the single-stream model (bitwise on cpu, tolerance on devices); exit 1 on a "
                    "mismatch")
