@@ -267,3 +267,13 @@ def test_a_model_with_a_nested_input_runs(tmp_path, capsys, profile):
         assert run(f"{f}:{factory}", "--auto", "--check", "--runs", "5", "--warmup", "1",
                    "--profile", profile, "--side-by-side-only") == 0
         assert "recommendation:" in capsys.readouterr().out
+
+
+def test_trace_labels_keep_candidates_off_the_baseline_and_the_plan_files():
+    from parastream.runtime.cli import _candidate_label, _torch_label, _trace_file
+
+    names = {_trace_file("d", x) for x in
+             ("single", "plan", _candidate_label("single"), _candidate_label("plan"),
+              _candidate_label("matching"), "single-torch", _torch_label("single"),
+              _torch_label("matching"))}
+    assert len(names) == 8  # a plan's own "single" candidate overwrote the baseline

@@ -121,6 +121,8 @@ def _move(module: Any, inputs: tuple, device: str) -> tuple[Any, tuple]:
         lambda t: t.to(dev) if isinstance(t, torch.Tensor) else t, tuple(inputs)))
 
 
+#: the fewest busy-watch samples (0.2 s apart) a withheld win needs
+BUSY_MIN_SAMPLES = 10
 #: what a busy machine means for a measured comparison (:class:`BusyWatch`'s note)
 MEASURE_BUSY_ADVICE = ("the walls and speedups may be off (an OpenMP team stalls when "
                        "one of its threads is descheduled); measure again on a quiet machine")
@@ -229,7 +231,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         require_fit(graph, c, args.plan or args.model)
     # every file --trace will hold, before the measuring: a folder in the place of one
     # (tr/plan.json/) failed after the whole run and left the others written
-    _check_trace_files(args, [c.name for c in chosen]
+    _check_trace_files(args, [_candidate_label(c.name) for c in chosen]
                        + ([_torch_label(c.name) for c in chosen] + ["single-torch"]
                           if args.device == "cuda" else []))
 
@@ -448,13 +450,17 @@ def run_candidates(module: Any, inputs: tuple, runnable: Any, doc: Any, chosen: 
             "candidates": results, "details": details, "_runs": runs_by_name,
             "_torch": torch_raw,
             "busy": watch.note("the measurement", MEASURE_BUSY_ADVICE),
-            "busy_share": watch.busy_share()}
+            # what withholds a win (recommend): the CPU's OpenMP teams stall under a busy
+            # neighbour; a few samples are no evidence (one in eight read busy on a quiet
+            # 2-core VM: the run's own sleeping threads sampled as others')
+            "busy_share": watch.busy_share() if device == "cpu"
+            and len(watch.samples) >= BUSY_MIN_SAMPLES else 0.0}
 
 
 def _run_timelines(runs_by_name: dict) -> list[tuple[str, Any]]:
     """(label, timeline) pairs of :func:`run_candidates`' runs: each candidate's median
     multi-stream run, then the first single-stream run (the baseline for analyze)."""
-    out = [(name, m.multi_timeline) for name, (m, _) in runs_by_name.items()
+    out = [(_candidate_label(name), m.multi_timeline) for name, (m, _) in runs_by_name.items()
            if m.multi_timeline is not None]
     single = next((m.single_timeline for m, _ in runs_by_name.values()
                    if m.single_timeline is not None), None)
@@ -570,10 +576,17 @@ def _torch_traces(folder: str, module: Any, inputs: tuple, raws: dict[str, bytes
               "DIR/<candidate>-torch.json --baseline DIR/single-torch.json)\n")
 
 
+def _candidate_label(candidate: str) -> str:
+    """A candidate's file label in ``--trace``'s folder: ``single`` and ``plan`` name the
+    baseline and the plan document there, so a candidate of either name gets ``-plan`` /
+    ``-candidate`` added (a plan's own single-stream candidate ran through the executor is
+    another run than the single-stream baseline)."""
+    return {"single": "single-plan", "plan": "plan-candidate"}.get(_safe(candidate), candidate)
+
+
 def _torch_label(candidate: str) -> str:
-    """A candidate's torch profiler trace's label: ``single-torch`` is the plain model's
-    (a plan's own single-stream candidate ran through the executor is another run)."""
-    return "single-plan-torch" if _safe(candidate) == "single" else f"{candidate}-torch"
+    """A candidate's torch profiler trace's label (``single-torch`` is the plain model's)."""
+    return f"{_candidate_label(candidate)}-torch"
 
 
 def _profiled(module: Any, inputs: tuple, runnable: Any, plan: Any,

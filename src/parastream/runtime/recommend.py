@@ -11,7 +11,8 @@ speedup above :data:`PLAUSIBLE_PER_STREAM` times the plan's stream count is no o
 any plan gives, but a disturbed baseline: never recommended. Among those left, the fastest measured
 one wins; the current candidate (the plan file's recommendation, or the simulator's pick)
 is kept when it is within ``margin`` of the winner. A win measured while other tasks took
-half the cores for at least :data:`BUSY_REFUSE` of the measurement is not recommended: on
+half the cores for at least :data:`BUSY_REFUSE` of the measurement (on the cpu backend,
+sampled for 2 s or more: ``run_candidates``' ``busy_share``) is not recommended: on
 a 2-core VM a busy neighbour stalled the single-stream model's OpenMP team (72-80 ms
 against about 20 ms quiet) while the one-thread streams ran on, and the demo said "use
 matching: 3.40x". Every decision comes with the numbers: medians, speedup, predicted wall,
