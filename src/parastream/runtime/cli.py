@@ -451,8 +451,8 @@ def run_candidates(module: Any, inputs: tuple, runnable: Any, doc: Any, chosen: 
             "_torch": torch_raw,
             "busy": watch.note("the measurement", MEASURE_BUSY_ADVICE),
             # what withholds a win (recommend): the CPU's OpenMP teams stall under a busy
-            # neighbour; a few samples are no evidence (one in eight read busy on a quiet
-            # 2-core VM: the run's own sleeping threads sampled as others')
+            # neighbour; a few samples are no evidence (on a quiet 2-core VM 3 of 74 and
+            # 7 of 60 samples read busy: on 2 cores one runnable task is half of them)
             "busy_share": watch.busy_share() if device == "cpu"
             and len(watch.samples) >= BUSY_MIN_SAMPLES else 0.0}
 
