@@ -105,11 +105,9 @@ def run_demo(out_dir: str = "out/demo", model: str = DEFAULT_MODEL, scale: str =
         check_writable(os.path.join(out_dir, name), made=out_dir)
     where = "this CPU"
     if device == "cuda":
-        from .errors import InputError
-        from .runtime.cuda import device_available
+        from .runtime.cuda import require_device
 
-        if not device_available("cuda"):
-            raise InputError(None, "--device cuda: no cuda device available to torch here")
+        require_device("cuda")
         where = torch.cuda.get_device_name()
     t_start = time.perf_counter()
     with _steps(progress, 9) as step:
@@ -118,10 +116,9 @@ def run_demo(out_dir: str = "out/demo", model: str = DEFAULT_MODEL, scale: str =
 
         module, inputs, _, meta = load_model(model, scale, phase)
         phase = meta.get("phase", phase)
-        if device != "cpu":
-            from .runtime.cli import _move
+        from .runtime.cli import to_device
 
-            module, inputs = _move(module, inputs, device)
+        module, inputs = to_device(module, inputs, device)
         with anchored(meta):
             runnable = import_runnable(module, inputs, name=model)
         graph = runnable.graph

@@ -229,13 +229,13 @@ def test_run_mode_belongs_to_the_thread_that_began_it(fake, monkeypatch):
     s0.submit(lambda: None, name="mine")
     assert ("set", s0.raw.id) in fake.log  # the run's own thread switches
     b.end(s0)
-    assert fake.current_stream() is origin and not b._in_run
+    assert fake.current_stream() is origin and b._run_thread is None
     # a begin that fails part-way leaves no run mode behind
     monkeypatch.setattr(fake, "Event", lambda enable_timing=False: (_ for _ in ()).throw(
         RuntimeError("no events")))
     with pytest.raises(RuntimeError):
         b.begin([s0, s1])
-    assert not b._in_run
+    assert b._run_thread is None
     monkeypatch.undo()
     fake.log.clear()
     s1.submit(lambda: None, name="after")

@@ -16,8 +16,8 @@ from parastream.runtime.device_calibrate import calibrate_device, shipped_base
 def test_shipped_base_from_the_name_torch_reports():
     assert shipped_base("NVIDIA H200") == "h200"
     assert shipped_base("NVIDIA H100 80GB HBM3") == "h100"
-    assert shipped_base("NVIDIA GeForce RTX 4090") == "h100"  # no shipped profile: fallback
-    assert shipped_base("cpu") == "h100"  # never the host's profile for a GPU
+    assert shipped_base("NVIDIA GeForce RTX 4090") is None  # none shipped: FALLBACK's used
+    assert shipped_base("cpu") is None  # never the host's profile for a GPU
 
 
 def test_a_calibration_is_named_after_the_device_not_the_fallback():

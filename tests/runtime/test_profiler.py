@@ -20,11 +20,10 @@ def test_capture_writes_one_kineto_file_of_the_profiled_call_only(tmp_path):
         return torch.mm(torch.mm(torch.mm(a, a), a), a)
 
     path = tmp_path / "single-torch.json"
-    n = capture_torch_trace(call, str(path), "cpu")
+    capture_torch_trace(call, str(path), "cpu")
     assert calls == [False, False]  # one warm call, one profiled, both without autograd
     doc = json.loads(path.read_text())
     names = [e.get("name", "") for e in doc["traceEvents"]]
-    assert n == len(doc["traceEvents"])
     assert names.count("aten::mm") == 3  # the profiled call's, not the warm call's
     assert os.listdir(tmp_path) == ["single-torch.json"]  # no scratch file beside it
 

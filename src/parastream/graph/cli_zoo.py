@@ -78,10 +78,9 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     from .calibrate import dumps
 
     if args.device == "cuda":
-        from ..runtime.cuda import device_available
+        from ..runtime.cuda import require_device
 
-        if not device_available("cuda"):
-            raise InputError(None, "--device cuda: no cuda device available to torch here")
+        require_device("cuda")
         if args.name is None:
             import torch
 

@@ -63,11 +63,10 @@ def verify(tl: Timeline, doc: PlanDoc, candidate: str | None = None) -> dict:
     # what main's own ops kept busy on its trace stream: side work hides behind any of
     # those, never behind side ops that ran there themselves (they would cover their own
     # time, and a side stream that never ran would read as hidden)
-    side_planned = {n for n, s in plan.assignment.items() if s != 0}
-    main_ops = np.asarray([i for i in np.flatnonzero(
-        np.asarray(tl.streams, dtype=object)[tl.stream] == mapping.get(0)).tolist()
-        if tl.op_name(i) not in side_planned], dtype=np.int64) \
-        if 0 in mapping and len(tl) else np.zeros(0, np.int64)
+    side_codes = [k for k, n in enumerate(tl.names) if plan.assignment.get(n, 0) != 0]
+    on_main = (tl.stream == tl.streams.index(mapping[0])) if 0 in mapping \
+        else np.zeros(len(tl), bool)
+    main_ops = on_main & ~np.isin(tl.name, side_codes)
     main_busy = iv.union(tl.start_ns[main_ops], tl.end_ns[main_ops])
     for p in doc.parallel_points:
         if p.get("name") != plan.parallel_point and plan.parallel_point is not None:

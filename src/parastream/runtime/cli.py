@@ -105,7 +105,8 @@ def load_profile_for(args: argparse.Namespace) -> tuple[Any, str]:
                                 "--profile)")
 
 
-def _move(module: Any, inputs: tuple, device: str) -> tuple[Any, tuple]:
+def to_device(module: Any, inputs: tuple, device: str) -> tuple[Any, tuple]:
+    """The module and its inputs (nested ones too) on ``device``; as they are on cpu."""
     if device == "cpu":
         return module, inputs
     import torch
@@ -169,15 +170,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         if args.candidate:
             args.candidate = chosen.name
     if args.device != "cpu":
-        from .cuda import device_available
+        from .cuda import require_device
 
-        if not device_available(args.device):
-            raise InputError(None, f"--device {args.device}: no {args.device} device available "
-                             "to torch here")
+        require_device(args.device)
     from ..graph.models import load_model, model_source
 
     module, inputs, name, meta = load_model(args.model, args.scale, args.phase)
-    module, inputs = _move(module, inputs, args.device)
+    module, inputs = to_device(module, inputs, args.device)
     from ..graph.models import anchored
     from ..graph.torch_import import import_runnable
 
@@ -369,7 +368,9 @@ def run_candidates(module: Any, inputs: tuple, runnable: Any, doc: Any, chosen: 
     # op_costs: given, or from the first measured single-stream executor runs
     runs_by_name: dict[str, tuple[Any, dict]] = {}
     torch_raw: dict[str, bytes] = {}  # cuda: each candidate's annotated profiler trace
-    kernel_single: dict[str, Any] = {}
+    # cuda: the single-stream plan's kernels, the baseline every candidate's are triaged on
+    kernel_single = (_profiled(module, inputs, runnable, Plan.single(o.name for o in graph.ops),
+                               device)[1] if device == "cuda" else None)
     from ..graph.calibrate import BusyWatch, cpu_count
 
     # the host's threads issue every backend's ops: a neighbour on the cores skews them
@@ -405,13 +406,8 @@ def run_candidates(module: Any, inputs: tuple, runnable: Any, doc: Any, chosen: 
                 torch_raw[c.name] = raw
                 if tl is not None:
                     m.multi_timeline, m.multi_timelines = tl, [tl]
-                if "single" not in kernel_single:
-                    kernel_single["single"] = _profiled(
-                        module, inputs, runnable, Plan.single(o.name for o in graph.ops),
-                        device)[1]
-                if kernel_single["single"] is not None:
-                    m.single_timeline = kernel_single["single"]
-                    m.single_timelines = [kernel_single["single"]]
+                if kernel_single is not None:
+                    m.single_timeline, m.single_timelines = kernel_single, [kernel_single]
             an = analyse(m, doc, c.name)
             runs_by_name[c.name] = (m, an)
             pts = an.get("plan_check", {}).get("parallel_points", [])
@@ -442,8 +438,8 @@ def run_candidates(module: Any, inputs: tuple, runnable: Any, doc: Any, chosen: 
                             "start_lag": late_starts(m, c) if device == "cpu" else {},
                             "timeline": ("torch profiler: each op's kernels "
                                          "(gpu_user_annotation spans), one run"
-                                         if c.name in torch_raw and m.multi_timelines
-                                         and m.multi_timelines[0].format == "torch-profiler"
+                                         if m.multi_timeline is not None
+                                         and m.multi_timeline.format == "torch-profiler"
                                          else "the backend's own recording"),
                             "check": check_note})
     return {"model": graph.name, "device": device, "runs": runs, "drop": drop,
@@ -597,17 +593,15 @@ def _profiled(module: Any, inputs: tuple, runnable: Any, plan: Any,
     from .executor import MultiStreamExecutor
     from .profiler import kernel_timeline, profile_call
 
+    import msgspec
+    import torch
+
     with MultiStreamExecutor(module, inputs, plan, backend=device, runnable=runnable) as ex:
         ex.annotate = True
         raw = profile_call(lambda: ex.run(*inputs), device)
-    try:
-        import torch
-
-        name = torch.cuda.get_device_name() if device == "cuda" else None
-    except Exception:  # noqa: BLE001 - the name is a label only
-        name = None
-    return raw, kernel_timeline(json.loads(raw), plan.assignment, f"{plan.name} (torch profiler)",
-                                device=name)
+    return raw, kernel_timeline(msgspec.json.decode(raw), plan.assignment,
+                                f"{plan.name} (torch profiler)",
+                                device=torch.cuda.get_device_name() if device == "cuda" else None)
 
 
 def _trace_file(folder: str, label: str) -> str:

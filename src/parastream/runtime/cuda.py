@@ -67,6 +67,15 @@ def device_available(device_type: str) -> bool:
         return False
 
 
+def require_device(device_type: str) -> None:
+    """InputError (one line, exit 2) unless torch has a ``device_type`` device here."""
+    from ..errors import InputError
+
+    if not device_available(device_type):
+        raise InputError(None, f"--device {device_type}: no {device_type} device available "
+                               "to torch here")
+
+
 class DeviceWork:
     """The host-side result of a launch (the device work may still be queued)."""
 
@@ -119,7 +128,7 @@ class DeviceStream:
         b = self._backend
         # inside the executor's run, on the thread that began it (the current stream is a
         # thread's own): switch the current stream only on change, pooled timing events
-        if b._in_run and threading.get_ident() == b._run_thread:
+        if b._run_thread == threading.get_ident():
             b._switch(self.raw)
             return DeviceWork(self._launch(fn, args, kwargs, name, pooled=True))
         with b.mod.stream(self.raw):
@@ -129,7 +138,7 @@ class DeviceStream:
                 name: str | None, pooled: bool) -> Any:
         """Call ``fn`` with this stream current, between two timing events when recording."""
         b = self._backend
-        start = end = None
+        op = name or getattr(fn, "__name__", "op")
         event = b._timing_event if pooled else (lambda: b.mod.Event(enable_timing=True))
         if b.record_timeline:
             start = event()
@@ -137,13 +146,11 @@ class DeviceStream:
         try:
             value = fn(*args, **kwargs)
         except Exception as exc:  # a launch failed: report where, as the cpu backend does
-            op = name or getattr(fn, "__name__", "op")
             raise StreamError(self.name, op, exc) from exc
         if b.record_timeline:
             end = event()
             end.record(self.raw)
-            b._marks.append((self.name, self.kind, name or getattr(fn, "__name__", "op"),
-                             start, end))
+            b._marks.append((self.name, self.kind, op, start, end))
         return value
 
     def record_event(self, event: DeviceEvent | None = None) -> DeviceEvent:
@@ -180,8 +187,7 @@ class DeviceBackend:
         # it changes, instead of entering and leaving a stream context around every op;
         # the timing events are reused from run to run (begin clears the marks that read
         # them) instead of made anew for every op
-        self._in_run = False
-        self._run_thread: int | None = None
+        self._run_thread: int | None = None  # the thread in run mode; None outside a run
         self._set: Any = None
         self._pool: list[Any] = []
         self._pool_next = 0
@@ -212,8 +218,7 @@ class DeviceBackend:
         for s in streams:
             if s.raw is not self._origin:
                 s.raw.wait_event(ev)
-        self._run_thread = threading.get_ident()
-        self._in_run = True  # last: a failure above leaves no run mode behind
+        self._run_thread = threading.get_ident()  # last: a failure above leaves no run mode
 
     def end(self, main: DeviceStream) -> None:
         """The caller's current stream waits for ``main`` (already joined by the plan) and
@@ -232,8 +237,7 @@ class DeviceBackend:
 
     def _restore(self) -> None:
         """Leave run mode with the caller's stream current again."""
-        if self._in_run:
-            self._in_run = False
+        if self._run_thread is not None:
             self._run_thread = None
             if self._set is not self._origin:
                 self.mod.set_stream(self._origin)
@@ -323,4 +327,4 @@ def _tensors(v: Any) -> list:
 
 
 __all__ = ["CudaBackend", "DeviceBackend", "DeviceEvent", "DeviceStream", "NpuBackend",
-           "device_available", "device_module", "import_torch_npu"]
+           "device_available", "device_module", "import_torch_npu", "require_device"]

@@ -30,23 +30,22 @@ from __future__ import annotations
 import datetime as _dt
 import re
 import statistics
-import time
 from typing import Any, Callable
 
 #: the shipped profile a GPU falls back to when its name is not one
 FALLBACK = "h100"
 
 
-def shipped_base(device_name: str) -> str:
+def shipped_base(device_name: str) -> str | None:
     """The shipped profile for a device name torch reports (``NVIDIA H200`` -> ``h200``),
-    else :data:`FALLBACK`."""
+    None when there is none (calibrations then build on :data:`FALLBACK`)."""
     from ..device.profile import is_shipped, shipped_key
 
     key = device_name.lower().replace("nvidia", "").strip()
     for cand in (key, key.split()[0] if key.split() else key):
-        if cand and is_shipped(cand) and shipped_key(cand) not in ("cpu",):
+        if cand and is_shipped(cand) and shipped_key(cand) != "cpu":
             return shipped_key(cand)
-    return FALLBACK
+    return None
 
 
 def profile_stem(device_name: str) -> str:
@@ -54,32 +53,21 @@ def profile_stem(device_name: str) -> str:
     profile's name where there is one (``h200``), else the device's own name in lower case
     (``a100-sxm4-80gb``): a profile built on the fallback is not named after it."""
     base = shipped_base(device_name)
-    if base != FALLBACK or "h100" in device_name.lower():
+    if base:
         return base
     slug = re.sub(r"[^a-z0-9]+", "-", device_name.lower().replace("nvidia", "")).strip("-")
     return slug or "gpu"
 
 
 def _timer(device: str) -> Callable[[Callable[[], Any], int], float]:
-    """``time(fn, runs)``: the median wall in us of ``runs`` calls of ``fn``, each followed
-    by a device synchronize, after two untimed calls."""
+    """``time(fn, runs)``: :func:`~parastream.runtime.measure.median_wall_us` of ``fn``
+    followed by a device synchronize (device work is asynchronous)."""
     import torch
 
+    from .measure import median_wall_us
+
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
-
-    def timed(fn: Callable[[], Any], runs: int) -> float:
-        for _ in range(2):
-            fn()
-            sync()
-        walls = []
-        for _ in range(runs):
-            t0 = time.perf_counter_ns()
-            fn()
-            sync()
-            walls.append((time.perf_counter_ns() - t0) / 1e3)
-        return statistics.median(walls)
-
-    return timed
+    return lambda fn, runs: median_wall_us(lambda: (fn(), sync()), runs)
 
 
 def measure_rates(device: str = "cuda", quick: bool = True, matmul_n: int | None = None,
@@ -176,7 +164,7 @@ def calibrate_device(device: str = "cuda", quick: bool = True, name: str | None 
         device_name, sms = props.name, int(props.multi_processor_count)
     else:  # the code path on the host (tests): the base profile's core counts stay
         device_name, sms = f"{device} (host)", 0
-    base = base or shipped_base(device_name)
+    base = base or shipped_base(device_name) or FALLBACK
     prof = msgspec.to_builtins(load_profile(base))
     rates = measure_rates(device, quick, matmul_n, copy_mib)
     host = measure_host_costs(device, quick)

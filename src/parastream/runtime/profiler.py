@@ -18,9 +18,7 @@ npu is not captured here: torch_npu has its own profiler and output folder
 
 from __future__ import annotations
 
-import json
 import os
-import re
 import tempfile
 import warnings
 from collections import Counter
@@ -30,7 +28,6 @@ from ..timeline.model import Timeline
 
 #: the devices whose kernels the torch profiler records (cpu: host ops only)
 PROFILED = ("cpu", "cuda")
-_DIGITS = re.compile(r"(\d+)")
 
 
 def profile_call(call: Callable[[], Any], device: str = "cuda") -> bytes:
@@ -64,26 +61,22 @@ def profile_call(call: Callable[[], Any], device: str = "cuda") -> bytes:
             return f.read()
 
 
-def capture_torch_trace(call: Callable[[], Any], path: str, device: str = "cuda") -> int:
-    """:func:`profile_call`, written to ``path`` atomically; the number of trace events."""
+def capture_torch_trace(call: Callable[[], Any], path: str, device: str = "cuda") -> None:
+    """:func:`profile_call`, written to ``path`` atomically."""
     from ..report.atomic import write_atomic
 
-    data = profile_call(call, device)
-    events = len(json.loads(data).get("traceEvents", []))
-    write_atomic(path, data)
-    return events
+    write_atomic(path, profile_call(call, device))
 
 
 def _stream_of(event: dict) -> str | None:
+    """The stream a GPU event ran on, as the Kineto reader reads it (``args.stream``, else
+    the track id)."""
+    from ..timeline.readers.kineto import _stream_label
+
     args = event.get("args") or {}
     for v in (args.get("stream"), event.get("tid")):
-        if isinstance(v, bool) or v is None:
-            continue
-        if isinstance(v, (int, float)):
-            return str(int(v))
-        m = _DIGITS.search(str(v))
-        if m:
-            return m.group(1)
+        if v is not None and not isinstance(v, bool):
+            return _stream_label(v)
     return None
 
 

@@ -127,9 +127,11 @@ class Recommendation:
 def _line(r: CandidateResult) -> str:
     pred = (f", predicted {r.predicted_wall_us:,.0f} us" if r.predicted_wall_us is not None
             else "")
-    pcts = ", ".join(f"{p:.2f}" for p in r.overlap_pcts[:4]) or "-"
-    if r.busy_overlap_pcts:
-        pcts += "] busy overlap [" + ", ".join(f"{p:.2f}" for p in r.busy_overlap_pcts[:4])
+    def fracs(xs: list[float]) -> str:
+        return ", ".join(f"{p:.2f}" for p in xs[:4]) or "-"
+
+    ovl = f"overlap_pct [{fracs(r.overlap_pcts)}]" + (
+        f" busy overlap [{fracs(r.busy_overlap_pcts)}]" if r.busy_overlap_pcts else "")
     tri = f", triage {r.triage}" if r.triage else ""
     ok = "" if r.outputs_ok is None else (", outputs identical" if r.outputs_ok
                                           else ", OUTPUTS DIFFER")
@@ -147,7 +149,7 @@ def _line(r: CandidateResult) -> str:
     rounds = (f" (rounds {r.speedup_quartiles[0]:.2f}-{r.speedup_quartiles[1]:.2f}x)"
               if r.speedup_quartiles else "")
     return (f"{r.name}: multi {r.multi_median_us:,.0f} us vs single {r.single_median_us:,.0f} us "
-            f"= {r.speedup:.2f}x{rounds}{iso}{pred}; overlap_pct [{pcts}]{tri}{ok}")
+            f"= {r.speedup:.2f}x{rounds}{iso}{pred}; {ovl}{tri}{ok}")
 
 
 def _noisy(r: CandidateResult, margin: float) -> str:
