@@ -17,6 +17,7 @@ Medians of >= 5 kept runs (first 2 dropped), same process, alternating. Usage:
 from __future__ import annotations
 
 import argparse
+from functools import partial
 import statistics
 import time
 import warnings
@@ -74,19 +75,19 @@ def overhead(ops: int = 200, runs: int = 9, device: str = "cpu") -> dict:
     timers = {"interpreter_us": lambda: interp.run(*rn.bind((x,))),
               "module_us": lambda: m(x)}
     executors = [MultiStreamExecutor(m, (x,), plan, runnable=rn, backend=device)]
-    timers["executor_us"] = executors[0]
+    timers["executor_us"] = partial(executors[0], x)
     if device == "cuda":
         from parastream.runtime.cuda import CudaBackend
 
         executors.append(MultiStreamExecutor(m, (x,), plan, runnable=rn,
                                              backend=CudaBackend(record_timeline=False)))
-        timers["executor_no_timing_us"] = executors[1]
+        timers["executor_no_timing_us"] = partial(executors[1], x)
     times: dict[str, list[float]] = {k: [] for k in timers}
     with torch.no_grad():
         for k in range(runs + 2):  # alternating; the first two of each are dropped
             for key, fn in timers.items():
                 t = time.perf_counter_ns()
-                fn() if key in ("interpreter_us", "module_us") else fn(x)
+                fn()
                 sync()
                 if k >= 2:
                     times[key].append((time.perf_counter_ns() - t) / 1e3)

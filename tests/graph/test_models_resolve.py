@@ -253,6 +253,11 @@ def test_a_folder_named_like_a_zoo_model_does_not_hide_it(tmp_path, monkeypatch)
 
     # graph and simulate ask the same question before --scale/--batch (they refused them)
     assert not is_graph_file("moe_layer") and is_graph_file("./moe_layer")
+    # and a plan records the zoo model it was made for, not the file beside it
+    from parastream.graph.models import model_source
+
+    assert model_source("moe_layer") == "moe_layer"
+    assert model_source("./moe_layer") == str(tmp_path / "moe_layer")
     with pytest.raises(InputError, match="not a parastream graph"):
         load_graph("./moe_layer")
 

@@ -87,10 +87,16 @@ def is_zoo_name(spec: str) -> bool:
     return spec in ZOO
 
 
+def names_file(spec: str) -> bool:
+    """Whether ``spec`` means a file: one exists there and it is not named like a zoo model
+    (the zoo name goes first; ``./name`` for the file)."""
+    return os.path.isfile(spec) and not is_zoo_name(spec)
+
+
 def is_graph_file(spec: str) -> bool:
     """Whether ``spec`` names a graph JSON file the way :func:`load_graph` takes it: a
-    file, not named like a zoo model, whose first non-blank byte is ``{``."""
-    if not os.path.isfile(spec) or is_zoo_name(spec):
+    file (:func:`names_file`) whose first non-blank byte is ``{``."""
+    if not names_file(spec):
         return False
     try:
         with open(spec, "rb") as f:
@@ -108,7 +114,7 @@ def model_source(spec: str) -> str:
     """``spec`` as a plan records it: a model file's path (``path/to/file.py:factory``, a
     graph JSON) made absolute, so that ``emit``, ``simulate`` and ``run --plan`` rebuild
     the model from any folder; a zoo name as it is."""
-    if os.path.isfile(spec):
+    if names_file(spec):
         return os.path.abspath(spec)
     if _looks_like_file(spec) and ":" in spec:
         path, _, attr = spec.rpartition(":")
@@ -138,7 +144,7 @@ def load_model(spec: str, scale: str = "small", phase: str | None = None,
     if scale not in SCALES:
         raise InputError(None, f"unknown scale {scale!r} (expected one of {', '.join(SCALES)})")
     zoo_name = is_zoo_name(spec)  # a zoo name goes before a file or folder of that name
-    if os.path.isfile(spec) and not spec.endswith(".py") and not zoo_name:
+    if names_file(spec) and not spec.endswith(".py"):
         raise InputError(spec, NOT_A_MODEL)
     if spec.endswith((".json", ".json.gz")) and not os.path.exists(spec):
         raise InputError(spec, "no such file")  # a graph or plan file that is not there
@@ -288,7 +294,7 @@ def load_graph(model: str, scale: str = "small", phase: str | None = None,
     :class:`InputError` (one line)."""
     from .ir import SCHEMA, GraphError, loads
 
-    if os.path.isfile(model) and not is_zoo_name(model):
+    if names_file(model):
         try:
             with open(model, "rb") as f:
                 data = f.read()

@@ -154,10 +154,10 @@ class _Channel:
 
 
 class _Acc:
-    __slots__ = ("items", "busy", "qwait", "blocked", "last_end")
+    __slots__ = ("items", "busy", "qwait", "blocked")
 
     def __init__(self) -> None:
-        self.items = self.busy = self.qwait = self.blocked = self.last_end = 0
+        self.items = self.busy = self.qwait = self.blocked = 0
 
 
 class _Run:
@@ -265,9 +265,7 @@ class _Run:
                 started.append(t)
         except BaseException:
             # the OS refused a thread: the ones running would wait on their queues for ever
-            self.abort(None)
-            for ch in self.channels:
-                ch.close()
+            self.abort(None)  # cancels every channel: each waiting get/put wakes
             for t in started:
                 t.join()
             self.threads = started
@@ -361,7 +359,6 @@ class _Run:
                 t1 = now_ns()
                 lane.op(name, t0, t1)
                 acc.busy += t1 - t0
-                acc.last_end = t1
                 if failed is not None:
                     self.finish(e.seq, FAILED)
                     self.abort((name, e.seq, failed))
@@ -443,7 +440,7 @@ class _Run:
         # to the last stage work, not only to the last item out: after an early break or
         # a failure the stages ran on (busy over wall x replicas, or a wall of 0); the last
         # stage's work ends when its items arrive, whichever replica reports last
-        end = max([t_start, *(a.last_end for accs in self.accs for a in accs)])
+        end = max([t_start, *(lane.ops[-1][2] for lane in self.lanes if lane.ops)])
         wall = max(0, end - t_start)
         stages = []
         for s, stage in enumerate(self.stages):

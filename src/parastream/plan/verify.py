@@ -21,7 +21,7 @@ from collections import Counter
 import numpy as np
 
 from ..timeline import intervals as iv
-from ..timeline.model import Timeline
+from ..timeline.model import Timeline, value_flags
 from ..timeline.overlap import overlap_pct, verdict
 from .io import PlanDoc
 from .model import Plan
@@ -56,17 +56,17 @@ def verify(tl: Timeline, doc: PlanDoc, candidate: str | None = None) -> dict:
                 misplaced.append({"op": n, "planned_stream": plan.assignment[n],
                                   "expected_trace_stream": want, "trace_stream": got})
                 break
-    merged = [s for s, lab in mapping.items() if s != 0 and lab == mapping.get(0)]
-    verdict_3a = bool(merged)
-    shared = [g for g in shared if 0 not in g["plan_streams"]]  # with main: the 3a case
+    # a side stream on main's trace stream is the 3a case, not a shared side stream
+    verdict_3a = any(0 in g["plan_streams"] for g in shared)
+    shared = [g for g in shared if 0 not in g["plan_streams"]]
     points = []
     # what main's own ops kept busy on its trace stream: side work hides behind any of
     # those, never behind side ops that ran there themselves (they would cover their own
     # time, and a side stream that never ran would read as hidden)
-    side_codes = [k for k, n in enumerate(tl.names) if plan.assignment.get(n, 0) != 0]
+    side_op = value_flags(tl.names, lambda n: plan.assignment.get(n, 0) != 0)[tl.name]
     on_main = (tl.stream == tl.streams.index(mapping[0])) if 0 in mapping \
         else np.zeros(len(tl), bool)
-    main_ops = on_main & ~np.isin(tl.name, side_codes)
+    main_ops = on_main & ~side_op
     main_busy = iv.union(tl.start_ns[main_ops], tl.end_ns[main_ops])
     for p in doc.parallel_points:
         if p.get("name") != plan.parallel_point and plan.parallel_point is not None:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import intervals as iv
-from .model import Timeline
+from .model import Timeline, value_flags
 
 TRUE_AT = 0.5
 FALSE_AT = 0.05
@@ -295,8 +295,7 @@ def parallel_points(tl: Timeline, main_code: int, side_codes: list[int], **kw) -
 
 def _name_mask(tl: Timeline, pattern: str) -> np.ndarray:
     """Per op, whether its name matches ``pattern`` (each distinct name tested once)."""
-    rx = re.compile(pattern)
-    return np.array([bool(rx.search(t)) for t in tl.names], bool)[tl.name]
+    return value_flags(tl.names, re.compile(pattern).search)[tl.name]
 
 
 def point_table(tl: Timeline, main_code: int, side_codes: list[int], *,
