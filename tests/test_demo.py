@@ -58,6 +58,14 @@ def test_report_folder(demo_dir):
     r = subprocess.run([sys.executable, "-m", "parastream", "analyze", str(demo_dir / "trace.json"),
                         "--format", "json"], capture_output=True, text=True, check=True)
     assert json.loads(r.stdout)["captures"][0]["ops"] > 0
+    # and against the plan beside it, as the candidate that ran (the plan recommends what
+    # the measurement chose, often single stream, whose placement the trace never had)
+    a = json.loads((demo_dir / "analysis.json").read_text())
+    r = subprocess.run([sys.executable, "-m", "parastream", "analyze", str(demo_dir / "trace.json"),
+                        "--plan", str(demo_dir / "plan.json"), "--format", "json"],
+                       capture_output=True, text=True, check=True)
+    pc = json.loads(r.stdout)["captures"][0]["plan_check"]
+    assert pc["candidate"] == a["plan_check"]["candidate"] and pc["misplaced_count"] == 0
 
 
 @pytest.mark.browser

@@ -256,7 +256,9 @@ def run_demo(out_dir: str = "out/demo", model: str = DEFAULT_MODEL, scale: str =
                      msgspec.json.format(msgspec.json.encode(analysis_json), indent=1))
         files = ["report.html", "plan.json", "plan.md", "analysis.json"]
         if tl is not None:
-            write_kineto(os.path.join(out_dir, "trace.json"), tl, label=f"{model}: {best}")
+            # labelled with its candidate, as run --trace's timelines are: analyze --plan
+            # beside it checks that candidate, not the plan's (often single) recommendation
+            write_kineto(os.path.join(out_dir, "trace.json"), tl, label=best)
             files.append("trace.json")
             summary = _summary(model, scale, phase, profile.name, rec, measured, graph_doc, doc,
                                res.get("triage"), where=where)
