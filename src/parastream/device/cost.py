@@ -483,7 +483,9 @@ def cold_share(idle_us: float, profile: DeviceProfile) -> float:
     x0, y0 = 0.0, 0.0
     for x1, y1 in curve:
         if idle <= x1:
-            return y0 + (y1 - y0) * (idle - x0) / (x1 - x0) if x1 > x0 else y1
+            # the fraction first: (y1 - y0) * (idle - x0) underflows on subnormal idles
+            # (0.75 * 5e-324 rounds to 5e-324, a share of 1 where the curve says 0.75)
+            return y0 + (y1 - y0) * ((idle - x0) / (x1 - x0)) if x1 > x0 else y1
         x0, y0 = x1, y1
     if after > x0:  # past the last point: on to the whole cost at cold_after_us
         return min(1.0, y0 + (1.0 - y0) * (idle - x0) / (after - x0))
