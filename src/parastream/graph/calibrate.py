@@ -187,9 +187,13 @@ def _op_cases() -> dict[str, tuple[str, Callable[[bool], tuple[Callable[[], Any]
         x, w = r(2, k), r(n, k)
         return (lambda: F.linear(x, w)), 2.0 * 2 * k * n, float(_nbytes(x, w))
 
-    def conv2d(large: bool):
+    def conv2d(large: bool, channels_last: bool = False):
+        # channels_last: the same convolution on NHWC data (an image permuted from HWC,
+        # and everything convolved from it), which oneDNN runs 1.4-1.9x faster here
         nb, c, hw, o, ks = (2, 64, 28, 64, 3) if large else (1, 8, 8, 8, 3)
         x, w, b = r(nb, c, hw, hw), r(o, c, ks, ks), r(o)
+        if channels_last:
+            x = x.contiguous(memory_format=torch.channels_last)
         out = nb * o * hw * hw
         return ((lambda: F.conv2d(x, w, b, padding=1)), 2.0 * out * c * ks * ks + out,
                 float(_nbytes(x, w, b)))
@@ -278,6 +282,7 @@ def _op_cases() -> dict[str, tuple[str, Callable[[bool], tuple[Callable[[], Any]
 
     return {"linear": ("flops", linear), "linear.few_rows": ("flops", few_rows),
             "conv2d": ("flops", conv2d),
+            "conv2d.channels_last": ("flops", partial(conv2d, channels_last=True)),
             "scaled_dot_product_attention": ("flops", sdpa),
             "scaled_dot_product_attention.mixed_head_dims": ("flops", partial(sdpa, mixed=True)),
             "max_pool2d": ("flops", max_pool2d),
@@ -296,7 +301,8 @@ def _third_cases() -> dict[str, tuple[Callable[[], Any], float, float]]:
 
     - ``conv2d`` in the middle: a convolution of 1.2 MFLOP (the zoo's tiny ones are
       0.3-1.2) ran at 25 GFLOP/s on one thread here, a fifth of the large case's rate,
-      and the line through the small and large cases put it at half its time.
+      and the line through the small and large cases put it at half its time. The
+      same convolution on channels-last data for ``conv2d.channels_last``.
     - the element-wise, copy and softmax types below their small case, at 1Ki elements:
       their two cases are above torch's intra-op grain, and the line through them crosses
       zero anywhere from 1.5 to 4 us (one calibration to the next), while a relu of 1Ki
@@ -306,11 +312,14 @@ def _third_cases() -> dict[str, tuple[Callable[[], Any], float, float]]:
 
     r = torch.randn
     x, w, b = r(1, 16, 16, 16), r(16, 16, 3, 3), r(16)
+    x_nhwc = x.contiguous(memory_format=torch.channels_last)
     out = 16 * 16 * 16
     a1, b1, c1, s1 = r(1, 1024), r(1, 1024), r(1, 1024), r(8, 128)
     p1, q1 = r(1, 8, 8, 8), r(1, 8, 8, 8)
     return {"conv2d": ((lambda: F.conv2d(x, w, b, padding=1)), 2.0 * out * 16 * 9 + out,
                        float(_nbytes(x, w, b))),
+            "conv2d.channels_last": ((lambda: F.conv2d(x_nhwc, w, b, padding=1)),
+                                     2.0 * out * 16 * 9 + out, float(_nbytes(x_nhwc, w, b))),
             "add": ((lambda: torch.add(a1, b1)), float(3 * _nbytes(a1)), float(_nbytes(a1, b1))),
             "silu": ((lambda: F.silu(c1)), float(2 * _nbytes(c1)), float(_nbytes(c1))),
             "softmax": ((lambda: torch.softmax(s1, -1)), float(2 * _nbytes(s1)),
@@ -985,15 +994,15 @@ def calibrate(quick: bool = False, name: str = "cpu-calibrated") -> dict:
     }
     if op_rates:
         profile["sources"]["op_rates"] = (
-            f"{by}: {mode}each op type (and max_pool2d on channels-last data, attention "
-            "with v's head dim below q's, linear on 2 rows, a broadcast add over 3 "
-            "channels-last channels) timed at two sizes (tiny and small zoo scale; "
+            f"{by}: {mode}each op type (and conv2d and max_pool2d on channels-last data, "
+            "attention with v's head dim below q's, linear on 2 rows, a broadcast add "
+            "over 3 channels-last channels) timed at two sizes (tiny and small zoo scale; "
             "element-wise, copy and softmax cases both above torch's 32Ki-element intra-op "
             "grain) on 1 intra-op thread (on a worker thread) and on all cores (on the main "
             "thread, as the executor runs them), median of a short burst, median of several "
             "rounds; the line through the two sizes gives the fixed cost "
             f"and the rate ({', '.join(sorted(_third_cases()))} also at a third size, a "
-            "middle one for conv2d, 1Ki elements for the rest: knee_work at the middle of "
+            "middle one for conv2d in either layout, 1Ki elements for the rest: knee_work at the middle of "
             "the three, a low_* line below it, the main line above) (GFLOP/s for linear, "
             "conv2d and attention, window elements per ns for max_pool2d, GB/s read + "
             "written for the rest); cold_*: each case timed "
