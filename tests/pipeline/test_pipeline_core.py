@@ -183,7 +183,11 @@ def test_device_stages_on_an_async_backend_pass_events_between_streams():
     prog = nb.program
     submits = [c for c in prog if c.op == "submit"]
     assert len(submits) == 20 * 3
-    assert {c.stream for c in submits} == {"p/h2d", "p/infer#0", "p/infer#1", "p/d2h"}
+    # each replica submits on a stream of its own; which replica takes an item is a race
+    # on the shared queue (with null's instant submits one replica took all 20 once)
+    used = {c.stream for c in submits}
+    assert {"p/h2d", "p/d2h"} <= used <= {"p/h2d", "p/infer#0", "p/infer#1", "p/d2h"}
+    assert used & {"p/infer#0", "p/infer#1"}
     # every device/copy stage after the first waits on the event its producer recorded
     waits = [c for c in prog if c.op == "wait"]
     assert len(waits) == 20 * 2
