@@ -240,3 +240,41 @@ def test_run_mode_belongs_to_the_thread_that_began_it(fake, monkeypatch):
     fake.log.clear()
     s1.submit(lambda: None, name="after")
     assert ("enter", s1.raw.id) in fake.log and fake.current_stream() is origin
+
+
+def test_timed_device_runs_can_go_without_timing_events(fake, monkeypatch):
+    """``measure(timelines=False)`` on a device backend (what ``run`` times on cuda): each
+    executor gets its own backend with no per-op timing events, and no timeline is read
+    back; the default keeps both, as the cpu path always does."""
+    from parastream.plan.model import Plan
+    from parastream.runtime import backend as registry
+    from parastream.runtime.measure import measure
+
+    made: list[DeviceBackend] = []
+
+    def factory(**options):
+        made.append(DeviceBackend("cuda", mod=fake, **options))
+        return made[-1]
+
+    monkeypatch.setitem(registry._REGISTRY, "cuda", factory)
+    monkeypatch.setattr(DeviceBackend, "record_stream", lambda self, value, stream: None)
+    module, inputs = ZOO["inception_block"].factory("tiny", "infer")
+    rn = import_runnable(module, inputs)
+    plan = assign(rn.graph, "matching", max_streams=2)
+    assert plan.stream_count() == 2
+    quiet = measure(module, inputs, plan, backend="cuda", runs=5, warmup=1, drop=2,
+                    runnable=rn, timelines=False)
+    assert len(made) == 2 and not any(b.record_timeline for b in made)
+    assert len(quiet.multi_walls_us) == len(quiet.single_executor_walls_us) == 3
+    assert quiet.multi_timelines == [] and quiet.single_timelines == []
+    made.clear()
+    timed = measure(module, inputs, plan, backend="cuda", runs=5, warmup=1, drop=2,
+                    runnable=rn)
+    assert len(made) == 2 and all(b.record_timeline for b in made)
+    assert len(timed.multi_timelines) == 3
+    tl = timed.multi_timelines[0]
+    assert {tl.op_name(i) for i in range(len(tl))} >= set(plan.assignment)
+    # the cpu backend keeps its own timeline whatever is asked
+    cpu = measure(module, inputs, Plan.single(o.name for o in rn.graph.ops), runs=5,
+                  warmup=1, drop=2, runnable=rn, timelines=False)
+    assert len(cpu.multi_timelines) == 3

@@ -288,12 +288,18 @@ def capture_op_costs(module: Any, inputs: tuple, runnable: Any, profile: Any, *,
                      device: str = "cpu", runs: int = 5) -> dict | None:
     """This model's op costs from one single-stream executor capture (``runs`` timed
     runs, the first 2 dropped) through :func:`parastream.sim.run.measured_costs`; None
-    when the backend captured no timeline."""
+    when the backend captured no timeline. On cuda: each op's kernels in one profiled run
+    (:func:`_profiled`), the device's time only; the host's issue is the profile's launch
+    cost, which the simulator adds (the event brackets held the launch too, and counted
+    it twice)."""
     from ..plan.model import Plan
     from ..sim.run import measured_costs
     from .measure import measure
 
     single = Plan.single(o.name for o in runnable.graph.ops)
+    if device == "cuda":
+        kernels = _profiled(module, inputs, runnable, single, device)[1]
+        return measured_costs(runnable.graph, profile, [kernels]) if kernels is not None else None
     cal = measure(module, inputs, single, backend=device, runs=runs, warmup=1, drop=2,
                   runnable=runnable, single_executor=False, rewarm=False)
     if not cal.multi_timelines:
@@ -393,10 +399,14 @@ def run_candidates(module: Any, inputs: tuple, runnable: Any, doc: Any, chosen: 
                 if cmp.ok:
                     check_note += (f" in 2 runs, then {jitter} runs with random delays and stream "
                                    "orders" if jitter else " in 2 runs")
+            # on a device the timed runs go without the backend's per-op timing events (a
+            # host cost the plain module does not pay); the kernels come from a profiled run
             m = measure(module, inputs, c, backend=device, runs=runs, warmup=warmup,
-                        drop=drop, runnable=runnable)
+                        drop=drop, runnable=runnable, timelines=device == "cpu")
             if op_costs is None and m.single_timelines:
                 op_costs = measured_costs(graph, profile, m.single_timelines)
+            if op_costs is None and kernel_single is not None:
+                op_costs = measured_costs(graph, profile, [kernel_single])
             from_ops = (simulate_plan(graph, c, profile, costs=op_costs, order=order).result.wall_us
                         if op_costs is not None else None)
             if device == "cuda":

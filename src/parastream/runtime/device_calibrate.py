@@ -8,8 +8,9 @@ wall, and the shipped profile predicted 122-142 us for runs of 1.2-2.0 ms. So th
 that matter are measured here, on the device, through the executor that runs the plans:
 
 * ``launch_overhead_us``: the executor's host time per op (a chain of varied tiny ops, on
-  one stream, timing events on as ``run`` measures): the slope of the chain's wall between
-  two lengths. Its kernels are shorter than their launch, so the wall is the host's;
+  one stream, without the backend's per-op timing events, as ``run`` times plans): the
+  slope of the chain's wall between two lengths. Its kernels are shorter than their
+  launch, so the wall is the host's;
 * ``run_overhead_us``: the same chains' wall less that per-op cost (binding, the run's
   begin and end events, outputs);
 * ``stream_overhead_us``: per forward call, a second stream (the chain with its first op
@@ -102,6 +103,7 @@ def measure_host_costs(device: str = "cuda", quick: bool = True) -> dict[str, fl
     from ..graph.torch_import import import_runnable
     from ..plan.assign import plan_from_assignment
     from ..plan.model import Plan
+    from .backend import untimed
     from .executor import MultiStreamExecutor
     from .overhead import VARIED_LONG, VARIED_SHORT, per_round, varied_chain
 
@@ -124,7 +126,8 @@ def measure_host_costs(device: str = "cuda", quick: bool = True) -> dict[str, fl
                         ("second stream", plan_from_assignment(
                             rn.graph, {o: int(i == 0) for i, o in enumerate(names)},
                             name="second stream"))):
-                    ex = MultiStreamExecutor(module, (x,), plan, backend=device, runnable=rn)
+                    ex = MultiStreamExecutor(module, (x,), plan, runnable=rn,
+                                             backend=untimed(device))
                     executors.append(ex)
                     timers[label, n] = (lambda e=ex: timed(lambda: e(x), calls))
                 timers["eager", n] = (lambda m=module: timed(lambda: m(x), calls))
@@ -188,7 +191,8 @@ def calibrate_device(device: str = "cuda", quick: bool = True, name: str | None 
     prof["launch_overhead_us"] = sig(host["per_op_us"])
     src["launch_overhead_us"] = (
         "measured: the executor's host time per op on this device (chains of varied tiny "
-        "ops on one stream, timing events on; slope of the median wall per op, "
+        "ops on one stream, no per-op timing events, as run times plans; slope of the "
+        "median wall per op, "
         f"{sig(host['per_op_us'])} us; eager torch's own slope {sig(host['eager_op_us'])} "
         "us per op)")
     prof["run_overhead_us"] = sig(host["per_run_us"])
