@@ -135,7 +135,7 @@ TIMED_DEVICES = ("cuda", "npu")
 
 def untimed(name: str) -> "Backend | str":
     """A new backend ``name`` without its per-op timing events where it has them (cuda,
-    npu: two events a submit, a host cost of 9-11 us per op on an H200), else ``name``
+    npu: two events a submit, a host cost of 6-11 us per op on an H200), else ``name``
     itself (the cpu backend's timeline is its own bookkeeping, not events on a device)."""
     return get_backend(name, record_timeline=False) if name in TIMED_DEVICES else name
 

@@ -134,7 +134,7 @@ def measure(module: Any, inputs: Sequence[Any], plan: Plan, *, backend: str = "c
 
     ``timelines=False`` on a device backend (cuda, npu) times the executors without their
     per-op timing events, and the measurement then has no timelines: two events bracket
-    every op on its stream, a host cost of 9-11 us per op on an H200 (the zoo models at
+    every op on its stream, a host cost of 6-11 us per op on an H200 (the zoo models at
     small scale, 23-28 ops: 1,095 against 888 us a call for medusa_heads' single-stream
     executor), which the plain module it is compared with does not pay. A cpu backend's
     timeline is its own bookkeeping and always kept.
