@@ -99,21 +99,12 @@ def models(names: list[str], runs: int) -> list[dict]:
 
 
 def chains(runs: int, lengths: tuple[int, int] = (16, 64)) -> dict:
+    from bench_run import Chain  # x + 1, n times (this folder is on the path as a script's)
     from parastream.graph.torch_import import import_runnable
     from parastream.plan.assign import plan_from_assignment
     from parastream.plan.model import Plan
     from parastream.runtime.cuda import CudaBackend
     from parastream.runtime.executor import MultiStreamExecutor
-
-    class Chain(torch.nn.Module):
-        def __init__(self, n: int) -> None:
-            super().__init__()
-            self.n = n
-
-        def forward(self, x):
-            for _ in range(self.n):
-                x = x + 1
-            return x
 
     x = torch.randn(16, device=DEV)
     calls, executors = {}, []
