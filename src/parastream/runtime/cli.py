@@ -399,10 +399,11 @@ def run_candidates(module: Any, inputs: tuple, runnable: Any, doc: Any, chosen: 
                 if cmp.ok:
                     check_note += (f" in 2 runs, then {jitter} runs with random delays and stream "
                                    "orders" if jitter else " in 2 runs")
-            # on a device the timed runs go without the backend's per-op timing events (a
-            # host cost the plain module does not pay); the kernels come from a profiled run
+            # on cuda the timed runs go without the backend's per-op timing events (a host
+            # cost the plain module does not pay): the kernels come from a profiled run. An
+            # npu has no such run here, so its event timeline stays the one analysed
             m = measure(module, inputs, c, backend=device, runs=runs, warmup=warmup,
-                        drop=drop, runnable=runnable, timelines=device == "cpu")
+                        drop=drop, runnable=runnable, timelines=device != "cuda")
             if op_costs is None and m.single_timelines:
                 op_costs = measured_costs(graph, profile, m.single_timelines)
             if op_costs is None and kernel_single is not None:
