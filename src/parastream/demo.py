@@ -216,7 +216,7 @@ def run_demo(out_dir: str = "out/demo", model: str = DEFAULT_MODEL, scale: str =
         # the same decision as `parastream run`: never a plan under the speedup margin, each
         # side taken in its best setting
         decision = recommend(result["candidates"], notes=[busy],
-                             busy_share=result["busy_share"])
+                             busy_share=result["busy_share"], device=device)
         rec = decision.candidate or "single stream"
         # the report shows the recommended candidate's run, else the one closest to winning
         best = decision.closest

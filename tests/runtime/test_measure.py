@@ -149,7 +149,14 @@ def test_recommend_compares_every_candidate_with_the_runs_fastest_single_stream(
     assert stalled.floor_single_us == steady.floor_single_us == 46.0
     assert stalled.best_speedup == pytest.approx(46.0 / 128.0)
     assert rec.action == "single" and rec.candidate is None
-    assert any("the machine was disturbed" in e and "46 to 32,000 us" in e for e in rec.evidence)
+    assert any("the machine was disturbed" in e and "46 to 32,000 us" in e
+               and "OpenMP" in e for e in rec.evidence)
+    # on a device the hint is the host's, not an OpenMP team's
+    on_gpu = recommend([CandidateResult("critical-path", 250.0, 32_000.0, 128.0, streams=2),
+                        CandidateResult("matching", 0.30, 46.0, 151.0, streams=2)],
+                       device="cuda")
+    assert any("disturbed (another process on the host" in e and "OpenMP" not in e
+               for e in on_gpu.evidence)
     assert "against this run's fastest single stream (46 us) 0.36x" in rec.evidence[0]
     # rounds that agree (within 1.5x) say nothing and change nothing but the floor
     a = CandidateResult("a", 1.5, 1500.0, 1000.0, streams=2)

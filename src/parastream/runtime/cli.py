@@ -254,8 +254,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         result["separate_processes"] = iso
         baseline.attach(result["candidates"], iso)
     rec = recommend(result["candidates"], current=current, margin=args.margin,
-                    busy_share=result["busy_share"],
-                    notes=[result["busy"]])
+                    busy_share=result["busy_share"], notes=[result["busy"]],
+                    device=args.device)
     result["recommendation"] = rec.to_dict()
     result["profile"] = profile_note
     result["malloc"] = args.malloc

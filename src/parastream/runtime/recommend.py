@@ -169,11 +169,12 @@ def _noisy(r: CandidateResult, margin: float) -> str:
 
 def recommend(results: list[CandidateResult], current: str | None = None,
               margin: float = MARGIN, notes: Sequence[str | None] = (),
-              busy_share: float = 0.0) -> Recommendation:
+              busy_share: float = 0.0, device: str = "cpu") -> Recommendation:
     """Decide from measured candidates (see the module docstring); ``notes`` (a busy
     machine during the measurement) close the evidence; ``busy_share``: the share of the
     measurement other tasks took half the cores (a win is withheld at
-    :data:`BUSY_REFUSE` or more)."""
+    :data:`BUSY_REFUSE` or more); ``device``: where the plans ran (the likely causes of
+    a disturbed baseline differ: OpenMP teams are the CPU's)."""
     floor = min((r.own_single_us for r in results), default=None)
     for r in results:  # every candidate's speedup is taken against the run's fastest
         r.floor_single_us = floor
@@ -181,9 +182,10 @@ def recommend(results: list[CandidateResult], current: str | None = None,
     # the spread is the side-by-side rounds' (the separate process's one figure is shared)
     rounds = [r.single_median_us for r in results if r.single_median_us]
     if floor and rounds and max(rounds) > BASELINE_SPREAD * floor:
+        why = ("another process, or an OpenMP thread team stalled on a descheduled thread"
+               if device == "cpu" else "another process on the host, or the host's own noise")
         evidence.append(f"the single-stream model measured {floor:,.0f} to {max(rounds):,.0f} us "
-                        "in this run: the machine was disturbed (another process, or an "
-                        "OpenMP thread team stalled on a descheduled thread); every candidate "
+                        f"in this run: the machine was disturbed ({why}); every candidate "
                         f"is compared with the fastest, {floor:,.0f} us")
     bad = [r.name for r in results if r.outputs_ok is False]
     if bad:
