@@ -135,12 +135,10 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     if args.candidate and not args.plan:
         raise InputError(None, "--candidate picks the candidate of --plan FILE to check")
     plan_doc = None
-    named = args.candidate is not None  # else each capture's own candidate, where it names one
     if args.plan:
         from .plan.io import load_doc
 
-        plan_doc, chosen = load_doc(args.plan, args.candidate)
-        args.candidate = chosen.name
+        plan_doc, _ = load_doc(args.plan, args.candidate)  # an unknown --candidate fails now
     need_timelines = bool(args.html or args.perfetto or plan_doc)
     from .report.text import progress
 
@@ -160,13 +158,8 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     if plan_doc is not None:
         from .plan.verify import verify
 
-        # a timeline 'parastream run --trace' wrote names the candidate that ran in it: the
-        # plan it sits beside recommends what the measurement chose, often single stream
-        names = {c.name for c in plan_doc.candidates}
-        for cap, tl in zip(doc["captures"], timelines):
-            own = tl.meta.get("trace_name")
-            cap["plan_check"] = verify(tl, plan_doc, own if not named and own in names
-                                       else args.candidate)
+        for cap, tl in zip(doc["captures"], timelines):  # each its own candidate (verify)
+            cap["plan_check"] = verify(tl, plan_doc, args.candidate)
         checks = [c["plan_check"] for c in doc["captures"]]
         if checks and all(c["ops_found"] == 0 and c["ops_planned"] for c in checks):
             raise InputError(args.plan, f"none of the {checks[0]['ops_planned']} ops of "
@@ -191,7 +184,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
 
         caps = list(zip(timelines, doc["captures"]))
         # the per-rank rows too: the page showed only the medians across ranks
-        extra = {k: doc[k] for k in ("triage",) if k in doc}
+        extra = {"triage": doc["triage"]} if "triage" in doc else {}
         if "ranks" in doc:  # (the summary's own "ranks" is their count)
             extra["per_rank"] = doc["ranks"]
         write_html(args.html, caps, doc["summary"] | extra,

@@ -346,12 +346,9 @@ def _written_args(node: Any) -> list[Any]:
     schema = getattr(node.target, "_schema", None)
     if schema is None:
         return list(node.args[:1]) if _short(node).endswith("_") else []
-    from ..graph.torch_import import schema_args
+    from ..graph.torch_import import written_args
 
-    given = schema_args(schema, node.args, node.kwargs)
-    return [v for a in schema.arguments
-            if a.alias_info is not None and a.alias_info.is_write
-            and hasattr(v := given.get(a.name), "op")]
+    return [v for v in written_args(schema, node.args, node.kwargs) if hasattr(v, "op")]
 
 
 def _is_assert(node: Any) -> bool:

@@ -732,6 +732,14 @@ def schema_args(schema: Any, args: Sequence[Any], kwargs: dict) -> dict[str, Any
     return given
 
 
+def written_args(schema: Any, args: Sequence[Any], kwargs: dict) -> list[Any]:
+    """The values an op call passes for the arguments its schema marks written (in-place,
+    ``out=``, a mutable custom op), in schema order; absent ones left out."""
+    given = schema_args(schema, args, kwargs)
+    return [given[a.name] for a in schema.arguments
+            if a.alias_info is not None and a.alias_info.is_write and a.name in given]
+
+
 def _device_of(outs: list, default: Any) -> str:
     for t in outs:
         dev = getattr(t, "device", None)

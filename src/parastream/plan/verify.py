@@ -36,7 +36,14 @@ def _occurrences(tl: Timeline) -> dict[str, list[int]]:
 
 
 def verify(tl: Timeline, doc: PlanDoc, candidate: str | None = None) -> dict:
-    """Placement and per-point overlap of one capture against one candidate of ``doc``."""
+    """Placement and per-point overlap of one capture against one candidate of ``doc``:
+    ``candidate``, else the one the capture names (``meta["trace_name"]``: a timeline
+    'parastream run --trace' wrote names the candidate that ran in it, while the plan it
+    sits beside recommends what the measurement chose, often single stream), else the
+    plan's recommendation."""
+    if candidate is None:
+        own = tl.meta.get("trace_name")
+        candidate = own if any(c.name == own for c in doc.candidates) else None
     plan: Plan = doc.candidate(candidate or doc.recommended)
     occ = _occurrences(tl)
     t0 = tl.t0_ns

@@ -46,7 +46,7 @@ import torch
 import torch.fx
 from torch.fx.node import map_arg
 
-from ..graph.torch_import import random_draws, schema_args
+from ..graph.torch_import import random_draws, written_args
 from ..plan.io import PlanDoc
 from ..plan.model import Plan
 from ..timeline.model import Timeline
@@ -780,11 +780,7 @@ def _written_placeholders(graph: torch.fx.Graph) -> set[str]:
         schema = getattr(n.target, "_schema", None) if n.op == "call_function" else None
         if schema is None or not schema.is_mutable:
             continue
-        given = schema_args(schema, n.args, n.kwargs)
-        for a in schema.arguments:
-            if a.alias_info is None or not a.alias_info.is_write:
-                continue
-            v = given.get(a.name)
+        for v in written_args(schema, n.args, n.kwargs):
             while isinstance(v, torch.fx.Node) and v.op == "call_function" and v.args:
                 v = v.args[0]
             if isinstance(v, torch.fx.Node) and v.op == "placeholder":
