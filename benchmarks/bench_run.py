@@ -63,6 +63,7 @@ def overhead(ops: int = 200, runs: int = 9, device: str = "cpu") -> dict:
     per-op timing events (as ``run`` measures) and without them."""
     from parastream.graph.torch_import import import_runnable
     from parastream.plan.model import Plan
+    from parastream.runtime.backend import TIMED_DEVICES, untimed
     from parastream.runtime.executor import MultiStreamExecutor
 
     m, x = Chain(ops).eval(), torch.randn(16)
@@ -74,14 +75,11 @@ def overhead(ops: int = 200, runs: int = 9, device: str = "cpu") -> dict:
     interp = torch.fx.Interpreter(rn.graph_module)
     timers = {"interpreter_us": lambda: interp.run(*rn.bind((x,))),
               "module_us": lambda: m(x)}
-    executors = [MultiStreamExecutor(m, (x,), plan, runnable=rn, backend=device)]
-    timers["executor_us"] = partial(executors[0], x)
-    if device == "cuda":
-        from parastream.runtime.cuda import CudaBackend
-
-        executors.append(MultiStreamExecutor(m, (x,), plan, runnable=rn,
-                                             backend=CudaBackend(record_timeline=False)))
-        timers["executor_no_timing_us"] = partial(executors[1], x)
+    executors = {"executor_us": MultiStreamExecutor(m, (x,), plan, runnable=rn, backend=device)}
+    if device in TIMED_DEVICES:
+        executors["executor_no_timing_us"] = MultiStreamExecutor(m, (x,), plan, runnable=rn,
+                                                                 backend=untimed(device))
+    timers.update({key: partial(ex, x) for key, ex in executors.items()})
     times: dict[str, list[float]] = {k: [] for k in timers}
     with torch.no_grad():
         for k in range(runs + 2):  # alternating; the first two of each are dropped
@@ -91,7 +89,7 @@ def overhead(ops: int = 200, runs: int = 9, device: str = "cpu") -> dict:
                 sync()
                 if k >= 2:
                     times[key].append((time.perf_counter_ns() - t) / 1e3)
-    for ex in executors:
+    for ex in executors.values():
         ex.close()
     n = len(rn.graph.ops)
     med = {key: statistics.median(v) for key, v in times.items()}

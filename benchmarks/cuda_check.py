@@ -39,17 +39,11 @@ from parastream.graph.zoo import ZOO  # noqa: E402
 from parastream.plan.assign import assign  # noqa: E402
 from parastream.plan.hb import check as hb_check  # noqa: E402
 from parastream.plan.model import PlanError  # noqa: E402
+from parastream.runtime.cli import to_device  # noqa: E402
 from parastream.runtime.executor import Jitter, MultiStreamExecutor, compare  # noqa: E402
 
 ALGOS = ("single", "matching", "critical-path", "resource-split")
 EMIT_MODELS = ("moe_layer", "attention_prolog", "inception_block")
-
-
-def to_device(module, inputs, device):
-    if device == "cpu":
-        return module, tuple(inputs)
-    dev = torch.device(device)
-    return module.to(dev), tuple(t.to(dev) if isinstance(t, torch.Tensor) else t for t in inputs)
 
 
 def section(name, fn, report):
@@ -138,8 +132,7 @@ def removed_wait(device):
 
 
 def overhead(device):
-    sys.path.insert(0, os.path.dirname(__file__))
-    from bench_run import overhead as bench_overhead
+    from bench_run import overhead as bench_overhead  # (this folder: the script's own)
 
     r = bench_overhead(ops=200, runs=15, device=device)
     print(r, flush=True)
@@ -201,7 +194,6 @@ def emit_check(device):
     from parastream.emit.codegen import emit, trace
     from parastream.graph.torch_import import import_module
 
-    target = "cuda" if device == "cuda" else None
     rows = []
     for name in EMIT_MODELS:
         row = {"model": name}
@@ -217,7 +209,7 @@ def emit_check(device):
             with torch.no_grad():
                 expected = ref_model(*inputs)
                 off = gen.MultiStreamForward(copy.deepcopy(module), enabled=False)(*inputs)
-                if target is None:  # cpu dry run: the stand-in stream api
+                if device == "cpu":  # cpu dry run: the stand-in stream api
                     from parastream.emit import standins
 
                     on = standins.run(gen, copy.deepcopy(module), inputs).outputs

@@ -26,8 +26,8 @@ import time
 
 import torch
 
-#: where the models and chains run (a CPU dry run of this script sets "cpu")
-DEV = "cuda"
+# this folder is on the path as the script's own: x + 1 chains, the planner's candidates
+from bench_run import Chain, candidates_of
 
 
 def _timed(calls: dict, runs: int) -> dict:
@@ -58,24 +58,19 @@ def _switches(plan, order: list[str]) -> int:
 def models(names: list[str], runs: int) -> list[dict]:
     from parastream.device.profile import load_profile
     from parastream.graph.ir import validate
-    from parastream.graph.torch_import import import_runnable
     from parastream.graph.zoo import ZOO
-    from parastream.plan.cli import build
     from parastream.plan.model import Plan
+    from parastream.runtime.cli import to_device
     from parastream.runtime.cuda import CudaBackend
     from parastream.runtime.executor import MultiStreamExecutor
 
     profile = load_profile("h200")
     rows = []
     for name in names:
-        m, x = ZOO[name].factory("small", ZOO[name].phases[0])
-        m = m.to(DEV).eval()
-        x = tuple(t.to(DEV) if torch.is_tensor(t) else t for t in x)
-        rn = import_runnable(m, x, name=name)
+        m, x = to_device(*ZOO[name].factory("small", ZOO[name].phases[0]), "cuda")
+        rn, _, multi = candidates_of(m.eval(), x, name, profile, top=2)
         order = validate(rn.graph)
-        doc = build(rn.graph, profile, algorithm=None, mapping=None, max_streams=None)
-        plans = [Plan.single(o.name for o in rn.graph.ops)] + \
-            [c for c in doc.candidates if c.stream_count() > 1][:2]
+        plans = [Plan.single(o.name for o in rn.graph.ops)] + multi
         calls, executors = {"plain": lambda: m(*x)}, []
         for plan in plans:
             for timing in (True, False):
@@ -99,14 +94,13 @@ def models(names: list[str], runs: int) -> list[dict]:
 
 
 def chains(runs: int, lengths: tuple[int, int] = (16, 64)) -> dict:
-    from bench_run import Chain  # x + 1, n times (this folder is on the path as a script's)
     from parastream.graph.torch_import import import_runnable
     from parastream.plan.assign import plan_from_assignment
     from parastream.plan.model import Plan
     from parastream.runtime.cuda import CudaBackend
     from parastream.runtime.executor import MultiStreamExecutor
 
-    x = torch.randn(16, device=DEV)
+    x = torch.randn(16, device="cuda")
     calls, executors = {}, []
     for n in lengths:
         m = Chain(n).eval()

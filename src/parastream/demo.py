@@ -135,11 +135,10 @@ def run_demo(out_dir: str = "out/demo", model: str = DEFAULT_MODEL, scale: str =
             else:
                 profile = load_profile(profile_path)
         elif device == "cuda":
-            from .runtime.device_calibrate import calibrate_device, profile_stem
+            from .runtime.device_calibrate import calibrate_device
 
-            step(f"calibrating {where}")
-            profile_json = dump_profile(calibrate_device(
-                "cuda", quick=True, name=f"{profile_stem(where)}-calibrated"))
+            step(f"calibrating {where}")  # named as calibrate --device cuda names it
+            profile_json = dump_profile(calibrate_device("cuda", quick=True))
             profile = loads_profile(profile_json)
         else:
             step("calibrating the local CPU")

@@ -84,9 +84,9 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         if args.name is None:
             import torch
 
-            from ..runtime.device_calibrate import profile_stem
+            from ..runtime.device_calibrate import calibrated_name
 
-            args.name = f"{profile_stem(torch.cuda.get_device_name())}-calibrated"
+            args.name = calibrated_name(torch.cuda.get_device_name())
     args.name = "cpu-calibrated" if args.name is None else args.name
     args.output = f"{args.name}.json" if args.output is None else args.output
     if not args.name.strip():

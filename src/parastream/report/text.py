@@ -126,7 +126,7 @@ def _plan_check(con: Console, pc: dict) -> None:
         if p["found"]:
             con.print(f"  {p['parallel_point']}: side {_win(p['side_window_us'])} vs "
                       f"{p['dominator']['name']} {_win(p['dominator']['window_us'])}: overlap_pct "
-                      f"{p['overlap_pct']:.3f}, busy overlap {p.get('busy_overlap_pct', 0.0):.3f} -> "
+                      f"{p['overlap_pct']:.3f}, busy overlap {p['busy_overlap_pct']:.3f} -> "
                       f"{p['verdict']}", markup=False)
         else:
             con.print(f"  {p['parallel_point']}: {p['reason']}", markup=False)

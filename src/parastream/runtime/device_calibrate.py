@@ -60,6 +60,11 @@ def profile_stem(device_name: str) -> str:
     return slug or "gpu"
 
 
+def calibrated_name(device_name: str) -> str:
+    """The name a calibration of the device torch calls ``device_name`` gets by default."""
+    return f"{profile_stem(device_name)}-calibrated"
+
+
 def _timer(device: str) -> Callable[[Callable[[], Any], int], float]:
     """``time(fn, runs)``: :func:`~parastream.runtime.measure.median_wall_us` of ``fn``
     followed by a device synchronize (device work is asynchronous)."""
@@ -174,7 +179,7 @@ def calibrate_device(device: str = "cuda", quick: bool = True, name: str | None 
     how = "quick" if quick else "full"
     stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     src = prof["sources"]
-    prof["name"] = name or f"{profile_stem(device_name)}-calibrated"
+    prof["name"] = name or calibrated_name(device_name)
     prof["description"] = f"{device_name}, calibrated by parastream ({how}, {stamp})"
     if sms:
         prof["cores"] = {"cube": sms, "vector": sms}
@@ -228,5 +233,6 @@ def calibrated_device_profile(device: str = "cuda", quick: bool = True,
     return loads_profile(msgspec.json.encode(calibrate_device(device, quick, name)))
 
 
-__all__ = ["FALLBACK", "calibrate_device", "calibrate_repeated", "profile_stem", "calibrated_device_profile", "measure_host_costs",
-           "measure_rates", "shipped_base"]
+__all__ = ["FALLBACK", "calibrate_device", "calibrate_repeated", "calibrated_device_profile",
+           "calibrated_name", "measure_host_costs", "measure_rates", "profile_stem",
+           "shipped_base"]

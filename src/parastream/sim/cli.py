@@ -244,7 +244,7 @@ def _profile_beside(plan_path: str, name: str):
     import os
 
     from ..device.profile import SCHEMA as PROFILE_SCHEMA
-    from ..device.profile import loads_profile
+    from ..device.profile import loads_profile, read_profile_file
 
     found = []
     for path in sorted(glob.glob(os.path.join(os.path.dirname(os.path.abspath(plan_path)),
@@ -252,8 +252,7 @@ def _profile_beside(plan_path: str, name: str):
         try:
             if os.path.getsize(path) > _PROFILE_MAX_BYTES:
                 continue
-            with open(path, "rb") as f:
-                data = f.read()
+            data = read_profile_file(path)
             if f'"{PROFILE_SCHEMA}"'.encode() not in data:  # it may come last (sorted keys)
                 continue
             profile = loads_profile(data, path)
