@@ -152,9 +152,7 @@ def test_recommend_compares_every_candidate_with_the_runs_fastest_single_stream(
     assert any("the machine was disturbed" in e and "46 to 32,000 us" in e
                and "OpenMP" in e for e in rec.evidence)
     # on a device the hint is the host's, not an OpenMP team's
-    on_gpu = recommend([CandidateResult("critical-path", 250.0, 32_000.0, 128.0, streams=2),
-                        CandidateResult("matching", 0.30, 46.0, 151.0, streams=2)],
-                       device="cuda")
+    on_gpu = recommend([stalled, steady], device="cuda")
     assert any("disturbed (another process on the host" in e and "OpenMP" not in e
                for e in on_gpu.evidence)
     assert "against this run's fastest single stream (46 us) 0.36x" in rec.evidence[0]
