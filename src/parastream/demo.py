@@ -157,13 +157,15 @@ def run_demo(out_dir: str = "out/demo", model: str = DEFAULT_MODEL, scale: str =
         step("planning and simulating candidates")
         doc = build(graph, profile, algorithm=None, mapping=None, max_streams=None,
                     source={"model": model, "scale": scale, "phase": phase})
-        from .runtime.cli import rank_by_op_times, run_candidates
+        from .runtime.cli import rank_by_op_times, run_candidates, single_kernels
 
         # the candidates to run: best first by this model's own op times (one short
-        # single-stream capture), which the profile alone predicts 20-50% low, unevenly
+        # single-stream capture; cuda: its kernels, profiled once for this and the triage),
+        # which the profile alone predicts 20-50% low, unevenly
+        kernels = single_kernels(module, inputs, runnable, device)
         multi, op_costs = rank_by_op_times(module, inputs, runnable, profile,
                                            [c for c in doc.candidates if c.stream_count() > 1],
-                                           device=device)
+                                           device=device, kernels=kernels)
         multi = multi[:candidates_to_run]
 
         def running(k: int, n: int, cand) -> None:
@@ -172,7 +174,7 @@ def run_demo(out_dir: str = "out/demo", model: str = DEFAULT_MODEL, scale: str =
         # the planner already simulated every candidate on this profile: its estimates stand
         result = run_candidates(module, inputs, runnable, doc, multi, profile, runs=runs,
                                 reuse_estimates=True, on_candidate=running, op_costs=op_costs,
-                                device=device)
+                                device=device, kernel_single=kernels)
         busy = result["busy"]
         if busy:
             step(f"warning: {busy}")
@@ -357,8 +359,10 @@ def cmd_demo(args) -> int:
               f"{m['measured_single_us']:12.1f} {m['measured_multi_us']:11.1f} "
               f"{m['measured_speedup']:7.2f}x  {pcts}")
     kind = "CPU" if args.device == "cpu" else where
-    print(f"(predicted = simulated on the calibrated {kind} profile; from ops = simulated from the "
-          f"op times of the single-stream runs; measured = median of the kept runs, {kind})")
+    ops_from = ("the op times of the single-stream runs" if args.device == "cpu"
+                else "the kernels of a profiled single-stream run")
+    print(f"(predicted = simulated on the calibrated {kind} profile; from ops = simulated from "
+          f"{ops_from}; measured = median of the kept runs, {kind})")
     if any(m.get("separate_single_spinning_us") or m.get("separate_multi_us") for m in r.measured):
         print("in separate processes, each side in its best OpenMP setting (single stream with "
               "threads spinning, streams with them sleeping):")

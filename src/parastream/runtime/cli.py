@@ -165,6 +165,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     malloc_note = malloc.apply(args.malloc)
     doc_in: PlanDoc | None = None
     op_costs = None  # op times from a single-stream capture (--auto)
+    kernels = None  # cuda, --auto: the single-stream kernels, profiled once (single_kernels)
     if args.plan:
         doc_in, chosen = load_doc(args.plan, args.candidate)
         if args.candidate:
@@ -214,16 +215,19 @@ def cmd_run(args: argparse.Namespace) -> int:
         except PlanError as exc:
             raise InputError(args.model, str(exc)) from None
         multi = [c for c in doc.candidates if c.stream_count() > 1]
+        # (cuda: the single-stream kernels profiled once, for the ranking and the triage)
+        kernels = single_kernels(module, inputs, runnable, args.device) if multi else None
         ranked, op_costs = rank_by_op_times(module, inputs, runnable, profile, multi,
-                                            device=args.device)
+                                            device=args.device, kernels=kernels)
         chosen = ranked[:args.top]
         current = doc.recommended if doc.recommended != "single" else None
         if not multi:
             out.write(f"--auto: {len(doc.candidates)} candidates simulated, none of them "
                       "multi-stream (the model has no parallel point the planner can use)\n")
         else:
-            how = ("again from the op times of a single-stream capture (5 runs)"
-                   if op_costs is not None else "on the profile")
+            how = (("again from the op times of a single-stream capture (5 runs)"
+                    if args.device != "cuda" else "again from the kernels of a profiled "
+                    "single-stream run") if op_costs is not None else "on the profile")
             out.write(f"--auto: {len(doc.candidates)} candidates simulated, the multi-stream "
                       f"ones {how}; running the best {len(chosen)}\n")
     for c in chosen:
@@ -239,7 +243,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     result = run_candidates(module, inputs, runnable, doc, chosen, profile, device=args.device,
                             runs=args.runs, warmup=args.warmup, drop=args.drop,
                             check=args.check, jitter=args.jitter,
-                            reuse_estimates=doc_in is None, op_costs=op_costs)
+                            reuse_estimates=doc_in is None, op_costs=op_costs,
+                            kernel_single=kernels)
     if result["busy"]:
         out.write(f"warning: {result['busy']}\n")
     from . import baseline
@@ -284,22 +289,35 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def single_kernels(module: Any, inputs: tuple, runnable: Any, device: str) -> Any:
+    """On cuda, the single-stream plan's ops as its kernels ran in one profiled run
+    (:func:`_profiled`; None without annotation spans): the op times of ``--auto``'s
+    ranking and the baseline every candidate's kernels are triaged on. None elsewhere."""
+    from ..plan.model import Plan
+
+    if device != "cuda":
+        return None
+    return _profiled(module, inputs, runnable, Plan.single(o.name for o in runnable.graph.ops),
+                     device)[1]
+
+
 def capture_op_costs(module: Any, inputs: tuple, runnable: Any, profile: Any, *,
-                     device: str = "cpu", runs: int = 5) -> dict | None:
+                     device: str = "cpu", runs: int = 5, kernels: Any = None) -> dict | None:
     """This model's op costs from one single-stream executor capture (``runs`` timed
     runs, the first 2 dropped) through :func:`parastream.sim.run.measured_costs`; None
     when the backend captured no timeline. On cuda: each op's kernels in one profiled run
-    (:func:`_profiled`), the device's time only; the host's issue is the profile's launch
-    cost, which the simulator adds (the event brackets held the launch too, and counted
-    it twice)."""
+    (``kernels``, else :func:`single_kernels` now), the device's time only; the host's
+    issue is the profile's launch cost, which the simulator adds (the event brackets held
+    the launch too, and counted it twice)."""
     from ..plan.model import Plan
     from ..sim.run import measured_costs
     from .measure import measure
 
-    single = Plan.single(o.name for o in runnable.graph.ops)
     if device == "cuda":
-        kernels = _profiled(module, inputs, runnable, single, device)[1]
+        if kernels is None:
+            kernels = single_kernels(module, inputs, runnable, device)
         return measured_costs(runnable.graph, profile, [kernels]) if kernels is not None else None
+    single = Plan.single(o.name for o in runnable.graph.ops)
     cal = measure(module, inputs, single, backend=device, runs=runs, warmup=1, drop=2,
                   runnable=runnable, single_executor=False, rewarm=False)
     if not cal.multi_timelines:
@@ -308,9 +326,10 @@ def capture_op_costs(module: Any, inputs: tuple, runnable: Any, profile: Any, *,
 
 
 def rank_by_op_times(module: Any, inputs: tuple, runnable: Any, profile: Any,
-                     candidates: list, *, device: str = "cpu") -> tuple[list, dict | None]:
+                     candidates: list, *, device: str = "cpu",
+                     kernels: Any = None) -> tuple[list, dict | None]:
     """Candidates best first by their wall simulated from this model's own op times
-    (:func:`capture_op_costs`). The profile alone under-predicts ops inside a model by
+    (:func:`capture_op_costs`; on cuda from ``kernels`` when given). The profile alone under-predicts ops inside a model by
     20-50% on a CPU, unevenly across op types (docs/benchmarks-run.md section 7), which
     can misorder candidates; the op times do better. Returns (ranked, costs); the
     candidates in their given order and None when there is no capture."""
@@ -319,7 +338,7 @@ def rank_by_op_times(module: Any, inputs: tuple, runnable: Any, profile: Any,
 
     if not candidates:
         return candidates, None
-    costs = capture_op_costs(module, inputs, runnable, profile, device=device)
+    costs = capture_op_costs(module, inputs, runnable, profile, device=device, kernels=kernels)
     if costs is None:
         return candidates, None
     graph = runnable.graph
@@ -333,12 +352,14 @@ def run_candidates(module: Any, inputs: tuple, runnable: Any, doc: Any, chosen: 
                    profile: Any, *, device: str = "cpu", runs: int = 7, warmup: int = 2,
                    drop: int = 2, check: bool = False, jitter: int = 0,
                    reuse_estimates: bool = False, on_candidate: Any = None,
-                   op_costs: dict | None = None) -> dict:
+                   op_costs: dict | None = None, kernel_single: Any = None) -> dict:
     """Measure each chosen candidate against single stream; predict, analyse, check.
 
     ``op_costs``: op times from a separate single-stream capture (:func:`rank_by_op_times`)
     for the "predicted from ops" figure; without them the first candidate's own
-    single-stream runs give them.
+    single-stream runs give them (on cuda: the single-stream kernels). ``kernel_single``
+    (cuda): :func:`single_kernels` when the caller already profiled them; else profiled
+    here.
 
     Returns ``candidates`` (:class:`CandidateResult` s), ``details`` (JSON-ready), ``busy``
     (a warning when other tasks took half the cores during the measurement, else None),
@@ -374,9 +395,12 @@ def run_candidates(module: Any, inputs: tuple, runnable: Any, doc: Any, chosen: 
     # op_costs: given, or from the first measured single-stream executor runs
     runs_by_name: dict[str, tuple[Any, dict]] = {}
     torch_raw: dict[str, bytes] = {}  # cuda: each candidate's annotated profiler trace
-    # cuda: the single-stream plan's kernels, the baseline every candidate's are triaged on
-    kernel_single = (_profiled(module, inputs, runnable, Plan.single(o.name for o in graph.ops),
-                               device)[1] if device == "cuda" else None)
+    # cuda: the single-stream plan's kernels, the baseline every candidate's are triaged on,
+    # and the op times when none were given (the timed runs record no timeline there)
+    if kernel_single is None:
+        kernel_single = single_kernels(module, inputs, runnable, device)
+    if op_costs is None and kernel_single is not None:
+        op_costs = measured_costs(graph, profile, [kernel_single])
     from ..graph.calibrate import BusyWatch, cpu_count
 
     # the host's threads issue every backend's ops: a neighbour on the cores skews them
@@ -406,8 +430,6 @@ def run_candidates(module: Any, inputs: tuple, runnable: Any, doc: Any, chosen: 
                         drop=drop, runnable=runnable, timelines=device != "cuda")
             if op_costs is None and m.single_timelines:
                 op_costs = measured_costs(graph, profile, m.single_timelines)
-            if op_costs is None and kernel_single is not None:
-                op_costs = measured_costs(graph, profile, [kernel_single])
             from_ops = (simulate_plan(graph, c, profile, costs=op_costs, order=order).result.wall_us
                         if op_costs is not None else None)
             if device == "cuda":

@@ -2,17 +2,18 @@
 
 One code path for both: the device module (``torch.cuda``, or ``torch.npu`` once
 ``torch_npu`` is imported) provides ``Stream``, ``Event``, ``stream(s)`` (the context that
-makes ``s`` current), ``set_stream``, ``current_stream()`` and ``synchronize()``, and tensors provide
-``record_stream``. Only that one family of objects is used (DOMAIN.md §5: never mix the
-generic ``torch.Stream``/``torch.Event`` with device-specific ones).
+makes ``s`` current), ``set_stream``, ``current_stream()`` and ``synchronize()``, and
+tensors provide ``record_stream``. Only that one family of objects is used (DOMAIN.md §5:
+never mix the generic ``torch.Stream``/``torch.Event`` with device-specific ones).
 
 ``submit(fn)`` calls ``fn`` on the host with ``s`` current: the kernels it launches queue
 on ``s`` and the result is available at once (``host_synchronous`` is false). Outside a
 run that is ``with device.stream(s)``; inside the executor's run (``begin`` .. ``end``) the
 issuing thread calls ``set_stream`` only when the stream changes, and ``end`` (or
-``close`` after an error) makes the caller's stream current again. With ``record_timeline`` each submit is bracketed by two timing events on its
-stream; :meth:`DeviceBackend.timeline` turns them into a Timeline (op names as submitted,
-stream labels as named), the device-side counterpart of the cpu backend's own recording.
+``close`` after an error) makes the caller's stream current again. With
+``record_timeline`` each submit is bracketed by two timing events on its stream;
+:meth:`DeviceBackend.timeline` turns them into a Timeline (op names as submitted, stream
+labels as named), the device-side counterpart of the cpu backend's own recording.
 For kernel-level detail use the torch profiler (``parastream run --trace``).
 
 ``begin(streams)`` makes every stream wait for the caller's current stream (the inputs were
