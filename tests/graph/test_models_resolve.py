@@ -253,6 +253,13 @@ def test_a_folder_named_like_a_zoo_model_does_not_hide_it(tmp_path, monkeypatch)
 
     # graph and simulate ask the same question before --scale/--batch (they refused them)
     assert not is_graph_file("moe_layer") and is_graph_file("./moe_layer")
+    # both read past any run of leading blanks (a 64-byte head once said "not a graph")
+    (tmp_path / "padded.json").write_text(" \n" * 40_000 + '{"schema": "parastream.run/1"}')
+    assert is_graph_file("./padded.json")
+    with pytest.raises(InputError, match="not a parastream graph"):
+        load_graph("./padded.json")
+    (tmp_path / "blank.json").write_text(" \n" * 40_000)
+    assert not is_graph_file("./blank.json")
     # and a plan records the zoo model it was made for, not the file beside it
     from parastream.graph.models import model_source
 

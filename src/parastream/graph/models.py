@@ -100,7 +100,11 @@ def is_graph_file(spec: str) -> bool:
         return False
     try:
         with open(spec, "rb") as f:
-            return f.read(64).lstrip()[:1] == b"{"
+            # leading blanks of any length, as load_graph's lstrip of the whole file
+            while chunk := f.read(1 << 16):
+                if head := chunk.lstrip():
+                    return head[:1] == b"{"
+            return False
     except OSError:
         return False
 

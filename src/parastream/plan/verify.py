@@ -53,7 +53,7 @@ def verify(tl: Timeline, doc: PlanDoc, candidate: str | None = None) -> dict:
     for n, idx in found.items():
         seen.setdefault(plan.assignment[n], Counter()).update(
             tl.streams[int(tl.stream[i])] for i in idx)
-    mapping, shared = _stream_mapping(seen)
+    mapping, shared = trace_stream_mapping(seen)
     misplaced = []
     for n, idx in found.items():
         want = mapping[plan.assignment[n]]
@@ -126,7 +126,7 @@ def plan_check_notes(pc: dict) -> list[str]:
     return notes
 
 
-def _stream_mapping(seen: dict[int, Counter]) -> tuple[dict[int, str], list[dict]]:
+def trace_stream_mapping(seen: dict[int, Counter]) -> tuple[dict[int, str], list[dict]]:
     """Which trace stream each logical stream ran on, one to one: the (logical, trace)
     pairs that hold the most ops are taken first, a trace stream named like the logical
     one first on a tie (the cpu and cuda backends keep the plan's ids), each side taken

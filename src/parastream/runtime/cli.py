@@ -122,8 +122,6 @@ def to_device(module: Any, inputs: tuple, device: str) -> tuple[Any, tuple]:
         lambda t: t.to(dev) if isinstance(t, torch.Tensor) else t, tuple(inputs)))
 
 
-#: the fewest busy-watch samples (0.2 s apart) a withheld win needs
-BUSY_MIN_SAMPLES = 10
 #: what a busy machine means for a measured comparison (:class:`BusyWatch`'s note)
 MEASURE_BUSY_ADVICE = ("the walls and speedups may be off (an OpenMP team stalls when "
                        "one of its threads is descheduled); measure again on a quiet machine")
@@ -371,7 +369,7 @@ def run_candidates(module: Any, inputs: tuple, runnable: Any, doc: Any, chosen: 
     from ..plan.model import Plan
     from .executor import Jitter, MultiStreamExecutor
     from .measure import analyse, late_starts, measure
-    from .recommend import CandidateResult
+    from .recommend import CandidateResult, busy_evidence
 
     graph = runnable.graph
     order = validate(graph)  # once for every plan simulated below
@@ -479,11 +477,8 @@ def run_candidates(module: Any, inputs: tuple, runnable: Any, doc: Any, chosen: 
             "candidates": results, "details": details, "_runs": runs_by_name,
             "_torch": torch_raw,
             "busy": watch.note("the measurement", MEASURE_BUSY_ADVICE),
-            # what withholds a win (recommend): the CPU's OpenMP teams stall under a busy
-            # neighbour; a few samples are no evidence (on a quiet 2-core VM 3 of 74 and
-            # 7 of 60 samples read busy: on 2 cores one runnable task is half of them)
-            "busy_share": watch.busy_share() if device == "cpu"
-            and len(watch.samples) >= BUSY_MIN_SAMPLES else 0.0}
+            # what withholds a win (recommend)
+            "busy_share": busy_evidence(watch.busy_share(), len(watch.samples), device)}
 
 
 def _run_timelines(runs_by_name: dict) -> list[tuple[str, Any]]:

@@ -71,12 +71,12 @@ def capture_torch_trace(call: Callable[[], Any], path: str, device: str = "cuda"
 def _stream_of(event: dict) -> str | None:
     """The stream a GPU event ran on, as the Kineto reader reads it (``args.stream``, else
     the track id)."""
-    from ..timeline.readers.kineto import _stream_label
+    from ..timeline.readers.kineto import stream_label
 
     args = event.get("args") or {}
     for v in (args.get("stream"), event.get("tid")):
         if v is not None and not isinstance(v, bool):
-            return _stream_label(v)
+            return stream_label(v)
     return None
 
 
@@ -106,12 +106,12 @@ def kernel_timeline(doc: dict, assignment: dict[str, int], source: str,
         return None
     # the plan check's own one-to-one mapping (pairs holding the most ops first): each
     # trace stream a plan stream maps to takes that plan stream's label
-    from ..plan.verify import _stream_mapping
+    from ..plan.verify import trace_stream_mapping
 
     seen: dict[int, Counter] = {}
     for stream, name, _, _ in rows:
         seen.setdefault(assignment[name], Counter())[stream] += 1
-    mapping, _ = _stream_mapping(seen)
+    mapping, _ = trace_stream_mapping(seen)
     label: dict[str, str] = {}
     for planned, stream in sorted(mapping.items()):
         label.setdefault(stream, str(planned))

@@ -115,7 +115,9 @@ def sniff(head: bytes) -> bool:
     return h[:1] == b"{" and b'"traceEvents"' in h
 
 
-def _stream_label(v) -> str | None:
+def stream_label(v: object) -> str | None:
+    """A stream's id as the timeline names it: the number of a ``"stream 7"`` label or
+    of an integer id, else the stripped text; None for no id."""
     if v is None:
         return None
     if isinstance(v, str):
@@ -461,7 +463,7 @@ def _merge_codes(parts: list[dict], key: str, table: str, interner: Interner, co
 def _label_text(v) -> str:
     if isinstance(v, tuple):  # ("tid", x) / ("pid", x): no stream/device arg, fall back
         v = v[1]
-    return _stream_label(v) or "?"
+    return stream_label(v) or "?"
 
 
 def _build(path: str, parts: list[dict], trace, warnings: list[str]) -> Timeline:
@@ -548,11 +550,11 @@ def _build(path: str, parts: list[dict], trace, warnings: list[str]) -> Timeline
     w_stream = np.full(len(waits), -1, np.int32)
     w_on = np.full(len(waits), -1, np.int32)
     for i, w in enumerate(waits):  # interned in file order, as the op lanes were
-        s = _stream_label(w[0])
+        s = stream_label(w[0])
         if s is None or s == "-1":
             continue  # a wait on no stream cannot be placed on a lane
         w_stream[i] = streams.code(s)
-        o = _stream_label(w[1])
+        o = stream_label(w[1])
         if o is not None and o != "-1":
             w_on[i] = streams.code(o)
     wait_cols = None
@@ -565,7 +567,7 @@ def _build(path: str, parts: list[dict], trace, warnings: list[str]) -> Timeline
     device = DeviceInfo()
     props = trace.deviceProperties or []
     for p in props:
-        if _stream_label(p.id) == device_id or len(props) == 1:
+        if stream_label(p.id) == device_id or len(props) == 1:
             device = DeviceInfo(name=p.name, sm_count=p.numSms)
             break
     meta: dict = {"device_id": device_id}
