@@ -370,3 +370,13 @@ def test_recommend_withholds_a_win_measured_on_a_busy_machine():
     assert "quiet machine" in rec.summary and "60%" in rec.summary
     # busy for a short spell only: the win stands
     assert recommend([_r("a", 3.4), _r("b", 1.2)], busy_share=0.3).candidate == "a"
+
+
+def test_busy_evidence_counts_only_a_sampled_cpu():
+    from parastream.runtime.recommend import BUSY_MIN_SAMPLES, busy_evidence
+
+    assert busy_evidence(0.6, BUSY_MIN_SAMPLES, "cpu") == 0.6
+    # a few samples are no evidence: on 2 cores one runnable task is half of them
+    assert busy_evidence(0.6, BUSY_MIN_SAMPLES - 1, "cpu") == 0.0
+    # a device's streams share no OpenMP team with the busy host
+    assert busy_evidence(0.6, 100, "cuda") == 0.0
