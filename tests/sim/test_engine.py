@@ -217,6 +217,22 @@ def test_a_worker_sleeping_on_the_lock_goes_on_one_wake_up_after_its_release():
     assert spans(replace(DEV, lock_wake_us=10.0)) == ({"a": (0, 20), "b": (0, 40)}, 40)
 
 
+def test_a_worker_woken_for_the_lock_sleeps_again_when_it_was_taken_again():
+    """A woken waiter does not get Python's lock ahead of a running thread that takes it
+    first: a (kernel to 20) sleeps on b1's lock (15-40) until 50; by then b2, started
+    by b1's own worker at 45, holds it (45-70), so a sleeps again and hands over its
+    result at 70 + 10 (it went on at 50 before, as if the lock were free)."""
+    from dataclasses import replace
+
+    tasks = [Task("a", 0, 20, "cube", 1, host_us=5),
+             Task("b1", 1, 30, "cube", 1, host_us=25), Task("b2", 1, 30, "cube", 1, host_us=25)]
+    r = simulate(tasks, replace(DEV, host_lock=True, lock_wake_us=10.0))
+    tl = r.timeline
+    span = {tl.op_name(k): (tl.start_ns[k] / 1e3, tl.end_ns[k] / 1e3) for k in range(len(tl))}
+    assert span == {"a": (0.0, 80.0), "b1": (15.0, 45.0), "b2": (45.0, 75.0)}
+    assert r.wall_us == 80.0
+
+
 def test_a_task_never_waits_for_its_own_release_of_the_lock():
     """A memory-bound task that is all host work releases the lock as it ends; with a
     sweep cost the two can land a rounding step apart, and the task must not sleep on its

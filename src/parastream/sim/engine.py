@@ -20,9 +20,10 @@
   lock is free as well, and holds it for its first ``host_us``; the others wait for it.
   With ``lock_wake_us`` a task also needs the lock when it ends (to hand over its result);
   one that finds it taken at its end or at its start goes on ``lock_wake_us`` after the
-  release (its worker thread sleeps on the lock and is woken by the OS). At its start it
-  may find the lock taken again then and wait again; at its end it waits once (handing
-  over a result is short), and gives its cores back while it sleeps.
+  release (its worker thread sleeps on the lock and is woken by the OS). At its start
+  or its end it may find the lock taken again then and wait again (a woken thread does
+  not get Python's lock ahead of a running one that takes it first), and at its end it
+  gives its cores back while it sleeps.
 - Optional seeded jitter scales each task's duration.
 
 The loop is a hand-rolled heap keyed by (time, sequence), as in SimPy, without its
@@ -262,13 +263,16 @@ def _simulate(tasks: list[Task], device: Device, jitter: float, seed: int, name:
                         settle_mem(t)
                         del mem_left[i]
                         seq = reschedule_mem(t, seq)
-                if (lock_busy and lock_holder != i and lock_wake_us and host_of[i]
-                        and not deferred[i]):
+                if lock_busy and lock_holder != i and lock_wake_us and host_of[i]:
                     # its worker needs the lock back to hand over the result, and another
-                    # stream's task holds it: it sleeps until the release and one wake-up.
-                    # Its kernel is done: its cores go back now, to whoever waits for them
-                    deferred[i] = True
+                    # stream's task holds it: it sleeps until the release and one wake-up,
+                    # and again if by then the lock is taken again (a woken waiter does not
+                    # get Python's lock ahead of a running thread that takes it first)
                     done_blocked.append(i)
+                    if deferred[i]:
+                        continue  # its cores went back when it first slept
+                    deferred[i] = True
+                    # its kernel is done: its cores go back now, to whoever waits for them
                     p = pool_of[i]
                     if not p:
                         continue
