@@ -42,7 +42,8 @@ def test_measure_runs_drops_and_keeps_representative_timelines(inception):
     assert min(ratios) <= lo <= hi <= max(ratios)
     assert s["speedup_quartiles"] == [round(lo, 4), round(hi, 4)]
     an = analyse(m)
-    assert an["triage"]["verdict"] in ("faster", "3a", "3b", "partial", "3c")  # timing decides
+    # timing decides among these; not "3a" (side stream never ran): both streams ran above
+    assert an["triage"]["verdict"] in ("faster", "3b", "partial", "3c")
     assert an["multi"]["summary"]["median_wall_us"] == round(m.multi_median_us, 3)
 
 

@@ -43,8 +43,13 @@ def test_auto_with_check_trace_and_json(tmp_path, capsys, profile, monkeypatch):
     assert "recommendation:" in out and "speedup" in out and "predicted" in out
     doc = json.loads((tmp_path / "tr" / "r.json").read_text())
     assert doc["schema"] == "parastream.run/1"
-    assert doc["recommendation"]["action"] in ("keep", "change", "single")
+    rec = doc["recommendation"]
+    assert rec["action"] in ("keep", "change", "single")  # timing decides which
     assert len(doc["candidates"]) == 2
+    measured = {c["name"] for c in doc["candidates"]}
+    # single stream names no candidate; keep or change names one that was measured
+    assert (rec["action"] == "single") == (rec["candidate"] is None)
+    assert rec["candidate"] is None or rec["candidate"] in measured
     if not os.environ.get("OMP_WAIT_POLICY"):  # each side again in its best OpenMP setting
         iso = doc["separate_processes"]
         assert iso["single_us"] > 0 and set(iso["candidates_us"]) == {c["name"] for c in doc["candidates"]}
@@ -72,7 +77,9 @@ def test_auto_with_check_trace_and_json(tmp_path, capsys, profile, monkeypatch):
         assert lag["runs"] >= 1 and 0 <= lag["late_runs"] <= lag["runs"]
         assert lag["threshold_us"] >= 200.0 and lag["median_lag_us"] >= 0
     files = os.listdir(tmp_path / "tr")
-    assert "single.json" in files and "plan.json" in files and len(files) >= 3
+    # the baseline, the plan, the --json and one trace per measured candidate; no other
+    assert sorted(files) == sorted(["single.json", "plan.json", "r.json"]
+                                   + [_safe(cli._candidate_label(n)) + ".json" for n in measured])
     # the trace is what 'parastream analyze' reads
     from parastream.timeline.readers import read_path
 
@@ -104,11 +111,18 @@ def moe_plan(tmp_path_factory):
     return path
 
 
-def test_plan_file_round_trip(moe_plan, capsys, profile):
+def test_plan_file_round_trip(moe_plan, capsys, profile, tmp_path):
     path = moe_plan
     assert run("moe_layer", "--plan", str(path), "--scale", "tiny", "--runs", "5",
-               "--profile", profile, "--malloc", "system") == 0
+               "--profile", profile, "--malloc", "system",
+               "--json", str(tmp_path / "r.json")) == 0
     out = capsys.readouterr().out
+    # what ran is the plan file's pick (a single-stream pick with its first multi-stream
+    # candidate, "matching"), not candidates of a plan made anew
+    plan = json.loads(path.read_text())
+    names = [c["name"] for c in json.loads((tmp_path / "r.json").read_text())["candidates"]]
+    assert names == [plan["recommended"]] + (["matching"] if plan["recommended"] == "single"
+                                             else [])
     assert "recommendation:" in out and "malloc: the allocator's own settings" in out
     with pytest.raises(InputError, match="no candidate"):
         run("moe_layer", "--plan", str(path), "--candidate", "nope", "--scale", "tiny")
