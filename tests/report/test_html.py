@@ -353,6 +353,42 @@ def test_write_atomic_missing_directory(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_fifo_or_device_output_is_written_in_place(tmp_path):
+    """A named pipe (or /dev/stdout, /dev/null) is written into, as a shell redirection
+    would: renaming a file over it replaced the node itself (-o /dev/null as root)."""
+    import stat
+    import threading
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    got = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()), daemon=True)
+    reader.start()
+    check_writable(fifo)
+    write_atomic(fifo, "report")
+    reader.join(5)
+    assert got == [b"report"] and stat.S_ISFIFO(os.stat(fifo).st_mode)
+    assert [p.name for p in tmp_path.iterdir()] == ["pipe"]  # no temporary file left
+    try:
+        os.mknod(tmp_path / "null", 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+    except (PermissionError, OSError):
+        return  # not allowed to make device nodes here
+    write_atomic(tmp_path / "null", "gone")
+    assert stat.S_ISCHR(os.stat(tmp_path / "null").st_mode)
+
+
+def test_output_to_dev_stdout_from_the_command_line(tmp_path):
+    """`-o /dev/stdout` writes there; its link resolves to a pipe that is no path."""
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", "parastream", "graph", "two_chains", "--scale",
+                        "tiny", "--format", "json", "-o", "/dev/stdout"],
+                       capture_output=True, text=True, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert '"parastream.graph-analysis/1"' in r.stdout
+
+
 def test_a_gz_trace_name_gets_gzip(tmp_path):
     import gzip
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 import tempfile
 
 from ..errors import InputError
@@ -34,10 +35,23 @@ def write_atomic(path: str | os.PathLike[str], data: str | bytes) -> None:
     ``path`` with :func:`os.replace`. On any error the temporary file is removed and
     ``path`` is left as it was (absent, or the previous version). An OS error (no such
     directory, a directory in the way, no permission, a full disk) is raised as an
-    :class:`~parastream.errors.InputError` naming ``path``.
+    :class:`~parastream.errors.InputError` naming ``path``. An existing character
+    device or FIFO (``-o /dev/stdout``, ``/dev/null``, a named pipe) is written in place
+    instead: it holds no file to keep, and a rename would replace the node itself.
     """
     path = os.fspath(path)
     payload = data.encode("utf-8") if isinstance(data, str) else bytes(data)
+    if _is_stream(path):
+        # a terminal, /dev/null, a pipe: nothing there to lose, and renaming a file over it
+        # would replace the device node itself (-o /dev/null as root)
+        try:
+            with open(path, "wb") as f:
+                f.write(payload)
+        except OSError as exc:
+            raise InputError(path, f"cannot write: {exc.strerror or exc}") from None
+        return
+    if _file_type(path) in (stat.S_IFBLK, stat.S_IFSOCK):
+        raise InputError(path, "cannot write: a block device or socket, not a file")
     # through a symlink to its file: renaming over the link itself would turn it into a
     # plain file and leave the file it pointed to as it was
     target = os.path.realpath(path) if os.path.islink(path) else path
@@ -46,6 +60,21 @@ def write_atomic(path: str | os.PathLike[str], data: str | bytes) -> None:
         _write(target, payload, directory)
     except OSError as exc:
         raise InputError(path, f"cannot write: {exc.strerror or exc}") from None
+
+
+def _file_type(path: str) -> int | None:
+    """The ``st_mode`` file type of what ``path`` names (through symlinks, /dev/stdout's
+    too), None when nothing is there."""
+    try:
+        return stat.S_IFMT(os.stat(path).st_mode)
+    except (OSError, ValueError):
+        return None
+
+
+def _is_stream(path: str) -> bool:
+    """An existing character device or FIFO (/dev/stdout, /dev/null, a named pipe): an
+    output written in place, as a shell redirection writes it."""
+    return _file_type(path) in (stat.S_IFCHR, stat.S_IFIFO)
 
 
 def _write(path: str, payload: bytes, directory: str) -> None:
@@ -78,6 +107,13 @@ def check_writable(path: str | os.PathLike[str] | None,
     if not path:  # no such output (an empty name is stdout too)
         return
     path = os.fspath(path)
+    if _is_stream(path):  # written in place (write_atomic)
+        if not os.access(path, os.W_OK):
+            raise InputError(path, "cannot write: not writable")
+        return
+    kind = _file_type(path)
+    if kind in (stat.S_IFBLK, stat.S_IFSOCK):
+        raise InputError(path, "cannot write: a block device or socket, not a file")
     if os.path.islink(path):  # write_atomic writes through it: check where it points
         path = os.path.realpath(path)
     if os.path.isdir(path):
