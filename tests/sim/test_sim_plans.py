@@ -291,7 +291,7 @@ def test_simulating_a_plan_uses_the_plans_own_device(tmp_path):
     (tmp_path / "beside.json").write_bytes(prof.read_bytes())
     r = cli("simulate", str(mine))
     assert r.returncode == 0 and "simulated on my-h100" in r.stdout
-    assert f"simulating on {tmp_path / 'beside.json'}, the profile 'my-h100' beside" in r.stderr
+    assert f"simulated on {tmp_path / 'beside.json'}, the profile 'my-h100' beside" in r.stderr
     # the same profile saved with sorted keys ("schema" past the first 4 kB) is found too,
     # and a copy of it is no doubt; a different profile of that name is
     import json
@@ -325,6 +325,52 @@ def test_a_profile_beside_the_plan_goes_before_a_shipped_one_of_its_name(tmp_pat
     assert r.returncode == 0 and "calibrated.json, the profile 'cpu' beside" in r.stderr
     rows = {row["plan"]: row["wall_us"] for row in json.loads(r.stdout)["rows"]}
     assert round(planned, 3) in {round(w, 3) for w in rows.values()}
+
+
+def test_a_broken_profile_beside_the_plan_is_named_and_a_failure_prints_one_line(tmp_path):
+    import msgspec
+
+    from parastream.device.profile import dumps_profile
+
+    src = tmp_path / "prolog.json"
+    src.write_bytes(dumps(prolog()))
+    prof = tmp_path / "calibrated.json"
+    prof.write_bytes(dumps_profile(msgspec.structs.replace(load_profile("h100"), name="mine")))
+    plan = tmp_path / "plan.json"
+    assert cli("plan", str(src), "--device", str(prof), "--format", "json",
+               "-o", str(plan)).returncode == 0
+    # the profile beside the plan breaks: the error says why it was passed over
+    raw = json.loads(prof.read_text())
+    raw["memory_bandwidth_gbps"] = -1
+    prof.write_text(json.dumps(raw))
+    r = cli("simulate", str(plan))
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "passed over" in r.stderr and "calibrated.json" in r.stderr
+    assert "memory_bandwidth_gbps" in r.stderr
+    # a good profile beside it, but the plan's model is gone: the error alone, no
+    # "simulated on" line before it
+    prof.write_bytes(dumps_profile(msgspec.structs.replace(load_profile("h100"), name="mine")))
+    src.unlink()
+    r = cli("simulate", str(plan))
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "beside the plan" not in r.stderr
+
+
+def test_a_plan_without_its_schema_key_is_simulated_as_a_plan(tmp_path):
+    # analyze --plan and emit read it as a plan; simulate took it for a graph
+    src = tmp_path / "prolog.json"
+    src.write_bytes(dumps(prolog()))
+    plan = tmp_path / "plan.json"
+    assert cli("plan", str(src), "--device", "h100", "--format", "json",
+               "-o", str(plan)).returncode == 0
+    doc = json.loads(plan.read_text())
+    del doc["schema"]
+    plan.write_text(json.dumps(doc))
+    r = cli("simulate", str(plan), "--format", "json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["rows"]
+    r = cli("simulate", str(src), "--streams", "")
+    assert r.returncode == 2 and "--streams" in r.stderr and "empty" in r.stderr
 
 
 def test_a_profile_calibrated_on_a_busy_machine_is_warned_of_where_it_is_used(tmp_path):

@@ -132,6 +132,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         raise InputError(spec, "--batch and --seq rebuild a model at other shapes; a graph "
                                "file's shapes are fixed: simulate the model instead")
     args.scale = args.scale or "small"
+    if args.streams is not None and not args.streams.strip():
+        raise InputError(None, "--streams wants stream counts like 1,2,3,4, not an empty list")
     args.streams = args.streams or "1,2,3,4"
     try:
         counts = sorted({int(x) for x in args.streams.split(",") if x.strip()})
@@ -155,18 +157,20 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     # a calibrated profile: the plan keeps its name, not its path; the demo's folder and
     # `calibrate -o` beside the plan hold it. One there goes first, over a shipped profile
     # of the same name (a hand-renamed calibration was simulated on the shipped part)
-    profile = _profile_beside(spec, device) if from_plan else None
+    profile, beside = _profile_beside(spec, device) if from_plan else (None, "")
     if profile is None:
         try:
             profile = load_profile(device)
         except InputError:
             if not from_plan:
                 raise
+            broken = f" (passed over: {beside})" if beside else ""
             raise InputError(spec, f"made for device {device!r}, which is neither a shipped "
                                    "profile nor a profile file beside the plan: name its "
-                                   "profile file with --device") from None
+                                   f"profile file with --device{broken}") from None
         except (OSError, ValueError, KeyError) as exc:
             raise InputError(device, f"not a device profile: {exc}") from None
+        beside = ""  # (broken files beside the plan did not matter: a shipped one did)
     warn_if_noted(profile)
     plans = None
     if doc is not None:
@@ -202,6 +206,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         multi = [k for k in runs if k > 1] or list(runs)
         best = min(multi, key=lambda k: runs[k].result.wall_us)
         write_kineto(args.trace, runs[best].result.timeline, label=out["label"])
+    if beside:  # which profile it was, once the simulation stands (never before an error)
+        print(beside, file=sys.stderr)
     if args.format == "json":
         sys.stdout.write(render_json(out, indent=2))
     else:
@@ -223,10 +229,12 @@ def _plan_data(spec: str) -> bytes | None:
     except OSError:
         return None
     mark = PLAN_SCHEMA.encode()
-    if data.lstrip()[:1] != b"{" or mark not in data:
+    if data.lstrip()[:1] != b"{" or (mark not in data and b'"candidates"' not in data):
         return None
     try:
-        is_plan = msgspec.json.decode(data, type=dict).get("schema") == PLAN_SCHEMA
+        head = msgspec.json.decode(data, type=dict)
+        # a plan without its schema key is read as a plan, as analyze --plan and emit do
+        is_plan = head.get("schema", PLAN_SCHEMA if "candidates" in head else None) == PLAN_SCHEMA
     except msgspec.DecodeError:
         is_plan = mark in data[:4096]  # a broken plan: its loader says why
     return data if is_plan else None
@@ -237,8 +245,9 @@ _PROFILE_MAX_BYTES = 4 << 20
 
 
 def _profile_beside(plan_path: str, name: str):
-    """The device profile called ``name`` in a JSON file in the plan's own folder, else
-    None; two such files that differ are refused (which one the plan was made with is
+    """(the device profile called ``name`` in a JSON file in the plan's own folder, the
+    line that says so), else (None, why the broken profiles there were passed over);
+    two such files that differ are refused (which one the plan was made with is
     unknown)."""
     import glob
     import os
@@ -246,7 +255,7 @@ def _profile_beside(plan_path: str, name: str):
     from ..device.profile import SCHEMA as PROFILE_SCHEMA
     from ..device.profile import loads_profile, read_profile_file
 
-    found = []
+    found, rejected = [], []
     for path in sorted(glob.glob(os.path.join(os.path.dirname(os.path.abspath(plan_path)),
                                               "*.json"))):
         try:
@@ -256,7 +265,10 @@ def _profile_beside(plan_path: str, name: str):
             if f'"{PROFILE_SCHEMA}"'.encode() not in data:  # it may come last (sorted keys)
                 continue
             profile = loads_profile(data, path)
-        except (OSError, InputError):
+        except OSError:
+            continue
+        except InputError as exc:  # a profile, but a broken one: said if none is found
+            rejected.append(str(exc))
             continue
         if profile.name == name:
             found.append((path, profile))
@@ -266,10 +278,9 @@ def _profile_beside(plan_path: str, name: str):
                                     "name the one it was made with by --device")
     if found:
         path, profile = found[0]
-        print(f"parastream: {plan_path}: simulating on {path}, the profile {name!r} beside "
-              "the plan", file=sys.stderr)
-        return profile
-    return None
+        return profile, (f"parastream: {plan_path}: simulated on {path}, the profile "
+                         f"{name!r} beside the plan")
+    return None, "; ".join(rejected)
 
 
 def render(out: dict) -> str:
