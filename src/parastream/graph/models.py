@@ -222,7 +222,8 @@ def _load_file(path: str) -> Any:
         spec.loader.exec_module(mod)
     except SyntaxError as exc:
         sys.modules.pop(name, None)
-        raise InputError(path, f"syntax error on line {exc.lineno}: {exc.msg}") from None
+        where = f" on line {exc.lineno}" if exc.lineno else ""  # (none for a null byte)
+        raise InputError(path, f"syntax error{where}: {exc.msg}") from None
     except (Exception, SystemExit) as exc:  # a sys.exit() at import is the file's, not ours
         sys.modules.pop(name, None)
         raise InputError(path, f"failed to import: {type(exc).__name__}: "

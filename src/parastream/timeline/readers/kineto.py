@@ -43,6 +43,8 @@ _CAT_KIND = np.array([_DEVICE_CATS[c] for c in _CATS], np.int8)
 #: category spellings seen in traces -> index into _CATS
 _CAT_INDEX = {v: i for i, c in enumerate(_CATS) for v in (c, c.capitalize(), c.upper())}
 _STEP = re.compile(r"^ProfilerStep#(\d+)$")
+#: the most multiprocessors a trace's device may claim (an H200 has 132)
+MAX_SMS = 100_000
 _STREAM_TXT = re.compile(r"^\s*(?:stream\s*)?(-?\d+)\s*$", re.IGNORECASE)
 
 
@@ -568,7 +570,12 @@ def _build(path: str, parts: list[dict], trace, warnings: list[str]) -> Timeline
     props = trace.deviceProperties or []
     for p in props:
         if stream_label(p.id) == device_id or len(props) == 1:
-            device = DeviceInfo(name=p.name, sm_count=p.numSms)
+            sms = p.numSms
+            if sms is not None and not 0 < sms <= MAX_SMS:  # a GPU has some, and not 1e30
+                warnings.append(f"deviceProperties numSms {sms} ignored (not a plausible "
+                                "multiprocessor count)")
+                sms = None
+            device = DeviceInfo(name=p.name, sm_count=sms)
             break
     meta: dict = {"device_id": device_id}
     if isinstance(trace.traceName, str) and trace.traceName:
