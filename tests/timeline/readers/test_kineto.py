@@ -24,3 +24,53 @@ def test_an_implausible_multiprocessor_count_is_ignored_with_a_warning(tmp_path,
     tl = kineto.read(str(f))
     assert tl.device.sm_count is None
     assert any(f"numSms {sms} ignored" in w for w in tl.warnings), tl.warnings
+
+
+def test_a_trace_through_a_pipe_is_read_once_and_named_as_given(tmp_path):
+    """`analyze <(zcat t.json.gz)` or `... | analyze /dev/stdin`: a pipe gives its bytes
+    once, and the readers sniff a file's head before they read it (both failed: "empty
+    file", "trailing characters")."""
+    import os
+    import subprocess
+    import sys
+    import threading
+
+    from parastream.errors import InputError
+    from parastream.timeline.readers import read_path
+
+    def read(path: str) -> list:
+        """read_path in a thread: a reader that opens the pipe again waits for a writer
+        forever, which must fail the test, not hang it."""
+        got: list = []
+
+        def go() -> None:
+            try:
+                got.append(read_path(path))
+            except InputError as exc:
+                got.append(exc)
+
+        t = threading.Thread(target=go, daemon=True)
+        t.start()
+        t.join(60)
+        assert got, "read_path still waits on the pipe"
+        return got[0]
+
+    fifo = tmp_path / "trace.pipe"
+    for payload, ok in ((SAMPLE.read_bytes(), True), (b"garbage", False)):
+        os.mkfifo(fifo)
+        writer = threading.Thread(target=fifo.write_bytes, args=(payload,), daemon=True)
+        writer.start()
+        got = read(str(fifo))
+        if ok:
+            [tl] = got
+            assert tl.source == str(fifo) and len(tl) == len(kineto.read(str(SAMPLE)))
+        else:
+            assert isinstance(got, InputError) and "not a recognised profiler file" in str(got)
+            assert got.path == str(fifo)  # not the temporary copy
+        writer.join(5)
+        fifo.unlink()
+    r = subprocess.run([sys.executable, "-m", "parastream", "analyze", "/dev/stdin",
+                        "--format", "json"], input=SAMPLE.read_bytes(), capture_output=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["captures"][0]["source"] == "/dev/stdin"

@@ -77,4 +77,41 @@ def read_path(path: str | os.PathLike[str]) -> list[Timeline]:
         return directory.read_dir(path)
     if not os.path.exists(path):
         raise InputError(path, "no such file or directory")
+    if _is_pipe(path):
+        return [_read_spooled(path)]
     return [sniff_format(path).read(path)]
+
+
+def _is_pipe(path: str) -> bool:
+    """A pipe or character device (``<(zcat t.json.gz)``, ``/dev/stdin``): readable once."""
+    import stat
+
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return False
+    return stat.S_ISFIFO(mode) or stat.S_ISCHR(mode)
+
+
+def _read_spooled(path: str) -> Timeline:
+    """A pipe read through a temporary file: the readers look at a file twice (sniff the
+    head, then read), and a pipe gives its bytes once. Errors and the timeline name
+    ``path``, not the temporary file."""
+    import dataclasses
+    import shutil
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="parastream-") as folder:
+        tmp = os.path.join(folder, "input")
+        try:
+            with open(path, "rb") as src, open(tmp, "wb") as dst:
+                shutil.copyfileobj(src, dst, 1 << 20)
+        except OSError as exc:
+            raise InputError(path, f"cannot read: {exc.strerror or exc}") from None
+        try:
+            tl = sniff_format(tmp).read(tmp)
+        except InputError as exc:
+            raise InputError(path if exc.path == tmp else exc.path,
+                             exc.reason.replace(tmp, path)) from None
+    return dataclasses.replace(tl, source=path,
+                               warnings=[w.replace(tmp, path) for w in tl.warnings])
