@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import re
 import stat
+import sys
 import tempfile
 
 from ..errors import InputError
@@ -41,12 +43,26 @@ def write_atomic(path: str | os.PathLike[str], data: str | bytes) -> None:
     """
     path = os.fspath(path)
     payload = data.encode("utf-8") if isinstance(data, str) else bytes(data)
-    if _is_stream(path):
-        # a terminal, /dev/null, a pipe: nothing there to lose, and renaming a file over it
-        # would replace the device node itself (-o /dev/null as root)
+    fd = own_fd(path)
+    if fd is not None or _is_stream(path):
+        # what was printed before comes first (Python buffers it; this write does not)
+        for out in (sys.stdout, sys.stderr):
+            try:
+                out.flush()
+            except (OSError, ValueError, AttributeError):
+                pass
         try:
-            with open(path, "wb") as f:
-                f.write(payload)
+            if fd is not None:
+                # this process's own descriptor (-o /dev/stdout): written where it stands,
+                # a file it was redirected to (> log) included, never replaced
+                view = memoryview(payload)
+                while view:
+                    view = view[os.write(fd, view):]
+            else:
+                # a terminal, /dev/null, a named pipe: nothing there to lose, and renaming
+                # a file over it would replace the node itself (-o /dev/null as root)
+                with open(path, "wb") as f:
+                    f.write(payload)
         except OSError as exc:
             raise InputError(path, f"cannot write: {exc.strerror or exc}") from None
         return
@@ -69,6 +85,31 @@ def _file_type(path: str) -> int | None:
         return stat.S_IFMT(os.stat(path).st_mode)
     except (OSError, ValueError):
         return None
+
+
+_FD_PATH = re.compile(r"/dev/(?:std(out|err)|fd/(\d+))|/proc/(self|\d+)/fd/(\d+)")
+
+
+def own_fd(path: str | os.PathLike[str]) -> int | None:
+    """The descriptor of this process that ``path`` names (``/dev/stdout``,
+    ``/dev/stderr``, ``/dev/fd/N``, ``/proc/self/fd/N``), else None: such an output is
+    written to the descriptor, wherever the shell pointed it (a pipe, a terminal, a file
+    appended to)."""
+    m = _FD_PATH.fullmatch(os.fspath(path))
+    if m is None:
+        return None
+    std, fd, proc, proc_fd = m.groups()
+    if std:
+        return 1 if std == "out" else 2
+    if fd is not None:
+        return int(fd)
+    return int(proc_fd) if proc == "self" or int(proc) == os.getpid() else None
+
+
+def is_stream_output(path: str | os.PathLike[str]) -> bool:
+    """An output written in place rather than replaced: one of this process's descriptors
+    (:func:`own_fd`), a character device or a FIFO."""
+    return own_fd(path) is not None or _is_stream(os.fspath(path))
 
 
 def _is_stream(path: str) -> bool:
@@ -107,6 +148,13 @@ def check_writable(path: str | os.PathLike[str] | None,
     if not path:  # no such output (an empty name is stdout too)
         return
     path = os.fspath(path)
+    fd = own_fd(path)
+    if fd is not None:  # written to the descriptor (write_atomic)
+        try:
+            os.fstat(fd)
+        except OSError:
+            raise InputError(path, f"cannot write: descriptor {fd} is not open") from None
+        return
     if _is_stream(path):  # written in place (write_atomic)
         if not os.access(path, os.W_OK):
             raise InputError(path, "cannot write: not writable")
@@ -166,6 +214,8 @@ def check_outputs(outputs: dict[str, str | os.PathLike[str] | None],
             continue
         check_writable(path)
         check_not_input(flag, path, inputs)
+        if is_stream_output(path):
+            continue  # two on one stream are no lost file (-o /dev/null --html /dev/null)
         key = _key(path)
         if key in seen:
             raise InputError(path, f"{seen[key]} and {flag} name the same file")
@@ -174,8 +224,9 @@ def check_outputs(outputs: dict[str, str | os.PathLike[str] | None],
 
 def check_not_input(flag: str, path: str | os.PathLike[str] | None,
                     inputs: list[str | os.PathLike[str] | None] | tuple) -> None:
-    """Refuse an output ``path`` that is one of the command's ``inputs``."""
-    if path and _key(path) in {_key(p) for p in inputs if p}:
+    """Refuse an output ``path`` that is one of the command's ``inputs`` (a stream output,
+    :func:`is_stream_output`, overwrites no file)."""
+    if path and not is_stream_output(path) and _key(path) in {_key(p) for p in inputs if p}:
         raise InputError(path, f"cannot write {flag}: it is an input of this command, "
                                "which it would overwrite")
 
