@@ -164,7 +164,7 @@ def test_file_errors(tmp_path):
         resolve(str(tmp_path / "graph.json"))
     with pytest.raises(InputError, match="syntax error on line 2"):
         resolve(write(tmp_path, "x = 1\ndef f(:\n", "syn.py") + ":f")
-    with pytest.raises(InputError, match=r"syntax error: source code .*null bytes"):  # no line
+    with pytest.raises(InputError, match=r"null bytes"):  # no "line None" (SyntaxError, 3.11)
         resolve(write(tmp_path, "x = 1\x00\n", "nul.py") + ":f")
     with pytest.raises(InputError, match="failed to import: ModuleNotFoundError: No module named "
                                          "'not_a_real_package'"):

@@ -111,6 +111,10 @@ def analyze_paths(paths: list[str], opts: Options, *, jobs: int = 0, keep_timeli
         units.extend(expand(p))
     jobs = jobs if jobs > 0 else (os.cpu_count() or 1)
     jobs = min(jobs, len(units))
+    from .readers import is_pipe
+
+    if any(is_pipe(u) for u in units):
+        jobs = 1  # a pipe is this process's (<(zcat t.gz), /dev/stdin): a worker cannot open it
     task = progress.add_task("analysing", total=len(units)) if progress is not None else None
     per_unit: list[tuple[list[dict], dict]] = []
     timelines: list[Timeline] = []

@@ -55,7 +55,12 @@ def reader_modules() -> list[ModuleType]:
 
 def sniff_format(path: str) -> ModuleType:
     """The reader module for ``path``; InputError when none recognises it."""
-    head = read_head(path)
+    return reader_for(read_head(path), path)
+
+
+def reader_for(head: bytes, path: str) -> ModuleType:
+    """The reader module whose ``sniff`` takes ``head`` (a file's decompressed start);
+    InputError naming ``path`` when none does."""
     if not head.strip():
         raise InputError(path, "empty file")
     for mod in reader_modules():
@@ -77,37 +82,67 @@ def read_path(path: str | os.PathLike[str]) -> list[Timeline]:
         return directory.read_dir(path)
     if not os.path.exists(path):
         raise InputError(path, "no such file or directory")
-    if _is_pipe(path):
+    if is_pipe(path):
         return [_read_spooled(path)]
     return [sniff_format(path).read(path)]
 
 
-def _is_pipe(path: str) -> bool:
-    """A pipe or character device (``<(zcat t.json.gz)``, ``/dev/stdin``): readable once."""
+def is_pipe(path: str) -> bool:
+    """A pipe (``<(zcat t.json.gz)``, ``cat t | ... /dev/stdin``): its bytes come once."""
     import stat
 
     try:
-        mode = os.stat(path).st_mode
+        return stat.S_ISFIFO(os.stat(path).st_mode)
     except OSError:
         return False
-    return stat.S_ISFIFO(mode) or stat.S_ISCHR(mode)
 
 
 def _read_spooled(path: str) -> Timeline:
     """A pipe read through a temporary file: the readers look at a file twice (sniff the
-    head, then read), and a pipe gives its bytes once. Errors and the timeline name
-    ``path``, not the temporary file."""
+    head, then read), and a pipe gives its bytes once. Its start is sniffed before the
+    rest is copied (``yes | analyze /dev/stdin`` is refused, not spooled to a full disk).
+    Errors and the timeline name ``path``, not the temporary file."""
     import dataclasses
-    import shutil
     import tempfile
+
+    def chunks(src):
+        while True:
+            try:
+                chunk = src.read(1 << 20)
+            except OSError as exc:
+                raise InputError(path, f"cannot read: {exc.strerror or exc}") from None
+            if not chunk:
+                return
+            yield chunk
 
     with tempfile.TemporaryDirectory(prefix="parastream-") as folder:
         tmp = os.path.join(folder, "input")
         try:
-            with open(path, "rb") as src, open(tmp, "wb") as dst:
-                shutil.copyfileobj(src, dst, 1 << 20)
+            src = open(path, "rb")
         except OSError as exc:
             raise InputError(path, f"cannot read: {exc.strerror or exc}") from None
+        with src:
+            first = b""
+            for chunk in chunks(src):  # a pipe's read may return less than asked
+                first += chunk
+                if len(first) >= HEAD_BYTES:
+                    break
+            head: bytes | None = first
+            if first[:2] == GZIP_MAGIC:
+                try:
+                    head = zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(first, HEAD_BYTES)
+                except zlib.error:
+                    head = None  # the reader's own read says what is wrong with it
+            if head is not None:
+                reader_for(head, path)
+            try:
+                with open(tmp, "wb") as dst:
+                    dst.write(first)
+                    for chunk in chunks(src):
+                        dst.write(chunk)
+            except OSError as exc:
+                raise InputError(path, "cannot copy the pipe to a temporary file: "
+                                       f"{exc.strerror or exc}") from None
         try:
             tl = sniff_format(tmp).read(tmp)
         except InputError as exc:
