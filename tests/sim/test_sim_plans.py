@@ -347,6 +347,12 @@ def test_a_broken_profile_beside_the_plan_is_named_and_a_failure_prints_one_line
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert "passed over" in r.stderr and "calibrated.json" in r.stderr
     assert "memory_bandwidth_gbps" in r.stderr
+    # a plan for a shipped profile's name runs on that one, and says what it passed over
+    shipped = tmp_path / "shipped-plan.json"
+    assert cli("plan", str(src), "--device", "h100", "-o", str(shipped)).returncode == 0
+    r = cli("simulate", str(shipped))
+    assert r.returncode == 0 and "simulated on the shipped profile 'h100'" in r.stderr
+    assert "passed over beside the plan" in r.stderr and "calibrated.json" in r.stderr
     # a good profile beside it, but the plan's model is gone: the error alone, no
     # "simulated on" line before it
     prof.write_bytes(dumps_profile(msgspec.structs.replace(load_profile("h100"), name="mine")))
@@ -369,6 +375,10 @@ def test_a_plan_without_its_schema_key_is_simulated_as_a_plan(tmp_path):
     r = cli("simulate", str(plan), "--format", "json")
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["rows"]
+    # one bare candidate is a plan too (plan.io.loads): it names no model, and says so
+    plan.write_text(json.dumps(doc["candidates"][0]))
+    r = cli("simulate", str(plan), "--device", "h100")
+    assert r.returncode == 2 and "does not say which model" in r.stderr, r.stderr
     r = cli("simulate", str(src), "--streams", "")
     assert r.returncode == 2 and "--streams" in r.stderr and "empty" in r.stderr
 

@@ -170,7 +170,9 @@ def cmd_simulate(args: argparse.Namespace) -> int:
                                    f"profile file with --device{broken}") from None
         except (OSError, ValueError, KeyError) as exc:
             raise InputError(device, f"not a device profile: {exc}") from None
-        beside = ""  # (broken files beside the plan did not matter: a shipped one did)
+        if beside:  # broken files beside the plan, one maybe meant to stand for this name
+            beside = (f"parastream: warning: {spec}: simulated on the shipped profile "
+                      f"{device!r}; passed over beside the plan: {beside}")
     warn_if_noted(profile)
     plans = None
     if doc is not None:
@@ -229,12 +231,15 @@ def _plan_data(spec: str) -> bytes | None:
     except OSError:
         return None
     mark = PLAN_SCHEMA.encode()
-    if data.lstrip()[:1] != b"{" or (mark not in data and b'"candidates"' not in data):
+    if data.lstrip()[:1] != b"{" or (mark not in data and b'"candidates"' not in data
+                                     and b'"assignment"' not in data):
         return None
     try:
         head = msgspec.json.decode(data, type=dict)
-        # a plan without its schema key is read as a plan, as analyze --plan and emit do
-        is_plan = head.get("schema", PLAN_SCHEMA if "candidates" in head else None) == PLAN_SCHEMA
+        # a plan without its schema key, or one bare candidate, is read as a plan, as
+        # analyze --plan and emit read it (plan.io.loads)
+        planish = "candidates" in head or "assignment" in head
+        is_plan = head.get("schema", PLAN_SCHEMA if planish else None) == PLAN_SCHEMA
     except msgspec.DecodeError:
         is_plan = mark in data[:4096]  # a broken plan: its loader says why
     return data if is_plan else None
