@@ -308,8 +308,9 @@ def test_simulating_a_plan_uses_the_plans_own_device(tmp_path):
     assert r.returncode == 2 and "3 profiles named 'my-h100' beside the plan" in r.stderr
 
 
-def test_a_profile_beside_the_plan_goes_before_a_shipped_one_of_its_name(tmp_path):
-    # a calibration renamed "cpu" by hand was simulated on the shipped cpu profile
+def _plan_beside_profile(tmp_path, name: str):
+    """(model file, profile file, plan file, the plan command's run): prolog planned on
+    h100's profile renamed ``name``, the plan saved beside the profile."""
     import msgspec
 
     from parastream.device.profile import dumps_profile
@@ -317,9 +318,16 @@ def test_a_profile_beside_the_plan_goes_before_a_shipped_one_of_its_name(tmp_pat
     src = tmp_path / "prolog.json"
     src.write_bytes(dumps(prolog()))
     prof = tmp_path / "calibrated.json"
-    prof.write_bytes(dumps_profile(msgspec.structs.replace(load_profile("h100"), name="cpu")))
+    prof.write_bytes(dumps_profile(msgspec.structs.replace(load_profile("h100"), name=name)))
     plan = tmp_path / "plan.json"
     r = cli("plan", str(src), "--device", str(prof), "--format", "json", "-o", str(plan))
+    assert r.returncode == 0, r.stderr
+    return src, prof, plan, r
+
+
+def test_a_profile_beside_the_plan_goes_before_a_shipped_one_of_its_name(tmp_path):
+    # a calibration renamed "cpu" by hand was simulated on the shipped cpu profile
+    _, _, plan, r = _plan_beside_profile(tmp_path, "cpu")
     planned = json.loads(r.stdout)["candidates"][0]["estimate"]["wall_us"]
     r = cli("simulate", str(plan), "--format", "json")
     assert r.returncode == 0 and "calibrated.json, the profile 'cpu' beside" in r.stderr
@@ -332,13 +340,7 @@ def test_a_broken_profile_beside_the_plan_is_named_and_a_failure_prints_one_line
 
     from parastream.device.profile import dumps_profile
 
-    src = tmp_path / "prolog.json"
-    src.write_bytes(dumps(prolog()))
-    prof = tmp_path / "calibrated.json"
-    prof.write_bytes(dumps_profile(msgspec.structs.replace(load_profile("h100"), name="mine")))
-    plan = tmp_path / "plan.json"
-    assert cli("plan", str(src), "--device", str(prof), "--format", "json",
-               "-o", str(plan)).returncode == 0
+    src, prof, plan, _ = _plan_beside_profile(tmp_path, "mine")
     # the profile beside the plan breaks: the error says why it was passed over
     raw = json.loads(prof.read_text())
     raw["memory_bandwidth_gbps"] = -1
