@@ -43,48 +43,37 @@ def write_atomic(path: str | os.PathLike[str], data: str | bytes) -> None:
     """
     path = os.fspath(path)
     payload = data.encode("utf-8") if isinstance(data, str) else bytes(data)
-    fd = own_fd(path)
-    if fd is not None or _is_stream(path):
-        # what was printed before comes first (Python buffers it; this write does not)
-        for out in (sys.stdout, sys.stderr):
-            try:
-                out.flush()
-            except (OSError, ValueError, AttributeError):
-                pass
+    kind = output_kind(path)
+    if kind == "file":
+        # through a symlink to its file: renaming over the link itself would turn it into
+        # a plain file and leave the file it pointed to as it was
+        target = os.path.realpath(path) if os.path.islink(path) else path
         try:
-            if fd is not None:
-                # this process's own descriptor (-o /dev/stdout): written where it stands,
-                # a file it was redirected to (> log) included, never replaced
-                view = memoryview(payload)
-                while view:
-                    view = view[os.write(fd, view):]
-            else:
-                # a terminal, /dev/null, a named pipe: nothing there to lose, and renaming
-                # a file over it would replace the node itself (-o /dev/null as root)
-                with open(path, "wb") as f:
-                    f.write(payload)
+            _write(target, payload, os.path.dirname(os.path.abspath(target)))
         except OSError as exc:
             raise InputError(path, f"cannot write: {exc.strerror or exc}") from None
         return
-    if _file_type(path) in (stat.S_IFBLK, stat.S_IFSOCK):
-        raise InputError(path, "cannot write: a block device or socket, not a file")
-    # through a symlink to its file: renaming over the link itself would turn it into a
-    # plain file and leave the file it pointed to as it was
-    target = os.path.realpath(path) if os.path.islink(path) else path
-    directory = os.path.dirname(os.path.abspath(target))
+    _refuse_special(path, kind)
+    # what was printed before comes first (Python buffers it; this write does not)
+    for out in (sys.stdout, sys.stderr):
+        try:
+            out.flush()
+        except (OSError, ValueError, AttributeError):
+            pass
     try:
-        _write(target, payload, directory)
+        if kind == "fd":
+            # this process's own descriptor (-o /dev/stdout): written where it stands, a
+            # file it was redirected to (>> log) included, never replaced
+            view = memoryview(payload)
+            while view:
+                view = view[os.write(own_fd(path), view):]
+        else:
+            # a terminal, /dev/null, a named pipe: nothing there to lose, and renaming a
+            # file over it would replace the node itself (-o /dev/null as root)
+            with open(path, "wb") as f:
+                f.write(payload)
     except OSError as exc:
         raise InputError(path, f"cannot write: {exc.strerror or exc}") from None
-
-
-def _file_type(path: str) -> int | None:
-    """The ``st_mode`` file type of what ``path`` names (through symlinks, /dev/stdout's
-    too), None when nothing is there."""
-    try:
-        return stat.S_IFMT(os.stat(path).st_mode)
-    except (OSError, ValueError):
-        return None
 
 
 _FD_PATH = re.compile(r"/dev/(?:std(out|err)|fd/(\d+))|/proc/(self|\d+)/fd/(\d+)")
@@ -106,16 +95,31 @@ def own_fd(path: str | os.PathLike[str]) -> int | None:
     return int(proc_fd) if proc == "self" or int(proc) == os.getpid() else None
 
 
+def output_kind(path: str | os.PathLike[str]) -> str:
+    """How an output at ``path`` is written: ``fd`` (one of this process's descriptors,
+    :func:`own_fd`), ``stream`` (an existing character device or FIFO: written in place,
+    as a shell redirection writes it), ``special`` (a block device or socket: refused),
+    else ``file`` (a file or nothing yet: replaced atomically)."""
+    if own_fd(path) is not None:
+        return "fd"
+    try:
+        mode = os.stat(path).st_mode  # through symlinks
+    except (OSError, ValueError):
+        return "file"
+    if stat.S_ISCHR(mode) or stat.S_ISFIFO(mode):
+        return "stream"
+    return "special" if stat.S_ISBLK(mode) or stat.S_ISSOCK(mode) else "file"
+
+
 def is_stream_output(path: str | os.PathLike[str]) -> bool:
-    """An output written in place rather than replaced: one of this process's descriptors
-    (:func:`own_fd`), a character device or a FIFO."""
-    return own_fd(path) is not None or _is_stream(os.fspath(path))
+    """An output written in place rather than replaced (:func:`output_kind` ``fd`` or
+    ``stream``)."""
+    return output_kind(path) in ("fd", "stream")
 
 
-def _is_stream(path: str) -> bool:
-    """An existing character device or FIFO (/dev/stdout, /dev/null, a named pipe): an
-    output written in place, as a shell redirection writes it."""
-    return _file_type(path) in (stat.S_IFCHR, stat.S_IFIFO)
+def _refuse_special(path: str, kind: str) -> None:
+    if kind == "special":
+        raise InputError(path, "cannot write: a block device or socket, not a file")
 
 
 def _write(path: str, payload: bytes, directory: str) -> None:
@@ -148,20 +152,19 @@ def check_writable(path: str | os.PathLike[str] | None,
     if not path:  # no such output (an empty name is stdout too)
         return
     path = os.fspath(path)
-    fd = own_fd(path)
-    if fd is not None:  # written to the descriptor (write_atomic)
+    kind = output_kind(path)
+    _refuse_special(path, kind)
+    if kind == "fd":  # written to the descriptor (write_atomic)
+        fd = own_fd(path)
         try:
             os.fstat(fd)
         except OSError:
             raise InputError(path, f"cannot write: descriptor {fd} is not open") from None
         return
-    if _is_stream(path):  # written in place (write_atomic)
+    if kind == "stream":  # written in place (write_atomic)
         if not os.access(path, os.W_OK):
             raise InputError(path, "cannot write: not writable")
         return
-    kind = _file_type(path)
-    if kind in (stat.S_IFBLK, stat.S_IFSOCK):
-        raise InputError(path, "cannot write: a block device or socket, not a file")
     if os.path.islink(path):  # write_atomic writes through it: check where it points
         path = os.path.realpath(path)
     if os.path.isdir(path):
