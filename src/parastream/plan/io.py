@@ -47,6 +47,15 @@ def dumps(doc: PlanDoc) -> bytes:
     return msgspec.json.format(msgspec.json.encode({"schema": SCHEMA, **body}), indent=1)
 
 
+def plan_shaped(raw: dict) -> bool:
+    """Whether :func:`loads` takes the decoded JSON object ``raw`` for a plan: its schema is
+    the plan's, or it names none and holds candidates (a plan document) or an assignment
+    (one bare candidate)."""
+    if "schema" in raw:
+        return raw["schema"] == SCHEMA
+    return "candidates" in raw or "assignment" in raw
+
+
 def loads(data: bytes | str) -> PlanDoc:
     """Parse a plan document; a bare single plan object is accepted too. ValueError with the
     reason when it is neither."""

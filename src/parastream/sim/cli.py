@@ -157,22 +157,26 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     # a calibrated profile: the plan keeps its name, not its path; the demo's folder and
     # `calibrate -o` beside the plan hold it. One there goes first, over a shipped profile
     # of the same name (a hand-renamed calibration was simulated on the shipped part)
-    profile, beside = _profile_beside(spec, device) if from_plan else (None, "")
+    beside, broken = _profile_beside(spec, device) if from_plan else (None, "")
+    # said once the simulation stands (never before an error): which profile it ran on
+    note = (f"parastream: {spec}: simulated on {beside[0]}, the profile {device!r} beside "
+            "the plan" if beside else None)
+    profile = beside[1] if beside else None
     if profile is None:
         try:
             profile = load_profile(device)
         except InputError:
             if not from_plan:
                 raise
-            broken = f" (passed over: {beside})" if beside else ""
+            why = f" (passed over: {broken})" if broken else ""
             raise InputError(spec, f"made for device {device!r}, which is neither a shipped "
                                    "profile nor a profile file beside the plan: name its "
-                                   f"profile file with --device{broken}") from None
+                                   f"profile file with --device{why}") from None
         except (OSError, ValueError, KeyError) as exc:
             raise InputError(device, f"not a device profile: {exc}") from None
-        if beside:  # broken files beside the plan, one maybe meant to stand for this name
-            beside = (f"parastream: warning: {spec}: simulated on the shipped profile "
-                      f"{device!r}; passed over beside the plan: {beside}")
+        if broken:  # broken files beside the plan, one maybe meant to stand for this name
+            note = (f"parastream: warning: {spec}: simulated on the shipped profile "
+                    f"{device!r}; passed over beside the plan: {broken}")
     warn_if_noted(profile)
     plans = None
     if doc is not None:
@@ -208,8 +212,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         multi = [k for k in runs if k > 1] or list(runs)
         best = min(multi, key=lambda k: runs[k].result.wall_us)
         write_kineto(args.trace, runs[best].result.timeline, label=out["label"])
-    if beside:  # which profile it was, once the simulation stands (never before an error)
-        print(beside, file=sys.stderr)
+    if note:
+        print(note, file=sys.stderr)
     if args.format == "json":
         sys.stdout.write(render_json(out, indent=2))
     else:
@@ -223,6 +227,7 @@ def _plan_data(spec: str) -> bytes | None:
     of candidates, and was taken for a graph), else None."""
     import msgspec
 
+    from ..plan.io import plan_shaped
     from ..plan.model import SCHEMA as PLAN_SCHEMA
 
     try:
@@ -235,11 +240,8 @@ def _plan_data(spec: str) -> bytes | None:
                                      and b'"assignment"' not in data):
         return None
     try:
-        head = msgspec.json.decode(data, type=dict)
-        # a plan without its schema key, or one bare candidate, is read as a plan, as
-        # analyze --plan and emit read it (plan.io.loads)
-        planish = "candidates" in head or "assignment" in head
-        is_plan = head.get("schema", PLAN_SCHEMA if planish else None) == PLAN_SCHEMA
+        # without its schema key, or one bare candidate, as analyze --plan and emit read it
+        is_plan = plan_shaped(msgspec.json.decode(data, type=dict))
     except msgspec.DecodeError:
         is_plan = mark in data[:4096]  # a broken plan: its loader says why
     return data if is_plan else None
@@ -250,10 +252,9 @@ _PROFILE_MAX_BYTES = 4 << 20
 
 
 def _profile_beside(plan_path: str, name: str):
-    """(the device profile called ``name`` in a JSON file in the plan's own folder, the
-    line that says so), else (None, why the broken profiles there were passed over);
-    two such files that differ are refused (which one the plan was made with is
-    unknown)."""
+    """((its file, the device profile) called ``name`` in a JSON file in the plan's own
+    folder, or None; why the broken profiles there were passed over, or ""). Two such
+    files that differ are refused (which one the plan was made with is unknown)."""
     import glob
     import os
 
@@ -281,11 +282,7 @@ def _profile_beside(plan_path: str, name: str):
         raise InputError(plan_path, f"{len(found)} profiles named {name!r} beside the plan "
                                     f"({', '.join(os.path.basename(p) for p, _ in found)}): "
                                     "name the one it was made with by --device")
-    if found:
-        path, profile = found[0]
-        return profile, (f"parastream: {plan_path}: simulated on {path}, the profile "
-                         f"{name!r} beside the plan")
-    return None, "; ".join(rejected)
+    return (found[0] if found else None), "; ".join(rejected)
 
 
 def render(out: dict) -> str:
