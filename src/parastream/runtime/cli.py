@@ -398,7 +398,8 @@ def run_candidates(module: Any, inputs: tuple, runnable: Any, doc: Any, chosen: 
     if kernel_single is None:
         kernel_single = single_kernels(module, inputs, runnable, device)
     if op_costs is None and kernel_single is not None:
-        op_costs = measured_costs(graph, profile, [kernel_single])
+        op_costs = capture_op_costs(module, inputs, runnable, profile, device=device,
+                                    kernels=kernel_single)
     from ..graph.calibrate import BusyWatch, cpu_count
 
     # the host's threads issue every backend's ops: a neighbour on the cores skews them
