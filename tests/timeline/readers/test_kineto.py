@@ -78,6 +78,10 @@ def test_a_trace_through_a_pipe_is_read_once_and_named_as_given(tmp_path):
     r = subprocess.run([sys.executable, "-m", "parastream", "analyze", "/dev/stdin"],
                        input=b"x" * (64 << 20), capture_output=True, timeout=120)
     assert r.returncode == 2 and b"not a recognised profiler file" in r.stderr
+    # a cut gzip on a pipe is said as for a file, not as an empty one
+    r = subprocess.run([sys.executable, "-m", "parastream", "analyze", "/dev/stdin"],
+                       input=SAMPLE.read_bytes()[:100], capture_output=True, timeout=120)
+    assert r.returncode == 2 and b"/dev/stdin: cannot read: Compressed file ended" in r.stderr
 
 
 def test_several_pipes_with_worker_processes(tmp_path):

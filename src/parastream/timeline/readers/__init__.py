@@ -105,15 +105,11 @@ def _read_spooled(path: str) -> Timeline:
     import dataclasses
     import tempfile
 
-    def chunks(src):
-        while True:
-            try:
-                chunk = src.read(1 << 20)
-            except OSError as exc:
-                raise InputError(path, f"cannot read: {exc.strerror or exc}") from None
-            if not chunk:
-                return
-            yield chunk
+    def read(src, n: int) -> bytes:  # (a buffered read waits for n bytes or the end)
+        try:
+            return src.read(n)
+        except OSError as exc:
+            raise InputError(path, f"cannot read: {exc.strerror or exc}") from None
 
     with tempfile.TemporaryDirectory(prefix="parastream-") as folder:
         tmp = os.path.join(folder, "input")
@@ -122,29 +118,27 @@ def _read_spooled(path: str) -> Timeline:
         except OSError as exc:
             raise InputError(path, f"cannot read: {exc.strerror or exc}") from None
         with src:
-            first = b""
-            for chunk in chunks(src):  # a pipe's read may return less than asked
-                first += chunk
-                if len(first) >= HEAD_BYTES:
-                    break
+            first = read(src, HEAD_BYTES)
             head: bytes | None = first
             if first[:2] == GZIP_MAGIC:
                 try:
                     head = zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(first, HEAD_BYTES)
                 except zlib.error:
-                    head = None  # the reader's own read says what is wrong with it
-            if head is not None:
-                reader_for(head, path)
+                    head = None
+                # nothing decompressed (a cut or broken gzip): the file's own read says why
+                head = head or None
+            mod = reader_for(head, path) if head is not None else None
             try:
                 with open(tmp, "wb") as dst:
-                    dst.write(first)
-                    for chunk in chunks(src):
+                    chunk = first
+                    while chunk:
                         dst.write(chunk)
+                        chunk = read(src, 1 << 20)
             except OSError as exc:
                 raise InputError(path, "cannot copy the pipe to a temporary file: "
                                        f"{exc.strerror or exc}") from None
         try:
-            tl = sniff_format(tmp).read(tmp)
+            tl = (mod or sniff_format(tmp)).read(tmp)
         except InputError as exc:
             raise InputError(path if exc.path == tmp else exc.path,
                              exc.reason.replace(tmp, path)) from None
