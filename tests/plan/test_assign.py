@@ -190,3 +190,22 @@ def test_resource_split_of_a_single_class_stays_on_stream_zero():
     mixed = assign(g, "resource-split", bound={"c0": "compute", "c1": "memory",
                                                "c2": "memory", "c3": "compute"})
     assert set(mixed.assignment.values()) == {0, 1}
+
+
+def test_critical_path_keeps_side_chains_that_run_together_apart():
+    """Side chains x and y run at the same time beside the path, z only later: with two
+    side streams x and y get one each and z shares one (a round robin in the ops' order
+    put x and y together and z alone)."""
+    durs = {"root": 1, "p1": 50, "x": 20, "z": 20, "y": 20, "p2": 100, "sink": 1}
+    ops = [Op(name=n, type="t", meta={"dur_us": float(d)}) for n, d in durs.items()]
+    pairs = [("root", "p1"), ("root", "x"), ("root", "y"), ("p1", "z"), ("p1", "p2"),
+             ("x", "sink"), ("y", "sink"), ("z", "sink"), ("p2", "sink")]
+    g = Graph(name="sides", ops=ops, edges=[Edge(src=a, dst=b) for a, b in pairs])
+    p = assign(g, "critical-path", max_streams=3)
+    check(g, p)
+    a = p.assignment
+    assert {a["root"], a["p1"], a["p2"], a["sink"]} == {0}
+    assert {a["x"], a["y"]} == {1, 2} and a["z"] in (1, 2)
+    # no cap: one side stream per chain; a cap of one: everything on stream 0
+    assert assign(g, "critical-path").streams == 4
+    assert set(assign(g, "critical-path", max_streams=1).assignment.values()) == {0}

@@ -6,8 +6,8 @@
   them), the resulting minimum chain cover as streams; mutually unreachable ops never share a
   stream. With a cap, the chains that overlap least in an as-soon-as-possible schedule are
   merged until the cap holds, the chain carrying the critical path staying on stream 0;
-- ``critical-path``: the longest path by estimated duration on stream 0, the other chains
-  round-robin on the side streams;
+- ``critical-path``: the longest path by estimated duration on stream 0, the other ops'
+  chains beside it, merged like matching's (least ASAP overlap first) until the cap holds;
 - ``resource-split``: compute-bound ops on stream 0, memory- and communication-bound ops on
   stream 1 (seed 003's strategy);
 - ``manual``: the user's pattern -> stream mapping (seed 003's ``{"FlashAttention": 0,
@@ -162,10 +162,13 @@ def merge_chains(cs: list[list[str]], cap: int, order: list[str], times: dict[st
                  main: set[str]) -> list[list[str]]:
     """Merge chains until at most ``cap`` remain: repeatedly fold the chain with the least
     work into the chain it overlaps least in the ASAP schedule (the concurrency lost is that
-    overlap). The chain with most critical-path work is stream 0 and is never folded away."""
+    overlap, ties to the chain with least work). The chain with most critical-path work is
+    stream 0 and is never folded away; with no ``main`` ops no chain is kept first, and the
+    chains come in the order of their first ops."""
     idx = {n: i for i, n in enumerate(order)}
     work = [sum(times[n][1] - times[n][0] for n in c) for c in cs]
-    head = max(range(len(cs)), key=lambda i: (sum(1 for n in cs[i] if n in main), work[i], -i))
+    head = max(range(len(cs)), key=lambda i: (sum(1 for n in cs[i] if n in main), work[i], -i)) \
+        if main else None
     groups = [sorted(c, key=idx.__getitem__) for c in cs]
     iv = [sorted(times[n] for n in c) for c in groups]
     alive = list(range(len(groups)))
@@ -177,7 +180,8 @@ def merge_chains(cs: list[list[str]], cap: int, order: list[str], times: dict[st
         iv[target] = sorted(iv[target] + iv[small])
         work[target] += work[small]
         alive.remove(small)
-    ordered = [head] + sorted((i for i in alive if i != head), key=lambda i: idx[groups[i][0]])
+    ordered = ([head] if head is not None else []) \
+        + sorted((i for i in alive if i != head), key=lambda i: idx[groups[i][0]])
     return [groups[i] for i in ordered]
 
 
@@ -212,17 +216,23 @@ def plan_matching(graph: Graph, order: list[str], dur: dict[str, float], max_str
 
 def plan_critical_path(graph: Graph, order: list[str], dur: dict[str, float],
                        max_streams: int | None, **_) -> Plan:
-    path = set(critical_path(order, graph.predecessor_names(), dur))
+    """The longest path on stream 0; the other ops' chain cover beside it, folded by
+    :func:`merge_chains` (least overlap in the ASAP schedule lost first) until the side
+    streams fit ``max_streams - 1``. No cap: one side stream per chain."""
+    preds = graph.predecessor_names()
+    path = set(critical_path(order, preds, dur))
     red = transitive_reduction(order, successors(graph))
     rest = [n for n in order if n not in path]
     sub = {n: [v for v in red[n] if v not in path] for n in rest}
     cs = chains(rest, max_matching(rest, sub))
-    sides = (max_streams or 4) - 1
-    assignment = {n: 0 for n in path}
-    for i, c in enumerate(cs):
-        for n in c:
-            # a cap of one stream leaves nothing beside the path: all of it on stream 0
-            assignment[n] = 1 + i % sides if sides > 0 else 0
+    assignment = dict.fromkeys(order, 0)
+    sides = (max_streams - 1) if max_streams else len(cs)
+    if cs and sides > 0:  # a cap of one stream leaves nothing beside the path
+        # (a round robin put chains that run at the same time on one side stream and
+        # chains that never meet on two)
+        cs = merge_chains(cs, sides, order, asap(order, preds, dur), set())
+        for s, c in enumerate(cs, start=1):
+            assignment.update(dict.fromkeys(c, s))
     return plan_from_assignment(graph, assignment, "critical-path", order=order)
 
 
