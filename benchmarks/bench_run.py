@@ -235,6 +235,26 @@ def summary(rows: list[dict], label: str) -> None:
     noisy = len(rows) - len(held)
     print(f"{label}: measurement spread > 20% on {noisy}/{len(rows)} rows (median spread "
           f"{statistics.median(r['spread'] for r in rows):.1%})", flush=True)
+    # the machine as its own predictor: each row's other passes taken as predictions of
+    # its wall (the passes' median). What they miss by more than 20% no prediction can be
+    # held to
+    hits = [[abs(p / r["measured_us"] - 1) <= 0.2 for p in _other_passes(r["passes_us"])]
+            for r in rows]
+    if any(hits):
+        print(f"{label}: the machine against itself: another pass within 20% of the row's "
+              f"wall for {sum(map(sum, hits))}/{sum(map(len, hits))} passes; every other pass "
+              f"within 20% on {sum(all(h) for h in hits if h)}/{sum(1 for h in hits if h)} rows",
+              flush=True)
+
+
+def _other_passes(passes: list[float]) -> list[float]:
+    """The passes but the one that is the row's wall (an odd count's middle one; for an
+    even count ``statistics.median`` averages two, and every pass is another one)."""
+    if len(passes) % 2 == 0:
+        return list(passes)
+    rest = list(passes)
+    rest.remove(statistics.median(passes))
+    return rest
 
 
 def main() -> None:
