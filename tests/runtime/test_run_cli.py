@@ -293,3 +293,84 @@ def test_trace_labels_keep_candidates_off_the_baseline_and_the_plan_files():
               _candidate_label("matching"), "single-torch", _torch_label("single"),
               _torch_label("matching"))}
     assert len(names) == 8  # a plan's own "single" candidate overwrote the baseline
+
+
+def test_a_model_that_fails_on_its_inputs_is_a_one_line_error(tmp_path):
+    """An embedding index out of range traces on fake tensors and raises only on the real
+    data; a buffer rebound with another shape runs eagerly and fails in the exported
+    program's write-back. Both are the model's problem, named before any measuring."""
+    f = tmp_path / "bad.py"
+    f.write_text("import torch\n"
+                 "class Emb(torch.nn.Module):\n"
+                 "    def __init__(self):\n"
+                 "        super().__init__()\n"
+                 "        self.emb = torch.nn.Embedding(50, 16)\n"
+                 "        self.a, self.b = torch.nn.Linear(16, 16), torch.nn.Linear(16, 16)\n"
+                 "    def forward(self, ids):\n"
+                 "        e = self.emb(ids)\n"
+                 "        return self.a(e) + self.b(e)\n"
+                 "def emb():\n"
+                 "    return Emb().eval(), (torch.tensor([[1, 2, 60]]),)\n"
+                 "class Cache(torch.nn.Module):\n"
+                 "    def __init__(self):\n"
+                 "        super().__init__()\n"
+                 "        self.k, self.v = torch.nn.Linear(8, 8), torch.nn.Linear(8, 8)\n"
+                 "        self.register_buffer('cache', torch.zeros(1, 8))\n"
+                 "    def forward(self, x):\n"
+                 "        self.cache = torch.cat([self.cache, self.k(x)], 0)[-4:]\n"
+                 "        return self.cache.sum(0) + self.v(x).sum(0)\n"
+                 "def cache():\n"
+                 "    return Cache().eval(), (torch.randn(2, 8),)\n")
+    with pytest.raises(InputError, match="the model raises on its example inputs: "
+                                         "IndexError: index out of range") as info:
+        run(f"{f}:emb", "--auto")
+    assert info.value.path == f"{f}:emb" and "\n" not in str(info.value)
+    with pytest.raises(InputError, match="the traced program fails at op 'copy_.*RuntimeError"
+                                         ".*the module itself ran") as info:
+        run(f"{f}:cache", "--auto")
+    assert "\n" not in str(info.value)
+
+
+def test_check_undoes_in_place_view_ops_and_compares_mha_without_its_fast_path(
+        tmp_path, capsys, profile):
+    """x.unsqueeze_(0) on the input (torch.fx: export refuses it) grew the input by a
+    dimension each call, and the eager TransformerEncoderLayer's fused fast path rounds
+    apart from the traced ops: both read as streams that broke the outputs."""
+    f = tmp_path / "m.py"
+    f.write_text("import torch\n"
+                 "class Grow(torch.nn.Module):\n"
+                 "    def __init__(self):\n"
+                 "        super().__init__()\n"
+                 "        self.a, self.b = torch.nn.Linear(8, 8), torch.nn.Linear(8, 8)\n"
+                 "    def forward(self, x):\n"
+                 "        x.unsqueeze_(0)\n"
+                 "        return self.a(x) + self.b(x)\n"
+                 "def grow():\n"
+                 "    torch.manual_seed(0)\n"
+                 "    return Grow().eval(), (torch.randn(4, 8),)\n"
+                 "class Enc(torch.nn.Module):\n"
+                 "    def __init__(self):\n"
+                 "        super().__init__()\n"
+                 "        self.enc = torch.nn.TransformerEncoderLayer(16, 2, 32, batch_first=True)\n"
+                 "        self.lin = torch.nn.Linear(16, 16)\n"
+                 "    def forward(self, x):\n"
+                 "        return self.enc(x) + self.lin(x)\n"
+                 "def enc():\n"
+                 "    torch.manual_seed(0)\n"
+                 "    return Enc().eval(), (torch.randn(2, 5, 16),)\n")
+    for factory in ("grow", "enc"):
+        assert run(f"{f}:{factory}", "--auto", "--check", "--runs", "5", "--warmup", "1",
+                   "--profile", profile, "--side-by-side-only") == 0, factory
+        out = capsys.readouterr().out
+        assert "check: outputs identical (bitwise)" in out and "differ" not in out, factory
+
+
+def test_a_shape_mismatch_does_not_claim_a_zero_difference():
+    import torch
+
+    from parastream.runtime.executor import compare
+
+    c = compare((torch.zeros(4),), (torch.zeros(8),))
+    assert not c and "output 0: (8,)" in c.describe() and "max |diff|" not in c.describe()
+    c = compare((torch.zeros(4),), (torch.ones(4),))
+    assert "max |diff| 1" in c.describe()

@@ -70,6 +70,42 @@ def add_parser(sub) -> None:
     p.set_defaults(func=cmd_run)
 
 
+def require_runs(module: Any, inputs: tuple, runnable: Any, device: str, where: str) -> None:
+    """Refuse (an :class:`InputError` naming ``where``) a model that raises on its example
+    inputs, or whose traced program does, before a calibration and minutes of measuring
+    are spent on it: an embedding index out of range only shows on real data, and a
+    buffer rebound with another shape (``self.cache = torch.cat(...)``) is written back in
+    place by the exported program. Inputs and state the call writes are restored."""
+    import torch
+
+    from ..errors import one_line
+    from ..plan.model import Plan
+    from .backend import StreamError
+    from .executor import MultiStreamExecutor, _restore
+
+    single = Plan.single(o.name for o in runnable.graph.ops)
+    ex = MultiStreamExecutor(module, inputs, single, backend=device, runnable=runnable)
+    written = ex._snapshot(inputs)
+    try:
+        try:
+            with torch.no_grad():
+                module(*inputs)
+        except Exception as exc:  # the user's code: whatever it raises is the model's
+            raise InputError(where, "the model raises on its example inputs: "
+                                    + one_line(exc)) from None
+        _restore(written)
+        try:
+            ex(*inputs)
+        except StreamError as exc:
+            raise InputError(where, f"the traced program fails at op {exc.op!r}: "
+                                    f"{one_line(exc.cause)} (parastream runs the graph "
+                                    "torch.export or torch.fx traced; the module itself ran)"
+                             ) from None
+    finally:
+        _restore(written)
+        ex.close()
+
+
 # ----------------------------------------------------------------------------- loading
 def load_profile_for(args: argparse.Namespace) -> tuple[Any, str]:
     """The device profile and a sentence saying which one it is."""
@@ -187,6 +223,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise InputError(args.model, "the graph has no ops: nothing to run")
     if doc_in is not None:  # a plan for another model fails before anything is printed
         require_fit(graph, doc_in.candidate(args.candidate or doc_in.recommended), args.plan)
+    require_runs(module, inputs, runnable, args.device, args.model)
     profile, profile_note = load_profile_for(args)
     out = sys.stdout
     out.write(f"model {name} (scale {args.scale}): {len(graph.ops)} ops; device {args.device}\n")
