@@ -35,6 +35,8 @@ How a call runs (DESIGN.md: override ``run_node``: switch stream, wait, run, rec
 
 from __future__ import annotations
 
+import contextlib
+
 import os
 import random
 import threading
@@ -93,8 +95,10 @@ class Comparison:
         how = "bitwise" if self.exact else "within tolerance"
         if self.ok:
             return f"outputs identical ({how})"
-        return (f"outputs differ ({how}): {', '.join(self.mismatched[:5])}; "
-                f"max |diff| {self.max_abs_diff:.3g}")
+        # shape or dtype mismatches ("output 0: (4,) ... vs ...") compared no values
+        values = any(":" not in m for m in self.mismatched)
+        return (f"outputs differ ({how}): {', '.join(self.mismatched[:5])}"
+                + (f"; max |diff| {self.max_abs_diff:.3g}" if values else ""))
 
 
 def compare(expected: Any, actual: Any, *, exact: bool = True, rtol: float = 1e-4,
@@ -581,8 +585,11 @@ class MultiStreamExecutor(torch.fx.Interpreter):
     def reference(self, *inputs: Any) -> Any:
         """The single-stream output: the original module. On the cpu backend it runs on
         stream 0's worker, with the same intra-op thread count as the streams, so a
-        bitwise comparison is fair (some kernels round differently with other counts)."""
-        with torch.no_grad():
+        bitwise comparison is fair (some kernels round differently with other counts).
+        nn.MultiheadAttention's fused fast path is off for it: eager inference takes it,
+        the traced program cannot (its ops are the unfused ones), and the two round apart
+        (a TransformerEncoderLayer: 4.8e-7 on every output)."""
+        with torch.no_grad(), _no_mha_fastpath():
             if self.host_streams:
                 return self.streams[0].submit(_no_grad_call, self.original, inputs,
                                               name="reference").result()
@@ -647,7 +654,10 @@ class MultiStreamExecutor(torch.fx.Interpreter):
                     and t.device.type != "meta"):
                 found.setdefault(id(t), t)
         with torch.no_grad():
-            return [(t, t.detach().clone()) for t in found.values()]
+            # the layout too: an in-place view op (x.unsqueeze_(0), x.t_()) changes the
+            # tensor's shape, not its data
+            return [(t, t.detach().clone(), (t.size(), t.stride(), t.storage_offset()))
+                    for t in found.values()]
 
     # ------------------------------------------------------------------ timeline
     def timeline(self, source: str | None = None) -> Timeline:
@@ -765,6 +775,22 @@ def _worker_init(cpus: set[int] | None = None) -> int:
     return torch.get_num_threads()
 
 
+@contextlib.contextmanager
+def _no_mha_fastpath():
+    """torch.backends.mha's fast path off inside, as it was after (a torch without the
+    switch: nothing to do)."""
+    mha = getattr(torch.backends, "mha", None)
+    get = getattr(mha, "get_fastpath_enabled", None)
+    was = get() if get is not None else None
+    if was:
+        mha.set_fastpath_enabled(False)
+    try:
+        yield
+    finally:
+        if was:
+            mha.set_fastpath_enabled(True)
+
+
 def _no_grad_call(module: Any, inputs: tuple) -> Any:
     with torch.no_grad():
         return module(*inputs)
@@ -803,10 +829,13 @@ def _set_rng_state(state: tuple[torch.Tensor, Any], device: str) -> None:
         getattr(torch, device).set_rng_state_all(dev)
 
 
-def _restore(saved: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
-    """Write each copy back into its tensor (:meth:`MultiStreamExecutor._snapshot`)."""
+def _restore(saved: list[tuple[torch.Tensor, torch.Tensor, tuple]]) -> None:
+    """Put each tensor back in its layout and write its copy back into it
+    (:meth:`MultiStreamExecutor._snapshot`)."""
     with torch.no_grad():
-        for t, s in saved:
+        for t, s, (size, stride, offset) in saved:
+            if (t.size(), t.stride(), t.storage_offset()) != (size, stride, offset):
+                t.as_strided_(size, stride, offset)
             t.copy_(s)
 
 
