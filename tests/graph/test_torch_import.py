@@ -493,3 +493,88 @@ def test_a_cast_that_copies_is_an_op_and_one_that_does_not_is_folded():
     g = import_module(Casts().eval(), (torch.randn(8, 4),))
     types = [o.type for o in g.ops]
     assert types.count("to") == 1 and "contiguous" in types  # the float64 cast, the copy
+
+
+class LayoutCopies(nn.Module):
+    """contiguous/to in another memory format copy, then the source is written."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.c, self.d = nn.Conv2d(4, 4, 1), nn.Conv2d(4, 4, 1)
+
+    def forward(self, x):
+        h = self.c(x)
+        cl = h.contiguous(memory_format=torch.channels_last)
+        cl2 = h.to(memory_format=torch.channels_last)
+        h.add_(100.0)
+        return self.d(cl) + cl2, h
+
+
+def test_a_memory_format_change_is_a_copy_not_a_view():
+    g = import_module(LayoutCopies(), (torch.randn(1, 4, 6, 6),), name="layout")
+    copies = [o for o in g.ops if o.resource == "memory" and o.type != "add_"]
+    assert len(copies) == 2, [o.type for o in g.ops]  # both copies are ops of their own
+    add_ = by_type(g, "add_")[0]
+    for c in copies:  # and read h before add_ writes it
+        assert reaches(g, c.name, add_.name)
+
+
+class TransposeInPlace(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b, self.c = nn.Linear(8, 8), nn.Linear(8, 8), nn.Linear(8, 8)
+
+    def forward(self, x):
+        h = self.a(x)
+        h.transpose_(0, 1)
+        return torch.tanh(self.b(h)) + torch.sigmoid(self.c(h))
+
+
+def test_transpose_in_place_is_an_op_its_readers_follow():
+    """Folded as a view, it ran where each stream first read h: twice on two streams."""
+    g = import_module(TransposeInPlace(), (torch.randn(8, 8),), name="tr_")
+    t = by_type(g, "transpose_")
+    assert len(t) == 1
+    for lin in (o for o in g.ops if o.module in ("b", "c")):
+        assert reaches(g, t[0].name, lin.name)
+
+
+class ViewThenT(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Linear(8, 8)
+
+    def forward(self, x):
+        h = self.a(x)
+        v = h[0]
+        h.t_()
+        return v * 2, h.sum()
+
+
+def test_a_view_read_after_its_base_changed_layout_in_place_is_refused():
+    with pytest.raises(InputError, match=r"t_ changes the layout of 'linear' after the view "
+                                         r"'select' was taken from it") as info:
+        import_module(ViewThenT(), (torch.randn(4, 8),), name="vt")
+    assert info.value.path == "vt" and "\n" not in str(info.value)
+
+
+class AliasedBuffers(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        base = torch.randn(4, 16)
+        self.register_buffer("full", base)
+        self.register_buffer("row", base[0])  # the same memory as full's first row
+        self.a, self.b = nn.Linear(16, 16), nn.Linear(16, 16)
+
+    def forward(self, x):
+        p = torch.tanh(self.a(x + self.row))
+        self.full.mul_(0.5)
+        return p + self.b(x * self.row)
+
+
+def test_buffers_that_share_memory_are_ordered_as_one():
+    g = import_module(AliasedBuffers(), (torch.randn(4, 16),), name="alias")
+    write = by_type(g, "mul_")[0]
+    first, later = by_type(g, "add")[0], by_type(g, "mul")[0]
+    assert reaches(g, first.name, write.name)   # the read of row before the write of full
+    assert reaches(g, write.name, later.name)   # and the one after it

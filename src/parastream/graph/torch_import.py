@@ -57,11 +57,16 @@ from .ir import Edge, Graph, Op, Tensor
 # ----------------------------------------------------------------------------- op tables
 #: short op names that move no data (their consumers are wired to the producer)
 VIEW_OPS = frozenset({
-    "view", "_unsafe_view", "view_as", "transpose", "transpose_", "t", "permute", "expand",
+    "view", "_unsafe_view", "view_as", "transpose", "t", "permute", "expand",
     "expand_as", "unsqueeze", "squeeze", "select", "slice", "narrow", "alias", "detach",
     "unflatten", "split", "split_with_sizes", "chunk", "unbind", "as_strided", "movedim",
     "swapaxes", "swapdims", "diagonal", "getitem", "wait_tensor", "lift_fresh_copy",
     "real", "view_as_real", "view_as_complex", "size", "dim",
+})
+#: in-place ops that change a tensor's shape or strides, not its data
+LAYOUT_INPLACE_OPS = frozenset({
+    "t_", "transpose_", "unsqueeze_", "squeeze_", "as_strided_", "swapdims_", "swapaxes_",
+    "resize_", "resize_as_", "set_",
 })
 #: ops that may or may not copy: folded only when their input is already contiguous
 MAYBE_VIEW_OPS = frozenset({"reshape", "contiguous", "flatten"})
@@ -499,8 +504,9 @@ def _build(recs: list[_Rec], info: dict, module: Any, name: str, source: str,
     labels: dict[str, str] = info["labels"]
     kinds: dict[str, str] = info["kinds"]
     refs: dict[str, list[_Ref] | _Ref] = {}   # fx node name -> ref (list for multi-output)
+    same = _shared_memory(module, set(labels.values()))
     for node_name, label in labels.items():
-        refs[node_name] = _Ref(None, label, "in:" + label)
+        refs[node_name] = _Ref(None, label, "in:" + same.get(label, label))
     host_paths = set(_module_attr(module, "parastream_resource", "host"))
     copy_paths = _module_attr(module, "parastream_copy")
     main_device = _main_device(recs)
@@ -519,6 +525,8 @@ def _build(recs: list[_Rec], info: dict, module: Any, name: str, source: str,
     # of its own, but the views behind it run when it is read
     passes: dict[str, list[str]] = {}
     views_done: set[str] = set()
+    # views not yet read when an in-place op changed their base's layout: (op, base)
+    stale: dict[str, tuple[str, str]] = {}
 
     def views_first_read(node: Any) -> int:
         count, stack = 0, [a.name for a in node.all_input_nodes]
@@ -526,6 +534,16 @@ def _build(recs: list[_Rec], info: dict, module: Any, name: str, source: str,
             a = stack.pop()
             if a in views_done:
                 continue
+            if a in stale:
+                # the executor computes a view where it is first read: after the layout
+                # change, so it would view the new shape (h[0] after h.t_() is a column)
+                op, base = stale[a]
+                raise InputError(name, f"{op} changes the layout of {base!r} after the view "
+                                       f"{a!r} was taken from it and before that view is "
+                                       f"read; parastream computes views where they are "
+                                       f"first read, so it would see the new layout (take "
+                                       f"the view after the {op}, or use the out-of-place "
+                                       f"{op[:-1]})")
             if a in view_reads:
                 views_done.add(a)
                 count += 1
@@ -580,6 +598,12 @@ def _build(recs: list[_Rec], info: dict, module: Any, name: str, source: str,
             continue
 
         op_name = node.name
+        if rec.short in LAYOUT_INPLACE_OPS and rec.args and hasattr(rec.args[0], "name"):
+            base = rec.args[0].name
+            for v in view_reads:
+                if v not in views_done and v not in stale and base in _view_bases(
+                        v, view_reads, passes):
+                    stale[v] = (rec.short, base)
         in_tensors: list[Tensor] = []
         arg_refs: list[tuple[int, _Ref, Any]] = []   # (arg position, ref, value)
         # each argument at its schema position: positional ones in order, keywords by name
@@ -788,8 +812,11 @@ def _folds(rec: _Rec) -> bool:
     """Ops that are free here: reshape/contiguous of contiguous data, eval dropout, no-op to()."""
     a0 = _val(rec.args[0]) if rec.args else None
     if rec.short in MAYBE_VIEW_OPS:
+        # contiguous(memory_format=torch.channels_last) of NCHW data copies
+        fmt = rec.kwargs.get("memory_format")
         try:
-            return _is_tensor(a0) and bool(a0.is_contiguous())
+            return _is_tensor(a0) and bool(
+                a0.is_contiguous(memory_format=fmt) if fmt is not None else a0.is_contiguous())
         except Exception:
             return True
     if rec.short in ("dropout", "feature_dropout", "alpha_dropout"):
@@ -799,8 +826,57 @@ def _folds(rec: _Rec) -> bool:
         out = _val(rec.node)
         if rec.short == "to" and _is_tensor(out):
             copy = rec.kwargs.get("copy", False) or any(a is True for a in rec.args[1:])
-            return (not copy and out.dtype == a0.dtype and out.device == a0.device)
+            # to(memory_format=...) keeps dtype and device and still copies: the layout too
+            return (not copy and out.dtype == a0.dtype and out.device == a0.device
+                    and _same_layout(out, a0))
     return False
+
+
+def _shared_memory(module: Any, labels: set[str]) -> dict[str, str]:
+    """Parameters and buffers among ``labels`` that share memory with another one (a
+    buffer registered as a view of another, tied weights): each to the first one's name,
+    so that a write through one orders the reads through the others."""
+    out: dict[str, str] = {}
+    first: dict[int, str] = {}
+    try:
+        named = [*module.named_parameters(remove_duplicate=False),
+                 *module.named_buffers(remove_duplicate=False)]
+    except Exception:  # not a module with named tensors
+        return out
+    for fqn, t in named:
+        if fqn not in labels or not _is_tensor(t) or t.device.type == "meta":
+            continue
+        try:
+            ptr = t.untyped_storage().data_ptr()
+        except Exception:  # no storage (a tensor subclass)
+            continue
+        if not ptr:
+            continue
+        owner = first.setdefault(ptr, fqn)
+        if owner != fqn:
+            out[fqn] = owner
+    return out
+
+
+def _view_bases(v: str, view_reads: dict[str, list[str]], passes: dict[str, list[str]]
+                ) -> set[str]:
+    """Every node a folded view reads, through the views and tuple picks it reads."""
+    seen: set[str] = set()
+    stack = list(view_reads.get(v, ()))
+    while stack:
+        a = stack.pop()
+        if a not in seen:
+            seen.add(a)
+            stack.extend(view_reads.get(a, passes.get(a, ())))
+    return seen
+
+
+def _same_layout(a: Any, b: Any) -> bool:
+    """Same shape and strides (True when either has none to compare)."""
+    try:
+        return tuple(a.shape) == tuple(b.shape) and tuple(a.stride()) == tuple(b.stride())
+    except Exception:  # no strides (a sparse or nested tensor): as before, by dtype and device
+        return True
 
 
 def _costs(rec: _Rec, arg_refs: list, outs: list) -> tuple[float, int, int]:
