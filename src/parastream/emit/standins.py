@@ -587,7 +587,7 @@ def self_check(gen: Any) -> int:
     bitwise. Prints a report; returns 0 when all holds."""
     import copy
 
-    from ..graph.torch_import import import_module
+    from ..graph.torch_import import import_module, no_mha_fastpath
 
     module, inputs = gen.load_model()
     graph = import_module(module, inputs, name=str(gen.SOURCE.get("model", "model")))
@@ -597,7 +597,8 @@ def self_check(gen: Any) -> int:
     # either in place), and runs without autograd as inference does (out= ops refuse it)
     with torch.no_grad():
         rng = torch.get_rng_state()  # both forwards draw the same random numbers
-        expected = copy.deepcopy(module)(*copy.deepcopy(inputs))
+        with no_mha_fastpath():  # the generated forward's ops are the unfused ones
+            expected = copy.deepcopy(module)(*copy.deepcopy(inputs))
         torch.set_rng_state(rng)
         r = run(gen, copy.deepcopy(module), copy.deepcopy(inputs))
     problems = check(r, gen, graph)

@@ -49,7 +49,7 @@ import logging
 import math
 import operator
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 from ..errors import InputError, one_line
 from .ir import Edge, Graph, Op, Tensor
@@ -1256,3 +1256,23 @@ def _check_call(module: Any, example_inputs: Any, name: str, method: str) -> tup
     if method not in ("auto", "export", "fx"):
         raise ValueError(f"method must be auto, export or fx, not {method!r}")
     return tuple(example_inputs)
+
+
+@contextlib.contextmanager
+def no_mha_fastpath() -> Iterator[None]:
+    """torch.backends.mha's fast path off inside, as it was after: eager inference of
+    nn.MultiheadAttention / TransformerEncoderLayer takes a fused kernel that the traced
+    program cannot (its ops are the unfused ones), and the two round apart (4.8e-7 on a
+    TransformerEncoderLayer's outputs). A torch without the switch: nothing to do."""
+    import torch
+
+    mha = getattr(torch.backends, "mha", None)
+    get = getattr(mha, "get_fastpath_enabled", None)
+    was = get() if get is not None else None
+    if was:
+        mha.set_fastpath_enabled(False)
+    try:
+        yield
+    finally:
+        if was:
+            mha.set_fastpath_enabled(True)

@@ -35,7 +35,6 @@ How a call runs (DESIGN.md: override ``run_node``: switch stream, wait, run, rec
 
 from __future__ import annotations
 
-import contextlib
 
 import os
 import random
@@ -48,7 +47,7 @@ import torch
 import torch.fx
 from torch.fx.node import map_arg
 
-from ..graph.torch_import import random_draws, written_args
+from ..graph.torch_import import no_mha_fastpath, random_draws, written_args
 from ..plan.io import PlanDoc
 from ..plan.model import Plan
 from ..timeline.model import Timeline
@@ -589,7 +588,7 @@ class MultiStreamExecutor(torch.fx.Interpreter):
         nn.MultiheadAttention's fused fast path is off for it: eager inference takes it,
         the traced program cannot (its ops are the unfused ones), and the two round apart
         (a TransformerEncoderLayer: 4.8e-7 on every output)."""
-        with torch.no_grad(), _no_mha_fastpath():
+        with torch.no_grad(), no_mha_fastpath():
             if self.host_streams:
                 return self.streams[0].submit(_no_grad_call, self.original, inputs,
                                               name="reference").result()
@@ -773,22 +772,6 @@ def _worker_init(cpus: set[int] | None = None) -> int:
         except (AttributeError, OSError):  # not on this OS, or the cores went away: unpinned
             pass
     return torch.get_num_threads()
-
-
-@contextlib.contextmanager
-def _no_mha_fastpath():
-    """torch.backends.mha's fast path off inside, as it was after (a torch without the
-    switch: nothing to do)."""
-    mha = getattr(torch.backends, "mha", None)
-    get = getattr(mha, "get_fastpath_enabled", None)
-    was = get() if get is not None else None
-    if was:
-        mha.set_fastpath_enabled(False)
-    try:
-        yield
-    finally:
-        if was:
-            mha.set_fastpath_enabled(True)
 
 
 def _no_grad_call(module: Any, inputs: tuple) -> Any:
