@@ -30,3 +30,27 @@ def watchdog():
     faulthandler.dump_traceback_later(WATCHDOG_S, exit=True, file=sys.stderr)
     yield
     faulthandler.cancel_dump_traceback_later()
+
+
+#: a user model file whose eager forward takes nn.MultiheadAttention's fused fast path (a
+#: TransformerEncoderLayer in inference) beside a linear: ``make`` builds it
+ENCODER_MODEL = (
+    "import torch\n"
+    "class Enc(torch.nn.Module):\n"
+    "    def __init__(self):\n"
+    "        super().__init__()\n"
+    "        self.enc = torch.nn.TransformerEncoderLayer(16, 2, 32, batch_first=True)\n"
+    "        self.lin = torch.nn.Linear(16, 16)\n"
+    "    def forward(self, x):\n"
+    "        return self.enc(x) + self.lin(x)\n"
+    "def make():\n"
+    "    torch.manual_seed(0)\n"
+    "    return Enc().eval(), (torch.randn(2, 5, 16),)\n")
+
+
+@pytest.fixture
+def encoder_model(tmp_path) -> str:
+    """The path of :data:`ENCODER_MODEL` written to a file (``<path>:make`` names it)."""
+    f = tmp_path / "encoder_model.py"
+    f.write_text(ENCODER_MODEL)
+    return str(f)

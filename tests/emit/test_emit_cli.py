@@ -285,24 +285,12 @@ def test_a_bad_source_in_a_plan_names_the_plan_file(tmp_path, capsys):
         assert f"{plan}: its source model: unknown scale 'huge'" in r.stderr
 
 
-def test_self_check_of_a_transformer_layer_compares_without_the_fused_fast_path(tmp_path,
-                                                                                capsys):
+def test_self_check_of_a_transformer_layer_compares_without_the_fused_fast_path(
+        tmp_path, capsys, encoder_model):
     """Eager inference of a TransformerEncoderLayer takes a fused kernel the generated
     forward (the traced, unfused ops) cannot, and rounds apart: the self-check compared
     them and said DIFFER for every plan."""
-    model = tmp_path / "enc.py"
-    model.write_text(
-        "import torch\n"
-        "class M(torch.nn.Module):\n"
-        "    def __init__(self):\n"
-        "        super().__init__()\n"
-        "        self.enc = torch.nn.TransformerEncoderLayer(16, 2, 32, batch_first=True)\n"
-        "        self.lin = torch.nn.Linear(16, 16)\n"
-        "    def forward(self, x):\n"
-        "        return self.enc(x) + self.lin(x)\n"
-        "def make():\n"
-        "    torch.manual_seed(0)\n"
-        "    return M().eval(), (torch.randn(2, 5, 16),)\n")
+    model = encoder_model
     plan = tmp_path / "plan.json"
     assert main(["plan", f"{model}:make", "--out", str(plan), "--format", "json"]) == 0
     capsys.readouterr()
