@@ -578,3 +578,33 @@ def test_buffers_that_share_memory_are_ordered_as_one():
     first, later = by_type(g, "add")[0], by_type(g, "mul")[0]
     assert reaches(g, first.name, write.name)   # the read of row before the write of full
     assert reaches(g, write.name, later.name)   # and the one after it
+
+
+class SplitCache(nn.Module):
+    """k and v caches registered as the two halves of one tensor: one storage, no bytes
+    in common."""
+
+    def __init__(self, whole: bool = False) -> None:
+        super().__init__()
+        cache = torch.zeros(2, 4, 8)
+        if whole:  # the whole tensor too: it overlaps both halves
+            self.register_buffer("cache", cache)
+        self.register_buffer("k", cache[0])
+        self.register_buffer("v", cache[1])
+        self.a, self.b = nn.Linear(8, 8), nn.Linear(8, 8)
+
+    def forward(self, x):
+        self.k.copy_(self.a(x))
+        self.v.copy_(self.b(x))
+        return self.k.sum() + self.v.sum()
+
+
+def test_views_of_one_storage_that_do_not_overlap_stay_apart():
+    from parastream.graph.torch_import import _shared_memory
+
+    names = {"cache", "k", "v", "a.weight", "a.bias", "b.weight", "b.bias"}
+    assert _shared_memory(SplitCache(), names) == {}
+    assert _shared_memory(SplitCache(whole=True), names) == {"k": "cache", "v": "cache"}
+    g = import_module(SplitCache(), (torch.randn(4, 8),), name="split")
+    kw, vw = by_type(g, "copy_")
+    assert not reaches(g, kw.name, vw.name) and not reaches(g, vw.name, kw.name)

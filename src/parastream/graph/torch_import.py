@@ -833,29 +833,45 @@ def _folds(rec: _Rec) -> bool:
 
 
 def _shared_memory(module: Any, labels: set[str]) -> dict[str, str]:
-    """Parameters and buffers among ``labels`` that share memory with another one (a
-    buffer registered as a view of another, tied weights): each to the first one's name,
-    so that a write through one orders the reads through the others."""
-    out: dict[str, str] = {}
-    first: dict[int, str] = {}
+    """Parameters and buffers among ``labels`` whose bytes overlap another one's (a buffer
+    registered as a view of another, tied weights): each to the first one's name, so that
+    a write through one orders the reads through the others. Views of one storage that do
+    not overlap (a cache's k and v halves) stay apart."""
     try:
         named = [*module.named_parameters(remove_duplicate=False),
                  *module.named_buffers(remove_duplicate=False)]
     except Exception:  # not a module with named tensors
-        return out
-    for fqn, t in named:
-        if fqn not in labels or not _is_tensor(t) or t.device.type == "meta":
+        return {}
+    spans: list[tuple[int, int, int, int, str]] = []  # (storage, lo, hi, order, name)
+    for k, (fqn, t) in enumerate(named):
+        if fqn not in labels or not _is_tensor(t) or t.device.type == "meta" or not t.numel():
             continue
         try:
-            ptr = t.untyped_storage().data_ptr()
+            base = t.untyped_storage().data_ptr()
+            lo = t.data_ptr()
+            last = sum((n - 1) * st for n, st in zip(t.shape, t.stride()) if n > 1)
         except Exception:  # no storage (a tensor subclass)
             continue
-        if not ptr:
-            continue
-        owner = first.setdefault(ptr, fqn)
-        if owner != fqn:
-            out[fqn] = owner
+        if base:
+            spans.append((base, lo, lo + (last + 1) * t.element_size(), k, fqn))
+    out: dict[str, str] = {}
+    group: list[tuple[int, str]] = []
+    end, storage = -1, None
+    for base, lo, hi, k, fqn in sorted(spans):
+        if base != storage or lo >= end:  # a new run of overlapping spans
+            _name_group(group, out)
+            group, storage, end = [], base, hi
+        group.append((k, fqn))
+        end = max(end, hi)
+    _name_group(group, out)
     return out
+
+
+def _name_group(group: list[tuple[int, str]], out: dict[str, str]) -> None:
+    """Every name of an overlapping group to its first registered one."""
+    if len(group) > 1:
+        owner = min(group)[1]
+        out.update((fqn, owner) for _, fqn in group if fqn != owner)
 
 
 def _view_bases(v: str, view_reads: dict[str, list[str]], passes: dict[str, list[str]]
