@@ -81,28 +81,27 @@ def require_runs(module: Any, inputs: tuple, runnable: Any, device: str, where: 
     from ..errors import one_line
     from ..plan.model import Plan
     from .backend import StreamError
-    from .executor import MultiStreamExecutor, _restore
+    from .executor import MultiStreamExecutor
 
     single = Plan.single(o.name for o in runnable.graph.ops)
     ex = MultiStreamExecutor(module, inputs, single, backend=device, runnable=runnable)
-    written = ex._snapshot(inputs)
     try:
-        try:
-            with torch.no_grad():
-                module(*inputs)
-        except Exception as exc:  # the user's code: whatever it raises is the model's
-            raise InputError(where, "the model raises on its example inputs: "
-                                    + one_line(exc)) from None
-        _restore(written)
-        try:
-            ex(*inputs)
-        except StreamError as exc:
-            raise InputError(where, f"the traced program fails at op {exc.op!r}: "
-                                    f"{one_line(exc.cause)} (parastream runs the graph "
-                                    "torch.export or torch.fx traced; the module itself ran)"
-                             ) from None
+        with ex.kept_state(inputs) as restore:
+            try:
+                with torch.no_grad():
+                    module(*inputs)
+            except Exception as exc:  # the user's code: whatever it raises is the model's
+                raise InputError(where, "the model raises on its example inputs: "
+                                        + one_line(exc)) from None
+            restore()
+            try:
+                ex(*inputs)
+            except StreamError as exc:
+                raise InputError(where, f"the traced program fails at op {exc.op!r}: "
+                                        f"{one_line(exc.cause)} (parastream runs the graph "
+                                        "torch.export or torch.fx traced; the module itself "
+                                        "ran)") from None
     finally:
-        _restore(written)
         ex.close()
 
 

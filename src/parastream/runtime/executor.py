@@ -35,13 +35,13 @@ How a call runs (DESIGN.md: override ``run_node``: switch stream, wait, run, rec
 
 from __future__ import annotations
 
-
+import contextlib
 import os
 import random
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import torch
 import torch.fx
@@ -601,14 +601,13 @@ class MultiStreamExecutor(torch.fx.Interpreter):
         exact = self.host_streams if exact is None else exact
         # a model that writes its inputs or its buffers (x.mul_(2), a step counter) would
         # start every call from another state: each call here starts from the first one's
-        written = self._snapshot(inputs)
-        # random draws (torch.rand, training dropout) start alike too
-        device = getattr(self.backend, "name", "cpu")
-        rng = _rng_state(device)
-        expected = _clone(self.reference(*inputs))
-        try:
+        with self.kept_state(inputs) as restore:
+            # random draws (torch.rand, training dropout) start alike too
+            device = getattr(self.backend, "name", "cpu")
+            rng = _rng_state(device)
+            expected = _clone(self.reference(*inputs))
             for i in range(runs):
-                _restore(written)
+                restore()
                 _set_rng_state(rng, device)
                 try:
                     got = self(*inputs)
@@ -619,6 +618,15 @@ class MultiStreamExecutor(torch.fx.Interpreter):
                     c.error = c.error or (f"run {i}: " + c.describe() + self._random_hint())
                     return c
             return Comparison(True, exact)
+
+    @contextlib.contextmanager
+    def kept_state(self, inputs: Sequence[Any]) -> Iterator[Callable[[], None]]:
+        """What a call on ``inputs`` writes (:meth:`_snapshot`: the inputs and state it
+        writes, their layout too) is put back when the block ends; the block gets the
+        function that puts it back now, between calls."""
+        written = self._snapshot(inputs)
+        try:
+            yield lambda: _restore(written)
         finally:
             _restore(written)
 
