@@ -5,6 +5,7 @@ from __future__ import annotations
 import statistics
 
 import pytest
+import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -52,6 +53,37 @@ def test_measure_needs_five_runs(inception):
     plan = assign(rn.graph, "single")
     with pytest.raises(ValueError):
         measure(module, inputs, plan, runs=4, runnable=rn)
+
+
+class _WritesItsInput(torch.nn.Module):
+    """x.add_(1) on its input, a step counter in a buffer."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(8, 8)
+        self.register_buffer("steps", torch.zeros(()))
+
+    def forward(self, x):
+        self.steps.add_(1)
+        x.add_(1)
+        return self.lin(x) * 2
+
+
+def test_every_timed_call_sees_the_inputs_as_given_and_state_carries_over():
+    module = _WritesItsInput()
+    x = torch.randn(4, 8)
+    given_x = x.clone()
+    rn = import_runnable(module, (x,), name="writes_input")
+    seen = []
+    # the plain module's calls are eager: the hook sees what each of them is given
+    module.register_forward_pre_hook(lambda _m, args: seen.append(args[0].clone()))
+    plan = assign(rn.graph, "single")
+    measure(module, (x,), plan, runs=5, warmup=2, drop=0, runnable=rn, cores=1, rewarm=False)
+    timed = seen[2:]  # warm-up calls drift, each timed plain call starts from the input
+    assert len(timed) == 5 and all(torch.equal(t, given_x) for t in timed)
+    assert torch.equal(x, given_x)  # and the caller gets its input back
+    # 2 warm-up rounds and 5 timed ones of plain, single-stream and multi-stream calls
+    assert module.steps.item() == 21
 
 
 def _r(name, sp, ok=None):
@@ -240,6 +272,9 @@ def test_each_timed_multi_stream_run_follows_untimed_ones_while_the_team_spins(
 
                 def timeline(self, label):
                     return ex.timeline(label)
+
+                def kept_state(self, *a, **k):
+                    return ex.kept_state(*a, **k)
 
             measure(module, inputs, plan, runs=5, warmup=1, drop=2, runnable=rn, cores=2,
                     executor=Counting(), single_executor=False)

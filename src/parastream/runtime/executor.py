@@ -620,11 +620,13 @@ class MultiStreamExecutor(torch.fx.Interpreter):
             return Comparison(True, exact)
 
     @contextlib.contextmanager
-    def kept_state(self, inputs: Sequence[Any]) -> Iterator[Callable[[], None]]:
+    def kept_state(self, inputs: Sequence[Any],
+                   state: bool = True) -> Iterator[Callable[[], None]]:
         """What a call on ``inputs`` writes (:meth:`_snapshot`: the inputs and state it
         writes, their layout too) is put back when the block ends; the block gets the
-        function that puts it back now, between calls."""
-        written = self._snapshot(inputs)
+        function that puts it back now, between calls. ``state=False`` keeps the inputs
+        only: the module's buffers (a cache, a step counter) carry over as in serving."""
+        written = self._snapshot(inputs, state=state)
         try:
             yield lambda: _restore(written)
         finally:
@@ -639,22 +641,29 @@ class MultiStreamExecutor(torch.fx.Interpreter):
                 "each call from the same generator state, but a torch.manual_seed inside "
                 "forward is not part of the traced program)")
 
-    def _snapshot(self, inputs: Sequence[Any]) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    def _snapshot(self, inputs: Sequence[Any],
+                  state: bool = True) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """(tensor, copy) for every tensor a call writes: inputs and state that an in-place
         op of the program writes (through views too), functional buffer and input updates;
         for a torch.fx trace, whose module calls may write anything, every input and buffer.
         Only those are copied (a whole model's weights would double its memory), and only
-        dense tensors with data (no sparse, no meta)."""
+        dense tensors with data (no sparse, no meta). ``state=False``: the inputs only."""
         rn = self.runnable
-        tensors: list[Any] = list(rn.buffer_writes.values())
+        tensors: list[Any] = list(rn.buffer_writes.values()) if state else []
         if rn.source == "torch.export":
             bound = dict(zip((n.name for n in self.placeholders), rn.bind(inputs)))
             for name in _written_placeholders(self.graph) | set(rn.input_writes.values()):
-                tensors.append(rn.state.get(name, bound.get(name)))
+                if name in rn.state:
+                    if state:
+                        tensors.append(rn.state[name])
+                else:
+                    tensors.append(bound.get(name))
         else:
             import torch.utils._pytree as pytree
 
-            tensors += [*pytree.tree_leaves(tuple(inputs)), *self.original.buffers()]
+            tensors += pytree.tree_leaves(tuple(inputs))
+            if state:
+                tensors += self.original.buffers()
         found: dict[int, torch.Tensor] = {}
         for t in tensors:
             if (isinstance(t, torch.Tensor) and t.layout == torch.strided

@@ -192,6 +192,12 @@ def measure(module: Any, inputs: Sequence[Any], plan: Plan, *, backend: str = "c
             multi.backend.synchronize()
 
     def timed(fn, faults: list[int] | None = None) -> float:
+        # every timed call sees the inputs as given: a model that writes its input in
+        # place (x.add_(1), x.unsqueeze_(0)) would otherwise be timed on what the
+        # previous calls left there, as a server's next request never is; the module's
+        # state (a cache, a counter) carries over, as it does in serving. A model that
+        # writes no input restores nothing.
+        fresh_inputs()
         sync()
         f0 = page_faults()
         t0 = time.perf_counter_ns()
@@ -213,28 +219,29 @@ def measure(module: Any, inputs: Sequence[Any], plan: Plan, *, backend: str = "c
     rewarm = rewarm and not device  # a device's streams share no thread team with the host
     settle_s = team_spin_s(cores) if rewarm else 0.0
     try:
-        set_intra_op_threads(cores)
-        for _ in range(warmup):
-            plain(*inputs)
-            if single is not None:
-                single(*inputs)
-            multi(*inputs)
-        for _ in range(runs):
-            if rewarm:
-                plain(*inputs)  # wakes the team the streams' runs left asleep
-            s_walls.append(timed(plain, s_faults))
-            if single is not None:
-                e_walls.append(timed(single))
-                if not quiet:
-                    e_tls.append(single.timeline(f"{runnable.graph.name}: single stream"))
-            if rewarm:
-                settled = time.perf_counter() + settle_s
+        with multi.kept_state(inputs, state=False) as fresh_inputs:
+            set_intra_op_threads(cores)
+            for _ in range(warmup):
+                plain(*inputs)
+                if single is not None:
+                    single(*inputs)
                 multi(*inputs)
-                while time.perf_counter() < settled:
+            for _ in range(runs):
+                if rewarm:
+                    plain(*inputs)  # wakes the team the streams' runs left asleep
+                s_walls.append(timed(plain, s_faults))
+                if single is not None:
+                    e_walls.append(timed(single))
+                    if not quiet:
+                        e_tls.append(single.timeline(f"{runnable.graph.name}: single stream"))
+                if rewarm:
+                    settled = time.perf_counter() + settle_s
                     multi(*inputs)
-            m_walls.append(timed(multi, m_faults))
-            if not quiet:
-                m_tls.append(multi.timeline(f"{runnable.graph.name}: {plan.name}"))
+                    while time.perf_counter() < settled:
+                        multi(*inputs)
+                m_walls.append(timed(multi, m_faults))
+                if not quiet:
+                    m_tls.append(multi.timeline(f"{runnable.graph.name}: {plan.name}"))
     finally:
         if single is not None:
             single.close()
