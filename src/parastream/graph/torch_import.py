@@ -525,8 +525,6 @@ def _build(recs: list[_Rec], info: dict, module: Any, name: str, source: str,
     # of its own, but the views behind it run when it is read
     passes: dict[str, list[str]] = {}
     views_done: set[str] = set()
-    # views not yet read when an in-place op changed their base's layout: (op, base)
-    stale: dict[str, tuple[str, str]] = {}
 
     def views_first_read(node: Any) -> int:
         count, stack = 0, [a.name for a in node.all_input_nodes]
@@ -534,16 +532,6 @@ def _build(recs: list[_Rec], info: dict, module: Any, name: str, source: str,
             a = stack.pop()
             if a in views_done:
                 continue
-            if a in stale:
-                # the executor computes a view where it is first read: after the layout
-                # change, so it would view the new shape (h[0] after h.t_() is a column)
-                op, base = stale[a]
-                raise InputError(name, f"{op} changes the layout of {base!r} after the view "
-                                       f"{a!r} was taken from it and before that view is "
-                                       f"read; parastream computes views where they are "
-                                       f"first read, so it would see the new layout (take "
-                                       f"the view after the {op}, or use the out-of-place "
-                                       f"{op[:-1]})")
             if a in view_reads:
                 views_done.add(a)
                 count += 1
@@ -598,12 +586,28 @@ def _build(recs: list[_Rec], info: dict, module: Any, name: str, source: str,
             continue
 
         op_name = node.name
+        # views of this op's input not read yet, when it changes that input's layout in
+        # place (v = h[0]; h.t_(); v * 2): the executor computes a view where it is first
+        # read, which would be after the change (a column of h.t() instead of a row), so
+        # this op takes them first, in program order, as eager mode does
+        views_before: list[str] = []
         if rec.short in LAYOUT_INPLACE_OPS and rec.args and hasattr(rec.args[0], "name"):
             base = rec.args[0].name
             for v in view_reads:
-                if v not in views_done and v not in stale and base in _view_bases(
-                        v, view_reads, passes):
-                    stale[v] = (rec.short, base)
+                if v in views_done:
+                    continue
+                bases = _view_bases(v, view_reads, passes)
+                if base in bases:
+                    views_before.append(v)
+                    views_done.add(v)
+                    # what else the view reads is an input of this op now
+                    for b in bases:
+                        r = refs.get(b)
+                        for r in (r if isinstance(r, list) else [r]):
+                            if r is not None and r.producer is not None:
+                                add_edge(r.producer, op_name, "data",
+                                         f"{op_name} takes the view {v} of {r.tensor} "
+                                         f"before changing {base}'s layout", r.tensor)
         in_tensors: list[Tensor] = []
         arg_refs: list[tuple[int, _Ref, Any]] = []   # (arg position, ref, value)
         # each argument at its schema position: positional ones in order, keywords by name
@@ -668,9 +672,11 @@ def _build(recs: list[_Rec], info: dict, module: Any, name: str, source: str,
         if arg_refs and _channels_last(arg_refs[0][2]):
             op_meta["memory_format"] = "channels_last"
         op_meta["target"] = rec.target
-        views = views_first_read(node)
+        views = views_first_read(node) + len(views_before)
         if views:
             op_meta["views"] = views
+        if views_before:
+            op_meta["views_before"] = views_before
         if rec.stack:
             op_meta["module_class"] = rec.stack[-1][1].rsplit(".", 1)[-1]
         ops.append(Op(name=op_name, type=rec.short, module=path, inputs=in_tensors,

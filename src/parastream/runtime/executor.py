@@ -14,6 +14,9 @@ How a call runs (DESIGN.md: override ``run_node``: switch stream, wait, run, rec
   the thread of the first op that reads them (its stream's worker, or the calling thread
   for stream 0; readers on two streams at once may both compute one, without harm), after
   that op's waits, so a view of a side-stream tensor is never taken before it exists.
+  A view not yet read when an in-place op changes its base's layout (``v = h[0];
+  h.t_()``) is taken by that op instead, before it runs (the graph op's
+  ``meta["views_before"]``), as eager mode takes it.
 * cpu backend: each plan stream is a persistent worker thread with a FIFO; torch's intra-op
   thread count is set once from the main thread before the workers start (DOMAIN.md §8:
   worker threads keep the count they first saw). The streams are held while the call is
@@ -251,8 +254,18 @@ class MultiStreamExecutor(torch.fx.Interpreter):
                 op = rn.node_op.get(n.name)
                 stream_of_node[n] = assignment.get(op) if op else None
         self._op_info = {t[0]: t for t in self.op_nodes}  # node -> its op_nodes entry
+        # views an op takes before it runs: those its in-place layout change would alter
+        by_name = {n.name: n for n in self.graph.nodes}
+        self._views_before: dict[torch.fx.Node, list[torch.fx.Node]] = {}
+        for o in self.graph_ir.ops:
+            names = (o.meta or {}).get("views_before")
+            if names and o.name in by_name:
+                self._views_before[by_name[o.name]] = [by_name[v] for v in names]
         # what each op reads, directly or through lazy views (the views included)
-        reached = {n: _reached(n, self.lazy) for n, *_rest in self.op_nodes}
+        reached = {n: list(dict.fromkeys(
+            _reached(n, self.lazy) + [a for v in self._views_before.get(n, ())
+                                      for a in [v, *_reached(v, self.lazy)]]))
+            for n, *_rest in self.op_nodes}
         # tensors read on another stream than their producer's (record_stream on devices)
         self.cross: dict[torch.fx.Node, list[torch.fx.Node]] = {}
         for n, s, _, _, _ in self.op_nodes:
@@ -498,6 +511,8 @@ class MultiStreamExecutor(torch.fx.Interpreter):
                 delay(us)
             else:
                 time.sleep(us * 1e-6)
+        for v in self._views_before.get(n, ()):
+            self._value(v)
         args = map_arg(n.args, self._value)
         kwargs = map_arg(n.kwargs, self._value)
         if n in self.cross and hasattr(self.backend, "record_stream"):
