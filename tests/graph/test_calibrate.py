@@ -80,12 +80,13 @@ def test_cli_output_that_is_a_directory_fails_before_measuring(tmp_path):
     assert os.listdir(tmp_path) == []
 
 
-def test_cli_repeat_below_one_is_an_input_error(tmp_path):
+@pytest.mark.parametrize("count", ["0", "11"])
+def test_cli_repeat_out_of_range_is_an_input_error(tmp_path, count):
     out = tmp_path / "cpu.json"
-    r = subprocess.run([sys.executable, "-m", "parastream", "calibrate", "--repeat", "0", "-o",
+    r = subprocess.run([sys.executable, "-m", "parastream", "calibrate", "--repeat", count, "-o",
                         str(out)], capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and not out.exists()
-    assert r.stderr.strip() == "parastream: --repeat must be at least 1, got 0"
+    assert r.stderr.strip() == f"parastream: --repeat must be between 1 and 10, got {count}"
 
 
 @pytest.mark.parametrize("name", ["cpu", "Host", "H100", "ascend-910b"])

@@ -39,11 +39,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--repeat", type=int, default=1, metavar="N",
                    help="calibrate N times, one after another, and keep the median of each "
                         "figure; prints how much the figures moved between them (default 1; "
-                        "on a shared VM 3 keeps one slow spell out of the profile)")
+                        "on a shared VM 3 keeps one slow spell out of the profile; at most 10)")
     from ..runtime import malloc
 
     malloc.add_argument(c)
     c.set_defaults(func=cmd_calibrate)
+
+
+#: most calibrations ``calibrate --repeat`` runs one after another
+MAX_REPEAT = 10
 
 
 def zoo_listing() -> list[dict]:
@@ -98,8 +102,11 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         # later taken for the shipped one (simulate plan.json predicted on the wrong device)
         raise InputError(None, f"--name {args.name!r} is a shipped profile's name: pick "
                                "another (default cpu-calibrated, or NAME-calibrated on cuda)")
-    if args.repeat < 1:
-        raise InputError(None, f"--repeat must be at least 1, got {args.repeat}")
+    if not 1 <= args.repeat <= MAX_REPEAT:
+        # each calibration takes 30-35 s here (--quick 10-16): a mistyped count would
+        # hold the machine for an hour before writing anything
+        raise InputError(None, f"--repeat must be between 1 and {MAX_REPEAT}, got "
+                               f"{args.repeat}")
     if not args.output.strip():
         raise InputError(None, "-o/--output must name a file")
     check_writable(args.output)  # fail before spending seconds measuring
