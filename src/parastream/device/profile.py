@@ -106,8 +106,10 @@ class OpRate(msgspec.Struct, forbid_unknown_fields=True):
 
     def floor_us(self, traffic: float, bandwidth_gbps: float) -> float:
         """Microseconds to stream ``traffic`` bytes from memory on one thread: the op's
-        duration can be no lower (torch runs a matrix-vector product on one thread
-        whatever its thread count, so more threads do not lift the floor)."""
+        duration can be no lower (where torch runs a matrix-vector product on one thread
+        whatever its thread count, more threads do not lift the floor; a profile whose
+        ``parallel_gemv`` says otherwise lowers it with the threads, up to its
+        ``memory_streams``: :attr:`parastream.device.cost.OpCost.spreads_traffic`)."""
         gbps = self.dram_gbps or bandwidth_gbps
         return traffic / (gbps * 1e3) if gbps > 0 else 0.0
 
