@@ -602,8 +602,8 @@ def _build(recs: list[_Rec], info: dict, module: Any, name: str, source: str,
                     views_done.add(v)
                     # what else the view reads is an input of this op now
                     for b in bases:
-                        r = refs.get(b)
-                        for r in (r if isinstance(r, list) else [r]):
+                        found = refs.get(b)
+                        for r in (found if isinstance(found, list) else [found]):
                             if r is not None and r.producer is not None:
                                 add_edge(r.producer, op_name, "data",
                                          f"{op_name} takes the view {v} of {r.tensor} "
