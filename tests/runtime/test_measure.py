@@ -86,6 +86,55 @@ def test_every_timed_call_sees_the_inputs_as_given_and_state_carries_over():
     assert module.steps.item() == 21
 
 
+def test_keep_inputs_puts_back_only_what_the_call_changed():
+    from parastream.runtime.executor import keep_inputs
+
+    x, y, z = torch.randn(3, 4), torch.randn(4), torch.randn(2, 2)
+    given = (x.clone(), y.clone(), z.clone())
+
+    def call():
+        x.add_(1)
+        z.unsqueeze_(0)  # the layout only
+        return y * 2
+
+    fresh = keep_inputs((x, {"y": y, "z": [z]}), call)
+    assert not torch.equal(x, given[0]) and z.shape == (1, 2, 2)
+    y.mul_(3)  # after the first call: not something the call writes
+    fresh()
+    assert torch.equal(x, given[0]) and z.shape == (2, 2) and torch.equal(z, given[2])
+    assert torch.equal(y, given[1] * 3)
+    unchanged = keep_inputs((x,), lambda: x.sum())
+    x.add_(5)
+    unchanged()  # the call wrote nothing: nothing to put back
+    assert torch.equal(x, given[0] + 5)
+
+
+def test_each_side_alone_is_timed_from_the_inputs_as_given(tmp_path):
+    """The separate-process baseline (run's 'in separate processes' figures)."""
+    from parastream.runtime import baseline
+
+    model = tmp_path / "writes.py"
+    model.write_text(
+        "import torch\n"
+        "SEEN = []\n"
+        "class M(torch.nn.Module):\n"
+        "    def forward(self, x):\n"
+        "        SEEN.append(x.clone())\n"
+        "        x.add_(1)\n"
+        "        return x * 2\n"
+        "def make():\n"
+        "    return M(), (torch.zeros(4),)\n")
+    spec = {"model": f"{model}:make", "scale": "tiny", "phase": None, "runs": 5, "warmup": 1,
+            "drop": 0, "threads": 1, "single": True, "plan": None, "candidates": []}
+    out = baseline._measure(spec)
+    assert out["single_us"] > 0
+    import sys
+
+    seen = next(m.SEEN for m in sys.modules.values() if getattr(m, "__file__", None) == str(model))
+    # the keeper's call, 1 warm-up (it sees the drift), 5 timed calls from zeros
+    assert len(seen) == 7 and all(torch.equal(t, torch.zeros(4)) for t in seen[2:])
+
+
 def _r(name, sp, ok=None):
     return CandidateResult(name, sp, 1000.0, 1000.0 / sp, outputs_ok=ok)
 

@@ -854,6 +854,24 @@ def _restore(saved: list[tuple[torch.Tensor, torch.Tensor, tuple]]) -> None:
             t.copy_(s)
 
 
+def keep_inputs(inputs: Sequence[Any], call: Callable[[], Any]) -> Callable[[], None]:
+    """Run ``call`` once and return what puts back, as they were before it, the inputs it
+    changed (their data or their layout); a no-op when it changed none. For a call timed
+    on its own (each side of ``run`` in a process of its own), where no executor's graph
+    says which inputs the program writes: a model that writes its input in place would
+    otherwise be timed on what the calls before left there."""
+    import torch.utils._pytree as pytree
+
+    saved = [(t, t.detach().clone(), (t.size(), t.stride(), t.storage_offset()))
+             for t in dict.fromkeys(pytree.tree_leaves(tuple(inputs)))
+             if isinstance(t, torch.Tensor) and t.layout == torch.strided
+             and t.device.type != "meta"]
+    call()
+    changed = [(t, s, layout) for t, s, layout in saved
+               if (t.size(), t.stride(), t.storage_offset()) != layout or not torch.equal(t, s)]
+    return (lambda: _restore(changed)) if changed else (lambda: None)
+
+
 def _clone(v: Any) -> Any:
     import torch.utils._pytree as pytree
 

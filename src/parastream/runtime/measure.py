@@ -106,14 +106,19 @@ def paired_quartiles(single_us: Sequence[float], multi_us: Sequence[float]) -> t
     return q1, q3
 
 
-def median_wall_us(fn: Any, runs: int, warmup: int = 2, drop: int = 0) -> float:
+def median_wall_us(fn: Any, runs: int, warmup: int = 2, drop: int = 0,
+                   before: Any = None) -> float:
     """Median wall (us) of ``runs`` calls of ``fn`` after ``warmup`` untimed ones, the first
     ``drop`` timed calls left out: for a single configuration timed alone (the side-by-side
-    alternation is :func:`measure`)."""
+    alternation is :func:`measure`). ``before``, when given, runs untimed before each
+    timed call (putting back the inputs a call writes:
+    :func:`~parastream.runtime.executor.keep_inputs`)."""
     for _ in range(warmup):
         fn()
     walls = []
     for _ in range(runs):
+        if before is not None:
+            before()
         t0 = time.perf_counter_ns()
         fn()
         walls.append((time.perf_counter_ns() - t0) / 1e3)
