@@ -110,15 +110,16 @@ def median_wall_us(fn: Any, runs: int, warmup: int = 2, drop: int = 0,
                    before: Any = None) -> float:
     """Median wall (us) of ``runs`` calls of ``fn`` after ``warmup`` untimed ones, the first
     ``drop`` timed calls left out: for a single configuration timed alone (the side-by-side
-    alternation is :func:`measure`). ``before``, when given, runs untimed before each
-    timed call (putting back the inputs a call writes:
+    alternation is :func:`measure`). ``before``, when given, runs untimed before every
+    call (putting back the inputs a call writes:
     :func:`~parastream.runtime.executor.keep_inputs`)."""
+    before = before or (lambda: None)
     for _ in range(warmup):
+        before()
         fn()
     walls = []
     for _ in range(runs):
-        if before is not None:
-            before()
+        before()
         t0 = time.perf_counter_ns()
         fn()
         walls.append((time.perf_counter_ns() - t0) / 1e3)
@@ -196,13 +197,17 @@ def measure(module: Any, inputs: Sequence[Any], plan: Plan, *, backend: str = "c
         if device and multi.backend is not None and hasattr(multi.backend, "synchronize"):
             multi.backend.synchronize()
 
-    def timed(fn, faults: list[int] | None = None) -> float:
-        # every timed call sees the inputs as given: a model that writes its input in
-        # place (x.add_(1), x.unsqueeze_(0)) would otherwise be timed on what the
-        # previous calls left there, as a server's next request never is; the module's
-        # state (a cache, a counter) carries over, as it does in serving. A model that
-        # writes no input restores nothing.
+    def call(fn) -> None:
+        # every call sees the inputs as given: a model that writes its input in place
+        # (x.add_(1)) would otherwise be timed on what the previous calls left there, as
+        # a server's next request never is, and one that changes its layout (x.t_())
+        # would fail on its second call; the module's state (a cache, a counter) carries
+        # over, as it does in serving. A model that writes no input restores nothing.
         fresh_inputs()
+        fn(*inputs)
+
+    def timed(fn, faults: list[int] | None = None) -> float:
+        fresh_inputs()  # untimed
         sync()
         f0 = page_faults()
         t0 = time.perf_counter_ns()
@@ -227,13 +232,13 @@ def measure(module: Any, inputs: Sequence[Any], plan: Plan, *, backend: str = "c
         with multi.kept_state(inputs, state=False) as fresh_inputs:
             set_intra_op_threads(cores)
             for _ in range(warmup):
-                plain(*inputs)
+                call(plain)
                 if single is not None:
-                    single(*inputs)
-                multi(*inputs)
+                    call(single)
+                call(multi)
             for _ in range(runs):
                 if rewarm:
-                    plain(*inputs)  # wakes the team the streams' runs left asleep
+                    call(plain)  # wakes the team the streams' runs left asleep
                 s_walls.append(timed(plain, s_faults))
                 if single is not None:
                     e_walls.append(timed(single))
@@ -241,9 +246,9 @@ def measure(module: Any, inputs: Sequence[Any], plan: Plan, *, backend: str = "c
                         e_tls.append(single.timeline(f"{runnable.graph.name}: single stream"))
                 if rewarm:
                     settled = time.perf_counter() + settle_s
-                    multi(*inputs)
+                    call(multi)
                     while time.perf_counter() < settled:
-                        multi(*inputs)
+                        call(multi)
                 m_walls.append(timed(multi, m_faults))
                 if not quiet:
                     m_tls.append(multi.timeline(f"{runnable.graph.name}: {plan.name}"))
