@@ -331,6 +331,28 @@ def test_a_model_that_fails_on_its_inputs_is_a_one_line_error(tmp_path):
     assert "\n" not in str(info.value)
 
 
+def test_a_model_that_fails_on_a_later_call_is_a_one_line_error(tmp_path, profile):
+    """A step counter indexing a 3-row table: the first call runs (require_runs), the
+    third raises while measured, in the plain module or in the traced program."""
+    f = tmp_path / "later.py"
+    f.write_text("import torch\n"
+                 "class M(torch.nn.Module):\n"
+                 "    def __init__(self):\n"
+                 "        super().__init__()\n"
+                 "        self.a, self.b = torch.nn.Linear(8, 8), torch.nn.Linear(8, 8)\n"
+                 "        self.register_buffer('step', torch.zeros((), dtype=torch.long))\n"
+                 "        self.register_buffer('table', torch.randn(3, 8))\n"
+                 "    def forward(self, x):\n"
+                 "        self.step.add_(1)\n"
+                 "        return self.a(x) + self.table[self.step], self.b(x)\n"
+                 "def make():\n"
+                 "    return M(), (torch.randn(4, 8),)\n")
+    with pytest.raises(InputError, match=r"on a later call: .*IndexError.*index 3 is out "
+                                         r"of bounds .*the first call ran") as info:
+        run(f"{f}:make", "--auto", "--profile", profile, "--runs", "5")
+    assert info.value.path == f"{f}:make" and "\n" not in str(info.value)
+
+
 def test_check_undoes_in_place_view_ops_and_compares_mha_without_its_fast_path(
         tmp_path, capsys, profile, encoder_model):
     """x.unsqueeze_(0) on the input (torch.fx: export refuses it) grew the input by a

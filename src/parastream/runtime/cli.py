@@ -8,10 +8,11 @@ recommendation (keep, change candidate, stay single-stream) with its evidence.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 from ..errors import InputError
 from . import malloc
@@ -103,6 +104,27 @@ def require_runs(module: Any, inputs: tuple, runnable: Any, device: str, where: 
                                         "ran)") from None
     finally:
         ex.close()
+
+
+@contextlib.contextmanager
+def later_calls_run(where: str) -> Iterator[None]:
+    """A traced op that fails on a later call (:class:`StreamError`), after
+    :func:`require_runs` saw the first run, is the model's: its state changes from call
+    to call until a call cannot run (each call starts from the inputs as given, not from
+    the first call's state). Said in one line naming ``where``, not as a traceback."""
+    from ..errors import one_line
+    from .backend import StreamError
+    from .measure import ModelCallError
+
+    why = "(the first call ran; the model's buffers carry over from call to call)"
+    try:
+        yield
+    except StreamError as exc:
+        raise InputError(where, f"the traced program fails at op {exc.op!r} on a later call: "
+                                f"{one_line(exc.cause)} {why}") from None
+    except ModelCallError as exc:
+        raise InputError(where, f"the model raises on a later call: {one_line(exc.cause)} "
+                                f"{why}") from None
 
 
 # ----------------------------------------------------------------------------- loading
@@ -250,9 +272,10 @@ def cmd_run(args: argparse.Namespace) -> int:
             raise InputError(args.model, str(exc)) from None
         multi = [c for c in doc.candidates if c.stream_count() > 1]
         # (cuda: the single-stream kernels profiled once, for the ranking and the triage)
-        kernels = single_kernels(module, inputs, runnable, args.device) if multi else None
-        ranked, op_costs = rank_by_op_times(module, inputs, runnable, profile, multi,
-                                            device=args.device, kernels=kernels)
+        with later_calls_run(args.model):
+            kernels = single_kernels(module, inputs, runnable, args.device) if multi else None
+            ranked, op_costs = rank_by_op_times(module, inputs, runnable, profile, multi,
+                                                device=args.device, kernels=kernels)
         chosen = ranked[:args.top]
         current = doc.recommended if doc.recommended != "single" else None
         if not multi:
@@ -274,11 +297,12 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     # a plan file's estimates may come from another calibration of the same name: only
     # estimates made now, on this profile, are reused
-    result = run_candidates(module, inputs, runnable, doc, chosen, profile, device=args.device,
-                            runs=args.runs, warmup=args.warmup, drop=args.drop,
-                            check=args.check, jitter=args.jitter,
-                            reuse_estimates=doc_in is None, op_costs=op_costs,
-                            kernel_single=kernels)
+    with later_calls_run(args.model):
+        result = run_candidates(module, inputs, runnable, doc, chosen, profile,
+                                device=args.device, runs=args.runs, warmup=args.warmup,
+                                drop=args.drop, check=args.check, jitter=args.jitter,
+                                reuse_estimates=doc_in is None, op_costs=op_costs,
+                                kernel_single=kernels)
     if result["busy"]:
         out.write(f"warning: {result['busy']}\n")
     from . import baseline

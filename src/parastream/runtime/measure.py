@@ -24,8 +24,16 @@ import numpy as np
 from ..plan.model import Plan
 from ..timeline.model import Timeline
 
-__all__ = ["LATE_START_FRACTION", "LATE_START_US", "Measurement", "analyse", "late_starts",
-           "measure", "paired_quartiles", "start_lags_us"]
+__all__ = ["LATE_START_FRACTION", "LATE_START_US", "Measurement", "ModelCallError", "analyse",
+           "late_starts", "measure", "paired_quartiles", "start_lags_us"]
+
+
+class ModelCallError(RuntimeError):
+    """The plain module raised while measured (``cause``): the model's own error."""
+
+    def __init__(self, cause: BaseException) -> None:
+        self.cause = cause
+        super().__init__(f"the model raised {type(cause).__name__}: {cause}")
 
 
 @dataclass
@@ -220,7 +228,10 @@ def measure(module: Any, inputs: Sequence[Any], plan: Plan, *, backend: str = "c
 
     def plain(*a):
         with torch.no_grad():
-            return module(*a)
+            try:
+                return module(*a)
+            except Exception as exc:  # the user's code: whatever it raises is the model's
+                raise ModelCallError(exc) from exc
 
     s_walls, m_walls, e_walls = [], [], []
     m_tls, e_tls = [], []
