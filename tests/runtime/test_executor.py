@@ -338,6 +338,53 @@ def test_views_taken_before_an_in_place_layout_change_see_the_old_layout():
             assert c.ok and c.exact, (plan.name, c.error or c.describe())
 
 
+class _ValueThenLayout(torch.nn.Module):
+    """The layout change reaches the tensor under a later name: torch.export's t_ reads
+    the add_ / mul_ that wrote it in place, not the node the view was taken from."""
+
+    def __init__(self, where: str) -> None:
+        super().__init__()
+        self.where = where
+        self.p, self.q = torch.nn.Linear(6, 6), torch.nn.Linear(4, 4)
+        self.register_buffer("buf", torch.randn(4, 6))
+
+    def forward(self, x):  # x: (4, 6)
+        if self.where == "input":
+            h = x
+        elif self.where == "buffer":
+            h = self.buf
+        else:
+            h = self.p(x)
+        if self.where == "view":
+            h = h[1:3]  # the base is itself a view
+        v = h[0]
+        h.mul_(2)
+        h.t_()
+        return self.p(v), h.sum(0)
+
+
+@pytest.mark.parametrize("where", ["intermediate", "input", "buffer", "view"])
+def test_a_view_is_taken_before_a_layout_change_that_reaches_its_base_under_another_name(
+        where):
+    module = _ValueThenLayout(where)
+    x = torch.randn(4, 6)
+    rn = import_runnable(module, (x,), name=f"value_then_t_{where}")
+    t_op = next(o for o in rn.graph.ops if o.type == "t_")
+    assert t_op.meta.get("views_before"), where
+    with torch.no_grad():  # eager, on copies: the call writes its input and buffer
+        expected = _ValueThenLayout(where)
+        expected.load_state_dict(module.state_dict())
+        want = expected(x.clone())
+    for alg in ALGOS:
+        plan = assign(rn.graph, alg, max_streams=2)
+        with MultiStreamExecutor(module, (x,), plan, runnable=rn) as ex:
+            with ex.kept_state((x,)):
+                got = ex(x)
+            assert all(torch.equal(a, b) for a, b in zip(got, want)), (where, alg)
+            c = ex.check(x, runs=5)
+            assert c.ok and c.exact, (where, alg, c.error or c.describe())
+
+
 def test_lazy_views_run_through_their_torch_bindings_and_stay_views(tiny_models):
     """Lazy views (view, transpose, split, unsqueeze, ...) switch to their torch.* function
     or Tensor method after a first call that returned the very same view; outputs stay

@@ -353,6 +353,28 @@ def test_a_model_that_fails_on_a_later_call_is_a_one_line_error(tmp_path, profil
     assert info.value.path == f"{f}:make" and "\n" not in str(info.value)
 
 
+@pytest.mark.parametrize("single_too", [False, True])
+def test_differing_outputs_say_whether_the_single_stream_program_differs_too(
+        tmp_path, profile, monkeypatch, single_too):
+    """A candidate whose outputs differ: a missing wait, or (when the one-stream program
+    differs as well) a traced program that is not the module's."""
+    from parastream.runtime.executor import Comparison, MultiStreamExecutor
+
+    def check(self, *inputs, runs=1, **kw):
+        streams = len(set(self.plan.assignment.values()) | {0})
+        return Comparison(streams == 1 and not single_too, True,
+                          error=None if streams == 1 and not single_too else "output 0 differs")
+
+    monkeypatch.setattr(MultiStreamExecutor, "check", check)
+    out = tmp_path / "r.json"
+    # (exit 1: a candidate's outputs differ)
+    assert run("two_chains", "--auto", "--scale", "tiny", "--runs", "5", "--top", "1", "--check",
+               "--profile", profile, "--side-by-side-only", "--json", str(out)) == 1
+    note = json.loads(out.read_text())["details"][0]["check"]
+    assert note.startswith("output 0 differs")
+    assert ("the single-stream program differs too" in note) == single_too
+
+
 def test_check_undoes_in_place_view_ops_and_compares_mha_without_its_fast_path(
         tmp_path, capsys, profile, encoder_model):
     """x.unsqueeze_(0) on the input (torch.fx: export refuses it) grew the input by a

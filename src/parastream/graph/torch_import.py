@@ -525,6 +525,10 @@ def _build(recs: list[_Rec], info: dict, module: Any, name: str, source: str,
     # of its own, but the views behind it run when it is read
     passes: dict[str, list[str]] = {}
     views_done: set[str] = set()
+    # the node an in-place op's result is the same tensor as (x.add_(1) returns x): the
+    # first node of that tensor, so a layout change through a later name (h.add_(1).t_()
+    # in torch.export's graph reads the add_) finds the views taken from an earlier one
+    same_tensor: dict[str, str] = {}
 
     def views_first_read(node: Any) -> int:
         count, stack = 0, [a.name for a in node.all_input_nodes]
@@ -591,13 +595,17 @@ def _build(recs: list[_Rec], info: dict, module: Any, name: str, source: str,
         # read, which would be after the change (a column of h.t() instead of a row), so
         # this op takes them first, in program order, as eager mode does
         views_before: list[str] = []
+        mutated = [a for pos, a in enumerate(rec.args) if pos in rec.mutates
+                   and hasattr(a, "name")]
+        if mutated and not isinstance(_val(node), (tuple, list)):
+            same_tensor[node.name] = same_tensor.get(mutated[0].name, mutated[0].name)
         if rec.short in LAYOUT_INPLACE_OPS and rec.args and hasattr(rec.args[0], "name"):
-            base = rec.args[0].name
+            base = same_tensor.get(rec.args[0].name, rec.args[0].name)
             for v in view_reads:
                 if v in views_done:
                     continue
                 bases = _view_bases(v, view_reads, passes)
-                if base in bases:
+                if base in {same_tensor.get(b, b) for b in bases}:
                     views_before.append(v)
                     views_done.add(v)
                     # what else the view reads is an input of this op now

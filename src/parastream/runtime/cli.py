@@ -462,6 +462,18 @@ def run_candidates(module: Any, inputs: tuple, runnable: Any, doc: Any, chosen: 
                                     kernels=kernel_single)
     from ..graph.calibrate import BusyWatch, cpu_count
 
+    single_ok: list[bool] = []
+
+    def single_program_ok() -> bool:
+        """Whether the traced program on one stream gives the module's outputs (checked
+        once, when a candidate's do not): tells a plan's missing wait from a wrong trace."""
+        if not single_ok:
+            single = Plan.single(o.name for o in graph.ops)
+            with MultiStreamExecutor(module, inputs, single, backend=device,
+                                     runnable=runnable) as ex:
+                single_ok.append(ex.check(*inputs, runs=2).ok)
+        return single_ok[0]
+
     # the host's threads issue every backend's ops: a neighbour on the cores skews them
     with BusyWatch(cpu_count()) as watch:
         for k, c in enumerate(chosen, 1):
@@ -479,6 +491,10 @@ def run_candidates(module: Any, inputs: tuple, runnable: Any, doc: Any, chosen: 
                                              jitter=Jitter(seed=1)) as ex:
                         cmp = ex.check(*inputs, runs=jitter)
                 ok, check_note = cmp.ok, cmp.describe() if cmp.ok else (cmp.error or cmp.describe())
+                if not cmp.ok and not single_program_ok():
+                    check_note += ("; the single-stream program differs too: the traced "
+                                   "program is not the module's (an import problem, not "
+                                   "this plan's)")
                 if cmp.ok:
                     check_note += (f" in 2 runs, then {jitter} runs with random delays and stream "
                                    "orders" if jitter else " in 2 runs")
