@@ -11,7 +11,7 @@ from parastream.graph.torch_import import import_runnable
 from parastream.graph.zoo import ZOO
 from parastream.plan.assign import assign
 from parastream.plan.hb import check as hb_check
-from parastream.plan.model import PlanError
+from parastream.plan.model import Plan, PlanError
 from parastream.runtime import executor as executor_module
 from parastream.runtime.executor import (Jitter, MissingSyncError, MultiStreamExecutor, _reached,
                                          compare)
@@ -383,6 +383,64 @@ def test_a_view_is_taken_before_a_layout_change_that_reaches_its_base_under_anot
             assert all(torch.equal(a, b) for a, b in zip(got, want)), (where, alg)
             c = ex.check(x, runs=5)
             assert c.ok and c.exact, (where, alg, c.error or c.describe())
+
+
+class _AliasedInputs(torch.nn.Module):
+    """Its two inputs share memory (a tensor passed next to a view of it)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.Tanh())
+        self.b = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.Sigmoid())
+
+    def forward(self, x, part):
+        x.add_(1)  # part sees it: its rows are x's
+        return self.a(x) + self.b(part).sum(0)
+
+
+def test_inputs_that_share_memory_are_ordered_as_one():
+    """The write through x orders the read through part, on any stream (it did not:
+    two inputs were two storages, and a branch read part before the add_)."""
+    x = torch.randn(8, 64)
+    module, inputs = _AliasedInputs(), (x, x[2:4])
+    rn = import_runnable(module, inputs, name="aliased")
+    add_ = next(o for o in rn.graph.ops if o.type == "add_")
+    part_readers = [o.name for o in rn.graph.ops if any(t.name == "part" for t in o.inputs)]
+    assert part_readers and all(
+        any(e.src == add_.name and e.dst == r for e in rn.graph.edges) for r in part_readers)
+    jit = Jitter(seed=3, prob=0.8, max_delay_us=300)
+    for alg in ALGOS:
+        plan = assign(rn.graph, alg, max_streams=2)
+        with MultiStreamExecutor(module, inputs, plan, runnable=rn, jitter=jit) as ex:
+            c = ex.check(*inputs, runs=30)
+            assert c.ok and c.exact, (alg, c.error or c.describe())
+
+
+def test_check_restores_inputs_only_the_eager_module_writes(writes_input_later):
+    """The reference's write leaked into the traced program's input and the check said
+    "identical"; every input is put back now, and the trace is seen to differ."""
+    module, x = writes_input_later
+    given = x.clone()
+    rn = import_runnable(module, (x,), name="later_write")
+    module.later = True
+    with MultiStreamExecutor(module, (x,), Plan.single(o.name for o in rn.graph.ops),
+                             runnable=rn) as ex:
+        c = ex.check(x, runs=2)
+    assert not c.ok and torch.equal(x, given)
+
+
+def test_the_module_raising_in_checks_reference_call_is_the_models_error(writes_input_later):
+    """Not a StreamError of an op named 'reference' (run blamed the traced program)."""
+    from parastream.runtime.backend import ModelCallError
+
+    module, x = writes_input_later
+    rn = import_runnable(module, (x,), name="expires")
+    module.lin.forward = lambda _x: (_ for _ in ()).throw(RuntimeError("session expired"))
+    with MultiStreamExecutor(module, (x,), Plan.single(o.name for o in rn.graph.ops),
+                             runnable=rn) as ex:
+        with pytest.raises(ModelCallError, match="session expired") as info:
+            ex.check(x)
+    assert isinstance(info.value.cause, RuntimeError)
 
 
 def test_lazy_views_run_through_their_torch_bindings_and_stay_views(tiny_models):

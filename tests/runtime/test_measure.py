@@ -106,6 +106,16 @@ def test_a_model_that_changes_its_inputs_layout_is_measured_from_it_every_call()
     assert len(m.multi_walls_us) == 5 and x.shape == (4, 8)
 
 
+def test_measure_gives_back_an_input_only_the_eager_module_writes(writes_input_later):
+    module, x = writes_input_later
+    given = x.clone()
+    rn = import_runnable(module, (x,), name="later_write")
+    module.later = True
+    measure(module, (x,), assign(rn.graph, "single"), runs=5, warmup=1, drop=0, runnable=rn,
+            cores=1, rewarm=False)
+    assert torch.equal(x, given)
+
+
 def test_keep_inputs_puts_back_only_what_the_call_changed():
     from parastream.runtime.executor import keep_inputs
 

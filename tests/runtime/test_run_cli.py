@@ -353,6 +353,7 @@ def test_a_model_that_fails_on_a_later_call_is_a_one_line_error(tmp_path, profil
     assert info.value.path == f"{f}:make" and "\n" not in str(info.value)
 
 
+
 @pytest.mark.parametrize("single_too", [False, True])
 def test_differing_outputs_say_whether_the_single_stream_program_differs_too(
         tmp_path, profile, monkeypatch, single_too):

@@ -150,6 +150,19 @@ def import_program(module: Any, example_inputs: Sequence[Any] | Any, name: str =
     return g, ep
 
 
+def _input_values(info: dict, inputs: tuple, kwargs: dict, flat: bool) -> dict[str, Any]:
+    """The example tensor behind each graph input's label, where the placeholders line up
+    with the inputs: torch.export's one per leaf of the flattened inputs (``flat``),
+    torch.fx's one per positional argument. Empty when they do not (keyword inputs)."""
+    import torch.utils._pytree as pytree
+
+    names = [info["labels"][n] for n, k in info["kinds"].items() if k == "input"]
+    values = pytree.tree_leaves(tuple(inputs)) if flat else list(inputs)
+    if kwargs or len(names) != len(values):
+        return {}
+    return {n: v for n, v in zip(names, values) if _is_tensor(v)}
+
+
 def _trace(module: Any, inputs: tuple, kwargs: dict, name: str, meta: dict | None,
            method: str) -> tuple[Graph, Any, list[_Rec]]:
     """torch.export, then torch.fx when it fails (``method="auto"``): (graph, the exported
@@ -167,12 +180,14 @@ def _trace(module: Any, inputs: tuple, kwargs: dict, name: str, meta: dict | Non
                                  + one_line(exc)) from exc
             errors.append("torch.export: " + one_line(exc))
         else:
+            labels["input_values"] = _input_values(labels, inputs, kwargs, flat=True)
             return _build(recs, labels, module, name, source, meta), ep, recs
     try:
         recs, labels, source = _trace_fx(module, inputs, kwargs)
     except (Exception, SystemExit) as exc:
         errors.append("torch.fx: " + one_line(exc))
         raise InputError(name, "cannot be traced (" + "; ".join(errors) + ")") from exc
+    labels["input_values"] = _input_values(labels, inputs, kwargs, flat=False)
     g = _build(recs, labels, module, name, source, meta)
     if errors:
         g.meta["export_error"] = errors[0]
@@ -504,7 +519,7 @@ def _build(recs: list[_Rec], info: dict, module: Any, name: str, source: str,
     labels: dict[str, str] = info["labels"]
     kinds: dict[str, str] = info["kinds"]
     refs: dict[str, list[_Ref] | _Ref] = {}   # fx node name -> ref (list for multi-output)
-    same = _shared_memory(module, set(labels.values()))
+    same = _shared_memory(module, set(labels.values()), info.get("input_values", {}))
     for node_name, label in labels.items():
         refs[node_name] = _Ref(None, label, "in:" + same.get(label, label))
     host_paths = set(_module_attr(module, "parastream_resource", "host"))
@@ -846,16 +861,19 @@ def _folds(rec: _Rec) -> bool:
     return False
 
 
-def _shared_memory(module: Any, labels: set[str]) -> dict[str, str]:
-    """Parameters and buffers among ``labels`` whose bytes overlap another one's (a buffer
-    registered as a view of another, tied weights): each to the first one's name, so that
-    a write through one orders the reads through the others. Views of one storage that do
-    not overlap (a cache's k and v halves) stay apart."""
+def _shared_memory(module: Any, labels: set[str],
+                   inputs: dict[str, Any] | None = None) -> dict[str, str]:
+    """Parameters, buffers and graph inputs (``inputs``: label -> example tensor) among
+    ``labels`` whose bytes overlap another one's (a buffer registered as a view of
+    another, tied weights, a tensor passed next to a view of it): each to the first one's
+    name, so that a write through one orders the reads through the others. Views of one
+    storage that do not overlap (a cache's k and v halves) stay apart."""
     try:
         named = [*module.named_parameters(remove_duplicate=False),
                  *module.named_buffers(remove_duplicate=False)]
     except Exception:  # not a module with named tensors
-        return {}
+        named = []
+    named += list((inputs or {}).items())
     spans: list[tuple[int, int, int, int, str]] = []  # (storage, lo, hi, order, name)
     for k, (fqn, t) in enumerate(named):
         if fqn not in labels or not _is_tensor(t) or t.device.type == "meta" or not t.numel():

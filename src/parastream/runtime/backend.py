@@ -46,6 +46,15 @@ class StreamError(RuntimeError):
         super().__init__(f"stream {stream!r}: op {op!r} raised {type(cause).__name__}: {cause}")
 
 
+class ModelCallError(RuntimeError):
+    """The module itself (eager, not its traced program) raised: ``cause``, the model's
+    own error (a reference call of ``check``, a plain call while measured)."""
+
+    def __init__(self, cause: BaseException) -> None:
+        self.cause = cause
+        super().__init__(f"the model raised {type(cause).__name__}: {cause}")
+
+
 @runtime_checkable
 class Work(Protocol):
     """Handle of one submitted function call."""

@@ -87,7 +87,7 @@ def require_runs(module: Any, inputs: tuple, runnable: Any, device: str, where: 
     single = Plan.single(o.name for o in runnable.graph.ops)
     ex = MultiStreamExecutor(module, inputs, single, backend=device, runnable=runnable)
     try:
-        with ex.kept_state(inputs) as restore:
+        with ex.kept_state(inputs, every_input=True) as restore:
             try:
                 with torch.no_grad():
                     module(*inputs)
@@ -108,15 +108,15 @@ def require_runs(module: Any, inputs: tuple, runnable: Any, device: str, where: 
 
 @contextlib.contextmanager
 def later_calls_run(where: str) -> Iterator[None]:
-    """A traced op that fails on a later call (:class:`StreamError`), after
-    :func:`require_runs` saw the first run, is the model's: its state changes from call
+    """A traced op (:class:`StreamError`) or the module itself (:class:`ModelCallError`)
+    that fails on a later call, after :func:`require_runs` saw the first run, is the
+    model's: its state changes from call
     to call until a call cannot run (each call starts from the inputs as given, not from
     the first call's state). Said in one line naming ``where``, not as a traceback."""
     from ..errors import one_line
-    from .backend import StreamError
-    from .measure import ModelCallError
+    from .backend import ModelCallError, StreamError
 
-    why = "(the first call ran; the model's buffers carry over from call to call)"
+    why = "(the first call ran; its state, buffers or attributes, carries over from call to call)"
     try:
         yield
     except StreamError as exc:

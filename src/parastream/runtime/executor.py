@@ -54,7 +54,7 @@ from ..graph.torch_import import no_mha_fastpath, random_draws, written_args
 from ..plan.io import PlanDoc
 from ..plan.model import Plan
 from ..timeline.model import Timeline
-from .backend import Backend, StreamError, get_backend
+from .backend import Backend, ModelCallError, StreamError, get_backend
 
 _MISSING = object()
 
@@ -604,10 +604,15 @@ class MultiStreamExecutor(torch.fx.Interpreter):
         the traced program cannot (its ops are the unfused ones), and the two round apart
         (a TransformerEncoderLayer: 4.8e-7 on every output)."""
         with torch.no_grad(), no_mha_fastpath():
-            if self.host_streams:
-                return self.streams[0].submit(_no_grad_call, self.original, inputs,
-                                              name="reference").result()
-            return self.original(*inputs)
+            try:
+                if self.host_streams:
+                    return self.streams[0].submit(_no_grad_call, self.original, inputs,
+                                                  name="reference").result()
+                return self.original(*inputs)
+            except StreamError as exc:  # the module's own error, not a traced op's
+                raise ModelCallError(exc.cause) from exc.cause
+            except Exception as exc:
+                raise ModelCallError(exc) from exc
 
     def check(self, *inputs: Any, runs: int = 1, exact: bool | None = None,
               rtol: float = 1e-4, atol: float = 1e-5) -> Comparison:
@@ -616,7 +621,8 @@ class MultiStreamExecutor(torch.fx.Interpreter):
         exact = self.host_streams if exact is None else exact
         # a model that writes its inputs or its buffers (x.mul_(2), a step counter) would
         # start every call from another state: each call here starts from the first one's
-        with self.kept_state(inputs) as restore:
+        # (every input: the eager reference may write one the traced program does not)
+        with self.kept_state(inputs, every_input=True) as restore:
             # random draws (torch.rand, training dropout) start alike too
             device = getattr(self.backend, "name", "cpu")
             rng = _rng_state(device)
@@ -635,13 +641,15 @@ class MultiStreamExecutor(torch.fx.Interpreter):
             return Comparison(True, exact)
 
     @contextlib.contextmanager
-    def kept_state(self, inputs: Sequence[Any],
-                   state: bool = True) -> Iterator[Callable[[], None]]:
+    def kept_state(self, inputs: Sequence[Any], state: bool = True,
+                   every_input: bool = False) -> Iterator[Callable[[], None]]:
         """What a call on ``inputs`` writes (:meth:`_snapshot`: the inputs and state it
         writes, their layout too) is put back when the block ends; the block gets the
         function that puts it back now, between calls. ``state=False`` keeps the inputs
-        only: the module's buffers (a cache, a step counter) carry over as in serving."""
-        written = self._snapshot(inputs, state=state)
+        only: the module's buffers (a cache, a step counter) carry over as in serving.
+        ``every_input`` keeps every input tensor, also those the traced program does not
+        write: the eager module may (``if self.calls > 1: x.add_(1)``)."""
+        written = self._snapshot(inputs, state=state, every_input=every_input)
         try:
             yield lambda: _restore(written)
         finally:
@@ -656,15 +664,20 @@ class MultiStreamExecutor(torch.fx.Interpreter):
                 "each call from the same generator state, but a torch.manual_seed inside "
                 "forward is not part of the traced program)")
 
-    def _snapshot(self, inputs: Sequence[Any],
-                  state: bool = True) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    def _snapshot(self, inputs: Sequence[Any], state: bool = True,
+                  every_input: bool = False) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """(tensor, copy) for every tensor a call writes: inputs and state that an in-place
         op of the program writes (through views too), functional buffer and input updates;
         for a torch.fx trace, whose module calls may write anything, every input and buffer.
         Only those are copied (a whole model's weights would double its memory), and only
-        dense tensors with data (no sparse, no meta). ``state=False``: the inputs only."""
+        dense tensors with data (no sparse, no meta). ``state=False``: the inputs only;
+        ``every_input``: every input tensor, written by the program or not."""
+        import torch.utils._pytree as pytree
+
         rn = self.runnable
         tensors: list[Any] = list(rn.buffer_writes.values()) if state else []
+        if every_input:
+            tensors += pytree.tree_leaves(tuple(inputs))
         if rn.source == "torch.export":
             bound = dict(zip((n.name for n in self.placeholders), rn.bind(inputs)))
             for name in _written_placeholders(self.graph) | set(rn.input_writes.values()):
@@ -674,8 +687,6 @@ class MultiStreamExecutor(torch.fx.Interpreter):
                 else:
                     tensors.append(bound.get(name))
         else:
-            import torch.utils._pytree as pytree
-
             tensors += pytree.tree_leaves(tuple(inputs))
             if state:
                 tensors += self.original.buffers()

@@ -23,17 +23,10 @@ import numpy as np
 
 from ..plan.model import Plan
 from ..timeline.model import Timeline
+from .backend import ModelCallError
 
 __all__ = ["LATE_START_FRACTION", "LATE_START_US", "Measurement", "ModelCallError", "analyse",
            "late_starts", "measure", "paired_quartiles", "start_lags_us"]
-
-
-class ModelCallError(RuntimeError):
-    """The plain module raised while measured (``cause``): the model's own error."""
-
-    def __init__(self, cause: BaseException) -> None:
-        self.cause = cause
-        super().__init__(f"the model raised {type(cause).__name__}: {cause}")
 
 
 @dataclass
@@ -240,7 +233,10 @@ def measure(module: Any, inputs: Sequence[Any], plan: Plan, *, backend: str = "c
     rewarm = rewarm and not device  # a device's streams share no thread team with the host
     settle_s = team_spin_s(cores) if rewarm else 0.0
     try:
-        with multi.kept_state(inputs, state=False) as fresh_inputs:
+        # every input back for the caller at the end (the eager module may write one the
+        # traced program does not); between calls, those the program writes
+        with multi.kept_state(inputs, state=False, every_input=True), \
+                multi.kept_state(inputs, state=False) as fresh_inputs:
             set_intra_op_threads(cores)
             for _ in range(warmup):
                 call(plain)
