@@ -120,7 +120,8 @@ def later_calls_run(where: str) -> Iterator[None]:
     try:
         yield
     except StreamError as exc:
-        raise InputError(where, f"the traced program fails at op {exc.op!r} on a later call: "
+        raise InputError(where, f"the traced program fails at op {exc.op!r} (or a view it "
+                                f"reads) on a later call: "
                                 f"{one_line(exc.cause)} {why}") from None
     except ModelCallError as exc:
         raise InputError(where, f"the model raises on a later call: {one_line(exc.cause)} "
