@@ -110,13 +110,14 @@ def require_runs(module: Any, inputs: tuple, runnable: Any, device: str, where: 
 def later_calls_run(where: str) -> Iterator[None]:
     """A traced op (:class:`StreamError`) or the module itself (:class:`ModelCallError`)
     that fails on a later call, after :func:`require_runs` saw the first run, is the
-    model's: its state changes from call
-    to call until a call cannot run (each call starts from the inputs as given, not from
-    the first call's state). Said in one line naming ``where``, not as a traceback."""
+    model's: its state changes from call to call until a call cannot run (each call
+    starts from the inputs as given, not from the first call's state). Said in one line
+    naming ``where``, not as a traceback."""
     from ..errors import one_line
     from .backend import ModelCallError, StreamError
 
-    why = "(the first call ran; its state, buffers or attributes, carries over from call to call)"
+    why = ("(the first call ran; its state, buffers or attributes, carries over from call "
+           "to call)")
     try:
         yield
     except StreamError as exc:

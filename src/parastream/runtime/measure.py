@@ -25,8 +25,8 @@ from ..plan.model import Plan
 from ..timeline.model import Timeline
 from .backend import ModelCallError
 
-__all__ = ["LATE_START_FRACTION", "LATE_START_US", "Measurement", "ModelCallError", "analyse",
-           "late_starts", "measure", "paired_quartiles", "start_lags_us"]
+__all__ = ["LATE_START_FRACTION", "LATE_START_US", "Measurement", "analyse", "late_starts",
+           "measure", "paired_quartiles", "start_lags_us"]
 
 
 @dataclass
