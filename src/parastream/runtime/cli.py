@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import os
 import sys
@@ -77,56 +78,52 @@ def require_runs(module: Any, inputs: tuple, runnable: Any, device: str, where: 
     are spent on it: an embedding index out of range only shows on real data, and a
     buffer rebound with another shape (``self.cache = torch.cat(...)``) is written back in
     place by the exported program. Inputs and state the call writes are restored."""
-    import torch
-
-    from ..errors import one_line
     from ..plan.model import Plan
-    from .backend import StreamError
-    from .executor import MultiStreamExecutor
+    from .executor import MultiStreamExecutor, call_model
 
     single = Plan.single(o.name for o in runnable.graph.ops)
-    ex = MultiStreamExecutor(module, inputs, single, backend=device, runnable=runnable)
-    try:
-        with ex.kept_state(inputs, every_input=True) as restore:
-            try:
-                with torch.no_grad():
-                    module(*inputs)
-            except Exception as exc:  # the user's code: whatever it raises is the model's
-                raise InputError(where, "the model raises on its example inputs: "
-                                        + one_line(exc)) from None
-            restore()
-            try:
-                ex(*inputs)
-            except StreamError as exc:
-                raise InputError(where, f"the traced program fails at op {exc.op!r}: "
-                                        f"{one_line(exc.cause)} (parastream runs the graph "
-                                        "torch.export or torch.fx traced; the module itself "
-                                        "ran)") from None
-    finally:
-        ex.close()
+    with MultiStreamExecutor(module, inputs, single, backend=device, runnable=runnable) as ex, \
+            model_fails(where, "on its example inputs",
+                        traced="(parastream runs the graph torch.export or torch.fx traced; "
+                               "the module itself ran)"), \
+            ex.kept_state(inputs, every_input=True) as restore:
+        call_model(module, inputs)
+        restore()
+        ex(*inputs)
+
+
+#: why a call after the first can fail (:func:`later_calls_run`)
+_LATER = "(the first call ran; its state, buffers or attributes, carries over from call to call)"
 
 
 @contextlib.contextmanager
-def later_calls_run(where: str) -> Iterator[None]:
-    """A traced op (:class:`StreamError`) or the module itself (:class:`ModelCallError`)
-    that fails on a later call, after :func:`require_runs` saw the first run, is the
-    model's: its state changes from call to call until a call cannot run (each call
-    starts from the inputs as given, not from the first call's state). Said in one line
-    naming ``where``, not as a traceback."""
+def model_fails(where: str, when: str, traced: str = "", model: str = "") -> Iterator[None]:
+    """The model's own failure said in one line naming ``where`` (an :class:`InputError`),
+    not as a traceback: a traced op that raised (:class:`StreamError`; the op, or a folded
+    view it reads) or the module itself (:class:`ModelCallError`), ``when`` (``on its
+    example inputs``), each with its note."""
     from ..errors import one_line
     from .backend import ModelCallError, StreamError
 
-    why = ("(the first call ran; its state, buffers or attributes, carries over from call "
-           "to call)")
+    def said(what: str, cause: BaseException, note: str) -> InputError:
+        return InputError(where, " ".join(filter(None, (f"{what} {when}: {one_line(cause)}",
+                                                        note))))
+
     try:
         yield
     except StreamError as exc:
-        raise InputError(where, f"the traced program fails at op {exc.op!r} (or a view it "
-                                f"reads) on a later call: "
-                                f"{one_line(exc.cause)} {why}") from None
+        raise said(f"the traced program fails at op {exc.op!r} (or a view it reads)",
+                   exc.cause, traced) from None
     except ModelCallError as exc:
-        raise InputError(where, f"the model raises on a later call: {one_line(exc.cause)} "
-                                f"{why}") from None
+        raise said("the model raises", exc.cause, model) from None
+
+
+def later_calls_run(where: str) -> contextlib.AbstractContextManager[None]:
+    """A traced op or the module itself that fails on a later call, after
+    :func:`require_runs` saw the first run, is the model's: its state changes from call
+    to call until a call cannot run (each call starts from the inputs as given, not from
+    the first call's state)."""
+    return model_fails(where, "on a later call", traced=_LATER, model=_LATER)
 
 
 # ----------------------------------------------------------------------------- loading
@@ -464,17 +461,14 @@ def run_candidates(module: Any, inputs: tuple, runnable: Any, doc: Any, chosen: 
                                     kernels=kernel_single)
     from ..graph.calibrate import BusyWatch, cpu_count
 
-    single_ok: list[bool] = []
-
+    @functools.cache
     def single_program_ok() -> bool:
         """Whether the traced program on one stream gives the module's outputs (checked
         once, when a candidate's do not): tells a plan's missing wait from a wrong trace."""
-        if not single_ok:
-            single = Plan.single(o.name for o in graph.ops)
-            with MultiStreamExecutor(module, inputs, single, backend=device,
-                                     runnable=runnable) as ex:
-                single_ok.append(ex.check(*inputs, runs=2).ok)
-        return single_ok[0]
+        single = Plan.single(o.name for o in graph.ops)
+        with MultiStreamExecutor(module, inputs, single, backend=device,
+                                 runnable=runnable) as ex:
+            return ex.check(*inputs, runs=2).ok
 
     # the host's threads issue every backend's ops: a neighbour on the cores skews them
     with BusyWatch(cpu_count()) as watch:

@@ -603,16 +603,14 @@ class MultiStreamExecutor(torch.fx.Interpreter):
         nn.MultiheadAttention's fused fast path is off for it: eager inference takes it,
         the traced program cannot (its ops are the unfused ones), and the two round apart
         (a TransformerEncoderLayer: 4.8e-7 on every output)."""
-        with torch.no_grad(), no_mha_fastpath():
+        with no_mha_fastpath():
+            if not self.host_streams:
+                return call_model(self.original, inputs)
             try:
-                if self.host_streams:
-                    return self.streams[0].submit(_no_grad_call, self.original, inputs,
-                                                  name="reference").result()
-                return self.original(*inputs)
-            except StreamError as exc:  # the module's own error, not a traced op's
-                raise ModelCallError(exc.cause) from exc.cause
-            except Exception as exc:
-                raise ModelCallError(exc) from exc
+                return self.streams[0].submit(call_model, self.original, inputs,
+                                              name="reference").result()
+            except StreamError as exc:  # stream 0's worker ran it: call_model's error
+                raise exc.cause from None
 
     def check(self, *inputs: Any, runs: int = 1, exact: bool | None = None,
               rtol: float = 1e-4, atol: float = 1e-5) -> Comparison:
@@ -690,16 +688,7 @@ class MultiStreamExecutor(torch.fx.Interpreter):
             tensors += pytree.tree_leaves(tuple(inputs))
             if state:
                 tensors += self.original.buffers()
-        found: dict[int, torch.Tensor] = {}
-        for t in tensors:
-            if (isinstance(t, torch.Tensor) and t.layout == torch.strided
-                    and t.device.type != "meta"):
-                found.setdefault(id(t), t)
-        with torch.no_grad():
-            # the layout too: an in-place view op (x.unsqueeze_(0), x.t_()) changes the
-            # tensor's shape, not its data
-            return [(t, t.detach().clone(), (t.size(), t.stride(), t.storage_offset()))
-                    for t in found.values()]
+        return _save(tensors)
 
     # ------------------------------------------------------------------ timeline
     def timeline(self, source: str | None = None) -> Timeline:
@@ -817,9 +806,14 @@ def _worker_init(cpus: set[int] | None = None) -> int:
     return torch.get_num_threads()
 
 
-def _no_grad_call(module: Any, inputs: tuple) -> Any:
+def call_model(module: Any, inputs: Sequence[Any]) -> Any:
+    """The module itself on ``inputs``, without autograd; what it raises is the model's
+    own error (:class:`ModelCallError`), told apart from a traced op's (StreamError)."""
     with torch.no_grad():
-        return module(*inputs)
+        try:
+            return module(*inputs)
+        except Exception as exc:  # the user's code: whatever it raises is the model's
+            raise ModelCallError(exc) from exc
 
 
 def _written_placeholders(graph: torch.fx.Graph) -> set[str]:
@@ -865,6 +859,19 @@ def _restore(saved: list[tuple[torch.Tensor, torch.Tensor, tuple]]) -> None:
             t.copy_(s)
 
 
+def _save(tensors: Sequence[Any]) -> list[tuple[torch.Tensor, torch.Tensor, tuple]]:
+    """(tensor, copy, layout) for each distinct dense tensor with data among ``tensors``
+    (no sparse, no meta), what :func:`_restore` puts back. The layout too: an in-place
+    view op (x.unsqueeze_(0), x.t_()) changes a tensor's shape, not its data."""
+    found: dict[int, torch.Tensor] = {}
+    for t in tensors:
+        if isinstance(t, torch.Tensor) and t.layout == torch.strided and t.device.type != "meta":
+            found.setdefault(id(t), t)
+    with torch.no_grad():
+        return [(t, t.detach().clone(), (t.size(), t.stride(), t.storage_offset()))
+                for t in found.values()]
+
+
 def keep_inputs(inputs: Sequence[Any], call: Callable[[], Any]) -> Callable[[], None]:
     """Run ``call`` once and return what puts back, as they were before it, the inputs it
     changed (their data or their layout); a no-op when it changed none. For a call timed
@@ -873,10 +880,7 @@ def keep_inputs(inputs: Sequence[Any], call: Callable[[], Any]) -> Callable[[], 
     otherwise be timed on what the calls before left there."""
     import torch.utils._pytree as pytree
 
-    saved = [(t, t.detach().clone(), (t.size(), t.stride(), t.storage_offset()))
-             for t in dict.fromkeys(pytree.tree_leaves(tuple(inputs)))
-             if isinstance(t, torch.Tensor) and t.layout == torch.strided
-             and t.device.type != "meta"]
+    saved = _save(pytree.tree_leaves(tuple(inputs)))
     call()
     changed = [(t, s, layout) for t, s, layout in saved
                if (t.size(), t.stride(), t.storage_offset()) != layout or not torch.equal(t, s)]

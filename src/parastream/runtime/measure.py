@@ -23,7 +23,6 @@ import numpy as np
 
 from ..plan.model import Plan
 from ..timeline.model import Timeline
-from .backend import ModelCallError
 
 __all__ = ["LATE_START_FRACTION", "LATE_START_US", "Measurement", "analyse", "late_starts",
            "measure", "paired_quartiles", "start_lags_us"]
@@ -160,11 +159,9 @@ def measure(module: Any, inputs: Sequence[Any], plan: Plan, *, backend: str = "c
     teams are its own. In turn, the timed single-stream run follows an untimed one: after
     those untimed runs the team has gone to sleep, and waking it slowed the next call
     (two_chains tiny: 270-320 us instead of 145-175 us)."""
-    import torch
-
     from .backend import TIMED_DEVICES, untimed
     from .cpu import set_intra_op_threads, team_spin_s
-    from .executor import MultiStreamExecutor, _cores, default_threads
+    from .executor import MultiStreamExecutor, _cores, call_model, default_threads
     from .malloc import page_faults
 
     if runs < 5:
@@ -220,11 +217,7 @@ def measure(module: Any, inputs: Sequence[Any], plan: Plan, *, backend: str = "c
         return (t1 - t0) / 1000.0
 
     def plain(*a):
-        with torch.no_grad():
-            try:
-                return module(*a)
-            except Exception as exc:  # the user's code: whatever it raises is the model's
-                raise ModelCallError(exc) from exc
+        return call_model(module, a)
 
     s_walls, m_walls, e_walls = [], [], []
     m_tls, e_tls = [], []
