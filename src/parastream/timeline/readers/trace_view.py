@@ -12,16 +12,30 @@ What becomes what:
 
 * ``EVENT_WAIT*`` tasks are waits on their stream, not ops; ``EVENT_RECORD*``,
   ``NOTIFY_RECORD*`` and ``PLACE_HOLDER*`` tasks are markers and are dropped;
-* communication: the ``HCCL`` (or ``Communication``) process holds whole collective ops on
-  threads whose name contains "Communication"; they go to the
-  :data:`~parastream.timeline.model.COMM_LANE` lane as :data:`KIND_COMM`, like the
-  ``N/A``-stream rows of ``kernel_details.csv``. HCCL's own small tasks (its ``Plane``
-  threads and the HCCL tasks on hardware streams) are then left out so communication is
-  not counted twice; without whole ops, the hardware-stream HCCL tasks are kept as
-  communication ops on their streams;
+* communication is what the file's own structure says it is, never the busiest stream.
+  The ``HCCL`` (or ``Communication``) process holds whole collectives (``hcom_*``) on
+  threads whose name contains "Communication", and, from profiler level Level1 on, their
+  small tasks on ``Plane`` threads, each naming the hardware ``stream id`` and ``task id``
+  it ran as. A task of the ``Ascend Hardware`` process is one of HCCL's small tasks when
+  its ``connection_id`` is a whole collective's (every level, Level0 included), when its
+  (stream, ``Task Id``) is one a Plane task names, or when its task type is one only HCCL
+  issues (``Notify Wait``, ``Write Value``, ``Reduce Inline``, ``RDMA Send``, ...; see
+  :mod:`.hccl`). Thus the ``SDMA`` copies and ``Notify Wait`` spans on the HCCL stream are
+  communication, not compute;
+* whole collectives go to the :data:`~parastream.timeline.model.COMM_LANE` lane as
+  :data:`KIND_COMM`, like the ``N/A``-stream rows of ``kernel_details.csv`` and the
+  ``COMMUNICATION_OP`` rows of the database; HCCL's small tasks (Plane threads and
+  hardware tasks) are then folded into them (counted in ``meta["ascend_hccl_tasks_folded"]``)
+  so communication is not counted twice. Without whole collectives, the Plane tasks are
+  the communication (on the comm lane); without those either, the hardware small tasks of
+  one collective (same ``connection_id``, or overlapping on one stream) are merged into
+  one :data:`KIND_COMM` op spanning them on their own stream, because they overlap each
+  other by design and are not corrupt compute;
 * CPU-side processes are ignored; ``Overlap Analysis`` slice totals (Computing,
   Communication, Communication(Not Overlapped), Free) are kept in
-  ``meta["ascend_overlap_analysis"]`` (nanoseconds) for cross-checking.
+  ``meta["ascend_overlap_analysis"]`` (nanoseconds), and Ascend's comm/comp overlap they
+  imply in the flat keys of :mod:`.step_trace` (``ascend_overlapped_pct``, ...), with a
+  warning when parastream's figure differs by more than 2 points.
 """
 
 from __future__ import annotations
@@ -42,6 +56,11 @@ from ..model import (
 from ..nogc import gc_paused
 from ..timeparse import us_column_to_ns
 from . import read_all
+from .hccl import (
+    GROUP_NAME, GROUP_TYPE, collective_groups, fold_groups, is_collective_name,
+    is_hccl_task_type,
+)
+from .step_trace import attach, from_overlap_analysis
 
 FORMAT = "ascend_trace_view"
 
@@ -66,6 +85,11 @@ class _Args(msgspec.Struct, gc=False):
     mix_block_dim: Any = msgspec.field(default=None, name="Mix Block Dim")
     mix_block_num: Any = msgspec.field(default=None, name="Mix Block Num")
     op_type: Any = msgspec.field(default=None, name="Op Type")
+    # links between a hardware task and the collective it belongs to
+    connection_id: Any = None
+    task_id: Any = msgspec.field(default=None, name="Task Id")
+    plane_stream: Any = msgspec.field(default=None, name="stream id")
+    plane_task: Any = msgspec.field(default=None, name="task id")
 
 
 class _Event(msgspec.Struct, gc=False):
@@ -129,7 +153,9 @@ def _args(ev) -> _Args:
                  stream_id=a.get("Stream Id", a.get("Stream ID")),
                  block_dim=a.get("Block Dim"), block_num=a.get("Block Num"),
                  mix_block_dim=a.get("Mix Block Dim"), mix_block_num=a.get("Mix Block Num"),
-                 op_type=a.get("Op Type", a.get("OP Type")))
+                 op_type=a.get("Op Type", a.get("OP Type")),
+                 connection_id=a.get("connection_id"), task_id=a.get("Task Id"),
+                 plane_stream=a.get("stream id"), plane_task=a.get("task id"))
 
 
 #: block dims are int32 columns; a larger one (a corrupt field) is clipped, as the CSV
@@ -158,12 +184,6 @@ def _stream_label(tid: Any, thread_name: str | None, args: _Args) -> str:
     return text
 
 
-def _is_comm(name: str, task_type: str) -> bool:
-    lname = name.lower()
-    return ("HCCL" in task_type or "COMMUNICATION" in task_type or "NOTIFY_WAIT" in task_type
-            or lname.startswith(("hcom_", "hccl")))
-
-
 def _kind_of(name: str, task_type: str, op_type: str) -> int:
     text = f"{name} {task_type} {op_type}".upper()
     if "MEMSET" in text:
@@ -173,18 +193,53 @@ def _kind_of(name: str, task_type: str, op_type: str) -> int:
     return KIND_COMPUTE
 
 
-def _classify(name: str, a: _Args, hccl: int) -> tuple:
-    """(role, name, op type, kind, core) of a hardware task; role op/hw_comm/wait/marker."""
-    task_type = str(a.task_type or "").strip().upper()
+def _classify(name: str, a: _Args, hccl: int, linked: bool = False) -> tuple:
+    """(role, name, op type, kind, core) of a hardware task; role op/hw_comm/wait/marker.
+
+    ``linked``: the file ties the task to a collective (connection id, Plane task)."""
+    raw_type = str(a.task_type or "").strip()
+    task_type = raw_type.upper()
     if "EVENT_WAIT" in task_type:
         return ("wait", name, "", 0, 0)
-    if task_type.startswith(_MARKERS):
-        return ("marker", name, "", 0, 0)
     op_type = str(a.op_type or "")
     core = core_code(_CORE_ALIASES.get(task_type, task_type))
-    if _is_comm(name, task_type):
-        return ("hw_comm", name, op_type or task_type, KIND_COMM, core or hccl)
+    if linked or is_hccl_task_type(raw_type) or is_collective_name(name):
+        return ("hw_comm", name, op_type or raw_type, KIND_COMM, core or hccl)
+    if task_type.startswith(_MARKERS):
+        return ("marker", name, "", 0, 0)
     return ("op", name, op_type, _kind_of(name, task_type, op_type), core)
+
+
+def _key(value: Any) -> str | None:
+    """An id as text (ints and their float or string spellings alike), None when absent."""
+    if value is None or isinstance(value, bool):
+        return None
+    text = str(value).strip()
+    if text.endswith(".0"):
+        text = text[:-2]
+    return text or None
+
+
+def _comm_links(events: list, comm_pids: set, comm_op_threads: set
+                ) -> tuple[set[str], set[tuple[str, str]]]:
+    """What the HCCL process says about the hardware tasks of its collectives: the
+    connection ids of the whole collectives, and the (stream id, task id) of every Plane
+    task (the hardware task it ran as)."""
+    conns: set[str] = set()
+    planes: set[tuple[str, str]] = set()
+    for ev in events:
+        if ev.ph != "X" or ev.pid not in comm_pids:
+            continue
+        a = ev.args if type(ev.args) is _Args else _args(ev)
+        if (ev.pid, ev.tid) in comm_op_threads:
+            c = _key(a.connection_id)
+            if c is not None:
+                conns.add(c)
+        else:
+            s, t = _key(a.plane_stream), _key(a.plane_task)
+            if s is not None and t is not None:
+                planes.add((s, t))
+    return conns, planes
 
 
 def _text(v: Any) -> str | None:
@@ -225,9 +280,11 @@ def read(path: str | os.PathLike[str]) -> Timeline:
     comm_op_threads = {key for key, n in thread.items()
                        if key[0] in comm_pids and "communication" in n.lower()}
     comm_pids_with_op_threads = {key[0] for key in comm_op_threads}
+    comm_conns, plane_tasks = _comm_links(events, comm_pids, comm_op_threads)
 
     # one row per kept event; times stay text until one vectorised exact parse at the end
-    rows: list[tuple] = []  # (role, pid, lane, name, type, kind, core, block, mix)
+    # (role, pid, lane, name, type, kind, core, block, mix, conn, task type)
+    rows: list[tuple] = []
     ts: list[str | None] = []
     dur: list[str | None] = []
     x_count: Counter = Counter()
@@ -248,26 +305,31 @@ def read(path: str | os.PathLike[str]) -> Timeline:
                 lane = lanes[key] = _stream_label(ev.tid, thread.get(key), a)
             nm = ev.name if type(ev.name) is str else str(ev.name)
             ck = (nm, a.task_type, a.op_type)
+            conn = a.connection_id
+            if ((comm_conns and _key(conn) in comm_conns)
+                    or (plane_tasks and (lane, _key(a.task_id)) in plane_tasks)):
+                ck = (nm, a.task_type, a.op_type, True)
             try:
                 c = classes.get(ck)
             except TypeError:  # odd (unhashable) arg values
-                ck = (nm, str(a.task_type), str(a.op_type))
+                ck = (nm, str(a.task_type), str(a.op_type)) + ck[3:]
                 c = classes.get(ck)
             if c is None:
-                c = classes[ck] = _classify(nm, a, hccl)
+                c = classes[ck] = _classify(nm, a, hccl, linked=len(ck) > 3)
             if c[0] == "marker":
                 markers += 1
                 continue
             block = _int(a.block_dim if a.block_dim is not None else a.block_num)
             mix = _int(a.mix_block_dim if a.mix_block_dim is not None else a.mix_block_num)
-            rows.append((c[0], pid, lane, c[1], c[2], c[3], c[4], block, mix))
+            rows.append((c[0], pid, lane, c[1], c[2], c[3], c[4], block, mix, conn,
+                         a.task_type))
         elif pid in comm_pids:
             if pid in comm_pids_with_op_threads and (pid, ev.tid) not in comm_op_threads:
                 continue  # a Plane thread: HCCL's small tasks inside the whole ops
             rows.append(("comm", pid, COMM_LANE, str(ev.name), str(_args(ev).op_type or ""),
-                         KIND_COMM, hccl, -1, -1))
+                         KIND_COMM, hccl, -1, -1, None, None))
         elif pid in overlap_pids:
-            rows.append(("overlap", pid, "", str(ev.name), "", 0, 0, -1, -1))
+            rows.append(("overlap", pid, "", str(ev.name), "", 0, 0, -1, -1, None, None))
         else:
             continue
         t = ev.ts
@@ -288,6 +350,7 @@ def read(path: str | os.PathLike[str]) -> Timeline:
         dropped = [f"pid {p}" for p in sorted(hw_pids, key=str) if p != keep_pid]
         warnings.append(f"several '{HARDWARE_PROCESS}' processes; kept pid {keep_pid}, "
                         f"skipped {', '.join(dropped)}")
+    _claim_hccl_streams(rows, hw_pids, plane_tasks, hccl)
     roles = [r[0] for r in rows]
     has_comm_ops = "comm" in roles
     take_op: list[int] = []
@@ -344,5 +407,62 @@ def read(path: str | os.PathLike[str]) -> Timeline:
     waits = dict(wait_stream=lane_codes[n_op:], wait_on=np.full(len(wi), -1, np.int32),
                  wait_start_ns=start[wi], wait_end_ns=start[wi] + length[wi],
                  wait_name=name_codes[n_op:])
-    return make_timeline(path, FORMAT, streams, names, types, ops, waits, warnings=warnings,
-                         meta=meta)
+    hw = np.fromiter((rows[i][0] == "hw_comm" for i in take_op), bool, n_op)
+    if hw.sum() > 1:
+        conn_codes, conn_txt = _intern([_key(rows[i][9]) or "" if hw[k] else ""
+                                        for k, i in enumerate(take_op)])
+        key = np.where(np.array([t == "" for t in conn_txt], bool)[conn_codes], -1, conn_codes)
+        ops, merged = _merge_collectives(ops, hw, key, names, types)
+        if merged:
+            meta["ascend_hccl_tasks_merged"] = merged
+    tl = make_timeline(path, FORMAT, streams, names, types, ops, waits, warnings=warnings,
+                       meta=meta)
+    if overlap:
+        st = from_overlap_analysis(path, overlap)
+        if st is not None:
+            attach(tl, st)
+    return tl
+
+
+def _claim_hccl_streams(rows: list[tuple], hw_pids: set, plane_tasks: set, hccl: int) -> None:
+    """Every task of an HCCL stream is communication (in place).
+
+    An HCCL stream is one the HCCL process's Plane tasks name, or one that holds a task
+    tied to a collective or of a type only HCCL issues. HCCL owns such a stream, so its
+    other tasks (``SDMA`` copies without a connection id, ...) are the collective's
+    too; waits and markers on it stay what they are.
+    """
+    lanes = {(pid, s) for pid in hw_pids for s, _ in plane_tasks}
+    lanes |= {(r[1], r[2]) for r in rows if r[0] == "hw_comm"}
+    if not lanes:
+        return
+    for i, r in enumerate(rows):
+        if r[0] == "op" and (r[1], r[2]) in lanes:
+            task_type = str(r[10] or "").strip()
+            rows[i] = ("hw_comm", r[1], r[2], r[3], r[4] or task_type, KIND_COMM,
+                       r[6] or hccl) + r[7:]
+
+
+def _merge_collectives(ops: dict, hw: np.ndarray, key: np.ndarray, names: list[str],
+                       types: list[str]) -> tuple[dict, int]:
+    """Without whole collectives: each collective's small hardware tasks (same connection
+    id, or overlapping on one stream) become one op spanning them. Returns the new columns
+    and how many tasks were merged away."""
+    idx = np.flatnonzero(hw)
+    groups = collective_groups(ops["stream"][idx], ops["start_ns"][idx], ops["end_ns"][idx],
+                               key[idx])
+    first, g_start, g_end, count = fold_groups(groups, ops["start_ns"][idx], ops["end_ns"][idx])
+    if not (count > 1).any():
+        return ops, 0
+    keep = ~hw
+    keep[idx[first]] = True
+    ops = {k: v.copy() for k, v in ops.items()}
+    rep = idx[first]
+    ops["start_ns"][rep], ops["end_ns"][rep] = g_start, g_end
+    many = rep[count > 1]
+    if many.size:
+        ops["name"][many] = len(names)
+        ops["type"][many] = len(types)
+        names.append(GROUP_NAME)
+        types.append(GROUP_TYPE)
+    return {k: v[keep] for k, v in ops.items()}, int((count - 1).sum())

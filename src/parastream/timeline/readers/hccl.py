@@ -1,0 +1,88 @@
+"""What the Ascend sources say communication is, shared by the Ascend readers.
+
+HCCL runs one collective (``hcom_allReduce__868_0_1``) as many small tasks on its own
+hardware stream: ``Notify Wait``/``Notify Record`` (cross-rank flags), ``Write Value``,
+``SDMA``/``Memcpy`` copies, ``Reduce Inline``, ``RDMA Send``. Their times overlap each
+other (a ``Notify Wait`` spans the copies it waits for), so read as compute they look like
+a busy, corrupt main stream. The readers recognise them by the source's own structure
+(the collective they belong to, the HCCL thread or table that lists them, their task
+type) and either fold them into the whole collective or, where the source has no whole
+collective, merge each collective's tasks into one op with :func:`fold_groups`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+#: task types only HCCL issues (spaces, underscores and case ignored)
+_HCCL_TASK_TYPES = frozenset({
+    "NOTIFYWAIT", "NOTIFYRECORD", "WRITEVALUE", "REDUCEINLINE", "REDUCETBE", "RDMASEND",
+    "RDMADBSEND", "INLINEREDUCE", "LOCALCOPY",
+})
+
+#: name and type of an op merged from several sub-tasks of one collective
+GROUP_NAME = "HCCL collective"
+GROUP_TYPE = "HCCL"
+
+
+def _squash(text: str) -> str:
+    return "".join(ch for ch in text.upper() if ch.isalnum())
+
+
+def is_hccl_task_type(task_type: str) -> bool:
+    """Whether a task type (``Notify Wait``, ``NOTIFY_WAIT_SQE``, ``HCCL``, ...) is one
+    only communication issues."""
+    t = _squash(task_type)
+    if t.endswith("SQE"):
+        t = t[:-3]
+    return t in _HCCL_TASK_TYPES or "HCCL" in t or "COMMUNICATION" in t
+
+
+def is_collective_name(name: str) -> bool:
+    """A whole collective's op name: ``hcom_*`` (torch_npu) or ``hccl*``."""
+    return name.strip().lower().startswith(("hcom_", "hccl"))
+
+
+def collective_groups(lane: np.ndarray, start: np.ndarray, end: np.ndarray,
+                      key: np.ndarray) -> np.ndarray:
+    """Group number (0..G-1) of each HCCL sub-task.
+
+    Per lane and in start order, a task joins the group before it when both carry the same
+    ``key`` (the collective's connection or op id; -1 = unknown) or when it starts before
+    that group has ended: the tasks of two different collectives on one hardware stream
+    run one after the other, so overlapping tasks belong to one collective.
+    """
+    n = len(start)
+    groups = np.zeros(n, np.int64)
+    if n == 0:
+        return groups
+    order = np.lexsort((end, start, lane))
+    g = -1
+    cur_lane = cur_key = None
+    cur_end = 0
+    for i in order.tolist():
+        ln, k, s, e = int(lane[i]), int(key[i]), int(start[i]), int(end[i])
+        same = (g >= 0 and ln == cur_lane
+                and ((k >= 0 and k == cur_key) or s < cur_end))
+        if same:
+            cur_end = max(cur_end, e)
+        else:
+            g += 1
+            cur_lane, cur_key, cur_end = ln, k, e
+        groups[i] = g
+    return groups
+
+
+def fold_groups(groups: np.ndarray, start: np.ndarray, end: np.ndarray
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per group: (index of its first task, start, end, task count), groups in number order."""
+    if not len(groups):
+        z = np.zeros(0, np.int64)
+        return z, z, z, z
+    order = np.lexsort((start, groups))
+    g_sorted = groups[order]
+    first = np.flatnonzero(np.r_[True, g_sorted[1:] != g_sorted[:-1]])
+    g_start = np.minimum.reduceat(start[order], first)
+    g_end = np.maximum.reduceat(end[order], first)
+    count = np.diff(np.r_[first, len(order)])
+    return order[first], g_start, g_end, count
