@@ -457,7 +457,12 @@ def test_a_rank_that_is_no_whole_number(tmp_path, rank, ok):
     if ok:
         assert r.returncode == 0, r.stderr
         assert [row["rank"] for row in json.loads(r.stdout)["ranks"]] == [0, 1]
-    else:
+    else:  # that rank is named and skipped; --strict makes it the command's error
+        assert r.returncode == 0 and "Traceback" not in r.stderr
+        assert [row.get("rank") for row in json.loads(r.stdout)["sources"]] == [0]
+        assert "rank1.json" in r.stderr and "distributedInfo.rank" in r.stderr
+        assert "1 of 2 analysed" in r.stderr
+        r = run("analyze", str(tmp_path), "-j", "1", "--strict")
         assert r.returncode == 2 and "Traceback" not in r.stderr
         assert "rank1.json" in r.stderr and "distributedInfo.rank" in r.stderr
 

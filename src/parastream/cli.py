@@ -67,6 +67,9 @@ def _parser() -> argparse.ArgumentParser:
     a.add_argument("--max-points", type=int, default=50, metavar="N",
                    help="parallel points listed per capture, longest first (0 = all; all are counted)")
     a.add_argument("--no-steps", action="store_true", help="do not split a file into its steps")
+    a.add_argument("--strict", action="store_true", help="a folder member (rank, capture) that "
+                   "cannot be read fails the command (default: the others are analysed and each "
+                   "broken member is named in a warning)")
     a.add_argument("--format", choices=("text", "json", "md"), default="text")
     a.add_argument("-o", "--output", metavar="FILE", help="write the report here (default stdout)")
     a.add_argument("--html", metavar="FILE", help="also write a self-contained HTML report")
@@ -144,7 +147,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
 
     with progress(not args.no_progress) as prog:
         doc, timelines = analyze_paths(paths, opts, jobs=args.jobs, keep_timelines=need_timelines,
-                                       progress=prog)
+                                       progress=prog, strict=args.strict)
         if args.baseline:
             from .timeline.triage import triage
 
@@ -155,6 +158,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
             doc["triage"] = triage(base_doc, doc)
             doc["baseline"] = {"source": args.baseline, "summary": base_doc["summary"]}
 
+    _warn_broken(doc)
     if plan_doc is not None:
         from .plan.verify import verify
 
@@ -201,6 +205,17 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         if path:
             print(f"wrote {path}", file=sys.stderr)
     return 0
+
+
+def _warn_broken(doc: dict) -> None:
+    """One stderr line per folder member that could not be read, then the count analysed."""
+    broken = doc.get("broken") or []
+    for b in broken:
+        print(f"parastream: warning: {b['source']}: {b['error']} (skipped)", file=sys.stderr)
+    if broken:
+        s = doc["summary"]
+        print(f"parastream: warning: {s['units_analysed']} of {s['units']} analysed "
+              "(--strict makes a broken member an error)", file=sys.stderr)
 
 
 def _term_width() -> int:

@@ -17,12 +17,12 @@ import numpy as np
 
 from ..errors import InputError
 from . import intervals as iv
-from .comm import comm_comp_overlap_pct
+from .comm import comm_comp_overlap_pct, comm_exposed_ns
 from .contention import core_contention
 from .model import Timeline
 from collections import Counter
 
-from .overlap import PointTable, point_table
+from .overlap import FALSE_AT, PointTable, empty_counts, point_table
 from .streams import StreamStats, stream_stats
 
 SCHEMA = "parastream.analysis/1"
@@ -104,7 +104,11 @@ def analyze_capture(tl: Timeline, opts: Options | None = None, label: str | None
     n_points = len(points) if points is not None else 0
     if opts.side_regex and not n_points:
         warnings.append(f"no op matches --side {opts.side_regex!r}")
-    verdicts = points.counts() if points is not None else {"true": 0, "partial": 0, "false": 0}
+    verdicts = points.counts() if points is not None else empty_counts()
+    if verdicts["envelope_only"]:
+        warnings.append(f"{verdicts['envelope_only']} parallel point(s) envelope-only: the side "
+                        f"window spans its dominator, but its ops overlapped main-stream work "
+                        f"for at most {FALSE_AT:.0%} of their busy time (counted as false)")
     shown = _pick_points(points, opts.max_points) if points is not None else []
     barriers: Counter = Counter()
     if points is not None:
@@ -137,6 +141,7 @@ def analyze_capture(tl: Timeline, opts: Options | None = None, label: str | None
         "overlap_pct_median": round(float(np.median(points.pct)), 6) if n_points else None,
         "barriers": dict(barriers.most_common(10)),
         "comm_comp_overlap_pct": _round(comm_comp_overlap_pct(tl)),
+        "comm_exposed_us": _exposed(comm_exposed_ns(tl)),
         "concurrency_us": {str(k): us(v) for k, v in hist.items()},
         "contention": contention,
         "op_stats": op_stats(tl),
@@ -188,6 +193,10 @@ def capture_name(tl: Timeline) -> str:
     if "rank" in tl.meta:
         return f"{base} rank {tl.meta['rank']}"
     return base
+
+
+def _exposed(ns: int | None) -> float | None:
+    return None if ns is None else us(ns)
 
 
 def _round(x: float | None, nd: int = 4) -> float | None:
@@ -287,10 +296,10 @@ def summarize(results: list[dict], cold: int) -> dict:
     for r in warm:
         for o in r["overlaps"]:
             hidden.setdefault(o["side"], []).append(o["hidden_frac"])
-    verdicts = {"true": 0, "partial": 0, "false": 0}
+    verdicts = empty_counts()
     for r in warm:
         for k, v in r["verdict_counts"].items():
-            verdicts[k] += v
+            verdicts[k] = verdicts.get(k, 0) + v
     pcts = [r["overlap_pct_median"] for r in warm]
     return {
         "captures": n,
@@ -299,6 +308,7 @@ def summarize(results: list[dict], cold: int) -> dict:
         "median_wall_us": med([r["wall_us"] for r in warm]),
         "median_parallelism": med([r["parallelism"] for r in warm]),
         "median_comm_comp_overlap_pct": med([r["comm_comp_overlap_pct"] for r in warm]),
+        "median_comm_exposed_us": med([r.get("comm_exposed_us") for r in warm]),
         "median_hidden_frac": {k: med(v) for k, v in hidden.items()},
         "median_overlap_pct": med(pcts),  # median over captures of each one's median
         "verdict_counts": verdicts,

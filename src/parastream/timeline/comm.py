@@ -31,6 +31,19 @@ def comm_comp_overlap_pct(tl: Timeline) -> float | None:
     return 100.0 * iv.intersection_length(u_comm, u_comp) / total
 
 
+def comm_exposed_ns(tl: Timeline) -> int | None:
+    """Communication time with no computation beside it (Ascend's "Communication (Not
+    Overlapped)"): the time a rank spends communicating, or waiting for its peers inside a
+    collective, without hiding it. None without communication."""
+    comm = tl.kind == KIND_COMM
+    if not comm.any():
+        return None
+    comp = tl.kind == KIND_COMPUTE
+    u_comm = iv.union(tl.start_ns[comm], tl.end_ns[comm])
+    u_comp = iv.union(tl.start_ns[comp], tl.end_ns[comp])
+    return iv.length(u_comm) - iv.intersection_length(u_comm, u_comp)
+
+
 # --- Holistic Trace Analysis 0.5.0, reproduced exactly -----------------------------------
 # HTA classifies with re.match (anchored at the start, case-sensitive); note that a
 # "Stream Wait Event" counts as computation there and HCCL names are not communication.

@@ -9,7 +9,11 @@ Definitions follow the seed's timeline overlap check (DOMAIN.md §4)::
 
 true parallel >= 0.5, false <= 0.05, partial in between. Because the side window is an
 envelope and the dominator one op, every point also carries ``busy_overlap_pct``: the
-share of the side ops' busy time that some main-stream op covers.
+share of the side ops' busy time that some main-stream op covers. ``overlap_pct`` stays
+exactly the seed's figure, but a point whose envelope says true or partial while its side
+ops never ran beside main work (busy overlap at or below the false threshold) gets the
+verdict ``envelope-only``, counted with the false ones: an idle-gapped side window that
+merely spans the dominator proves nothing.
 """
 
 from __future__ import annotations
@@ -24,19 +28,24 @@ from .model import Timeline, value_flags
 
 TRUE_AT = 0.5
 FALSE_AT = 0.05
+#: the verdict of a point whose envelope overlaps its dominator but whose side ops never
+#: ran concurrently with main-stream work
+ENVELOPE_ONLY = "envelope-only"
 #: a dominator found by distance must be at least this share of the side window's length
 DOMINATOR_MIN_SHARE = 0.5
 #: slack for "started when the side window ended": wake-up latency of a waiting stream
 BARRIER_SLACK_NS = 5_000
 
 
-def verdict(overlap_pct: float) -> str:
-    """The seed's verdict for an overlap_pct."""
-    if overlap_pct >= TRUE_AT:
-        return "true"
+def verdict(overlap_pct: float, busy_overlap_pct: float | None = None) -> str:
+    """The seed's verdict for an overlap_pct; ``envelope-only`` when the envelope says true
+    or partial but the side ops' busy time overlapped main work at most
+    :data:`FALSE_AT` (``busy_overlap_pct`` None: not checked)."""
     if overlap_pct <= FALSE_AT:
         return "false"
-    return "partial"
+    if busy_overlap_pct is not None and busy_overlap_pct <= FALSE_AT:
+        return ENVELOPE_ONLY
+    return "true" if overlap_pct >= TRUE_AT else "partial"
 
 
 def overlap_pct(side: tuple[int, int], main: tuple[int, int]) -> tuple[int, float]:
@@ -232,7 +241,7 @@ def dominator_horizon(window_len: np.ndarray) -> np.ndarray:
     return np.maximum(2 * window_len, 20_000)
 
 
-VERDICTS = ("true", "partial", "false")
+VERDICTS = ("true", "partial", "false", ENVELOPE_ONLY)
 
 
 @dataclass
@@ -241,6 +250,8 @@ class PointTable:
 
     ``verdict`` holds codes into :data:`VERDICTS`; ``dom`` and ``barrier`` are op indices
     (-1 for none); ``label`` codes into ``labels`` (the side stream of each point).
+    ``busy`` is each side window's busy time and ``hidden`` the part of it that main-stream
+    ops covered.
     """
 
     labels: list[str]
@@ -261,8 +272,9 @@ class PointTable:
         return int(self.lo.size)
 
     def counts(self) -> dict[str, int]:
-        c = np.bincount(self.verdict, minlength=3)
-        return {v: int(c[i]) for i, v in enumerate(VERDICTS)}
+        """Points per verdict; ``false`` includes the envelope-only ones, which are also
+        counted on their own under ``envelope_only``."""
+        return verdict_counts(self.verdict)
 
     def barrier_ops(self, k: int) -> list[int]:
         """The barrier op of point k and the main ops after it up to the dominator (<= 8)."""
@@ -285,6 +297,19 @@ class PointTable:
             side_hidden_ns=int(self.hidden[k]), dom=d if d >= 0 else None,
             overlap_ns=int(self.overlap[k]), overlap_pct=float(self.pct[k]),
             verdict=VERDICTS[int(self.verdict[k])], barrier=self.barrier_ops(k))
+
+
+def verdict_counts(codes: np.ndarray) -> dict[str, int]:
+    """Counts of verdict codes: true, partial, false (envelope-only included) and
+    envelope_only."""
+    c = np.bincount(codes, minlength=len(VERDICTS))
+    return {"true": int(c[0]), "partial": int(c[1]), "false": int(c[2] + c[3]),
+            "envelope_only": int(c[3])}
+
+
+def empty_counts() -> dict[str, int]:
+    """Verdict counts of a capture without parallel points."""
+    return {"true": 0, "partial": 0, "false": 0, "envelope_only": 0}
 
 
 def parallel_points(tl: Timeline, main_code: int, side_codes: list[int], **kw) -> list[ParallelPoint]:
@@ -367,7 +392,11 @@ def point_table(tl: Timeline, main_code: int, side_codes: list[int], *,
     ov = np.where(has, np.maximum(0, np.minimum(hi, de) - np.maximum(lo, ds)), 0)
     denom = np.minimum(hi - lo, de - ds)
     pct = np.where(has & (denom > 0), ov / np.where(denom > 0, denom, 1), 0.0)
+    hidden = c["hidden"]
+    busy_pct = np.where(c["busy"] > 0, hidden / np.where(c["busy"] > 0, c["busy"], 1), 0.0)
     code = np.where(pct >= TRUE_AT, 0, np.where(pct <= FALSE_AT, 2, 1)).astype(np.int8)
+    # the envelope is not evidence alone: no concurrent busy time, no (partial) overlap
+    code[(code != 2) & (busy_pct <= FALSE_AT)] = 3
     # barrier of false points: the first main op starting at (or within the slack after)
     # the side window's end while main was idle then
     barrier = np.full(lo.size, -1, np.int64)
@@ -375,10 +404,10 @@ def point_table(tl: Timeline, main_code: int, side_codes: list[int], *,
         j = np.searchsorted(main_s, hi, side="left")
         jj = np.clip(j, 0, main_s.size - 1)
         idle = (j == 0) | (main_runmax[np.clip(j - 1, 0, None)] <= hi)
-        ok = (code == 2) & (j < main_s.size) & (main_s[jj] - hi <= BARRIER_SLACK_NS) & idle
+        ok = (code >= 2) & (j < main_s.size) & (main_s[jj] - hi <= BARRIER_SLACK_NS) & idle
         barrier[ok] = main_idx[jj[ok]]
     return PointTable(labels=labels, label=c["label"].astype(np.int32), lo=lo, hi=hi,
-                      ops=c["ops"], busy=c["busy"], hidden=c["hidden"], dom=dom, overlap=ov,
+                      ops=c["ops"], busy=c["busy"], hidden=hidden, dom=dom, overlap=ov,
                       pct=pct, verdict=code, barrier=barrier, main_idx=main_idx)
 
 

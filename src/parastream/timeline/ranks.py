@@ -19,6 +19,7 @@ from multiprocessing import get_context
 from ..errors import InputError
 from .analyze import SCHEMA, Options, analyze_capture, captures_of, check_regex, summarize
 from .model import Timeline
+from .overlap import empty_counts
 from .readers import read_path
 from .readers.directory import CAPTURE_SUFFIXES, is_capture
 from .readers.kineto import is_perfetto_view
@@ -88,18 +89,25 @@ def _unit(path: str, opts: Options, keep: bool) -> tuple[list[dict], list[Timeli
     return results, (caps if keep else []), info
 
 
-def _unit_worker(path: str, opts: Options) -> tuple[list[dict], dict] | tuple[str, str]:
+def _unit_worker(path: str, opts: Options) -> tuple[list[dict], dict] | tuple[str, str, str | None, str]:
     try:
         results, _, info = _unit(path, opts, False)
         return results, info
     except InputError as exc:  # sent back as data: exceptions with extra fields pickle badly
-        return ("error", str(exc))
+        return ("error", str(exc), exc.path, exc.reason)
 
 
 def analyze_paths(paths: list[str], opts: Options, *, jobs: int = 0, keep_timelines: bool = False,
-                  progress=None) -> tuple[dict, list[Timeline]]:
+                  progress=None, strict: bool = False) -> tuple[dict, list[Timeline]]:
     """Read and analyse every input; returns the analysis document and, when asked, the
-    capture timelines in document order (for the HTML and Perfetto renderers)."""
+    capture timelines in document order (for the HTML and Perfetto renderers).
+
+    A folder of several units (ranks, captures) with broken members analyses the good
+    ones: each broken member is listed in ``doc["broken"]`` as ``{"source", "error"}`` and
+    the summary says how many of the units were analysed (``units``, ``units_analysed``).
+    With ``strict``, or when no unit can be read, the first broken member's error is
+    raised instead.
+    """
     check_regex(opts.side_regex, "--side")
     check_regex(opts.dominator_regex, "--dominator")
     units: list[str] = []
@@ -117,29 +125,57 @@ def analyze_paths(paths: list[str], opts: Options, *, jobs: int = 0, keep_timeli
         jobs = 1  # a pipe is this process's (<(zcat t.gz), /dev/stdin): a worker cannot open it
     task = progress.add_task("analysing", total=len(units)) if progress is not None else None
     per_unit: list[tuple[list[dict], dict]] = []
+    broken: list[tuple[str, InputError]] = []
     timelines: list[Timeline] = []
+    # one unit alone, or --strict: its error is the command's error (exit 2)
+    tolerant = len(units) > 1 and not strict
+
+    def failed(unit: str, exc: InputError) -> None:
+        if not tolerant:
+            raise exc
+        broken.append((unit, exc))
+
     if jobs > 1 and not keep_timelines:
         # spawn: fresh workers that can be recycled, so one huge rank does not keep its memory
         with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn"),
                                  max_tasks_per_child=4) as pool:
             futs = [pool.submit(_unit_worker, u, opts) for u in units]
-            for f in futs:
+            for u, f in zip(units, futs):
                 r = f.result()
                 if r[0] == "error":
-                    raise InputError(None, r[1])
-                per_unit.append(r)  # type: ignore[arg-type]
+                    failed(u, InputError(r[2], r[3]))
+                else:
+                    per_unit.append(r)  # type: ignore[arg-type]
                 if task is not None:
                     progress.advance(task)
     else:
         for u in units:
             if task is not None:
                 progress.update(task, description=f"reading {os.path.basename(u.rstrip('/'))}")
-            results, caps, info = _unit(u, opts, keep_timelines)
-            per_unit.append((results, info))
-            timelines.extend(caps)
+            try:
+                results, caps, info = _unit(u, opts, keep_timelines)
+            except InputError as exc:
+                failed(u, exc)
+            else:
+                per_unit.append((results, info))
+                timelines.extend(caps)
             if task is not None:
                 progress.advance(task)
+    if broken and not per_unit:  # nothing to analyse: the first member's error, as one line
+        unit, exc = broken[0]
+        raise InputError(exc.path or unit, f"{exc.reason} (and {len(broken) - 1} other "
+                         f"member(s) of {len(units)} broken)" if len(broken) > 1 else exc.reason)
+    doc = _document(per_unit, opts)
+    if broken:
+        doc["broken"] = [{"source": exc.path or u, "error": exc.reason} for u, exc in broken]
+    doc["summary"]["units"] = len(units)
+    doc["summary"]["units_analysed"] = len(per_unit)
+    return doc, timelines
 
+
+def _document(per_unit: list[tuple[list[dict], dict]], opts: Options) -> dict:
+    """The analysis document of the units read: captures, sources and, when every unit is
+    a distinct rank, per-rank rows and a cross-rank summary."""
     captures = [c for results, _ in per_unit for c in results]
     ranks = {info["rank"] for _, info in per_unit}
     doc = {"schema": SCHEMA, "captures": captures, "sources": [info for _, info in per_unit]}
@@ -152,6 +188,7 @@ def analyze_paths(paths: list[str], opts: Options, *, jobs: int = 0, keep_timeli
                          "median_wall_us": s["median_wall_us"],
                          "median_parallelism": s["median_parallelism"],
                          "median_comm_comp_overlap_pct": s["median_comm_comp_overlap_pct"],
+                         "median_comm_exposed_us": s["median_comm_exposed_us"],
                          "median_overlap_pct": s["median_overlap_pct"],
                          "hta_comm_comp_overlap_pct": info["hta_comm_comp_overlap_pct"],
                          "verdict_counts": s["verdict_counts"]})
@@ -161,7 +198,7 @@ def analyze_paths(paths: list[str], opts: Options, *, jobs: int = 0, keep_timeli
         doc["summary"] = summarize(captures, opts.cold)
     hta = [i["hta_comm_comp_overlap_pct"] for _, i in per_unit if i["hta_comm_comp_overlap_pct"] is not None]
     doc["summary"]["hta_comm_comp_overlap_pct"] = (round(statistics.median(hta), 2) if hta else None)
-    return doc, timelines
+    return doc
 
 
 def _cross_rank(rows: list[dict]) -> dict:
@@ -170,15 +207,16 @@ def _cross_rank(rows: list[dict]) -> dict:
         return round(statistics.median(v), 6) if v else None
 
     walls = [(r["median_wall_us"], r["rank"]) for r in rows if r["median_wall_us"] is not None]
-    verdicts = {"true": 0, "partial": 0, "false": 0}
+    verdicts = empty_counts()
     for r in rows:
         for k, v in r["verdict_counts"].items():
-            verdicts[k] += v
+            verdicts[k] = verdicts.get(k, 0) + v
     return {"ranks": len(rows), "captures": sum(r["captures"] for r in rows),
             "dropped_cold": sum(r["dropped_cold"] for r in rows),
             "median_wall_us": med("median_wall_us"),
             "median_parallelism": med("median_parallelism"),
             "median_comm_comp_overlap_pct": med("median_comm_comp_overlap_pct"),
+            "median_comm_exposed_us": med("median_comm_exposed_us"),
             "median_overlap_pct": med("median_overlap_pct"),
             "slowest_rank": max(walls)[1] if walls else None,
             "fastest_rank": min(walls)[1] if walls else None,

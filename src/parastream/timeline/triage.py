@@ -79,11 +79,15 @@ def triage(base: dict, multi: dict) -> dict:
         evidence.append("check that the stream switch is reached (enable switch, is_prefill "
                         "conditions, import fallbacks) and that the side ops' stream id is the "
                         "planned one")
-    elif med_pct <= 0.05 or par <= FALSE_PARALLELISM:
+    elif med_pct <= 0.05 or par <= FALSE_PARALLELISM or _envelope_only(warm):
         verdict = "3b"
         summary = "false parallelism: stream ids are split but the streams ran one after another"
         evidence.append(f"median overlap_pct {med_pct:.3f} (false <= 0.05), parallelism "
                         f"{par:.3f}x (false <= {FALSE_PARALLELISM}x)")
+        if _envelope_only(warm):
+            n_env = sum(c["verdict_counts"].get("envelope_only", 0) for c in warm)
+            evidence.append(f"{n_env} point(s) are envelope-only: the side windows span their "
+                            "dominators, but the side ops ran while the main stream was idle")
         barriers: Counter = Counter()
         for c in warm:
             barriers.update(c.get("barriers", {}))
@@ -120,6 +124,15 @@ def triage(base: dict, multi: dict) -> dict:
             "multi": {"wall_us": m_wall, "parallelism": par, "ops": m["ops"], "source": m["source"]},
             "median_overlap_pct": round(med_pct, 6), "evidence": evidence,
             "op_type_changes": changes}
+
+
+def _envelope_only(warm: list[dict]) -> bool:
+    """Whether every point that the envelope calls (partly) parallel is envelope-only: the
+    side ops never ran beside main work, whatever overlap_pct says."""
+    vc = [c.get("verdict_counts", {}) for c in warm]
+    env = sum(v.get("envelope_only", 0) for v in vc)
+    real = sum(v.get("true", 0) + v.get("partial", 0) for v in vc)
+    return env > 0 and real == 0
 
 
 #: below this share of shared op time, the baseline looks like another workload
