@@ -6,11 +6,24 @@ CSV, only the needed columns, all as text; numpy for the rest) so a million-row 
 loads in about a second and a half. Epoch start times are parsed from their decimal text
 into exact integer nanoseconds, never through a float64.
 
+Communication is what the file says it is, never the busiest stream: a row is
+communication when its ``Accelerator Core``/``Task Type`` or ``Type`` is HCCL's (``HCCL``,
+``COMMUNICATION``, or a task type only HCCL issues such as ``Notify Wait``; see
+:mod:`.hccl`), when its name is a collective's (``hcom_*``, ``hccl*``), or when its stream
+id is ``N/A`` (how torch_npu writes whole collectives; they go to the
+:data:`~parastream.timeline.model.COMM_LANE` lane). Rows of HCCL's small tasks on a real
+stream (communication rows not named as a collective) are folded away when the file also
+has whole collectives (counted in ``meta["ascend_hccl_tasks_folded"]``); otherwise each
+collective's small tasks (overlapping on one stream) are merged into one communication op,
+since they overlap each other by design and are not corrupt compute
+(``meta["ascend_hccl_tasks_merged"]``). On a stream where communication rows are at least
+half of the rows, every row is communication (HCCL owns that stream).
+
 Quirks handled: ``Block Dim``/``Block Num`` spellings, absent ``Step Id``/``OP State``/
-``Device_id``, start times quoted with a trailing TAB, ``N/A`` stream ids on HCCL
-communication rows (they go to the :data:`~parastream.timeline.model.COMM_LANE` lane),
-several devices in one file (the most common one is kept), and rows with a NaN, negative
-or unparseable time (skipped, with a warning that counts them).
+``Device_id``, start times quoted with a trailing TAB, several devices in one file (the
+most common one is kept), and rows with a NaN, negative or unparseable time (skipped, with
+a warning that counts them). profiler level Level0 writes no ``Stream ID`` column: such a
+file is refused (a directory then falls back to ``trace_view.json``).
 """
 
 from __future__ import annotations
@@ -26,6 +39,7 @@ import pyarrow.csv as pacsv
 from ...errors import InputError
 from ..timeparse import trim_text as _trim
 from ..timeparse import us_column_to_ns
+from .hccl import is_collective_name, is_hccl_task_type, merge_collectives
 from ..model import (
     COMM_LANE, KIND_COMM, KIND_COMPUTE, KIND_MEMCPY, KIND_MEMSET, DeviceInfo, Timeline,
     core_code, make_timeline, value_flags,
@@ -147,8 +161,33 @@ def _is_memcpy(v: str) -> bool:
 
 
 def _is_comm_name(v: str) -> bool:
-    lv = v.lower()
-    return lv.startswith(("hcom_", "hccl")) or "hccl" in lv
+    return is_collective_name(v) or "hccl" in v.lower()
+
+
+def _on_hccl_stream(stream_codes: np.ndarray, n_streams: int, comm: np.ndarray) -> np.ndarray:
+    """Per row: whether its stream is HCCL's (communication rows are at least half of it)."""
+    if not comm.any():
+        return np.zeros(len(comm), bool)
+    n_comm = np.bincount(stream_codes, weights=comm, minlength=n_streams)
+    n_all = np.bincount(stream_codes, minlength=n_streams)
+    return (2 * n_comm >= n_all)[stream_codes]
+
+
+def _fold_small_tasks(ops: dict, shapes, small: np.ndarray, whole: np.ndarray,
+                      names: list[str], types: list[str], meta: dict):
+    """HCCL small-task rows: dropped when whole collectives are there, else merged per
+    collective. Returns the new columns and shapes."""
+    if whole.any():
+        keep = ~small
+        meta["ascend_hccl_tasks_folded"] = int(small.sum())
+    else:
+        ops, keep, merged = merge_collectives(ops, small, np.full(len(small), -1), names, types)
+        if not merged:
+            return ops, shapes
+        meta["ascend_hccl_tasks_merged"] = merged
+        return ops, (shapes[keep] if shapes is not None else None)
+    return ({k: v[keep] for k, v in ops.items()},
+            shapes[keep] if shapes is not None else None)
 
 
 # ---------------------------------------------------------------------------- read
@@ -198,8 +237,10 @@ def read(path: str | os.PathLike[str]) -> Timeline:
     cols = _resolve(fields, spec)
     missing = [spec[k][0] for k in _REQUIRED if k not in cols]
     if missing:
+        hint = ("; torch_npu's profiler level Level0 writes no Stream ID: read its "
+                "trace_view.json or the capture folder instead" if "stream" not in cols else "")
         raise InputError(path, f"missing column(s): {', '.join(missing)} "
-                               f"(read as {fmt}; the header has {len(fields)} columns)")
+                               f"(read as {fmt}; the header has {len(fields)} columns{hint})")
     table = _read_table(path, sorted(set(cols.values())))
     warnings: list[str] = []
     meta: dict = {}
@@ -256,9 +297,10 @@ def read(path: str | os.PathLike[str]) -> Timeline:
 
     # kind and core from the (few) distinct values, then gathered per row
     core = np.array([core_code(c) for c in cores], np.int8)[core_codes]
-    comm = (value_flags(cores, lambda v: "HCCL" in v.upper() or "COMMUNICATION" in v.upper())[core_codes]
-            | value_flags(types, lambda v: "HCCL" in v.upper())[type_codes]
+    comm = (value_flags(cores, is_hccl_task_type)[core_codes]
+            | value_flags(types, is_hccl_task_type)[type_codes]
             | value_flags(names, _is_comm_name)[name_codes] | no_stream)
+    comm |= _on_hccl_stream(stream_codes, len(streams), comm)
     memset = (value_flags(types, lambda v: "MEMSET" in v.upper())[type_codes]
               | value_flags(cores, lambda v: "MEMSET" in v.upper())[core_codes])
     memcpy = (value_flags(types, _is_memcpy)[type_codes] | value_flags(cores, _is_memcpy)[core_codes])
@@ -275,5 +317,8 @@ def read(path: str | os.PathLike[str]) -> Timeline:
     shapes = None
     if "shapes" in cols:
         shapes = pc.fill_null(_trim(col("shapes")), "").to_numpy(zero_copy_only=False)
+    small = comm & ~no_stream & ~value_flags(names, is_collective_name)[name_codes]
+    if small.any():
+        ops, shapes = _fold_small_tasks(ops, shapes, small, comm & ~small, names, types, meta)
     return make_timeline(path, fmt, streams, names, types, ops, shapes=shapes,
                          device=DeviceInfo(), warnings=warnings, meta=meta)

@@ -12,11 +12,21 @@ into ``STRING_IDS(id, value)``):
   small tasks on the HCCL streams.
 
 What becomes what: a task with a ``COMPUTE_TASK_INFO`` row is an op; ``EVENT_WAIT`` tasks
-are waits on their stream; whole collectives go to the
+are waits on their stream. Communication is what the database's structure says it is,
+never the busiest stream: a task is one of HCCL's small tasks when it has a
+``COMMUNICATION_TASK_INFO`` row, when its ``connectionId`` is a ``COMMUNICATION_OP``'s
+(the collective that launched it), when its compute info or task type is one only HCCL
+issues (``HCCL``, ``Notify Wait``, ``Write Value``, ...; see :mod:`.hccl`), or when it runs
+on an HCCL stream (one where such tasks are at least half of the tasks that are neither
+waits nor ``EVENT_RECORD``/``PLACE_HOLDER`` markers; the ``SDMA`` copies and the launch
+task there belong to the collective). Whole collectives go to the
 :data:`~parastream.timeline.model.COMM_LANE` lane (as the ``N/A``-stream rows of
-``kernel_details.csv`` do) and their small tasks are then left out; without
-``COMMUNICATION_OP`` the small tasks are kept as communication ops on their own streams.
-SDMA/memcpy tasks are memcpy ops; other tasks without info (EVENT_RECORD, ...) are not ops.
+``kernel_details.csv`` do) and their small tasks are then folded into them (counted in
+``meta["ascend_hccl_tasks_folded"]``); without ``COMMUNICATION_OP`` each collective's small
+tasks (same ``opId``, else same ``connectionId``, or overlapping on one stream) are merged
+into one communication op on their own stream, since they overlap each other by design
+and are not corrupt compute (``meta["ascend_hccl_tasks_merged"]`` counts those merged away).
+Other SDMA/memcpy tasks are memcpy ops; other tasks without info are not ops.
 Column names are matched loosely (``blockNum`` or ``blockDim``, ...), optional tables may
 be absent, and the file is opened read-only.
 """
@@ -37,8 +47,11 @@ from ..model import (
 )
 from ..nogc import gc_paused
 from . import SQLITE_MAGIC
+from .hccl import is_hccl_task_type, merge_collectives
 
 FORMAT = "ascend_db"
+#: task types that mark a point in a stream, not work
+_MARKERS = ("EVENT_RECORD", "PLACE_HOLDER")
 _NSYS_HINTS = (b"CUPTI_ACTIVITY_KIND", b"TARGET_INFO_", b"NVTX_EVENTS")
 _ASCEND_HINTS = (b"STRING_IDS", b"COMPUTE_TASK_INFO", b"TABLE TASK", b'TABLE "TASK"')
 
@@ -185,8 +198,17 @@ def _read(con: sqlite3.Connection, path: str) -> Timeline:
     def num(expr: str) -> str:
         return f"COALESCE({expr}, -1)"
 
+    t_conn = task.pick("connectionId")
     select = [num(f't."{t_start}"'), num(f't."{t_end}"'), num(f't."{t_stream}"'),
-              num(task.expr("t", "deviceId", "deviceld")), num(task.expr("t", "taskType"))]
+              num(task.expr("t", "deviceId", "deviceld")), num(task.expr("t", "taskType")),
+              num(f't."{t_conn}"' if t_conn else "NULL")]
+    co = _Cols(con, "COMMUNICATION_OP") if "COMMUNICATION_OP" in tables else None
+    co_conn = co.pick("connectionId") if co else None
+    if t_conn and co_conn:  # the collective that launched the task
+        select.append(f't."{t_conn}" IN (SELECT "{co_conn}" FROM COMMUNICATION_OP '
+                      f'WHERE "{co_conn}" IS NOT NULL)')
+    else:
+        select.append("0")
     joins = []
     ci = _Cols(con, "COMPUTE_TASK_INFO") if "COMPUTE_TASK_INFO" in tables and t_gid else None
     ci_key = ci.pick("globalTaskId", "correlationId") if ci else None
@@ -204,19 +226,22 @@ def _read(con: sqlite3.Connection, path: str) -> Timeline:
     cm = (_Cols(con, "COMMUNICATION_TASK_INFO")
           if "COMMUNICATION_TASK_INFO" in tables and t_gid else None)
     if cm is not None and cm.pick("globalTaskId"):
-        joins.append('LEFT JOIN (SELECT "{k}" AS gid, MIN({n}) AS name, MIN({tt}) AS ttype '
-                     'FROM COMMUNICATION_TASK_INFO GROUP BY "{k}") m ON m.gid = t."{g}"'.format(
+        joins.append('LEFT JOIN (SELECT "{k}" AS gid, MIN({n}) AS name, MIN({tt}) AS ttype, '
+                     'MIN({op}) AS opid FROM COMMUNICATION_TASK_INFO GROUP BY "{k}") m '
+                     'ON m.gid = t."{g}"'.format(
                          k=cm.pick("globalTaskId"), n=cm.expr("COMMUNICATION_TASK_INFO", "name"),
-                         tt=cm.expr("COMMUNICATION_TASK_INFO", "taskType"), g=t_gid))
-        select += ["m.gid IS NOT NULL", num("m.name"), num("m.ttype")]
+                         tt=cm.expr("COMMUNICATION_TASK_INFO", "taskType"),
+                         op=cm.expr("COMMUNICATION_TASK_INFO", "opId"), g=t_gid))
+        select += ["m.gid IS NOT NULL", num("m.name"), num("m.ttype"), num("m.opid")]
     else:
-        select += ["0", "-1", "-1"]
+        select += ["0", "-1", "-1", "-1"]
     cur = con.execute(f"SELECT {', '.join(select)} FROM TASK t {' '.join(joins)}")
     cols = list(zip(*cur))
     if not cols:
         raise InputError(path, "no usable rows (the TASK table is empty)")
-    (start_raw, end_raw, stream_raw, dev_raw, ttype_raw, has_ci_raw, ci_name, ci_optype,
-     ci_ttype, ci_block, ci_mix, ci_shapes, has_cm_raw, cm_name, cm_ttype) = cols
+    (start_raw, end_raw, stream_raw, dev_raw, ttype_raw, conn_raw, linked_raw, has_ci_raw,
+     ci_name, ci_optype, ci_ttype, ci_block, ci_mix, ci_shapes, has_cm_raw, cm_name, cm_ttype,
+     cm_opid) = cols
     n = len(start_raw)
 
     # one capture is one device
@@ -244,12 +269,18 @@ def _read(con: sqlite3.Connection, path: str) -> Timeline:
     tt_up = [t.upper() for t in tt_txt]
     is_wait = value_flags(tt_up, lambda t: "EVENT_WAIT" in t)[tt_codes]
     is_dma = value_flags(tt_up, lambda t: "SDMA" in t or "MEMCPY" in t or "PCIE_DMA" in t)[tt_codes]
+    is_marker = value_flags(tt_up, lambda t: t.startswith(_MARKERS))[tt_codes]
     has_ci = _ints(has_ci_raw) > 0
     has_cm = _ints(has_cm_raw) > 0
-    ci_hccl = has_ci & value_flags(cit_txt, lambda t: "HCCL" in t.upper())[cit_codes]
-    compute = has_ci & ~ci_hccl & ~is_wait
-    comm_small = (has_cm | ci_hccl) & ~is_wait
-    dma = is_dma & ~has_ci & ~has_cm & ~is_wait
+    ci_hccl = has_ci & value_flags(cit_txt, is_hccl_task_type)[cit_codes]
+    tied = ((has_cm | ci_hccl | (_ints(linked_raw) > 0)
+             | value_flags(tt_txt, is_hccl_task_type)[tt_codes]) & ~is_wait)
+    stream = _ints(stream_raw)
+    work = keep & ~is_wait & ~is_marker
+    comm_small = tied | (work & _on_hccl_stream(stream, tied & keep,
+                                                work & ~tied & (has_ci | is_dma)))
+    compute = has_ci & ~comm_small & ~is_wait
+    dma = is_dma & ~has_ci & ~comm_small & ~is_wait
 
     # whole collectives, when the database has them, replace their small tasks
     comm_rows = _comm_ops(con, tables, strings, chosen, t_gid, task)
@@ -266,9 +297,9 @@ def _read(con: sqlite3.Connection, path: str) -> Timeline:
     # name / type / core per op: compute info, else communication info, else the task type
     src = np.where(compute[idx], 0, np.where(comm_small[idx], 1, 2))
     name_c, name_txt = _pick3(src, [_codes(ci_name, strings), _codes(cm_name, strings),
-                                    (tt_codes, tt_txt)], idx, has_comm_info=has_cm[idx])
+                                    (tt_codes, tt_txt)], idx, has_cm[idx], has_ci[idx])
     type_c, type_txt = _pick3(src, [_codes(ci_optype, strings), _codes(cm_ttype, strings),
-                                    (tt_codes, tt_txt)], idx, has_comm_info=has_cm[idx])
+                                    (tt_codes, tt_txt)], idx, has_cm[idx], has_ci[idx])
     core_ci = np.array([core_code(t) for t in cit_txt], np.int8)[cit_codes[idx]]
     core_tt = np.array([core_code(t) for t in tt_txt], np.int8)[tt_codes[idx]]
     core = np.where(core_ci > 0, core_ci, core_tt).astype(np.int8)
@@ -285,7 +316,6 @@ def _read(con: sqlite3.Connection, path: str) -> Timeline:
     kind[src == 1] = KIND_COMM
 
     # lanes: stream ids as text, whole collectives on the comm lane
-    stream = _ints(stream_raw)
     used = np.unique(np.concatenate([stream[idx], stream[widx]]))
     labels = [str(int(v)) for v in used]
     op_lane = np.searchsorted(used, stream[idx]).astype(np.int32)
@@ -328,9 +358,30 @@ def _read(con: sqlite3.Connection, path: str) -> Timeline:
         sc, stxt = _codes(ci_shapes, strings)
         per_op = np.array(stxt + [""], dtype=object)[np.where(compute[idx], sc[idx], len(stxt))]
         shapes = per_op.tolist() + [""] * n_comm
+    if not n_comm and (src == 1).sum() > 1:
+        # no whole collectives: each one's small tasks become one op
+        opid, conn = _ints(cm_opid)[idx], _ints(conn_raw)[idx]
+        key = np.where(opid >= 0, opid, np.where(conn >= 0, conn + (1 << 40), -1))
+        ops, kept, merged = merge_collectives(ops, src == 1, key, names, types)
+        if merged:
+            meta["ascend_hccl_tasks_merged"] = merged
+            if shapes is not None:
+                shapes = [sh for sh, k in zip(shapes, kept) if k]
     device = DeviceInfo(name=_npu_name(con, tables, chosen))
     return make_timeline(path, FORMAT, labels, names, types, ops, waits, shapes=shapes,
                          device=device, warnings=warnings, meta=meta)
+
+
+def _on_hccl_stream(stream: np.ndarray, tied: np.ndarray, other: np.ndarray) -> np.ndarray:
+    """Per task: whether it runs on an HCCL stream, one where the tasks tied to
+    communication are at least as many as the other work tasks (so a compute stream with
+    an odd HCCL task is not one)."""
+    if not tied.any():
+        return np.zeros(len(stream), bool)
+    uniq, inv = np.unique(stream, return_inverse=True)
+    n_tied = np.bincount(inv, weights=tied, minlength=len(uniq))
+    n_other = np.bincount(inv, weights=other, minlength=len(uniq))
+    return ((n_tied > 0) & (n_tied >= n_other))[inv]
 
 
 def _codes(raw, strings: dict) -> tuple[np.ndarray, list[str]]:
@@ -352,15 +403,15 @@ def _codes(raw, strings: dict) -> tuple[np.ndarray, list[str]]:
     return inv.astype(np.int32).reshape(-1), texts
 
 
-def _pick3(src: np.ndarray, sources: list, idx: np.ndarray, has_comm_info: np.ndarray
-           ) -> tuple[np.ndarray, list[str]]:
+def _pick3(src: np.ndarray, sources: list, idx: np.ndarray, has_comm_info: np.ndarray,
+           has_compute_info: np.ndarray) -> tuple[np.ndarray, list[str]]:
     """Per op, the code from source 0, 1 or 2 (compute info, comm info, task type).
 
-    A communication task known only from a compute-info row (task type HCCL) takes its
-    text from the compute info.
+    A communication task without a communication-info row takes its text from its
+    compute info (task type HCCL) or, without that either, from its task type.
     """
     (c0, t0), (c1, t1), (c2, t2) = sources
-    src = np.where((src == 1) & ~has_comm_info, 0, src)
+    src = np.where((src == 1) & ~has_comm_info, np.where(has_compute_info, 0, 2), src)
     merged, (m0, m1, m2) = _merge([(c0[idx], t0), (c1[idx], t1), (c2[idx], t2)])
     return np.choose(src, [m0, m1, m2]).astype(np.int32), merged
 

@@ -8,13 +8,28 @@ per file).
 
 Inside one capture the sources are tried best first: a profiler database with a ``TASK``
 table (``ascend_pytorch_profiler_*.db``, then ``msprof_*.db``: integer ns, waits included),
-``kernel_details.csv``, ``trace_view.json`` (waits included), ``op_summary_*.csv``. When the
-source does not say how many cores the device has, ``PROF_*/device_*/info.json.*``
-(``DeviceInfo[0].ai_core_num``, ``aiv_num``) fills it in.
+``kernel_details.csv``, ``trace_view.json`` (waits included), ``op_summary_*.csv``. A
+``kernel_details.csv`` without a ``Stream ID`` column (profiler level Level0) is passed over
+with a warning and the next source is read. Each reader recognises communication by the
+source's own structure (see their docstrings), so which source is read does not change
+which streams are communication. When the source does not say how many cores the device
+has, ``PROF_*/device_*/info.json.*`` (``DeviceInfo[0].ai_core_num``, ``aiv_num``) fills it
+in.
+
+Ascend's own time split of the capture (``step_trace_time.csv``, else the
+``StepTraceTime`` table of ``analysis.db``; the one of the source's own export first) is
+put into the timeline's ``meta`` by :func:`.step_trace.attach` (``ascend_overlapped_pct``
+and friends), with a warning when parastream's comm/comp overlap differs from it by more
+than 2 points.
+
+Entries that cannot be read as what they look like (a symbolic link that loops or points
+nowhere) are skipped with a warning naming them; a capture whose every source is such an
+entry is an :class:`InputError`.
 """
 
 from __future__ import annotations
 
+import errno
 import fnmatch
 import json
 import os
@@ -22,6 +37,7 @@ import re
 
 from ...errors import InputError
 from ..model import Timeline
+from . import step_trace
 
 CAPTURE_SUFFIXES = ("_ascend_pt", "_ascend_ms")
 _OUTPUT_DIR = "ASCEND_PROFILER_OUTPUT"
@@ -77,18 +93,39 @@ def _walk_files(root: str, max_depth: int = _MAX_DEPTH) -> list[str]:
     return files
 
 
-def _source_candidates(root: str) -> list[tuple[str, str]]:
-    """(label, path) of the profiler files under a capture, best first.
+def _unreadable(path: str) -> str | None:
+    """Why ``path`` (a name a folder lists) cannot be opened, or None when it can."""
+    try:
+        os.stat(path)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return "a symbolic link loop"
+        if os.path.islink(path):
+            return "a symbolic link to nothing"
+        return f"cannot read: {exc.strerror or exc}"
+    return None
 
-    Within one kind, files under ``ASCEND_PROFILER_OUTPUT`` come first, then by path.
-    """
+
+def _by_preference(hits: list[str]) -> list[str]:
+    """Files under ``ASCEND_PROFILER_OUTPUT`` first, then by path."""
+    return sorted(hits, key=lambda f: (_OUTPUT_DIR not in f.split(os.sep), f))
+
+
+def _source_candidates(root: str) -> tuple[list[tuple[str, str]], list[InputError]]:
+    """(label, path) of the profiler files under a capture, best first, and an error for
+    each one that cannot even be opened (a symbolic link loop, ...)."""
     files = _walk_files(root)
     out: list[tuple[str, str]] = []
+    broken: list[InputError] = []
     for label, pattern in _SOURCES:
-        hits = [f for f in files if fnmatch.fnmatch(os.path.basename(f), pattern)]
-        hits.sort(key=lambda f: (_OUTPUT_DIR not in f.split(os.sep), f))
-        out.extend((label, f) for f in hits)
-    return out
+        for f in _by_preference([f for f in files
+                                 if fnmatch.fnmatch(os.path.basename(f), pattern)]):
+            why = _unreadable(f)
+            if why:
+                broken.append(InputError(f, why))
+            else:
+                out.append((label, f))
+    return out, broken
 
 
 def _read_source(label: str, path: str) -> Timeline:
@@ -143,12 +180,19 @@ def _pos_int(v) -> int | None:
     return i if i > 0 else None
 
 
-def _read_capture(root: str) -> Timeline | None:
-    """The best source under one capture folder, or None when it has none."""
-    candidates = _source_candidates(root)
+def _read_capture(root: str, skipped: list[InputError] | None = None) -> Timeline | None:
+    """The best source under one capture folder, or None when it has none.
+
+    When every source there is one that cannot be opened, that is an error, unless
+    ``skipped`` is given: the errors are then added to it and None is returned."""
+    candidates, broken = _source_candidates(root)
     if not candidates:
+        if skipped is None and broken:
+            raise broken[0]
+        if skipped is not None:
+            skipped.extend(broken)
         return None
-    errors: list[InputError] = []
+    errors: list[InputError] = list(broken)
     tl = None
     for label, f in candidates:
         try:
@@ -170,7 +214,30 @@ def _read_capture(root: str) -> Timeline | None:
             tl.device.ai_core_num = aic
         if aiv and not tl.device.vector_core_num:
             tl.device.vector_core_num = aiv
+    _attach_step_trace(tl, root)
     return tl
+
+
+def _attach_step_trace(tl: Timeline, root: str) -> None:
+    """Ascend's own time split of the capture into ``tl.meta`` (see :mod:`.step_trace`).
+
+    The file of the source's own export is preferred: ``analysis.db`` beside a database,
+    ``step_trace_time.csv`` beside a text export."""
+    files = _walk_files(root)
+    csvs = _by_preference([f for f in files if os.path.basename(f) == step_trace.FILE_NAME])
+    dbs = _by_preference([f for f in files if os.path.basename(f) == step_trace.DB_NAME])
+    near = os.path.dirname(tl.source)
+    readers = [(f, step_trace.read_csv) for f in csvs] + [(f, step_trace.read_analysis_db)
+                                                          for f in dbs]
+    # same folder as the source first (the same export), then csv before db
+    readers.sort(key=lambda r: os.path.dirname(r[0]) != near)
+    for f, read in readers:
+        if _unreadable(f):
+            continue
+        st = read(f, tl.meta.get("device_id"))
+        if st is not None:
+            step_trace.attach(tl, st)
+            return
 
 
 _RANKED = (re.compile(r"profiler_info_(\d+)\.json"),
@@ -196,13 +263,20 @@ def _rank_of(root: str, source: str) -> int | None:
     return None
 
 
-def _kineto_files(path: str) -> list[tuple]:
-    """(reader module, path) of every trace file lying in ``path``, sniffed once."""
+def _kineto_files(path: str, skipped: list[InputError]) -> list[tuple]:
+    """(reader module, path) of every trace file lying in ``path``, sniffed once; the
+    trace names that cannot be opened (a symbolic link loop, ...) go to ``skipped``."""
     from . import sniff_format
 
     out = []
     for e in sorted(os.scandir(path), key=lambda e: e.name):
-        if not e.is_file() or not e.name.endswith((".json", ".json.gz")):
+        if not e.name.endswith((".json", ".json.gz")):
+            continue
+        why = _unreadable(e.path)
+        if why:
+            skipped.append(InputError(e.path, why))
+            continue
+        if not e.is_file():
             continue
         try:
             mod = sniff_format(e.path)
@@ -230,10 +304,15 @@ def read_dir(path: str | os.PathLike[str]) -> list[Timeline]:
     if timelines:
         return timelines
     # profiler files lying loose in the folder, else plain Kineto traces (one per rank)
-    tl = _read_capture(path)
+    skipped: list[InputError] = []
+    tl = _read_capture(path, skipped)
     if tl is not None:
         return [tl]
-    traces = _kineto_files(path)
+    traces = _kineto_files(path, skipped)
     if traces:
-        return [mod.read(f) for mod, f in traces]
+        timelines = [mod.read(f) for mod, f in traces]
+        timelines[0].warnings.extend(f"skipped {e.path}: {e.reason}" for e in skipped)
+        return timelines
+    if skipped:
+        raise skipped[0]
     raise InputError(path, f"no profiler data found (looked for {_LOOKED_FOR})")

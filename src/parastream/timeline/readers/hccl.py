@@ -86,3 +86,41 @@ def fold_groups(groups: np.ndarray, start: np.ndarray, end: np.ndarray
     g_end = np.maximum.reduceat(end[order], first)
     count = np.diff(np.r_[first, len(order)])
     return order[first], g_start, g_end, count
+
+
+def merge_collectives(ops: dict, hw: np.ndarray, key: np.ndarray, names: list[str],
+                      types: list[str]) -> tuple[dict, np.ndarray, int]:
+    """Merge each collective's small tasks into one op, for sources without whole
+    collectives.
+
+    ``ops`` holds per-op columns (``stream``, ``start_ns``, ``end_ns``, ``name``, ``type``
+    and any others), ``hw`` marks the HCCL small tasks, ``key`` their collective's id (-1
+    unknown; see :func:`collective_groups`). A merged op keeps its first task's columns,
+    spans all its tasks, and is named after the collective when that task is (``hcom_*``),
+    else :data:`GROUP_NAME`; ``names``/``types`` are extended in place. Returns the new
+    columns, the mask of old ops kept, and how many tasks were merged away.
+    """
+    n = len(hw)
+    idx = np.flatnonzero(hw)
+    keep = np.ones(n, bool)
+    if idx.size < 2:
+        return ops, keep, 0
+    starts, ends = ops["start_ns"][idx], ops["end_ns"][idx]
+    groups = collective_groups(ops["stream"][idx], starts, ends, key[idx])
+    first, g_start, g_end, count = fold_groups(groups, starts, ends)
+    if not (count > 1).any():
+        return ops, keep, 0
+    keep[idx] = False
+    rep = idx[first]
+    keep[rep] = True
+    ops = {k: v.copy() for k, v in ops.items()}
+    ops["start_ns"][rep], ops["end_ns"][rep] = g_start, g_end
+    many = rep[count > 1]
+    if many.size:
+        unnamed = many[[not is_collective_name(names[c]) for c in ops["name"][many]]]
+        if unnamed.size:
+            ops["name"][unnamed] = len(names)
+            names.append(GROUP_NAME)
+        ops["type"][many] = len(types)
+        types.append(GROUP_TYPE)
+    return {k: v[keep] for k, v in ops.items()}, keep, int((count - 1).sum())

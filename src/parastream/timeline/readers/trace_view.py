@@ -56,10 +56,7 @@ from ..model import (
 from ..nogc import gc_paused
 from ..timeparse import us_column_to_ns
 from . import read_all
-from .hccl import (
-    GROUP_NAME, GROUP_TYPE, collective_groups, fold_groups, is_collective_name,
-    is_hccl_task_type,
-)
+from .hccl import is_collective_name, is_hccl_task_type, merge_collectives
 from .step_trace import attach, from_overlap_analysis
 
 FORMAT = "ascend_trace_view"
@@ -412,7 +409,7 @@ def read(path: str | os.PathLike[str]) -> Timeline:
         conn_codes, conn_txt = _intern([_key(rows[i][9]) or "" if hw[k] else ""
                                         for k, i in enumerate(take_op)])
         key = np.where(np.array([t == "" for t in conn_txt], bool)[conn_codes], -1, conn_codes)
-        ops, merged = _merge_collectives(ops, hw, key, names, types)
+        ops, _, merged = merge_collectives(ops, hw, key, names, types)
         if merged:
             meta["ascend_hccl_tasks_merged"] = merged
     tl = make_timeline(path, FORMAT, streams, names, types, ops, waits, warnings=warnings,
@@ -427,42 +424,20 @@ def read(path: str | os.PathLike[str]) -> Timeline:
 def _claim_hccl_streams(rows: list[tuple], hw_pids: set, plane_tasks: set, hccl: int) -> None:
     """Every task of an HCCL stream is communication (in place).
 
-    An HCCL stream is one the HCCL process's Plane tasks name, or one that holds a task
-    tied to a collective or of a type only HCCL issues. HCCL owns such a stream, so its
-    other tasks (``SDMA`` copies without a connection id, ...) are the collective's
-    too; waits and markers on it stay what they are.
+    An HCCL stream is one the HCCL process's Plane tasks name, or one where tasks tied to
+    a collective or of a type only HCCL issues are at least half of the tasks. HCCL owns
+    such a stream, so its other tasks (``SDMA`` copies without a connection id, ...) are
+    the collective's too; waits and markers on it stay what they are. (A compute stream
+    with an odd HCCL task keeps its compute tasks.)
     """
-    lanes = {(pid, s) for pid in hw_pids for s, _ in plane_tasks}
-    lanes |= {(r[1], r[2]) for r in rows if r[0] == "hw_comm"}
-    if not lanes:
+    tied: Counter = Counter((r[1], r[2]) for r in rows if r[0] == "hw_comm")
+    if not tied and not plane_tasks:
         return
+    other: Counter = Counter((r[1], r[2]) for r in rows if r[0] == "op")
+    lanes = {(pid, s) for pid in hw_pids for s, _ in plane_tasks}
+    lanes |= {lane for lane, n in tied.items() if n >= other[lane]}
     for i, r in enumerate(rows):
         if r[0] == "op" and (r[1], r[2]) in lanes:
             task_type = str(r[10] or "").strip()
             rows[i] = ("hw_comm", r[1], r[2], r[3], r[4] or task_type, KIND_COMM,
                        r[6] or hccl) + r[7:]
-
-
-def _merge_collectives(ops: dict, hw: np.ndarray, key: np.ndarray, names: list[str],
-                       types: list[str]) -> tuple[dict, int]:
-    """Without whole collectives: each collective's small hardware tasks (same connection
-    id, or overlapping on one stream) become one op spanning them. Returns the new columns
-    and how many tasks were merged away."""
-    idx = np.flatnonzero(hw)
-    groups = collective_groups(ops["stream"][idx], ops["start_ns"][idx], ops["end_ns"][idx],
-                               key[idx])
-    first, g_start, g_end, count = fold_groups(groups, ops["start_ns"][idx], ops["end_ns"][idx])
-    if not (count > 1).any():
-        return ops, 0
-    keep = ~hw
-    keep[idx[first]] = True
-    ops = {k: v.copy() for k, v in ops.items()}
-    rep = idx[first]
-    ops["start_ns"][rep], ops["end_ns"][rep] = g_start, g_end
-    many = rep[count > 1]
-    if many.size:
-        ops["name"][many] = len(names)
-        ops["type"][many] = len(types)
-        names.append(GROUP_NAME)
-        types.append(GROUP_TYPE)
-    return {k: v[keep] for k, v in ops.items()}, int((count - 1).sum())
