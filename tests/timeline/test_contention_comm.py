@@ -28,7 +28,7 @@ def grid_of(ivs) -> np.ndarray:
 
 
 # ------------------------------------------------------------------ core contention
-CUBE = {"AI_CORE", "MIX_AIC", "", "CUDA"}
+CUBE = {"AI_CORE", "MIX_AIC", ""}  # CUDA kernels: the "sm" pool (occupancy), below
 VECTOR = {"AI_VECTOR_CORE", "MIX_AIV"}
 
 
@@ -81,6 +81,37 @@ def test_core_contention_matches_grid(raw, pool, cores):
     assert all(c.pool == pool and c.cores == cores for c in got)
     ns = [c.oversubscribed_ns for c in got]
     assert ns == sorted(ns, reverse=True)
+
+
+def test_cuda_grid_blocks_are_not_sms():
+    """The users' case: two 64-block x 128-thread kernels on an A100 (108 SMs) were "128
+    of 108 cores". Their occupancy (4 warps per block, 64 blocks over 108 SMs: about 3.7% of
+    the warp slots) leaves the SMs nearly free; two full-occupancy kernels do contend."""
+    cuda = CORES.index("CUDA")
+    b = TimelineBuilder("a100", "test")
+    b.add_op("7", "k1", 0, 100, core=cuda, block_dim=64, sm_share=0.037)
+    b.add_op("8", "k2", 0, 100, core=cuda, block_dim=64, sm_share=0.037)
+    b.add_op("7", "gemm", 200, 300, core=cuda, block_dim=864, sm_share=0.63)
+    b.add_op("8", "gemm2", 250, 350, core=cuda, block_dim=864, sm_share=0.63)
+    tl = b.build()
+    assert core_contention(tl, [0, 1], "cube", 108) == []  # block dims are not the evidence
+    (c,) = core_contention(tl, [0, 1], "sm", 108)
+    # ceil(0.63 x 108) = 69 SMs' worth each, 138 > 108 while both run (250..300)
+    assert (c.pool, c.oversubscribed_ns, c.max_demand, c.cores) == ("sm", 50, 138, 108)
+
+
+def test_cuda_without_occupancy_is_not_checked():
+    from parastream.timeline.analyze import analyze_capture
+
+    cuda = CORES.index("CUDA")
+    b = TimelineBuilder("t", "test")
+    b.add_op("7", "k1", 0, 100, core=cuda, block_dim=4096)
+    b.add_op("8", "k2", 0, 100, core=cuda, block_dim=4096)
+    tl = b.build()
+    tl.device.sm_count = 108
+    cap = analyze_capture(tl)
+    assert cap["contention"] == []
+    assert any("SM contention not checked" in w for w in cap["warnings"])
 
 
 def test_core_contention_examples():

@@ -18,7 +18,7 @@ import numpy as np
 from ..errors import InputError
 from . import intervals as iv
 from .comm import comm_comp_overlap_pct, comm_exposed_ns
-from .contention import core_contention
+from .contention import core_contention, occupancy_known
 from .model import Timeline
 from collections import Counter
 
@@ -242,22 +242,47 @@ def _point_dict(tl: Timeline, p, t0: int) -> dict:
 
 def _contention(tl: Timeline, stats: list[StreamStats], opts: Options) -> tuple[list[dict], str | None]:
     codes = [s.code for s in stats]
-    has_bd = bool((tl.block_dim > 0).any())
-    if not has_bd or len(codes) < 2:
+    if len(codes) < 2:
         return [], None
-    out = []
-    cube = opts.cores or tl.device.cores()
+    n_cuda, n_occ = occupancy_known(tl)
+    if n_cuda:
+        return _sm_contention(tl, codes, opts, n_cuda, n_occ)
+    if not bool((tl.block_dim > 0).any()):
+        return [], None
+    cube = opts.cores or tl.device.ai_core_num
     vec = opts.vector_cores or tl.device.vector_core_num
     if not cube:
         return [], ("core contention not checked: the device's core count is unknown "
                     "(pass --cores N, or point at the profiler directory with info.json)")
     pools = [("cube", cube)] + ([("vector", vec)] if vec else [])
+    return _pool_rows(tl, codes, pools), None
+
+
+def _sm_contention(tl: Timeline, codes: list[int], opts: Options, n_cuda: int,
+                   n_occ: int) -> tuple[list[dict], str | None]:
+    """CUDA: kernels' occupancy shares of the SMs (grid blocks are not SMs)."""
+    sms = opts.cores or tl.device.sm_count
+    if not n_occ:
+        return [], ("SM contention not checked: the trace records no occupancy per kernel "
+                    "('est. achieved occupancy %' or 'warps per SM'); grid blocks are not SMs")
+    if not sms:
+        return [], ("SM contention not checked: the device's SM count is unknown (no "
+                    "deviceProperties numSms; pass --cores N)")
+    note = None
+    if n_occ < n_cuda:
+        note = (f"SM contention checked on {n_occ} of {n_cuda} kernels: the others have no "
+                "recorded occupancy")
+    return _pool_rows(tl, codes, [("sm", sms)]), note
+
+
+def _pool_rows(tl: Timeline, codes: list[int], pools: list[tuple[str, int]]) -> list[dict]:
+    out = []
     for pool, n in pools:
         for c in core_contention(tl, codes, pool, n):
             out.append({"pool": c.pool, "streams": list(c.streams),
                         "oversubscribed_us": us(c.oversubscribed_ns), "max_demand": c.max_demand,
                         "cores": c.cores, "first_us": us(c.first_ns - tl.t0_ns)})
-    return out, None
+    return out
 
 
 def captures_of(timelines: list[Timeline], split_steps: bool = True) -> list[Timeline]:

@@ -1,8 +1,13 @@
-"""Core contention: concurrent block dims against the device's core count.
+"""Core contention: what concurrent ops ask of the device against what it has.
 
-Never judged by op type (a MatMul can run on one core): the evidence is the sum of the
-``Block Dim`` of the ops running at the same time versus the AI-core count (vector
-cores for vector ops; SMs for CUDA grids).
+Never judged by op type (a MatMul can run on one core). On Ascend the evidence is the sum
+of the ``Block Dim`` of the ops running at the same time versus the AI-core count (vector
+cores for vector ops): a block holds one core. On CUDA a grid block is not an SM: many
+blocks of several kernels share one SM, as far as its warp slots, registers and shared
+memory allow. So a CUDA kernel's demand is its share of the device's warp slots (the
+profiler's estimated achieved occupancy, which already accounts for its blocks per SM,
+registers and shared memory) expressed in SMs: ``share x SM count``. Kernels whose
+trace records no occupancy are left out, and a trace with none is "not checked".
 """
 
 from __future__ import annotations
@@ -16,13 +21,14 @@ from . import intervals as iv
 from .model import CORES, Timeline
 
 _C = {name: i for i, name in enumerate(CORES)}
-CUBE_CORES = (_C["AI_CORE"], _C["MIX_AIC"], _C[""], _C["CUDA"])
+CUBE_CORES = (_C["AI_CORE"], _C["MIX_AIC"], _C[""])
+CUDA = _C["CUDA"]
 VECTOR_CORES = (_C["AI_VECTOR_CORE"], _C["MIX_AIV"])
 
 
 @dataclass
 class Contention:
-    pool: str  # "cube" (AI cores / SMs) or "vector"
+    pool: str  # "cube" (AI cores), "vector" (vector cores) or "sm" (CUDA: SMs by occupancy)
     streams: tuple[str, str]
     oversubscribed_ns: int
     max_demand: int
@@ -31,15 +37,31 @@ class Contention:
 
 
 def demand(tl: Timeline, pool: str, cores: int) -> np.ndarray:
-    """Cores each op asks of ``pool``, capped at the pool size (more blocks run in waves)."""
+    """Cores each op asks of ``pool``, capped at the pool size (more blocks run in waves).
+
+    Pools: ``cube`` (AI cores, block dims), ``vector`` (vector cores), ``sm`` (CUDA kernels:
+    occupancy share x SMs, rounded up; unknown occupancy asks nothing)."""
     bd, mix, core = tl.block_dim, tl.mix_block_dim, tl.core
-    if pool == "cube":
+    if pool == "sm":
+        share = tl.sm_share if tl.sm_share is not None else np.full(len(tl), np.nan)
+        known = (core == CUDA) & np.isfinite(share)
+        d = np.where(known, np.ceil(np.nan_to_num(share) * cores - 1e-9), -1).astype(np.int64)
+    elif pool == "cube":
         d = np.where(np.isin(core, CUBE_CORES), bd, -1)
         d = np.where(core == _C["MIX_AIV"], mix, d)
     else:
         d = np.where(np.isin(core, VECTOR_CORES), bd, -1)
         d = np.where(core == _C["MIX_AIC"], mix, d)
     return np.clip(d, 0, cores)
+
+
+def occupancy_known(tl: Timeline) -> tuple[int, int]:
+    """(CUDA kernels, of which with a recorded occupancy)."""
+    cuda = tl.core == CUDA
+    n = int(cuda.sum())
+    if tl.sm_share is None or n == 0:
+        return n, 0
+    return n, int((cuda & np.isfinite(tl.sm_share)).sum())
 
 
 def core_contention(tl: Timeline, stream_codes: list[int], pool: str, cores: int

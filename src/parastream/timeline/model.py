@@ -113,6 +113,9 @@ class Timeline:
     shapes: np.ndarray | None = None
     #: host time the op was launched (CUDA runtime call / ac2g flow), -1 unknown; None if no source
     launch_ns: np.ndarray | None = None
+    #: share of the device's SM warp slots a CUDA kernel holds while it runs (0..1, from the
+    #: profiler's occupancy estimate), NaN unknown; None when the source has none
+    sm_share: np.ndarray | None = None
     wait_stream: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))
     wait_on: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))
     wait_start_ns: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
@@ -163,6 +166,8 @@ class Timeline:
             cols["shapes"] = self.shapes[mask]
         if self.launch_ns is not None:
             cols["launch_ns"] = self.launch_ns[mask]
+        if self.sm_share is not None:
+            cols["sm_share"] = self.sm_share[mask]
         if wait_mask is not None:
             for c in ("wait_stream", "wait_on", "wait_start_ns", "wait_end_ns", "wait_name"):
                 cols[c] = getattr(self, c)[wait_mask]
@@ -214,13 +219,16 @@ class TimelineBuilder:
         self._waits: list[tuple] = []
         self._shapes: list[str] = []
         self._has_shapes = False
+        self._sm_share: list[float] = []
         self.device = DeviceInfo()
         self.warnings: list[str] = []
         self.meta: dict = {}
 
     def add_op(self, stream: str, name: str, start_ns: int, end_ns: int, *, type: str = "",
                kind: int = KIND_COMPUTE, core: int = 0, block_dim: int = -1,
-               mix_block_dim: int = -1, step: int = -1, shapes: str | None = None) -> None:
+               mix_block_dim: int = -1, step: int = -1, shapes: str | None = None,
+               sm_share: float | None = None) -> None:
+        self._sm_share.append(float("nan") if sm_share is None else float(sm_share))
         self._rows.append((self.streams.code(stream), self.names.code(name), self.types.code(type),
                            start_ns, end_ns, kind, core, block_dim, mix_block_dim, step))
         if shapes is not None:
@@ -244,6 +252,7 @@ class TimelineBuilder:
             end_ns=np.array(cols[4], np.int64), kind=np.array(cols[5], np.int8),
             core=np.array(cols[6], np.int8), block_dim=np.array(cols[7], np.int32),
             mix_block_dim=np.array(cols[8], np.int32), step=np.array(cols[9], np.int32),
+            sm_share=np.array(self._sm_share, np.float64),
         )
         w = list(zip(*self._waits)) if self._waits else [()] * 5
         waits = dict(
@@ -284,6 +293,8 @@ def make_timeline(source: str, fmt: str, streams: Sequence[str], names: Sequence
     cols = {k: np.asarray(v)[idx] for k, v in ops.items()}
     if cols.get("launch_ns") is not None and not (cols["launch_ns"] >= 0).any():
         cols["launch_ns"] = None
+    if cols.get("sm_share") is not None and not np.isfinite(cols["sm_share"]).any():
+        cols["sm_share"] = None
     if shapes is not None:
         shapes = np.asarray(shapes, dtype=object)[idx]
     waits = waits or {}

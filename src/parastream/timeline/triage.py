@@ -117,8 +117,10 @@ def triage(base: dict, multi: dict) -> dict:
     if len(base_streams) > 1:
         doubts.append(f"the baseline has {len(base_streams)} compute streams: is it a "
                       "single-stream capture?")
+    doubts.extend(device_doubts(b, m))
     evidence[:0] = doubts
     return {"verdict": verdict, "summary": summary, "wall_change_pct": round(change, 3),
+            "baseline_doubts": doubts,
             "baseline": {"wall_us": b_wall, "parallelism": b["parallelism"], "ops": b["ops"],
                          "source": b["source"]},
             "multi": {"wall_us": m_wall, "parallelism": par, "ops": m["ops"], "source": m["source"]},
@@ -133,6 +135,24 @@ def _envelope_only(warm: list[dict]) -> bool:
     env = sum(v.get("envelope_only", 0) for v in vc)
     real = sum(v.get("true", 0) + v.get("partial", 0) for v in vc)
     return env > 0 and real == 0
+
+
+def device_doubts(b: dict, m: dict) -> list[str]:
+    """Why the baseline may come from another device: a different device name, or a
+    different AI-core / vector-core / SM count, as each capture's source states them.
+    Walls of two devices say nothing about streams, so these come first in the triage."""
+    bd, md = b.get("device") or {}, m.get("device") or {}
+    out = []
+    if bd.get("name") and md.get("name") and bd["name"] != md["name"]:
+        out.append(f"the baseline ran on {bd['name']}, this capture on {md['name']}: a wall "
+                   "change between two devices says nothing about the streams")
+    for key, what in (("sm_count", "SMs"), ("ai_core_num", "AI cores"),
+                      ("vector_core_num", "vector cores")):
+        x, y = bd.get(key), md.get(key)
+        if x and y and x != y:
+            out.append(f"the baseline's device has {x} {what}, this capture's {y}: not the same "
+                       "kind of device")
+    return out
 
 
 #: below this share of shared op time, the baseline looks like another workload
