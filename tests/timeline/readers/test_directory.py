@@ -195,3 +195,44 @@ def test_a_folder_of_rank_captures_is_one_unit_per_capture(tmp_path):
     assert [p.rsplit("/", 1)[-1] for p in expand(str(tmp_path))] == [
         "r0_ascend_ms", "r1_ascend_ms", "r2_ascend_pt"]
     assert expand(str(tmp_path / "r0_ascend_ms")) == [str(tmp_path / "r0_ascend_ms")]
+
+
+# --- symbolic links that loop or point nowhere --------------------------------------------
+def test_a_looping_source_in_a_capture_is_skipped_with_a_warning(tmp_path):
+    cap = make_capture(tmp_path, "x_ascend_pt", tv=False)
+    loop = cap / "ASCEND_PROFILER_OUTPUT" / "trace_view.json"
+    loop.symlink_to(loop.name)  # trace_view.json -> trace_view.json
+    (cap / "ASCEND_PROFILER_OUTPUT" / "kernel_details.csv").unlink()
+    (cap / "ASCEND_PROFILER_OUTPUT" / "kernel_details.csv").symlink_to("gone.csv")
+    shutil.copy(REAL_CSV, cap / "op_summary_0_1.csv")
+    (tl,) = read_dir(cap)
+    assert tl.format == ascend_csv.KERNEL_DETAILS  # op_summary holds kernel_details columns
+    assert any(str(loop) in w and "symbolic link loop" in w for w in tl.warnings)
+    assert any("kernel_details.csv" in w and "symbolic link to nothing" in w
+               for w in tl.warnings)
+
+
+def test_a_capture_whose_only_source_loops_is_one_input_error(tmp_path):
+    out = tmp_path / "x_ascend_pt" / "ASCEND_PROFILER_OUTPUT"
+    out.mkdir(parents=True)
+    (out / "kernel_details.csv").symlink_to("kernel_details.csv")
+    with pytest.raises(InputError) as err:
+        read_dir(tmp_path / "x_ascend_pt")
+    assert err.value.path == str(out / "kernel_details.csv")
+    assert err.value.reason == "a symbolic link loop"
+
+
+def test_a_looping_trace_beside_kineto_traces_is_skipped_with_a_warning(tmp_path):
+    pytest.importorskip("parastream.timeline.readers.kineto")
+    shutil.copy(DATA / "kineto" / "simple_add.json.gz", tmp_path / "simple_add.json.gz")
+    (tmp_path / "rank1.json").symlink_to("rank1.json")
+    (tl,) = read_dir(tmp_path)
+    assert pathlib.Path(tl.source).name == "simple_add.json.gz"
+    assert any("rank1.json" in w and "symbolic link loop" in w for w in tl.warnings)
+
+
+def test_a_folder_holding_only_a_looping_trace_is_one_input_error(tmp_path):
+    (tmp_path / "a.json").symlink_to("b.json")
+    (tmp_path / "b.json").symlink_to("a.json")
+    with pytest.raises(InputError, match="symbolic link loop"):
+        read_dir(tmp_path)
