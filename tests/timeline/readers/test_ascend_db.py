@@ -252,3 +252,16 @@ def test_text_columns_instead_of_string_ids(tmp_path):
     assert [tl.op_name(0), tl.types[tl.type[0]], tl.streams[tl.stream[0]]] == ["mm", "MatMul", "4"]
     assert tl.block_dim.tolist() == [8] and tl.mix_block_dim.tolist() == [-1]
     assert tl.n_waits == 1 and tl.streams[tl.wait_stream[0]] == "5"
+
+
+def test_a_wal_mode_database_is_read_without_files_beside_it(tmp_path):
+    # torch_npu wrote this real capture's database in WAL journal mode
+    real = (pathlib.Path(__file__).resolve().parents[2] / "data" / "ascend" /
+            "msinsight_level1_db" / "rank0_ascend_pt" / "ASCEND_PROFILER_OUTPUT" /
+            "ascend_pytorch_profiler_0.db")
+    path = tmp_path / real.name
+    path.write_bytes(real.read_bytes())
+    assert path.read_bytes()[18:20] == b"\x02\x02"  # WAL read and write versions
+    tl = ascend_db.read(path)
+    assert len(tl)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [real.name]

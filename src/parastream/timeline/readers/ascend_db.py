@@ -66,8 +66,21 @@ def sniff(head: bytes) -> bool:
 
 
 def connect_ro(path: str) -> sqlite3.Connection:
-    """Open an sqlite file read-only (never creates or modifies it)."""
-    uri = Path(path).resolve().as_uri() + "?mode=ro"
+    """Open an sqlite file read-only (never creates or modifies it, nor files beside it).
+
+    torch_npu writes some databases in WAL journal mode; opened merely read-only, sqlite
+    would leave ``-shm``/``-wal`` files beside such a file (and cannot open it at all in
+    a folder it may not write). Without a ``-wal`` file (or with an empty one) there is
+    nothing outside the file to read, so it is opened as immutable: no locks, no side
+    files."""
+    resolved = Path(path).resolve()
+    uri = resolved.as_uri() + "?mode=ro"
+    try:
+        pending = os.path.getsize(f"{resolved}-wal") > 0
+    except OSError:
+        pending = False
+    if not pending:
+        uri += "&immutable=1"
     try:
         con = sqlite3.connect(uri, uri=True)
         con.execute("SELECT count(*) FROM sqlite_master").fetchone()
