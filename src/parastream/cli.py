@@ -196,7 +196,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     if args.perfetto:
         from .report.perfetto import write_perfetto
 
-        write_perfetto(args.perfetto, timelines)
+        write_perfetto(args.perfetto, timelines, doc["captures"])
     if args.output:
         write_atomic(args.output, out)
     else:
