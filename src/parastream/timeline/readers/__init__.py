@@ -8,6 +8,7 @@ handed to :mod:`.directory`, which finds the best source inside it.
 
 from __future__ import annotations
 
+import codecs
 import gzip
 import os
 import zlib
@@ -21,21 +22,76 @@ SQLITE_MAGIC = b"SQLite format 3\x00"
 HEAD_BYTES = 64 * 1024
 
 
+#: byte order marks, longest first (a UTF-32-LE mark starts like a UTF-16-LE one)
+_BOMS = ((codecs.BOM_UTF32_LE, "utf-32-le"), (codecs.BOM_UTF32_BE, "utf-32-be"),
+         (codecs.BOM_UTF8, "utf-8"), (codecs.BOM_UTF16_LE, "utf-16-le"),
+         (codecs.BOM_UTF16_BE, "utf-16-be"))
+
+
+def text_encoding(head: bytes) -> tuple[str, int] | None:
+    """The Unicode encoding of a text that is not plain UTF-8, as (codec, length of its
+    byte order mark): told by the mark or, without one, by the zero bytes that UTF-16 and
+    UTF-32 put beside an ASCII first character (as RFC 4627 detects JSON's encoding).
+    None for UTF-8 without a mark, and for anything else."""
+    for bom, codec in _BOMS:
+        if head.startswith(bom):
+            return codec, len(bom)
+    z = [b == 0 for b in head[:4]]
+    if len(z) < 4:
+        return None
+    if z == [True, True, True, False]:
+        return "utf-32-be", 0
+    if z == [False, True, True, True]:
+        return "utf-32-le", 0
+    if z[:2] == [True, False]:
+        return "utf-16-be", 0
+    if z[:2] == [False, True] and z[2:] != [True, True]:
+        return "utf-16-le", 0
+    return None
+
+
+def as_utf8_json(data: bytes, path: str = "", partial: bool = False) -> bytes:
+    """JSON text in another Unicode encoding (UTF-16, UTF-32, UTF-8 with a byte order
+    mark) re-encoded as plain UTF-8; anything else is returned unchanged, so that readers
+    of other formats see their bytes as they are.
+
+    ``partial``: ``data`` is a file's start, for sniffing: its last character may be cut
+    and a character not valid in the encoding is replaced. Otherwise such a character
+    raises InputError naming ``path``."""
+    enc = text_encoding(data[:4])
+    if enc is None:
+        return data
+    codec, skip = enc
+    if codec == "utf-8":
+        out = data[skip:]
+    else:
+        decoder = codecs.getincrementaldecoder(codec)("replace" if partial else "strict")
+        try:
+            text = decoder.decode(data[skip:], final=not partial)
+        except UnicodeDecodeError as exc:
+            raise InputError(path, f"not valid {codec.upper()} text at byte "
+                                   f"{exc.start + skip}: {exc.reason}") from None
+        out = text.encode("utf-8")
+    return out if out.lstrip()[:1] in (b"{", b"[") else data
+
+
 def read_head(path: str, n: int = HEAD_BYTES) -> bytes:
-    """The first ``n`` bytes of a file, decompressed when it is gzip."""
+    """The first ``n`` bytes of a file, decompressed when it is gzip; JSON text in
+    another Unicode encoding comes as UTF-8 (see :func:`as_utf8_json`)."""
     try:
         with open(path, "rb") as f:
             raw = f.read(n)
             if raw[:2] != GZIP_MAGIC:
-                return raw
+                return as_utf8_json(raw, path, partial=True)
         with gzip.open(path, "rb") as g:
-            return g.read(n)
+            return as_utf8_json(g.read(n), path, partial=True)
     except (OSError, EOFError, zlib.error) as exc:
         raise InputError(path, f"cannot read: {exc}") from None
 
 
 def read_all(path: str) -> bytes:
-    """The whole file, decompressed when it is gzip; InputError when unreadable."""
+    """The whole file, decompressed when it is gzip, JSON text in another Unicode
+    encoding as UTF-8 (see :func:`as_utf8_json`); InputError when unreadable."""
     try:
         with open(path, "rb") as f:
             data = f.read()
@@ -43,7 +99,7 @@ def read_all(path: str) -> bytes:
             data = gzip.decompress(data)
     except (OSError, EOFError, zlib.error) as exc:
         raise InputError(path, f"cannot read: {exc}") from None
-    return data
+    return as_utf8_json(data, path)
 
 
 def reader_modules() -> list[ModuleType]:
@@ -63,6 +119,7 @@ def reader_for(head: bytes, path: str) -> ModuleType:
     InputError naming ``path`` when none does."""
     if not head.strip():
         raise InputError(path, "empty file")
+    head = as_utf8_json(head, path, partial=True)  # a pipe's start comes as it is
     for mod in reader_modules():
         if mod.sniff(head):
             return mod

@@ -7,8 +7,17 @@ the GPU side of ``cudaStreamWaitEvent`` and become waits on ``args.stream`` with
 ``cuda_runtime`` event with the same ``correlation`` (or the ``ac2g`` /
 ``async_cpu_to_gpu`` flow start), and ``ProfilerStep#N`` annotations give steps.
 
+MTIA traces (``mtia_ccp_events``, one per command on ``args.stream``) are read the same
+way: ``dma*`` commands are copies, ``event_wait`` is a stream wait, ``event_record`` is a
+marker and skipped, and ``mtia_runtime`` events give launch times. A CUPTI range-profiler
+trace (``cuda_profiler_range`` counters, no streams) is refused as such.
+
 Decoding uses msgspec with typed structs so unknown fields are skipped without building
-dicts, and timestamps are kept as raw JSON text and parsed exactly to nanoseconds.
+dicts, and timestamps are kept as raw JSON text and parsed exactly to nanoseconds. A
+field that holds a value of an unexpected type (a number for a name, an object for a
+grid) sends its piece of the trace through a slower decoder that takes any value, drops
+the odd ones, and gives one warning per field; a field parastream does not read is never
+looked at, and never refuses a file.
 """
 
 from __future__ import annotations
@@ -16,6 +25,7 @@ from __future__ import annotations
 import gc
 import multiprocessing as mp
 import re
+import sys
 from collections import Counter
 from typing import Any
 
@@ -36,12 +46,23 @@ FORMAT = "kineto"
 
 #: communication kernels, the same classes HTA uses (NCCL on CUDA, HCCL on Ascend/torch_npu)
 COMM_NAME = re.compile(r"^nccl|^hccl|ncclKernel|ncclDevKernel", re.IGNORECASE)
+#: MTIA device work (Meta's accelerator): one event per command on a stream (args.stream)
+MTIA_CAT = "mtia_ccp_events"
+#: MTIA commands that are stream synchronisation, not work: a wait (args.wait_on_stream,
+#: read as a Stream Wait Event) and an event record (a marker of no duration to speak of)
+MTIA_WAIT, MTIA_RECORD = "event_wait", "event_record"
+#: MTIA copies (HTA's MTIA memory kernels)
+MTIA_DMA = re.compile(r"^dma")
+#: CUPTI range-profiler counters: per-kernel metric ranges with no stream, no device timing
+PROFILER_RANGE_CAT = "cuda_profiler_range"
 _DEVICE_CATS = {"kernel": KIND_COMPUTE, "gpu_memcpy": KIND_MEMCPY, "gpu_memset": KIND_MEMSET,
-                "memcpy": KIND_MEMCPY, "memset": KIND_MEMSET}
-_CATS = ("kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset")
+                "memcpy": KIND_MEMCPY, "memset": KIND_MEMSET, MTIA_CAT: KIND_COMPUTE}
+_CATS = ("kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset", MTIA_CAT)
+_MTIA_INDEX = _CATS.index(MTIA_CAT)
 _CAT_KIND = np.array([_DEVICE_CATS[c] for c in _CATS], np.int8)
 #: category spellings seen in traces -> index into _CATS
-_CAT_INDEX = {v: i for i, c in enumerate(_CATS) for v in (c, c.capitalize(), c.upper())}
+_CAT_INDEX = {v: i for i, c in enumerate(_CATS[:_MTIA_INDEX])
+              for v in (c, c.capitalize(), c.upper())}
 _STEP = re.compile(r"^ProfilerStep#(\d+)$")
 #: the most multiprocessors a trace's device may claim (an H200 has 132)
 MAX_SMS = 100_000
@@ -50,12 +71,14 @@ _STREAM_TXT = re.compile(r"^\s*(?:stream\s*)?(-?\d+)\s*$", re.IGNORECASE)
 
 # gc=False: a trace has millions of events and none of these structs can form a cycle;
 # untracked objects also spare the collector from rescanning them during decoding.
+# Only the fields parastream reads are declared: msgspec skips the others unread.
 class _Args(msgspec.Struct, gc=False):
     stream: int | str | None = None
     device: int | str | None = None
     correlation: int | str | None = None
     wait_on_stream: int | str | None = None
-    grid: list[int] | None = None
+    # a kernel's launch grid; torch.compile's cpu_op events carry Triton's text "grid(100,)"
+    grid: list[int] | str | None = None
 
 
 class _Event(msgspec.Struct, gc=False):
@@ -71,29 +94,197 @@ class _Event(msgspec.Struct, gc=False):
     args: _Args | None = None
 
 
+class _LooseArgs(msgspec.Struct, gc=False):
+    """:class:`_Args` whose fields take any JSON value (checked by :func:`_tolerant`)."""
+
+    stream: Any = None
+    device: Any = None
+    correlation: Any = None
+    wait_on_stream: Any = None
+    grid: Any = None
+
+
+class _LooseEvent(msgspec.Struct, gc=False):
+    """:class:`_Event` whose fields take any JSON value (checked by :func:`_tolerant`)."""
+
+    ph: Any = ""
+    cat: Any = ""
+    name: Any = ""
+    pid: Any = None
+    tid: Any = None
+    id: Any = None
+    ts: msgspec.Raw = msgspec.Raw()
+    dur: Any = None
+    args: _LooseArgs | list | str | float | bool | None = None
+
+
 class _DevProp(msgspec.Struct):
     id: int | str | None = None
     name: str | None = None
     numSms: int | None = None
 
 
-class _Trace(msgspec.Struct):
-    traceEvents: list[_Event] = []
-    deviceProperties: list[_DevProp] | None = None
-    distributedInfo: dict | None = None
-    traceName: Any = None  # parastream's writer names the plan candidate that ran
-
-
 class _TraceHead(msgspec.Struct):
-    """The document without decoding its events: they stay one raw span."""
+    """The document without decoding its parts: each stays one raw span, decoded on its
+    own so that an odd one costs a warning, not the file."""
 
     traceEvents: msgspec.Raw = msgspec.Raw()
-    deviceProperties: list[_DevProp] | None = None
+    deviceProperties: msgspec.Raw = msgspec.Raw()
+    distributedInfo: msgspec.Raw = msgspec.Raw()
+    traceName: msgspec.Raw = msgspec.Raw()  # parastream's writer names the candidate run
+
+
+class _Head(msgspec.Struct):
+    """What the reader uses of the document besides its events."""
+
+    deviceProperties: list[_DevProp] = []
     distributedInfo: dict | None = None
-    traceName: Any = None
+    traceName: str | None = None
+
+
+#: a field of a trace event (or ``event`` for an event that is no JSON object) -> what
+#: parastream expects there, for the one warning given per field holding something else
+_EXPECTED = {"event": "an object", "ph": "text", "cat": "text", "name": "text",
+             "pid": "an integer or text", "tid": "an integer or text",
+             "id": "an integer or text", "dur": "a number", "args": "an object",
+             "args.stream": "an integer or text", "args.device": "an integer or text",
+             "args.correlation": "an integer or text",
+             "args.wait_on_stream": "an integer or text", "args.grid": "a list of integers"}
+_ODD = object()  # a value of an unexpected type, noted and dropped
+
+
+def _json_type(v: object) -> str:
+    """A Python value's JSON type, as a warning names it."""
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "true/false"
+    if isinstance(v, (int, float)):
+        return "a number"
+    if isinstance(v, str):
+        return "text"
+    return "a list" if isinstance(v, list) else "an object"
+
+
+def _note(odd: dict, field: str, value: object) -> None:
+    """Count one odd ``value`` of ``field``: ``odd[field]`` is [count, set of JSON types]."""
+    seen = odd.setdefault(field, [0, set()])
+    seen[0] += 1
+    seen[1].add(_json_type(value))
+
+
+def _ident(v: object) -> object:
+    """An id field (stream, correlation, pid, ...): an integer or text; a whole float is
+    the integer it spells; anything else is :data:`_ODD`."""
+    t = type(v)
+    if t is int or t is str or v is None:
+        return v
+    if t is float and v.is_integer():  # type: ignore[union-attr]
+        return int(v)  # type: ignore[arg-type]
+    return _ODD
+
+
+def _duration(v: object) -> object:
+    t = type(v)
+    return v if t is float or t is int or t is str or v is None else _ODD
+
+
+def _grid(v: object) -> object:
+    if v is None or type(v) is str:
+        return v
+    if type(v) is list and all(type(x) is int for x in v):
+        return v
+    return _ODD
+
+
+def _checked(odd: dict, read: bool, field: str, v: object, check) -> Any:
+    """``check(v)``, or None (noted when the event is one parastream ``read``s) when
+    ``v`` has an unexpected type."""
+    out = check(v)
+    if out is _ODD:
+        if read:
+            _note(odd, field, v)
+        return None
+    return out
+
+
+#: categories whose events parastream reads; odd fields elsewhere are dropped unremarked
+_READ_CATS = frozenset(["cuda_runtime", "cuda_driver", "mtia_runtime", "cuda_sync", "ac2g",
+                        "async_cpu_to_gpu", "mtia_ccp_events"])
+
+
+def _tolerant(items: list) -> tuple[list[_Event], dict]:
+    """Events decoded with :class:`_LooseEvent`, as :class:`_Event` with every value of
+    an unexpected type dropped; the second result counts them per field (only in events
+    parastream reads: device work, launches, syncs, flows, ProfilerStep spans)."""
+    odd: dict = {}
+    out = []
+    for e in items:
+        if not isinstance(e, _LooseEvent):
+            _note(odd, "event", e)
+            continue
+        ph, cat, name = e.ph, e.cat, e.name
+        if type(ph) is not str:
+            if ph is not None:
+                _note(odd, "ph", ph)
+            ph = ""
+        if type(cat) is not str:
+            if cat is not None:
+                _note(odd, "cat", cat)
+            cat = ""
+        read = (cat in _CAT_INDEX or cat in _READ_CATS
+                or (type(name) is str and name.startswith("ProfilerStep#")))
+        if type(name) is not str:
+            if read:
+                _note(odd, "name", name)
+            name = ""
+        a = e.args
+        if isinstance(a, _LooseArgs):
+            args = _Args(stream=_checked(odd, read, "args.stream", a.stream, _ident),
+                         device=_checked(odd, read, "args.device", a.device, _ident),
+                         correlation=_checked(odd, read, "args.correlation", a.correlation,
+                                              _ident),
+                         wait_on_stream=_checked(odd, read, "args.wait_on_stream",
+                                                 a.wait_on_stream, _ident),
+                         grid=_checked(odd, read, "args.grid", a.grid, _grid))
+        else:
+            if a is not None and read:
+                _note(odd, "args", a)
+            args = None
+        out.append(_Event(ph=ph, cat=cat, name=name,
+                          pid=_checked(odd, read, "pid", e.pid, _ident),
+                          tid=_checked(odd, read, "tid", e.tid, _ident),
+                          id=_checked(odd, read, "id", e.id, _ident), ts=e.ts,
+                          dur=_checked(odd, read, "dur", e.dur, _duration), args=args))
+    return out, odd
+
+
+def odd_field_warnings(odd: dict) -> list[str]:
+    """One warning per field that held values of an unexpected type (see :func:`_tolerant`)."""
+    out = []
+    for field, (n, kinds) in sorted(odd.items()):
+        kind = " or ".join(sorted(kinds))
+        if field == "event":
+            out.append(f"skipped {n} trace event(s) that are not JSON objects ({kind})")
+        else:
+            out.append(f"ignored {field} of {n} trace event(s) ({kind} where "
+                       f"{_EXPECTED[field]} was expected)")
+    return out
 
 
 _EVENTS = msgspec.json.Decoder(list[_Event])
+_LOOSE = msgspec.json.Decoder(list[_LooseEvent | list | str | float | bool | None])
+
+
+def _decode_events(buf) -> tuple[list[_Event], dict]:
+    """The events of a JSON array: typed and fast, or when some field holds a value of
+    an unexpected type, through :func:`_tolerant`. Raises DecodeError for invalid JSON."""
+    try:
+        return _EVENTS.decode(buf), {}
+    except msgspec.ValidationError:
+        return _tolerant(_LOOSE.decode(buf))
+
+
 #: a boundary between two events of the array (validated: a split inside a string or a
 #: nested object makes the chunk invalid JSON, and the reader then decodes in one piece)
 _BOUNDARY = re.compile(rb"\}\s*,\s*\{")
@@ -128,55 +319,6 @@ def stream_label(v: object) -> str | None:
     return str(int(v))
 
 
-def _lenient_events(path: str, data: bytes, warnings: list[str]) -> _Trace:
-    """Slow path for traces whose fields have unexpected types: decode generically, keep
-    every event that converts, and say how many did not."""
-    try:
-        doc = msgspec.json.decode(data)
-    except msgspec.DecodeError as exc:  # pragma: no cover - typed decode saw the same bytes
-        raise InputError(path, f"invalid JSON: {exc}") from None
-    if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
-        raise InputError(path, "not a Chrome trace: no traceEvents list")
-    events, bad = [], 0
-    for e in doc["traceEvents"]:
-        try:
-            events.append(msgspec.convert(_normalise(e), _Event, strict=False))
-        except (msgspec.ValidationError, TypeError, ValueError):
-            bad += 1
-    if bad:
-        warnings.append(f"skipped {bad} malformed trace event(s)")
-    props = []
-    for p in doc.get("deviceProperties") or []:
-        try:
-            props.append(msgspec.convert(p, _DevProp, strict=False))
-        except (msgspec.ValidationError, TypeError):
-            pass
-    dist = doc.get("distributedInfo") if isinstance(doc.get("distributedInfo"), dict) else None
-    return _Trace(traceEvents=events, deviceProperties=props, distributedInfo=dist,
-                  traceName=doc.get("traceName"))
-
-
-def _normalise(e):
-    """Make a generic event dict convertible: ts becomes Raw text, odd args dropped."""
-    if not isinstance(e, dict):
-        raise TypeError("event is not an object")
-    e = dict(e)
-    for k in ("ts", "dur"):
-        if k in e:
-            v = e[k]
-            if isinstance(v, bool) or not isinstance(v, (int, float, str)):
-                raise TypeError(k)
-            if k == "ts":
-                e[k] = msgspec.Raw(msgspec.json.encode(v))
-    a = e.get("args")
-    if a is not None and not isinstance(a, dict):
-        e.pop("args")
-    elif isinstance(a, dict):
-        e["args"] = {k: a[k] for k in ("stream", "device", "correlation", "wait_on_stream", "grid")
-                     if k in a and isinstance(a[k], (int, str, list))}
-    return e
-
-
 def _times_ns(raws: list, path: str = "", what: str = "") -> tuple[np.ndarray, np.ndarray]:
     """Exact ns for a list of raw JSON numbers/strings; second array flags unusable ones."""
     try:  # the common case: all raw JSON (bytes() of a Raw is its text)
@@ -206,9 +348,10 @@ def _dur_ns(values: list) -> tuple[np.ndarray, np.ndarray]:
     return np.where(ok, np.rint(np.where(ok, us, 0.0) * 1000.0), 0).astype(np.int64), ok
 
 
-def _boundaries(span: memoryview, size: int = CHUNK_BYTES) -> list[tuple[int, int]]:
+def _boundaries(span: memoryview, size: int | None = None) -> list[tuple[int, int]]:
     """Cut the text of the events array (without its brackets) into (start, end) pieces of
-    about ``size`` bytes at event boundaries."""
+    about ``size`` bytes (:data:`CHUNK_BYTES`) at event boundaries."""
+    size = size or CHUNK_BYTES
     n = len(span)
     out, a = [], 0
     while a < n:
@@ -231,10 +374,23 @@ def _as_int(v) -> int:
         return -1
 
 
-def _scan(events: list[_Event]) -> dict:
+def _wait(e: _Event) -> tuple:
+    """A stream wait (CUDA's Stream Wait Event, MTIA's event_wait) as the scan keeps it:
+    (stream, stream waited on, name, raw ts, dur, correlation)."""
+    a = e.args
+    return (a.stream if a is not None and a.stream is not None else e.tid,
+            a.wait_on_stream if a is not None else None, e.name, bytes(e.ts), e.dur,
+            _as_int(a.correlation) if a is not None else -1)
+
+
+def _scan(events: list[_Event], odd: dict | None = None) -> dict:
     """One pass over decoded events: the columns the timeline needs, nothing else.
+    ``odd`` counts fields with values of an unexpected type (:func:`_tolerant`); the scan
+    adds kernels whose grid is not a list.
 
     Runs in worker processes for big traces, so it returns plain lists and arrays."""
+    odd = {} if odd is None else odd
+    no_ph = ranges = mtia_host = 0
     names: dict = {}
     stream_labels: dict = {}
     device_labels: dict = {}
@@ -248,6 +404,12 @@ def _scan(events: list[_Event]) -> dict:
         if ph == "X":
             cat = e.cat
             k = cat_index.get(cat)
+            if k is None and cat == MTIA_CAT:
+                nm = e.name
+                if nm == MTIA_WAIT:
+                    waits.append(_wait(e))
+                elif nm != MTIA_RECORD:
+                    k = _MTIA_INDEX
             if k is not None:
                 a = e.args
                 nm = e.name
@@ -260,12 +422,14 @@ def _scan(events: list[_Event]) -> dict:
                     st = a.stream if a.stream is not None else ("tid", e.tid)
                     dv = a.device if a.device is not None else ("pid", e.pid)
                     g = a.grid
-                    if g:
+                    if g and g.__class__ is list:
                         prod = 1
                         for x in g:
                             prod *= x
                         d_block.append(prod)
                     else:
+                        if g:  # text (as a Triton launch's): no block count
+                            _note(odd, "args.grid", g)
                         d_block.append(-1)
                     c = a.correlation
                     d_corr.append(c if isinstance(c, int) else _as_int(c))
@@ -290,13 +454,17 @@ def _scan(events: list[_Event]) -> dict:
                     l_ts.append(e.ts)
             elif cat == "cuda_sync":
                 if e.name == "Stream Wait Event":
-                    a = e.args
-                    waits.append((a.stream if a is not None and a.stream is not None else e.tid,
-                                  a.wait_on_stream if a is not None else None, e.name,
-                                  bytes(e.ts), e.dur,
-                                  _as_int(a.correlation) if a is not None else -1))
+                    waits.append(_wait(e))
                 else:
                     syncs[e.name] += 1
+            elif cat == "mtia_runtime":
+                mtia_host += 1
+                a = e.args
+                if a is not None and a.correlation is not None:
+                    l_corr.append(_as_int(a.correlation))
+                    l_ts.append(e.ts)
+            elif cat == PROFILER_RANGE_CAT:
+                ranges += 1
             elif e.name.startswith("ProfilerStep#"):
                 m = _STEP.match(e.name)
                 if m:
@@ -304,6 +472,8 @@ def _scan(events: list[_Event]) -> dict:
         elif ph == "s" and (e.cat == "ac2g" or e.cat == "async_cpu_to_gpu") and e.id is not None:
             f_id.append(_as_int(e.id))
             f_ts.append(e.ts)
+        elif not ph:
+            no_ph += 1
     # HTA rounds timestamps only when pandas holds them as floats
     float_ts = any(b"." in bytes(t) or b"e" in bytes(t) for t in d_ts[:1000])
     ts, ok1 = _times_ns(d_ts)
@@ -320,6 +490,7 @@ def _scan(events: list[_Event]) -> dict:
         "l_corr": np.array(l_corr, np.int64)[lok], "l_ts": lts[lok],
         "f_id": np.array(f_id, np.int64)[fok], "f_ts": fts[fok],
         "waits": waits, "steps": steps, "syncs": dict(syncs), "float_ts": float_ts,
+        "odd": odd, "no_ph": no_ph, "ranges": ranges, "mtia_host": mtia_host,
     }
 
 
@@ -334,11 +505,9 @@ def _scan_piece(bounds: tuple[int, int]) -> dict | str:
     mv = memoryview(_SHARED)  # type: ignore[arg-type]
     gc.disable()
     try:
-        return _scan(_EVENTS.decode(b"[" + mv[a:b] + b"]"))
-    except msgspec.DecodeError:
+        return _scan(*_decode_events(b"[" + mv[a:b] + b"]"))
+    except msgspec.DecodeError:  # the cut fell inside a value
         return "decode"
-    except msgspec.ValidationError:
-        return "validation"
 
 
 def _span_offset(data: bytes, raw: msgspec.Raw) -> int | None:
@@ -371,7 +540,49 @@ _EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 
 
 @gc_paused()  # millions of new objects: generational GC passes would dominate
-def _decode(path: str, data: bytes, warnings: list[str]) -> tuple[list[dict], object]:
+def _head(doc: _TraceHead, warnings: list[str]) -> _Head:
+    """The document's parts besides its events, each decoded on its own: one that is not
+    of the expected form is left out with a warning."""
+    head = _Head()
+    if len(memoryview(doc.deviceProperties)):
+        props = msgspec.json.decode(doc.deviceProperties)
+        if isinstance(props, list):
+            head.deviceProperties = [_dev_prop(p, warnings) for p in props if isinstance(p, dict)]
+            if len(head.deviceProperties) < len(props):
+                warnings.append("ignored deviceProperties entries that are not JSON objects")
+        elif props is not None:
+            warnings.append(f"ignored deviceProperties: {_json_type(props)} where a list "
+                            "was expected")
+    if len(memoryview(doc.distributedInfo)):
+        dist = msgspec.json.decode(doc.distributedInfo)
+        if isinstance(dist, dict):
+            head.distributedInfo = dist
+        elif dist is not None:
+            warnings.append(f"ignored distributedInfo: {_json_type(dist)} where an object "
+                            "was expected")
+    if len(memoryview(doc.traceName)):
+        name = msgspec.json.decode(doc.traceName)
+        head.traceName = name if isinstance(name, str) else None
+    return head
+
+
+def _dev_prop(p: dict, warnings: list[str]) -> _DevProp:
+    """One deviceProperties entry; an id, name or numSms of an unexpected type is left out
+    with a warning (a count given as text, "108", is read)."""
+    ident, name, sms = _ident(p.get("id")), p.get("name"), p.get("numSms")
+    if isinstance(sms, str) and sms.strip().isdigit():
+        sms = int(sms)
+    for field, bad in (("id", ident is _ODD), ("name", name is not None and type(name) is not str),
+                       ("numSms", sms is not None and type(sms) is not int)):
+        if bad:
+            warnings.append(f"ignored deviceProperties {field} {p.get(field)!r:.40}: not "
+                            f"{'text' if field == 'name' else 'an integer'}")
+    return _DevProp(id=None if ident is _ODD else ident,  # type: ignore[arg-type]
+                    name=name if type(name) is str else None,
+                    numSms=sms if type(sms) is int else None)
+
+
+def _decode(path: str, data: bytes, warnings: list[str]) -> tuple[list[dict], _Head]:
     """Decode the document; the events array in pieces (in parallel for big traces) so
     only the kept columns of each piece outlive it.
 
@@ -394,11 +605,12 @@ def _decode(path: str, data: bytes, warnings: list[str]) -> tuple[list[dict], ob
                 pool = mp.get_context("fork").Pool(n_workers)
                 early = (g_lo, early_pieces, pool.map_async(_scan_piece, early_pieces, chunksize=1))
         try:
-            head = msgspec.json.decode(data, type=_TraceHead)
+            doc = msgspec.json.decode(data, type=_TraceHead)
         except msgspec.ValidationError:
-            trace = _lenient_events(path, data, warnings)
-            return [_scan(trace.traceEvents)], trace
-        raw = head.traceEvents
+            raise InputError(path, "not a Chrome trace: the document is not a JSON object") \
+                from None
+        head = _head(doc, warnings)
+        raw = doc.traceEvents
         if len(memoryview(raw)) == 0:
             return [], head
         if bytes(memoryview(raw)[:1]) != b"[":
@@ -422,12 +634,9 @@ def _decode(path: str, data: bytes, warnings: list[str]) -> tuple[list[dict], ob
                 parts = pool.map(_scan_piece, pieces, chunksize=1)
             else:
                 parts = [_scan_piece(x) for x in pieces]
-        if "validation" in parts:
-            trace = _lenient_events(path, data, warnings)
-            return [_scan(trace.traceEvents)], trace
         if "decode" in parts:
             # a boundary fell inside a string or a nested object: decode the array whole
-            parts = [_scan(_EVENTS.decode(memoryview(data)[off:inner_hi + 1]))]
+            parts = [_scan(*_decode_events(memoryview(data)[off:inner_hi + 1]))]
         return parts, head
     finally:
         _SHARED = None
@@ -450,6 +659,10 @@ def read(path: str) -> Timeline:
         if "truncated" in reason.lower():
             reason = "truncated JSON (" + reason + ")"
         raise InputError(path, f"invalid JSON: {reason}") from None
+    except RecursionError:
+        # msgspec recurses once per nesting level, skipped values included
+        raise InputError(path, "JSON nested too deeply to decode (about "
+                               f"{sys.getrecursionlimit()} levels or more)") from None
     del data
     return _build(path, parts, head, warnings)
 
@@ -468,14 +681,50 @@ def _label_text(v) -> str:
     return stream_label(v) or "?"
 
 
-def _build(path: str, parts: list[dict], trace, warnings: list[str]) -> Timeline:
+def _no_device_activity(parts: list[dict]) -> str:
+    """Why a trace without device work cannot be analysed, naming the kind of trace."""
+    ranges = sum(p["ranges"] for p in parts)
+    if ranges:
+        return (f"a CUPTI range-profiler trace ({ranges} {PROFILER_RANGE_CAT} events: "
+                "per-kernel hardware counters, without streams or kernel timing); capture "
+                "with ProfilerActivity.CUDA and no profiler_metrics to analyse overlap")
+    if sum(p["mtia_host"] for p in parts):
+        return (f"an MTIA trace with host events (mtia_runtime) only, no device events "
+                f"({MTIA_CAT}); capture it with the device activity on")
+    no_ph = sum(p["no_ph"] for p in parts)
+    return ("no device activity (kernel, gpu_memcpy, gpu_memset or mtia_ccp_events events) "
+            "in the trace; was it captured with ProfilerActivity.CUDA?"
+            + (f" ({no_ph} event(s) have no ph, the Chrome trace phase)" if no_ph else ""))
+
+
+def _decode_warnings(parts: list[dict]) -> list[str]:
+    """What the decoding skipped, one line per kind: odd fields, events without a phase,
+    range-profiler events beside the kernels."""
+    odd: dict = {}
+    for p in parts:
+        for field, (n, kinds) in p["odd"].items():
+            seen = odd.setdefault(field, [0, set()])
+            seen[0] += n
+            seen[1] |= kinds
+    out = odd_field_warnings(odd)
+    no_ph = sum(p["no_ph"] for p in parts)
+    if no_ph:
+        out.append(f"skipped {no_ph} trace event(s) without a ph (the Chrome trace phase)")
+    ranges = sum(p["ranges"] for p in parts)
+    if ranges:
+        out.append(f"ignored {ranges} {PROFILER_RANGE_CAT} event(s) (CUPTI range-profiler "
+                   "counters, without streams)")
+    return out
+
+
+def _build(path: str, parts: list[dict], trace: _Head, warnings: list[str]) -> Timeline:
     count = sum(p["count"] for p in parts)
     n_dev = sum(p["name"].size for p in parts)
     if n_dev == 0:
         if not count:
             raise InputError(path, "empty trace: traceEvents has no events")
-        raise InputError(path, "no device activity (kernel, gpu_memcpy or gpu_memset events) "
-                               "in the trace; was it captured with ProfilerActivity.CUDA?")
+        raise InputError(path, _no_device_activity(parts))
+    warnings.extend(_decode_warnings(parts))
     streams, names, devices = Interner(), Interner(), Interner()
     name = _merge_codes(parts, "name", "names", names, str)
     stream = _merge_codes(parts, "stream", "stream_labels", streams, _label_text)
@@ -508,7 +757,15 @@ def _build(path: str, parts: list[dict], trace, warnings: list[str]) -> Timeline
 
     # kind per (category, name): the comm regex runs once per distinct kernel name
     kind = _CAT_KIND[cat].copy()
-    kind[(kind == KIND_COMPUTE) & value_flags(names.values, COMM_NAME.search)[name]] = KIND_COMM
+    mtia = cat == _MTIA_INDEX
+    kind[(kind == KIND_COMPUTE) & ~mtia & value_flags(names.values, COMM_NAME.search)[name]] = \
+        KIND_COMM
+    core = np.full(cat.size, core_code("CUDA"), np.int8)
+    if mtia.any():
+        dma = mtia & value_flags(names.values, MTIA_DMA.search)[name]
+        kind[dma] = KIND_MEMCPY
+        core[mtia] = core_code("")
+        core[dma] = core_code("DMA")
 
     l_corr = np.concatenate([p["l_corr"] for p in parts])
     l_ts = np.concatenate([p["l_ts"] for p in parts])
@@ -545,7 +802,7 @@ def _build(path: str, parts: list[dict], trace, warnings: list[str]) -> Timeline
     n_ok = int(ok.sum())
     ops = dict(stream=stream[ok], name=name[ok], type=cat[ok].astype(np.int32),
                start_ns=starts[ok], end_ns=(starts + durs)[ok], kind=kind[ok],
-               core=np.full(n_ok, core_code("CUDA"), np.int8),
+               core=core[ok],
                block_dim=np.clip(block[ok], -1, np.iinfo(np.int32).max).astype(np.int32),
                mix_block_dim=np.full(n_ok, -1, np.int32), step=step[ok], launch_ns=launch[ok])
 
