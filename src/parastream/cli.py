@@ -71,6 +71,13 @@ def _parser() -> argparse.ArgumentParser:
                    "cannot be read fails the command (default: the others are analysed and each "
                    "broken member is named in a warning)")
     a.add_argument("--format", choices=("text", "json", "md"), default="text")
+    a.add_argument("--names", choices=("short", "full"), default="short",
+                   help="op and kernel names in text, Markdown and HTML tables: short (template "
+                        "arguments, parameter lists and return types dropped; the whole name on "
+                        "hover in HTML) or full (JSON always has full names)")
+    a.add_argument("--summary", action="store_true", help="text and Markdown: only the summary "
+                   "(across ranks: slowest and fastest rank, wall spread, the ranks slowest "
+                   "first), no per-capture detail")
     a.add_argument("-o", "--output", metavar="FILE", help="write the report here (default stdout)")
     a.add_argument("--html", metavar="FILE", help="also write a self-contained HTML report")
     a.add_argument("--perfetto", metavar="FILE", help="also write Chrome-trace JSON for Perfetto")
@@ -177,12 +184,13 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     elif args.format == "md":
         from .report.markdown import render_markdown
 
-        out = render_markdown(doc)
+        out = render_markdown(doc, names=args.names, summary_only=args.summary)
     else:
         from .report.text import render_text
 
         tty = args.output is None and sys.stdout.isatty()
-        out = render_text(doc, width=max(120, _term_width()) if tty else 170, color=tty)
+        out = render_text(doc, width=max(120, _term_width()) if tty else 170, color=tty,
+                          names=args.names, summary_only=args.summary)
     if args.html:
         from .report.html import write_html
 
@@ -191,7 +199,9 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         extra = {"triage": doc["triage"]} if "triage" in doc else {}
         if "ranks" in doc:  # (the summary's own "ranks" is their count)
             extra["per_rank"] = doc["ranks"]
-        write_html(args.html, caps, doc["summary"] | extra,
+        if doc.get("broken"):
+            extra["broken"] = doc["broken"]
+        write_html(args.html, caps, doc["summary"] | extra, names=args.names,
                    title="parastream analyze: " + ", ".join(os.path.basename(p.rstrip("/")) for p in paths))
     if args.perfetto:
         from .report.perfetto import write_perfetto

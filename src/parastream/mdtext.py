@@ -4,14 +4,34 @@ the document around it. Imports nothing of parastream, so every layer may use it
 
 from __future__ import annotations
 
-import html
 import re
 from typing import Any
 
 
+#: characters Markdown or inline HTML give a meaning anywhere in a line: escaped with a
+#: backslash (CommonMark shows the character itself), not as HTML entities, so the
+#: Markdown source stays readable and ``<`` shows as ``<`` in every renderer
+_MARKUP = re.compile(r"([\\`*<>&\[\]~])")
+#: a run of underscores: inside a word (``hcom_allReduce__123``) it cannot open or close
+#: emphasis, at a word's edge it can
+_UNDERSCORES = re.compile(r"_+")
+
+
 def text(value: Any) -> str:
-    """Prose: the characters HTML gives a meaning escaped, on one line."""
-    return html.escape(str(value), quote=False).replace("\r", " ").replace("\n", " ")
+    """Prose: on one line, the characters Markdown or HTML give a meaning
+    backslash-escaped (no HTML entities), so the rendered text is the value itself."""
+    s = str(value).replace("\r", " ").replace("\n", " ")
+    return _UNDERSCORES.sub(_underscores, _MARKUP.sub(r"\\\1", s))
+
+
+def _underscores(m: re.Match[str]) -> str:
+    s, a, b = m.string, m.start(), m.end()
+    inside = 0 < a and b < len(s) and _alnum(s[a - 1]) and _alnum(s[b])
+    return m.group() if inside else "\\_" * (b - a)
+
+
+def _alnum(ch: str) -> bool:
+    return ch.isalnum()
 
 
 def cell(value: Any) -> str:

@@ -32,6 +32,7 @@ import numpy as np
 
 from ..timeline.intervals import union
 from ..timeline.model import CORES, KINDS, Timeline
+from ..timeline.names import display_name
 from ..timeline.overlap import VERDICTS
 from .atomic import write_atomic
 from .perfetto import stream_order, us_floats
@@ -110,6 +111,14 @@ def _role_badge(role: Any) -> str:
     return f'<span class="role r-{cls}">{_esc(role)}</span>'
 
 
+def _opname(name: Any, names: str = "short") -> str:
+    """An op name in a table: short unless ``names`` is "full", the whole name on hover."""
+    full = "" if name is None else str(name)
+    shown = display_name(full, names)
+    title = f' title="{_esc(full)}"' if shown != full else ""
+    return f'<span class="opname"{title}>{_esc(shown)}</span>'
+
+
 def _table(headers: list[str], rows: list[str], cls: str = "", empty: str = "none") -> str:
     """A table; ``headers`` are HTML already, ``rows`` whole ``<tr>`` strings."""
     head = "".join(f"<th>{h}</th>" for h in headers)
@@ -175,8 +184,10 @@ def _win(w: Any) -> list[float] | None:
     return None
 
 
-def gantt_data(tl: Timeline, analysis: dict) -> dict:
-    """Everything the chart script needs for one capture, in compact columns."""
+def gantt_data(tl: Timeline, analysis: dict, names: str = "short") -> dict:
+    """Everything the chart script needs for one capture, in compact columns: ``names``
+    holds the full op names (tooltips) and, where ``names`` mode shortens any, ``short``
+    the names the bars are labelled with (a dominator or barrier likewise)."""
     t0 = int(analysis.get("t0_ns", tl.t0_ns))
     lanes, index = _lanes(tl, analysis)
     lane_of = np.array([index[s] for s in tl.streams] or [0], np.int32)
@@ -198,11 +209,11 @@ def gantt_data(tl: Timeline, analysis: dict) -> dict:
         points.append({
             "i": i + 1, "lane": side_lane, "side": _win(p.get("side_window_us")),
             "dom": ({"lane": dom_lane, "name": str(dom.get("name", "")),
-                     "w": _win(dom.get("window_us"))} if dom else None),
+                     "w": _win(dom.get("window_us"))} | _short(dom, names) if dom else None),
             "verdict": str(p.get("verdict")), "pct": _num(p.get("overlap_pct")),
             "ov": _num(p.get("overlap_us")),
             "barrier": ({"name": str(bar.get("name", "")), "t": _num(bar.get("start_us")),
-                         "lane": main_lane} if bar else None),
+                         "lane": main_lane} | _short(bar, names) if bar else None),
         })
 
     # which ops get detailed bars
@@ -291,10 +302,13 @@ def gantt_data(tl: Timeline, analysis: dict) -> dict:
                        edges_ns) if wm.any() else None
         wbins.append(np.rint(100 * wb).astype(int).tolist() if wb is not None else None)
 
+    full_names = [tl.names[i] for i in used_names.tolist()]
+    short_names = [display_name(nm, names) for nm in full_names]
     return {
+        **({"short": short_names} if short_names != full_names else {}),
         "mode": mode, "extent": round(extent, 3), "nOps": n, "nWaits": tl.n_waits,
         "shownOps": int(len(idx)), "truncated": truncated, "detailWindows": detail_windows,
-        "lanes": lanes, "names": [tl.names[i] for i in used_names.tolist()],
+        "lanes": lanes, "names": full_names,
         "types": [tl.types[i] for i in used_types.tolist()], "kinds": list(KINDS),
         "cores": list(CORES), "ops": ops, "waits": waits, "points": points,
         "bins": {"n": N_BINS, "busy": bins, "wait": wbins},
@@ -375,17 +389,26 @@ def _gantt_block(ci: int, data: dict) -> str:
 </div>"""
 
 
-def _points_table(a: dict) -> str:
+def _short(op: dict, names: str) -> dict:
+    """``{"short": ...}`` when the op's shown name differs from its name, else nothing."""
+    full = str(op.get("name", ""))
+    shown = display_name(full, names)
+    return {"short": shown} if shown != full else {}
+
+
+def _points_table(a: dict, names: str = "short") -> str:
     rows = []
     for i, p in enumerate(a.get("parallel_points") or []):
         dom = p.get("dominator") or None
         bar = p.get("barrier") or None
-        dom_cell = (f'<span class="opname">{_esc(dom.get("name"))}</span>'
+        dom_cell = (f'{_opname(dom.get("name"), names)}'
                     f'<div class="sub">stream {_esc(dom.get("stream"))}</div>' if dom else "–")
         if bar:
-            ops = ", ".join(str(o) for o in (bar.get("ops") or []))
-            bar_cell = (f'<span class="opname">{_esc(bar.get("name"))}</span>'
-                        f'<div class="sub">at {_fmt_us(bar.get("start_us"))} us'
+            full = ", ".join(str(o) for o in (bar.get("ops") or []))
+            ops = ", ".join(display_name(str(o), names) for o in (bar.get("ops") or []))
+            title = f' title="ops {_esc(full)}"' if ops != full else ""
+            bar_cell = (f'{_opname(bar.get("name"), names)}'
+                        f'<div class="sub"{title}>at {_fmt_us(bar.get("start_us"))} us'
                         f'{"; ops " + _esc(ops) if ops else ""}</div>')
         else:
             bar_cell = "–"
@@ -489,7 +512,7 @@ def _contention_table(a: dict) -> str:
                   "no core oversubscription found (or block dims / core count unknown)")
 
 
-def _plan_check(a: dict) -> str:
+def _plan_check(a: dict, names: str = "short") -> str:
     """``analyze --plan``'s placement check, as the text and Markdown reports give it."""
     pc = a.get("plan_check")
     if not pc:
@@ -502,7 +525,7 @@ def _plan_check(a: dict) -> str:
     from ..plan.verify import plan_check_notes
 
     notes += [_esc(note) for note in plan_check_notes(pc)]
-    rows = [f"<tr><td>{_esc(m.get('op'))}</td><td class=\"num\">{_esc(m.get('planned_stream'))}</td>"
+    rows = [f"<tr><td>{_opname(m.get('op'), names)}</td><td class=\"num\">{_esc(m.get('planned_stream'))}</td>"
             f"<td>{_esc(m.get('expected_trace_stream'))}</td><td>{_esc(m.get('trace_stream'))}</td></tr>"
             for m in (pc.get("misplaced") or [])[:20]]
     return (f"<h3>Plan check: <span class=\"label\">{_esc(pc.get('candidate'))}</span></h3>"
@@ -521,7 +544,8 @@ def _warnings(tl: Timeline, a: dict) -> str:
     return '<ul class="warnings">' + "".join(f"<li>{_esc(w)}</li>" for w in seen) + "</ul>"
 
 
-def _capture_section(ci: int, tl: Timeline, a: dict, n_captures: int) -> str:
+def _capture_section(ci: int, tl: Timeline, a: dict, n_captures: int,
+                     names: str = "short") -> str:
     label = a.get("label") or a.get("source") or tl.source
     heading = f"Capture {ci + 1}" if n_captures > 1 else "Capture"
     return f"""
@@ -529,18 +553,18 @@ def _capture_section(ci: int, tl: Timeline, a: dict, n_captures: int) -> str:
   <h2>{heading}: <span class="label">{_esc(label)}</span></h2>
   {_facts(tl, a)}
   <h3>Timeline</h3>
-  {_gantt_block(ci, gantt_data(tl, a))}
+  {_gantt_block(ci, gantt_data(tl, a, names))}
   <h3>Parallel points</h3>
   <p class="explain">overlap_pct = overlap / min(side window, dominator window); true &ge; 0.5,
    partial between 0.05 and 0.5, false &le; 0.05. Busy overlap = |U<sub>main</sub> &cap;
    U<sub>side</sub>| / |U<sub>side</sub>| inside the side window.</p>
-  {_points_note(a)}{_points_table(a)}
+  {_points_note(a)}{_points_table(a, names)}
   <div class="grid2">
     <div><h3>Streams</h3>{_streams_table(a)}</div>
     <div><h3>Main / side overlap</h3>{_overlaps_table(a)}
       <h3>Concurrency</h3><p class="explain">Time with k streams busy at once.</p>{_concurrency(a)}</div>
   </div>
-  {_plan_check(a)}
+  {_plan_check(a, names)}
   <h3>Core contention</h3>
   {_contention_table(a)}
   <h3>Warnings</h3>
@@ -593,6 +617,65 @@ def render_value(v: Any, depth: int = 0) -> str:
     return _scalar(v)
 
 
+def _rank_section(summary: dict) -> str:
+    """Across ranks, before anything else: the members that could not be read, the
+    slowest and fastest rank with the wall spread, and the ranks slowest first."""
+    broken = summary.get("broken") or []
+    ranks = summary.get("per_rank") or []
+    if not broken and not ranks:
+        return ""
+    parts = []
+    if broken:
+        units = summary.get("units", len(broken))
+        analysed = summary.get("units_analysed", units - len(broken))
+        parts.append(f'<p class="explain"><b>{_esc(analysed)} of {_esc(units)} analysed.</b> '
+                     "Not read:</p><ul class=\"warnings\">" + "".join(
+                         f"<li>{_esc(b.get('source'))}: {_esc(b.get('error'))}</li>"
+                         for b in broken) + "</ul>")
+    if ranks:
+        from .text import rank_order
+
+        walls = {r.get("rank"): r.get("median_wall_us") for r in ranks}
+        slow, fast = summary.get("slowest_rank"), summary.get("fastest_rank")
+        spread = _num(summary.get("wall_spread_pct"))
+        if slow is not None and fast is not None:
+            parts.append(
+                '<dl class="facts">'
+                f'<div><dt>slowest rank</dt><dd>{_esc(slow)} ({_fmt_us(walls.get(slow))} us)</dd></div>'
+                f'<div><dt>fastest rank</dt><dd>{_esc(fast)} ({_fmt_us(walls.get(fast))} us)</dd></div>'
+                f'<div><dt>wall spread</dt><dd>{"–" if spread is None else f"{spread:.1f}%"}</dd></div>'
+                "</dl>")
+        rows = []
+        for r in rank_order(ranks):
+            v = r.get("verdict_counts") or {}
+            pct = _num(r.get("median_comm_comp_overlap_pct"))
+            rows.append(
+                f'<tr><td class="num">{_esc(r.get("rank"))}</td>'
+                f'<td><span class="opname" title="{_esc(r.get("source"))}">'
+                f'{_esc(os.path.basename(str(r.get("source")).rstrip("/")))}</span></td>'
+                f'<td class="num">{_esc(r.get("captures"))}</td>'
+                f'<td class="num">{_fmt_us(r.get("median_wall_us"))}</td>'
+                f'<td class="num">{_fmt_frac(r.get("median_parallelism"))}</td>'
+                f'<td class="num">{"–" if pct is None else f"{pct:.1f}%"}</td>'
+                f'<td class="num">{_fmt_us(r.get("median_comm_exposed_us"))}</td>'
+                f'<td>{_verdict_counts(v)}</td></tr>')
+        parts.append(_table(["rank", "source", "captures", "median wall (us)", "parallelism",
+                             "comm/comp overlap", "comm not overlapped (us)", "verdicts"],
+                            rows, "ranks"))
+    title = f"Across {len(ranks)} ranks, slowest first" if ranks else "Inputs"
+    return f"""
+<section class="ranks card" id="ranks">
+  <h2>{title}</h2>
+  {"".join(parts)}
+</section>"""
+
+
+def _verdict_counts(counts: dict) -> str:
+    """Badges with counts; ``envelope_only`` (among the false ones) as its verdict's badge."""
+    return " ".join(f'{_verdict_badge(str(k).replace("_", "-"))}&nbsp;{_esc(c)}'
+                    for k, c in counts.items() if c)
+
+
 def _summary_section(summary: dict, n_captures: int) -> str:
     if not summary:
         return ""
@@ -633,11 +716,15 @@ def _dag_block(dag: Any, mermaid: Any) -> str:
 
 
 # ------------------------------------------------------------------ page
-def render_html(captures: list[tuple[Timeline, dict]], summary: dict, title: str) -> str:
+def render_html(captures: list[tuple[Timeline, dict]], summary: dict, title: str,
+                names: str = "short") -> str:
     """The whole report page as one self-contained HTML string.
 
     ``captures`` pairs each timeline with its analysis dict (times in us relative to the
-    analysis' ``t0_ns``); ``summary`` is rendered generically (triage first when present).
+    analysis' ``t0_ns``); ``summary`` is rendered generically (triage first when present),
+    after the cross-rank summary when it has per-rank rows (``per_rank``) or unreadable
+    members (``broken``). Op names in tables and chart labels are short unless ``names``
+    is "full"; the whole name shows on hover.
     """
     n = len(captures)
     nav = ""
@@ -646,7 +733,8 @@ def render_html(captures: list[tuple[Timeline, dict]], summary: dict, title: str
             f'<a href="#capture-{i + 1}">{i + 1}. {_esc(a.get("label") or a.get("source") or tl.source)}</a>'
             for i, (tl, a) in enumerate(captures))
         nav = f'<nav class="toc"><a href="#summary">Summary</a>{links}</nav>'
-    sections = "".join(_capture_section(i, tl, a, n) for i, (tl, a) in enumerate(captures))
+    sections = "".join(_capture_section(i, tl, a, n, names)
+                       for i, (tl, a) in enumerate(captures))
     return (
         '<!DOCTYPE html>\n<html lang="en" data-parastream="loading">\n<head>\n'
         '<meta charset="utf-8">\n'
@@ -659,7 +747,8 @@ def render_html(captures: list[tuple[Timeline, dict]], summary: dict, title: str
         '<div id="ps-error" class="error" hidden></div>\n'
         '<noscript><div class="error">The timeline charts need JavaScript; the tables below '
         "do not.</div></noscript>\n"
-        f"<main>{_summary_section(summary or {}, n)}{sections}</main>\n"
+        f"<main>{_rank_section(summary or {})}{_summary_section(summary or {}, n)}{sections}"
+        "</main>\n"
         '<footer>Generated by parastream. Times are microseconds from the first op or wait '
         "of each capture.</footer>\n"
         f"<script>{JS}</script>\n</body>\n</html>\n"
@@ -667,9 +756,9 @@ def render_html(captures: list[tuple[Timeline, dict]], summary: dict, title: str
 
 
 def write_html(path: str | os.PathLike[str], captures: list[tuple[Timeline, dict]],
-               summary: dict, title: str) -> None:
+               summary: dict, title: str, names: str = "short") -> None:
     """Render the report and write it to ``path`` atomically."""
-    write_atomic(path, render_html(captures, summary, title))
+    write_atomic(path, render_html(captures, summary, title, names))
 
 
 
@@ -782,6 +871,9 @@ font-size:12px;line-height:1.4;padding:6px 9px;border-radius:6px;max-width:460px
 box-shadow:0 4px 14px rgba(0,0,0,.25);white-space:nowrap}
 .tip .t-name{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;font-weight:600;
 white-space:normal;word-break:break-all;margin-bottom:2px}
+.tip .t-full{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;font-size:11px;
+color:#c9d1d9;white-space:normal;word-break:break-all;max-height:8.5em;overflow:hidden;
+margin-bottom:3px}
 .tip .t-row{color:#c9d1d9;font-variant-numeric:tabular-nums}
 .tip .t-row b{color:#fff;font-weight:600}
 .hint{color:var(--muted);font-size:11.5px;margin-top:5px}
@@ -1098,7 +1190,7 @@ Gantt.prototype.drawOps = function (c) {
   c.font = FONT; c.textBaseline = "middle";
   var cw = c.measureText("abcdefghij").width / 10;
   for (var q = 0; q < labels.length; q += 5) {
-    var name = d.names[ops.n[labels[q]]] || "";
+    var name = (d.short || d.names)[ops.n[labels[q]]] || "";
     var left = Math.max(labels[q + 1], x0) + 4, room = labels[q + 1] + labels[q + 2] - left - 4;
     var chars = Math.floor(room / cw);
     if (chars < 3) continue;
@@ -1327,7 +1419,8 @@ Gantt.prototype.tipLines = function (h) {
   if (h.type === "op") {
     var o = d.ops, i = h.i;
     lane = d.lanes[h.lane];
-    lines.title = d.names[o.n[i]] || "(unnamed)";
+    lines.title = (d.short || d.names)[o.n[i]] || "(unnamed)";
+    if (d.short && d.short[o.n[i]] !== d.names[o.n[i]]) lines.full = d.names[o.n[i]];
     row("stream", lane.id + " (" + lane.role + ")");
     var what = [];
     if (d.types[o.t[i]]) what.push(d.types[o.t[i]]);
@@ -1346,7 +1439,8 @@ Gantt.prototype.tipLines = function (h) {
   } else if (h.type === "point" || h.type === "barrier") {
     p = d.points[h.p];
     if (h.type === "barrier") {
-      lines.title = "barrier of P" + p.i + ": " + p.barrier.name;
+      lines.title = "barrier of P" + p.i + ": " + (p.barrier.short || p.barrier.name);
+      if (p.barrier.short && p.barrier.short !== p.barrier.name) lines.full = p.barrier.name;
       row("starts", fmtUs(p.barrier.t));
     } else {
       lines.title = "parallel point P" + p.i + ": " + p.verdict;
@@ -1354,7 +1448,7 @@ Gantt.prototype.tipLines = function (h) {
     var sl = d.lanes[p.lane];
     if (p.side) row("side window", (sl ? "stream " + sl.id + " " : "") + "[" + fmtUs(p.side[0]) + ", " + fmtUs(p.side[1]) + "]");
     if (p.dom) {
-      row("dominator", p.dom.name);
+      row("dominator", p.dom.short || p.dom.name);
       if (p.dom.w) row("dominator window", "[" + fmtUs(p.dom.w[0]) + ", " + fmtUs(p.dom.w[1]) + "]");
     }
     row("overlap", fmtUs(p.ov));
@@ -1377,6 +1471,7 @@ Gantt.prototype.showTip = function (h, mx, my) {
   var lines = this.tipLines(h);
   while (tip.firstChild) tip.removeChild(tip.firstChild);
   tip.appendChild(el("div", "t-name", lines.title || ""));
+  if (lines.full) tip.appendChild(el("div", "t-full", lines.full));
   for (var i = 0; i < lines.length; i++) {
     var r = el("div", "t-row", lines[i][0] + " ");
     r.appendChild(el("b", "", lines[i][1]));
