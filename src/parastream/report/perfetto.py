@@ -3,16 +3,28 @@
 Layout: one process (pid) per capture, named after its label or source; one thread (tid)
 per stream, named ``stream <id>`` and ordered with ``thread_sort_index`` (numeric ids in
 numeric order). Ops are complete events (``ph: "X"``); waits are complete events in
-category ``wait`` on the waiting stream's track, and when the waited-on stream is known a
-flow arrow (``ph: "s"`` on the waited-on stream, ``ph: "f"``/``bp: "e"`` on the wait) shows
-the event edge.
+category ``wait`` on the waiting stream's track, and when the waited-on stream has an op
+to start from, a flow arrow (``ph: "s"`` in that op, ``ph: "f"``/``bp: "e"`` in the wait)
+shows the event edge.
+
+Viewers need the slices of one thread to nest properly (a slice that starts inside another
+ends inside it) and drop or mis-nest the others. Ops and waits that overlap earlier ones of
+their stream (corrupt data, or a lane that merges several queues) therefore go to the
+stream's overlap tracks, ``stream <id> (overlap k)``, sorted right after its own: every
+slice is kept, and each track holds slices one after another.
+
+With the analysis of each capture, tracks ``analysis: side <id>`` (sorted above the
+streams) show its side windows as slices named ``side window <id>: <verdict>`` with the
+point's figures as args, a ``dominator`` arrow to each dominator op, and each barrier as an
+instant; the process labels carry the verdict counts.
 
 Times are microseconds relative to the capture's first op or wait (``Timeline.t0_ns``),
 rounded to 3 decimals: relative values stay small, so a float64 keeps every nanosecond
 (absolute epoch microseconds would not).
 
 The event list is built column-wise: numpy arrays become Python lists once and events
-are zipped from them, so a million ops take about a second, not a per-op attribute walk.
+are zipped from them, so a million ops take about a second, not a per-op attribute walk;
+only ops that overlap on their stream are assigned their track one by one.
 """
 
 from __future__ import annotations
@@ -113,26 +125,33 @@ def lanes(stream: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
     overlap = st < prev_end
     if not overlap.any():
         return out
-    firsts = np.flatnonzero(~overlap)  # where nothing earlier still runs: a cluster starts
-    ends = np.r_[firsts[1:], n]
+    # a cluster starts where nothing earlier of its stream still runs, so all its lanes are
+    # free there: the greedy walk may skip the clusters without overlaps and run through the
+    # others of a stream in one go
+    cluster = np.cumsum(~overlap) - 1
+    walked = np.zeros(int(cluster[-1]) + 1, bool)
+    walked[cluster[overlap]] = True
+    sel = np.flatnonzero(walked[cluster])
+    cuts = np.flatnonzero(np.r_[True, s[sel][1:] != s[sel][:-1], True]).tolist()
     sorted_lanes = np.zeros(n, np.int64)
-    for c in np.unique(np.cumsum(~overlap)[overlap] - 1).tolist():
-        a, b = int(firsts[c]), int(ends[c])
-        sorted_lanes[a:b] = _greedy_lanes(st[a:b].tolist(), en[a:b].tolist())
+    for a, b in zip(cuts[:-1], cuts[1:]):
+        part = sel[a:b]
+        sorted_lanes[part] = _greedy_lanes(st[part].tolist(), en[part].tolist())
     out[order] = sorted_lanes
     return out
 
 
 def _greedy_lanes(starts: list[int], ends: list[int]) -> list[int]:
     """Lowest free lane for each interval, in the given (start-sorted) order."""
+    push, pop = heapq.heappush, heapq.heappop
     free: list[int] = []  # lanes whose last interval has ended
     busy: list[tuple[int, int]] = []  # (end, lane) of the running intervals
     out = []
     for s, e in zip(starts, ends):
         while busy and busy[0][0] <= s:
-            heapq.heappush(free, heapq.heappop(busy)[1])
-        lane = heapq.heappop(free) if free else len(busy)
-        heapq.heappush(busy, (e, lane))
+            push(free, pop(busy)[1])
+        lane = pop(free) if free else len(busy)
+        push(busy, (e, lane))
         out.append(lane)
     return out
 
@@ -163,8 +182,8 @@ def _stream_tracks(tl: Timeline) -> _Tracks:
     count = np.ones(ns, np.int64)
     extra = lane > 0
     np.maximum.at(count, stream[extra], lane[extra] + 1)
-    extra_base = ns + np.concatenate([[0], np.cumsum(count - 1)[:-1]]).astype(np.int64)
-    tid = np.where(lane == 0, stream + 1, extra_base[stream] + lane) if ns else stream + 1
+    extra_base = ns + np.cumsum(count - 1) - (count - 1)  # overlap tracks before this stream's
+    tid = np.where(lane == 0, stream + 1, extra_base[stream] + lane)
     return _Tracks(tid[:n], tid[n:], count, extra_base)
 
 
