@@ -243,3 +243,47 @@ def test_a_block_dim_past_int32_is_clipped(tmp_path):
                                                "Mix Block Dim": -7})]
     tl = trace_view.read(write(tmp_path / "t.json", events))
     assert int(tl.block_dim[0]) == 2**31 - 1 and int(tl.mix_block_dim[0]) == -1
+
+
+def hccl_stream_events(compute_notify: bool) -> list[dict]:
+    """Stream 2 computes; stream 4 runs one collective's small tasks, tied to it only by
+    ``connection_id`` (the Level0 shape: no Plane threads)."""
+    ev = [meta("process_name", 300, "Ascend Hardware"),
+          meta("process_name", 400, "HCCL"),
+          meta("thread_name", 400, "Group 0 Communication", 0)]
+    ev += [x(f"MatMul_{i}", f"{10 * i}.000", 5.0, 300, 2, **{"Task Type": "AI_CORE",
+                                                             "connection_id": 10 + i})
+           for i in range(6)]
+    if compute_notify:
+        ev.append(x("Notify Wait", "70.000", 1.0, 300, 2, **{"Task Type": "Notify Wait"}))
+    ev += [x("SDMA", "12.000", 2.0, 300, 4, **{"Task Type": "SDMA", "connection_id": 99}),
+           x("Notify Wait", "12.500", 20.0, 300, 4, **{"Task Type": "Notify Wait",
+                                                       "connection_id": 99}),
+           x("SDMA", "14.000", 2.0, 300, 4, **{"Task Type": "SDMA", "connection_id": 99}),
+           x("hcom_allReduce__1_0_1", "12.000", 21.0, 400, 0, connection_id=99)]
+    return ev
+
+
+def test_tasks_tied_to_a_collective_by_connection_id_are_folded(tmp_path):
+    tl = trace_view.read(write(tmp_path / "t.json", hccl_stream_events(False)))
+    assert "4" not in tl.streams
+    assert tl.meta["ascend_hccl_tasks_folded"] == 3
+    comm = tl.kind == model.KIND_COMM
+    assert [tl.op_name(i) for i in np.flatnonzero(comm)] == ["hcom_allReduce__1_0_1"]
+
+
+def test_without_the_collective_its_tasks_merge_into_one_op(tmp_path):
+    events = [e for e in hccl_stream_events(False) if e["pid"] != 400]
+    tl = trace_view.read(write(tmp_path / "t.json", events))
+    comm = np.flatnonzero(tl.kind == model.KIND_COMM)
+    assert len(comm) == 1 and tl.streams[tl.stream[comm[0]]] == "4"
+    assert (tl.start_ns[comm[0]], tl.end_ns[comm[0]]) == (ns("12.000"), ns("32.500"))
+    assert tl.meta["ascend_hccl_tasks_merged"] == 2
+
+
+def test_a_compute_stream_with_an_odd_hccl_task_keeps_its_compute(tmp_path):
+    events = [e for e in hccl_stream_events(True) if e["pid"] != 400]
+    tl = trace_view.read(write(tmp_path / "t.json", events))
+    on2 = tl.stream == tl.streams.index("2")
+    assert int((tl.kind[on2] == model.KIND_COMPUTE).sum()) == 6
+    assert int((tl.kind[on2] == model.KIND_COMM).sum()) == 1

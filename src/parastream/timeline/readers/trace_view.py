@@ -18,10 +18,11 @@ What becomes what:
   small tasks on ``Plane`` threads, each naming the hardware ``stream id`` and ``task id``
   it ran as. A task of the ``Ascend Hardware`` process is one of HCCL's small tasks when
   its ``connection_id`` is a whole collective's (every level, Level0 included), when its
-  (stream, ``Task Id``) is one a Plane task names, or when its task type is one only HCCL
+  (stream, ``Task Id``) is one a Plane task names, when its task type is one only HCCL
   issues (``Notify Wait``, ``Write Value``, ``Reduce Inline``, ``RDMA Send``, ...; see
-  :mod:`.hccl`). Thus the ``SDMA`` copies and ``Notify Wait`` spans on the HCCL stream are
-  communication, not compute;
+  :mod:`.hccl`), or when it runs on an HCCL stream (one where such tasks are at least half
+  of the work tasks; waits and markers there stay waits and markers). Thus the ``SDMA``
+  copies and ``Notify Wait`` spans on the HCCL stream are communication, not compute;
 * whole collectives go to the :data:`~parastream.timeline.model.COMM_LANE` lane as
   :data:`KIND_COMM`, like the ``N/A``-stream rows of ``kernel_details.csv`` and the
   ``COMMUNICATION_OP`` rows of the database; HCCL's small tasks (Plane threads and
@@ -347,7 +348,7 @@ def read(path: str | os.PathLike[str]) -> Timeline:
         dropped = [f"pid {p}" for p in sorted(hw_pids, key=str) if p != keep_pid]
         warnings.append(f"several '{HARDWARE_PROCESS}' processes; kept pid {keep_pid}, "
                         f"skipped {', '.join(dropped)}")
-    _claim_hccl_streams(rows, hw_pids, plane_tasks, hccl)
+    _claim_hccl_streams(rows, hccl)
     roles = [r[0] for r in rows]
     has_comm_ops = "comm" in roles
     take_op: list[int] = []
@@ -421,23 +422,34 @@ def read(path: str | os.PathLike[str]) -> Timeline:
     return tl
 
 
-def _claim_hccl_streams(rows: list[tuple], hw_pids: set, plane_tasks: set, hccl: int) -> None:
+def _claim_hccl_streams(rows: list[tuple], hccl: int) -> None:
     """Every task of an HCCL stream is communication (in place).
 
-    An HCCL stream is one the HCCL process's Plane tasks name, or one where tasks tied to
-    a collective or of a type only HCCL issues are at least half of the tasks. HCCL owns
+    A task that shares its ``connection_id`` (the launch it came from) with one of HCCL's
+    tasks is one too. An HCCL stream is one where the tasks tied to a collective (by
+    connection id or Plane task) or of a type only HCCL issues are at least half of the
+    work tasks. HCCL owns
     such a stream, so its other tasks (``SDMA`` copies without a connection id, ...) are
     the collective's too; waits and markers on it stay what they are. (A compute stream
-    with an odd HCCL task keeps its compute tasks.)
+    with an odd HCCL task, such as a fused compute-and-communicate kernel's, keeps its
+    compute tasks.)
     """
-    tied: Counter = Counter((r[1], r[2]) for r in rows if r[0] == "hw_comm")
-    if not tied and not plane_tasks:
+    launches = {(r[1], _key(r[9])) for r in rows if r[0] == "hw_comm" and r[9] is not None}
+    launches.discard((None, None))
+    tied: Counter = Counter()
+    other: Counter = Counter()
+    for r in rows:
+        if r[0] == "hw_comm" or (r[0] == "op" and r[9] is not None
+                                 and (r[1], _key(r[9])) in launches):
+            tied[(r[1], r[2])] += 1
+        elif r[0] == "op":
+            other[(r[1], r[2])] += 1
+    if not tied:
         return
-    other: Counter = Counter((r[1], r[2]) for r in rows if r[0] == "op")
-    lanes = {(pid, s) for pid in hw_pids for s, _ in plane_tasks}
-    lanes |= {lane for lane, n in tied.items() if n >= other[lane]}
+    lanes = {lane for lane, n in tied.items() if n >= other[lane]}
     for i, r in enumerate(rows):
-        if r[0] == "op" and (r[1], r[2]) in lanes:
+        if r[0] == "op" and ((r[1], r[2]) in lanes or (r[9] is not None
+                                                      and (r[1], _key(r[9])) in launches)):
             task_type = str(r[10] or "").strip()
             rows[i] = ("hw_comm", r[1], r[2], r[3], r[4] or task_type, KIND_COMM,
                        r[6] or hccl) + r[7:]
