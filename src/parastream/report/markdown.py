@@ -123,7 +123,8 @@ def render_markdown(doc: dict, names: str = "short", summary_only: bool = False)
                     _cell(p["side_stream"]), _w(p["side_window_us"]),
                     _name(d["name"], names) if d else "-", _w(d["window_us"]) if d else "-",
                     f"{p['overlap_us']:.3f} us", f"{p['overlap_pct']:.3f}", _cell(p["verdict"]),
-                    "+".join(_name(o, names) for o in b["ops"]) + f" @ {b['start_us']:.3f} us"
+                    code("+".join(display_name(str(o), names) for o in b["ops"]), table=True)
+                    + f" @ {b['start_us']:.3f} us"
                     if b else "-"]) + " |")
             vc = cap["verdict_counts"]
             env = f" ({vc['envelope_only']} envelope-only)" if vc.get("envelope_only") else ""
