@@ -7,8 +7,7 @@ import pytest
 
 import shapes
 from parastream.device import load_profile
-from parastream.graph.decompose import (CANDIDATE, PENDING, SERIAL, decompose, find_points,
-                                        post_dominators)
+from parastream.graph.decompose import CANDIDATE, PENDING, SERIAL, decompose, find_points
 from parastream.graph.ir import Edge, Graph, Op, Tensor
 
 A2 = load_profile("ascend910b")
@@ -25,27 +24,27 @@ def module_points(d):
 def test_moe_layer_shared_expert_parallel_to_routed_experts():
     d = decompose(shapes.moe_layer(), A2)
     mods = by_name(d)
+    # the four experts share a scope but no edge: each is a module of its own
+    experts = ["layers.0.mlp.experts"] + [f"layers.0.mlp.experts#{i}" for i in (2, 3, 4)]
     assert set(mods) == {"layers.0.post_attention_layernorm", "layers.0.mlp.gate",
-                         "layers.0.mlp.dispatch", "layers.0.mlp.experts",
-                         "layers.0.mlp.combine", "layers.0.mlp.shared_expert",
-                         "layers.0.mlp.merge"}
-    assert mods["layers.0.mlp.experts"].module_type == "moe.experts"
+                         "layers.0.mlp.dispatch", "layers.0.mlp.combine",
+                         "layers.0.mlp.shared_expert", "layers.0.mlp.merge", *experts}
+    assert {mods[e].module_type for e in experts} == {"moe.experts"}
     assert mods["layers.0.mlp.shared_expert"].module_type == "moe.shared_expert"
-    [p] = module_points(d)
+    p, inner = module_points(d)
     ids = {m.module_id: name for name, m in mods.items()}
     assert ids[p.fork] == "layers.0.post_attention_layernorm"
     assert ids[p.join] == "layers.0.mlp.merge"
     branches = [{ids[n] for n in b.nodes} for b in p.branches]
-    assert branches == [{"layers.0.mlp.gate", "layers.0.mlp.dispatch", "layers.0.mlp.experts",
-                         "layers.0.mlp.combine"}, {"layers.0.mlp.shared_expert"}]
+    assert branches == [{"layers.0.mlp.gate", "layers.0.mlp.dispatch", "layers.0.mlp.combine",
+                         *experts}, {"layers.0.mlp.shared_expert"}]
     assert p.dominating_branch == 0 and p.branches[0].dominator.startswith("expert")
     # prefill: both branches fill the 24 cube cores
     assert p.verdict == PENDING and "resource conflict (both cube-bound, block dims 24+24 > 24" \
         in p.reason
-    # inside the routed experts: the four experts are an op-level point
-    [inner] = [q for q in d.parallel_points if q.scope == mods["layers.0.mlp.experts"].module_id]
-    assert (inner.fork, inner.join, len(inner.branches)) == ("dispatch", "combine", 4)
-    assert any(dag.module_id == mods["layers.0.mlp.experts"].module_id for dag in d.op_dags)
+    # inside the routed experts: the four experts fork at dispatch and meet at combine
+    assert (ids[inner.fork], ids[inner.join]) == ("layers.0.mlp.dispatch", "layers.0.mlp.combine")
+    assert sorted(ids[n] for b in inner.branches for n in b.nodes) == experts
 
 
 def test_decoder_layer_is_several_modules_with_state_and_residuals():
@@ -64,10 +63,14 @@ def test_decoder_layer_is_several_modules_with_state_and_residuals():
     assert shared.tensor == "hidden_states" and len(shared.consumers) == 2
     a, b = shared.consumers
     assert not any({e.src, e.dst} == {a, b} for e in d.module_edges)
-    # q || k || v, and gate || up
+    # q (+ its rope) || k (+ its rope) || v, meeting at the attention; and gate || up. The
+    # rotary scope holds two unrelated pieces, Q's rope and K's: two modules
     names = [sorted(d.module(n).module_name.rsplit(".", 1)[-1] for b in p.branches
                     for n in b.nodes) for p in module_points(d)]
-    assert names == [["k_proj", "q_proj", "v_proj"], ["gate_proj", "up_proj"]]
+    assert names == [["k_proj", "q_proj", "rotary_emb", "rotary_emb#2", "v_proj"],
+                     ["gate_proj", "up_proj"]]
+    qkv = module_points(d)[0]
+    assert d.module(qkv.join).module_name == "layers.0.self_attn.attn"
 
 
 def test_decode_verdicts_say_memory_conflict():
@@ -158,11 +161,11 @@ def test_module_graph_is_acyclic_on_interleaved_paths():
     assert [m.module_name for m in d.modules] == ["attn", "attn.rope", "attn#2"]
 
 
-def test_post_dominators_and_partial_joins():
+def test_partial_joins():
     succ = {"f": ["q", "k", "v"], "q": ["rope"], "k": ["rope"], "rope": ["attn"],
             "v": ["attn"], "attn": []}
     nodes = ["f", "q", "k", "v", "rope", "attn"]
-    assert post_dominators(nodes, succ)["f"] == "attn"
+    # q and k meet at rope, v only at attn: the join is where all three meet
     [(fork, join, branches)] = [p for p in find_points(nodes, succ) if p[0] == "f"]
     assert join == "attn" and sorted(map(tuple, branches)) == [("k",), ("q",), ("v",)]
     # fork -> a -> b and fork -> b: b is after a, not a branch of its own
@@ -174,7 +177,9 @@ def test_post_dominators_and_partial_joins():
 @pytest.mark.parametrize("layers", [3])
 def test_stacked_layers_repeat_the_same_points(layers):
     d = decompose(shapes.stack(layers, "mixed"), A2)
-    assert len(module_points(d)) == 2 * 2 + 1  # decoder: qkv, gate/up; moe: shared
+    # decoder: qkv, gate/up; moe: shared || routed, and the experts between dispatch and
+    # combine (each expert its own module)
+    assert len(module_points(d)) == 2 * 2 + 2
 
 
 def _reads(name, module, tensor):

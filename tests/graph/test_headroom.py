@@ -75,7 +75,7 @@ def test_decode_layer_at_batch_1_has_little_headroom():
 
 def test_point_headroom_is_sum_over_max():
     a = analyze_graph(shapes.moe_layer(), A2)
-    [p] = [q for q in a.decomposition.parallel_points if q.level == "module"]
+    p = next(q for q in a.decomposition.parallel_points if q.level == "module")
     h = a.point_headroom[p.id]
     assert h.work_us == pytest.approx(sum(b.dur_us for b in p.branches))
     assert h.critical_path_us == pytest.approx(max(b.dur_us for b in p.branches))

@@ -4,20 +4,32 @@ The direction-level analysis of docs/DOMAIN.md §3, computed from an operator gr
 
 1. **Modules.** Ops are grouped by their ``module`` path (the nn.Module hierarchy), then cut
    along communication (collectives), state (writes to a buffer such as a KV cache), sync
-   (record / wait) and resource (compute vs memory copy vs host) boundaries. A module is
-   always *convex* — no path leaves it and comes back — so the module graph is a DAG: each
-   op gets a stage number ``t`` that grows by one whenever an edge crosses from one group
-   key to another, and ``(key, t)`` is the module. A module made only of views (reshape,
-   transpose, ...) is folded into its producer or consumer: never a lone reshape.
+   (record / wait) and resource (compute vs memory copy vs host) boundaries. A module is a
+   *convex, connected* piece of the op DAG: each op gets a stage number ``t`` that grows by
+   one whenever an edge crosses from one group key to another, the ops of one ``(key, t)``
+   are split into their weakly connected pieces (edges inside the piece), and each piece is
+   a module — so no path leaves a module and comes back, and ops of one scope that the DAG
+   does not relate are never one module. A module made only of views (reshape, transpose,
+   ...) is folded into its producer or consumer: never a lone reshape. A chain of
+   convolutional layers (conv, norm, activation, pool, dropout; one module feeding only the
+   next, the next fed only by it) under one parent scope is one module, named by that
+   scope: a conv+bn+relu block or an Inception branch, not its relu. Module ids follow a
+   topological order of the module DAG. A module's type comes from its name where the
+   name agrees with its dominant work (the op with the most FLOPs), else from
+   that work (a grouped GEMM of routed experts is ``moe.experts`` or ``matmul``, never
+   ``residual``).
 2. **Dependency table.** Op edges between modules, one row per (from, to, type), with the
    tensor or reason. A tensor read by two modules is *not* an edge between them: the
    producer is their common upstream node, and an external input read by several modules
    becomes a shared-input node (``in:<tensor>``); the call's start (``in:input``) is one
    when several modules begin from different call inputs (``a(x) + b(y)``).
-3. **Parallel points.** A fork node with two or more successors, its join = the immediate
-   post-dominator, and its branches = the nodes between them, grouped so that no data path
-   connects two branches. The dominating branch is the one with the longest estimated time.
-   Found on the module DAG and, inside each module, on its operator DAG.
+3. **Parallel points.** A fork node with two or more successors; each successor that no
+   other successor reaches starts a branch, holding every node reachable from it and from
+   no other start — so no path connects two branches. The join is the first node (in a
+   topological order) that every branch reaches: their nearest common descendant, ``end``
+   when they never meet. The dominating branch is the one with the longest estimated time.
+   Found on the module DAG and, inside each module, on its operator DAG (the join is then
+   an op, inside the module or after it).
 4. **Verdicts.** ``serial`` (data dependency, shared writable state, collective order, inner
    step of), ``parallel_candidate`` (no data path; results meet only at the join) or
    ``parallel_pending_validation`` (resource conflict, tiny shapes) with the reason.
@@ -52,7 +64,8 @@ SYNC_TYPES = frozenset({
 #: (keyword in module path or op type, module_type), first match wins
 _TYPE_RULES = (
     ("shared_expert", "moe.shared_expert"), ("experts", "moe.experts"),
-    ("expert", "moe.experts"), ("router", "moe.gate"), ("lm_head", "lm_head"),
+    ("expert", "moe.experts"), ("router", "moe.gate"), ("routed", "moe.experts"),
+    ("lm_head", "lm_head"),
     ("embed", "embedding"), ("rotary", "rope"), ("rope", "rope"), ("norm", "norm"),
     ("q_proj", "attention.proj"), ("k_proj", "attention.proj"), ("v_proj", "attention.proj"),
     ("qkv", "attention.proj"), ("q_a", "attention.proj"), ("q_b", "attention.proj"),
@@ -236,9 +249,9 @@ def decompose(g: Graph, profile: DeviceProfile, costs: dict[str, OpCost] | None 
         succs[e.src].append(e)
 
     facts = _Facts(order, ops)
-    op_group, groups = _group_ops(order, ops, facts, preds, succs)
+    op_group, groups, paths = _group_ops(order, ops, facts, preds, succs, costs)
     op_module, modules, module_edges, mod_succs = _build_modules(
-        ops, costs, facts, op_group, groups, preds, succs)
+        ops, costs, facts, op_group, groups, paths, preds, succs)
     mod_by_id = {m.module_id: m for m in modules}
     user_inputs = {k for k, kind in ((g.meta or {}).get("inputs") or {}).items()
                    if kind == "input"}
@@ -246,19 +259,20 @@ def decompose(g: Graph, profile: DeviceProfile, costs: dict[str, OpCost] | None 
 
     verdicts = _edge_verdicts(module_edges, mod_by_id)
     points: list[ParallelPoint] = []
+    ctx = (costs, facts, profile)
 
     # module-level points on the module DAG (with shared-input nodes as forks)
-    mod_order = [m.module_id for m in modules]
-    node_succ = {mid: sorted(mod_succs[mid], key=_module_rank) for mid in mod_order}
-    src_nodes = [s.node for s in shared]
+    node_succ = {m.module_id: sorted(mod_succs[m.module_id], key=_module_rank)
+                 for m in modules}
     for s in shared:
         node_succ[s.node] = list(s.consumers)
     weight = {m.module_id: m.dur_us for m in modules}
     members_of = {m.module_id: m.ops for m in modules}
-    for fork, join, branches in find_points(src_nodes + mod_order, node_succ):
+    found = find_points([s.node for s in shared] + [m.module_id for m in modules], node_succ)
+    for fork, join, branches in _distinct(found):
         pid = f"P{len(points) + 1}"
         point, pairs = _make_point(pid, "module", fork, join, branches, weight, members_of,
-                                   costs, facts, profile)
+                                   *ctx)
         points.append(point)
         for i, k, v, why in pairs:
             verdicts.append(Verdict(" + ".join(point.branches[i].nodes),
@@ -268,55 +282,82 @@ def decompose(g: Graph, profile: DeviceProfile, costs: dict[str, OpCost] | None 
     candidates = {n for p in points if p.verdict != SERIAL for n in p.members}
     op_dags: list[OpDag] = []
     op_shared = _op_shared_inputs(order, ops, preds)
+    op_reach = _Reach(order, {n: [e.dst for e in succs[n]] for n in order})
     for m in modules:
-        inner = set(m.ops)
-        sub_succ: dict[str, list[str]] = {}
-        outside_in: list[str] = []
-        outside_out: list[str] = []
-        edges: list[tuple[str, str, str]] = []
-        for n in m.ops:
-            for e in preds[n]:
-                if e.src not in inner and e.src not in sub_succ:
-                    sub_succ[e.src] = []
-                    outside_in.append(e.src)
-                if e.src not in inner:
-                    sub_succ[e.src].append(n)
-            for tensor, consumers in op_shared.get(n, ()):
-                node = f"in:{tensor}"
-                if node not in sub_succ:
-                    sub_succ[node] = []
-                    outside_in.append(node)
-                sub_succ[node].append(n)
-        for n in m.ops:
-            sub_succ.setdefault(n, [])
-            for e in succs[n]:
-                if e.dst in inner:
-                    edges.append((n, e.dst, e.type))
-                elif e.dst not in outside_out:
-                    outside_out.append(e.dst)
-                sub_succ[n].append(e.dst)
-        for n in outside_out:
-            sub_succ.setdefault(n, [])
-        node_order = outside_in + m.ops + [n for n in outside_out if n not in inner]
+        dag = _op_dag(m, preds, succs, op_shared)
         mine: list[str] = []
         if len(m.ops) > 1:
             w = {n: costs[n].dur_us for n in m.ops}
-            for fork, join, branches in find_points(node_order, sub_succ):
-                branches = [[n for n in b if n in inner] for b in branches]
-                branches = [b for b in branches if b]
-                if len(branches) < 2:
-                    continue
+            for fork, join, branches in _op_points(m, dag, op_reach, preds,
+                                                    op_shared):
                 pid = f"P{len(points) + 1}"
                 point, _ = _make_point(pid, "op", fork, join, branches, w,
-                                       {n: [n] for n in m.ops}, costs, facts, profile,
-                                       scope=m.module_id)
+                                       {n: [n] for n in m.ops}, *ctx, scope=m.module_id)
                 points.append(point)
                 mine.append(pid)
         if m.module_id in candidates or mine:
-            op_dags.append(OpDag(m.module_id, list(m.ops), edges, outside_in, outside_out,
-                                 mine))
+            dag.points = mine
+            op_dags.append(dag)
     return Decomposition(g.name, profile.name, order, costs, op_module, modules, module_edges,
                          shared, verdicts, points, op_dags)
+
+
+def _distinct(found: Iterable[tuple[str, str, list[list[str]]]]
+              ) -> Iterable[tuple[str, str, list[list[str]]]]:
+    """The points found, each set of branches once (a shared input and the op that reads
+    it can fork the same branches)."""
+    seen: set[tuple] = set()
+    for fork, join, branches in found:
+        key = tuple(sorted(map(tuple, branches)))
+        if key not in seen:
+            seen.add(key)
+            yield fork, join, branches
+
+
+def _op_dag(m: Module, preds, succs, op_shared) -> OpDag:
+    """The operator DAG of one module: its inner edges, the outside nodes (producer ops,
+    ``in:<tensor>`` shared inputs) it reads from, and the outside ops it feeds."""
+    inner = set(m.ops)
+    outside_in: list[str] = []
+    outside_out: list[str] = []
+    edges: list[tuple[str, str, str]] = []
+    for n in m.ops:
+        for e in preds[n]:
+            if e.src not in inner and e.src not in outside_in:
+                outside_in.append(e.src)
+        for tensor, _ in op_shared.get(n, ()):
+            if f"in:{tensor}" not in outside_in:
+                outside_in.append(f"in:{tensor}")
+    for n in m.ops:
+        for e in succs[n]:
+            if e.dst in inner:
+                edges.append((n, e.dst, e.type))
+            elif e.dst not in outside_out:
+                outside_out.append(e.dst)
+    return OpDag(m.module_id, list(m.ops), edges, outside_in, outside_out, [])
+
+
+def _op_points(m: Module, dag: OpDag, reach: _Reach, preds, op_shared
+               ) -> Iterable[tuple[str, str, list[list[str]]]]:
+    """Points inside one module: forks are the outside nodes it reads from and its own ops;
+    the branches hold its ops only (the module is convex: a path between two of its ops
+    stays inside); the join is the first op, here or later in the graph, that every branch
+    reaches."""
+    into: dict[str, list[str]] = defaultdict(list)
+    for n in m.ops:
+        for e in preds[n]:
+            into[e.src].append(n)
+        for tensor, _ in op_shared.get(n, ()):
+            into[f"in:{tensor}"].append(n)
+    keep = reach.mask(m.ops)
+    found = []
+    for f in [*dag.inputs_from, *m.ops]:
+        starts = list(dict.fromkeys(into.get(f, ())))
+        if len(starts) >= 2:
+            point = _point_at(reach, starts, keep)
+            if point is not None:
+                found.append((f, point[0], point[1]))
+    return _distinct(found)
 
 
 def _module_rank(mid: str) -> int:
@@ -325,56 +366,171 @@ def _module_rank(mid: str) -> int:
 
 # ----------------------------------------------------------------------------- grouping
 
-def _group_ops(order: list[str], ops: dict[str, Op], facts: _Facts, preds, succs
-               ) -> tuple[dict[str, int], list[list[str]]]:
-    """Convex groups of ops: same (module path, cut class) and the same stage ``t``; then
-    view-only groups folded into a neighbour. Returns op -> group index and the groups
-    (in topological order of their first op)."""
-    key: dict[str, tuple[str, str]] = {}
-    for n in order:
-        op = ops[n]
-        key[n] = (op.module, facts.cls[n])
-    stage: dict[str, int] = {}
-    gid_of: dict[tuple[str, str, int], int] = {}
-    group_of: dict[str, int] = {}
-    groups: list[list[str]] = []
-    for n in order:
-        t = 0
-        k = key[n]
-        for e in preds[n]:
-            tp = stage[e.src] if key[e.src] == k else stage[e.src] + 1
-            if tp > t:
-                t = tp
-        stage[n] = t
-        gk = (k[0], k[1], t)
-        gi = gid_of.get(gk)
-        if gi is None:
-            gi = gid_of[gk] = len(groups)
-            groups.append([])
-        groups[gi].append(n)
-        group_of[n] = gi
+class _Groups:
+    """Ops partitioned into groups (union-find over op names), each with a scope path."""
 
-    # fold view-only groups into the one group they read from (or feed)
-    alive = [True] * len(groups)
-    for gi, members in enumerate(groups):
+    def __init__(self, order: list[str]) -> None:
+        self.parent = {n: n for n in order}
+        self.path: dict[str, str] = {}
+
+    def find(self, n: str) -> str:
+        root = n
+        while self.parent[root] != root:
+            root = self.parent[root]
+        while self.parent[n] != root:
+            self.parent[n], n = root, self.parent[n]
+        return root
+
+    def union(self, a: str, b: str) -> str:
+        """Merge b's group into a's; return the root (a's)."""
+        ra, rb = self.find(a), self.find(b)
+        if ra != rb:
+            self.parent[rb] = ra
+        return ra
+
+    def members(self, order: list[str]) -> dict[str, list[str]]:
+        out: dict[str, list[str]] = {}
+        for n in order:
+            out.setdefault(self.find(n), []).append(n)
+        return out
+
+
+def _group_ops(order: list[str], ops: dict[str, Op], facts: _Facts, preds, succs,
+               costs: dict[str, OpCost]) -> tuple[dict[str, int], list[list[str]], list[str]]:
+    """Convex, connected groups of ops (see the module docstring). Returns op -> group
+    index, the groups (each in op order; the groups in a topological order of the group
+    DAG) and each group's scope path."""
+    grp = _Groups(order)
+    _stage_pieces(order, ops, facts, preds, grp)
+    _fold_views(order, facts, preds, succs, grp)
+    _fold_conv_chains(order, ops, facts, succs, costs, grp)
+    groups = _topological_groups(order, succs, grp)
+    op_group = {n: i for i, gm in enumerate(groups) for n in gm}
+    paths = [grp.path.get(grp.find(gm[0])) or _first_path(gm, ops, facts) for gm in groups]
+    return op_group, groups, paths
+
+
+def _first_path(members: list[str], ops: dict[str, Op], facts: _Facts) -> str:
+    """The scope of a group's first op that does work (its first op when all are views)."""
+    return ops[next((n for n in members if not facts.view[n]), members[0])].module
+
+
+def _stage_pieces(order, ops, facts: _Facts, preds, grp: _Groups) -> None:
+    """Same (module path, cut class) and the same stage ``t``, joined only along edges
+    inside: an op's stage is its predecessors' (same key) or one more (another key), so
+    every edge between two groups goes to a higher stage (the group DAG is acyclic) and no
+    path leaves a group and comes back (it would have to come back at a higher stage)."""
+    key = {n: (ops[n].module, facts.cls[n]) for n in order}
+    stage: dict[str, int] = {}
+    for n in order:
+        k, t = key[n], 0
+        for e in preds[n]:
+            t = max(t, stage[e.src] if key[e.src] == k else stage[e.src] + 1)
+        stage[n] = t
+        for e in preds[n]:
+            if key[e.src] == k and stage[e.src] == t:
+                grp.union(e.src, n)
+
+
+def _fold_views(order, facts: _Facts, preds, succs, grp: _Groups) -> None:
+    """Fold every view-only group into the one group it reads from (else the one it
+    feeds): its edges then stay inside, so the result is as convex and acyclic as before."""
+    for root, members in grp.members(order).items():
         if not all(facts.view[n] for n in members):
             continue
         inside = set(members)
-        up = {group_of[e.src] for n in members for e in preds[n] if e.src not in inside}
-        down = {group_of[e.dst] for n in members for e in succs[n] if e.dst not in inside}
+        up = {grp.find(e.src) for n in members for e in preds[n] if e.src not in inside}
+        down = {grp.find(e.dst) for n in members for e in succs[n] if e.dst not in inside}
         target = next(iter(up)) if len(up) == 1 else next(iter(down)) if len(down) == 1 else None
-        if target is None or target == gi:
+        if target is not None and target != grp.find(root):
+            grp.union(target, root)
+
+
+#: op type words of a convolutional network's layers (convolution, normalisation,
+#: activation, pooling, dropout): chains of these fold into their block
+_CONV_NET_WORDS = ("conv", "norm", "relu", "pool", "dropout", "sigmoid", "swish", "silu",
+                   "gelu", "hardtanh", "clamp", "elu", "mish")
+
+
+def _conv_layer(members: list[str], ops: dict[str, Op], facts: _Facts) -> bool:
+    """A compute group whose work is all convolutional-network layers."""
+    work = [n for n in members if not facts.view[n]]
+    return bool(work) and all(facts.cls[n] == "compute" for n in members) and all(
+        any(w in ops[n].type.lower() for w in _CONV_NET_WORDS) for n in work)
+
+
+def _common_scope(a: str, b: str) -> str:
+    out = []
+    for x, y in zip(a.split("."), b.split(".")):
+        if x != y:
+            break
+        out.append(x)
+    return ".".join(out)
+
+
+def _fold_conv_chains(order, ops, facts: _Facts, succs, costs, grp: _Groups) -> None:
+    """Merge A into B's group when A feeds only B, B is fed only by A, both are
+    convolutional layers under one parent scope and the chain holds a convolution. Such a
+    merge keeps the group convex (a path leaving A goes through B) and the group DAG
+    acyclic; the merged group is named by the common scope."""
+    members = grp.members(order)
+    path = {r: _first_path(m, ops, facts) for r, m in members.items()}
+    conv = {r: _conv_layer(m, ops, facts) for r, m in members.items()}
+    has_conv = {r: any("conv" in ops[n].type.lower() for n in m) for r, m in members.items()}
+    out_g: dict[str, set[str]] = {r: set() for r in members}
+    in_g: dict[str, set[str]] = {r: set() for r in members}
+    for r, m in members.items():
+        for n in m:
+            for e in succs[n]:
+                d = grp.find(e.dst)
+                if d != r:
+                    out_g[r].add(d)
+                    in_g[d].add(r)
+    for r in list(members):  # roots in op order: a chain is walked from its head
+        if grp.find(r) != r or not conv[r]:
             continue
-        for n in members:
-            group_of[n] = target
-        groups[target].extend(members)
-        groups[gi] = []
-        alive[gi] = False
-    pos = {n: i for i, n in enumerate(order)}
-    kept = [sorted(gm, key=pos.__getitem__) for gm, a in zip(groups, alive) if a and gm]
-    kept.sort(key=lambda gm: pos[gm[0]])
-    op_group = {n: i for i, gm in enumerate(kept) for n in gm}
-    return op_group, kept
+        while len(out_g[r]) == 1:
+            b = next(iter(out_g[r]))
+            scope = _common_scope(path[r], path[b])
+            if not (in_g[b] == {r} and conv[b] and scope and (has_conv[r] or has_conv[b])):
+                break
+            grp.union(r, b)
+            path[r], has_conv[r] = scope, True
+            out_g[r] = out_g.pop(b)
+            for d in out_g[r]:
+                in_g[d].discard(b)
+                in_g[d].add(r)
+            grp.path[r] = scope
+
+
+def _topological_groups(order, succs, grp: _Groups) -> list[list[str]]:
+    """The groups in a topological order of the group DAG (Kahn's algorithm, the group
+    whose first op comes first in ``order`` when several are ready)."""
+    import heapq
+
+    members = grp.members(order)
+    rank = {r: i for i, r in enumerate(members)}  # members() lists roots in op order
+    out_g: dict[str, set[str]] = {r: set() for r in members}
+    indeg = dict.fromkeys(members, 0)
+    for r, m in members.items():
+        for n in m:
+            for e in succs[n]:
+                d = grp.find(e.dst)
+                if d != r and d not in out_g[r]:
+                    out_g[r].add(d)
+                    indeg[d] += 1
+    ready = [rank[r] for r, k in indeg.items() if k == 0]
+    heapq.heapify(ready)
+    roots = list(members)
+    out: list[list[str]] = []
+    while ready:
+        r = roots[heapq.heappop(ready)]
+        out.append(members[r])
+        for d in out_g[r]:
+            indeg[d] -= 1
+            if indeg[d] == 0:
+                heapq.heappush(ready, rank[d])
+    return out
 
 
 def _tensor_name(op: Op, edge=None) -> str:
@@ -386,30 +542,70 @@ def _tensor_name(op: Op, edge=None) -> str:
     return f"{op.name}.out"
 
 
-def _module_type(path: str, cls: str, members: list[Op]) -> str:
+#: roles a name may give a module whose dominant op is a matrix multiply
+_MATMUL_ROLES = frozenset({
+    "attention.proj", "attention.out", "attention", "mlp", "moe", "moe.experts",
+    "moe.shared_expert", "moe.gate", "lm_head", "embedding"})
+#: roles a name may not give a module without matrix or convolution work (a relu in a
+#: ``conv1`` block is an activation, not a convolution)
+_HEAVY_ROLES = frozenset({"conv", "attention.proj", "attention.out", "lm_head"})
+#: (word in op type, work kind) for the dominant op, first match wins
+_WORK_RULES = (("conv", "conv"), ("attention", "attention"), ("flash", "attention"),
+               ("norm", "norm"), ("pool", "pool"))
+_MATMUL_TYPES = frozenset({"mm", "bmm", "addmm", "baddbmm", "linear", "einsum"})
+_ACTIVATIONS = ("relu", "gelu", "silu", "sigmoid", "tanh", "swish", "elu", "mish")
+
+
+def _rule(text: str) -> str | None:
+    for word, kind in _TYPE_RULES:
+        if word in text:
+            return kind
+    return None
+
+
+def _work_kind(op_type: str) -> str | None:
+    """What the dominant op's type says about a module's work: ``matmul``, ``conv``,
+    ``attention``, ``norm``, ``pool`` or None (element-wise and other light work)."""
+    t = op_type.lower()
+    if t in _MATMUL_TYPES or "matmul" in t or "gemm" in t:
+        return "matmul"
+    return next((kind for word, kind in _WORK_RULES if word in t), None)
+
+
+def _module_type(path: str, cls: str, members: list[str], ops: dict[str, Op],
+                 costs: dict[str, OpCost], facts: _Facts) -> str:
+    """The module's type: its cut class for comm/state/sync/copy/host; else its name's role
+    where that agrees with its dominant work (the op with the most FLOPs, the longest
+    estimated time among equals), else the work itself."""
     if cls in ("comm", "state", "sync"):
         return cls
     if cls == "memory":
         return "copy"
     if cls == "host":
         return "host"
-    last = path.rsplit(".", 1)[-1].lower() if path else ""
-    for word, kind in _TYPE_RULES:  # the innermost module name decides first
-        if word in last:
-            return kind
-    types = " ".join(o.type.lower() for o in members)
-    for word, kind in _TYPE_RULES:
-        if word in types:
-            return kind
+    work_ops = [n for n in members if not facts.view[n]] or members
+    top = max(work_ops, key=lambda n: (ops[n].flops, costs[n].dur_us))
+    work = _work_kind(ops[top].type)
     low = path.lower()
-    for word, kind in _TYPE_RULES:
-        if word in low:
-            return kind
-    return "compute"
+    named = _rule(low.rsplit(".", 1)[-1]) or _rule(low)
+    if work == "matmul":
+        if named in _MATMUL_ROLES:
+            return named
+        return "moe.experts" if any(w in low for w in ("expert", "moe", "routed")) else "matmul"
+    if work is not None:
+        return work
+    if named and named not in _HEAVY_ROLES:
+        return named
+    top_type = ops[top].type.lower()
+    if any(w in top_type for w in _ACTIVATIONS):
+        return "activation"
+    kind = _rule(top_type)
+    return kind if kind and kind not in _HEAVY_ROLES else "compute"
 
 
-def _build_modules(ops, costs, facts: _Facts, op_group, groups, preds, succs):
-    """Module rows, the op -> module id map and the dependency table from the groups."""
+def _build_modules(ops, costs, facts: _Facts, op_group, groups, paths, preds, succs):
+    """Module rows, the op -> module id map and the dependency table from the groups
+    (``paths``: each group's scope)."""
     modules: list[Module] = []
     ids = [f"M{i + 1}" for i in range(len(groups))]
     op_module = {n: ids[gi] for n, gi in op_group.items()}
@@ -419,9 +615,8 @@ def _build_modules(ops, costs, facts: _Facts, op_group, groups, preds, succs):
     for gi, members in enumerate(groups):
         mid = ids[gi]
         mem_ops = [ops[n] for n in members]
-        first = mem_ops[0]
         cls = facts.cls[next((n for n in members if not facts.view[n]), members[0])]
-        path = first.module
+        path = paths[gi]
         base = path or "+".join(dict.fromkeys(o.type for o in mem_ops[:3]))
         if cls in ("comm", "state", "sync", "memory", "host"):
             base = f"{base}[{cls}]"
@@ -454,7 +649,7 @@ def _build_modules(ops, costs, facts: _Facts, op_group, groups, preds, succs):
         bound = max(by_bound, key=by_bound.__getitem__)
         blk = max(costs[n].block_dim for n in members if costs[n].unit == unit)
         hint = f"{_heavy(unit, bound)}, blk={blk}, dur={dur:.1f}us"
-        modules.append(Module(mid, name, _module_type(path, cls, mem_ops),
+        modules.append(Module(mid, name, _module_type(path, cls, members, ops, costs, facts),
                               list(dict.fromkeys(inputs)), list(dict.fromkeys(outputs)),
                               ", ".join(effects) if effects else "-", hint, list(members),
                               path, unit, bound, dur, blk))
@@ -545,96 +740,113 @@ def _op_shared_inputs(order, ops, preds) -> dict[str, list[tuple[str, list[str]]
 
 # ----------------------------------------------------------------------------- points
 
-def post_dominators(nodes: list[str], succ: dict[str, list[str]]) -> dict[str, str | None]:
-    """Immediate post-dominator of every node of a DAG given in topological order; a node
-    whose paths only meet at the end maps to ``None`` (the virtual exit)."""
-    rank: dict[str, int] = {}
-    ipdom: dict[str, str | None] = {}
-    exit_rank = -1
-    for r, v in enumerate(reversed(nodes)):
-        rank[v] = r
-        nxt = [s for s in succ.get(v, ()) if s in rank]
-        if not nxt:
-            ipdom[v] = None
-            continue
-        cur: str | None = nxt[0]
-        for s in nxt[1:]:
-            a, b = cur, s
-            while a != b:
-                ra = rank[a] if a is not None else exit_rank
-                rb = rank[b] if b is not None else exit_rank
-                if ra > rb:
-                    a = ipdom[a]
-                else:
-                    b = ipdom[b]
-            cur = a
-            if cur is None:
-                break
-        ipdom[v] = cur
-    return ipdom
+class _Reach:
+    """Every node's descendants, itself included, as a bitset over a topological order of
+    the DAG ``succ`` (``nodes`` in any order; ties keep their order there)."""
+
+    def __init__(self, nodes: list[str], succ: dict[str, list[str]]) -> None:
+        self.order = _topological(nodes, succ)
+        self.index = {n: i for i, n in enumerate(self.order)}
+        self.desc: dict[str, int] = {}
+        for n in reversed(self.order):
+            r = 1 << self.index[n]
+            for s in succ.get(n, ()):
+                r |= self.desc[s]
+            self.desc[n] = r
+
+    def mask(self, nodes: Iterable[str]) -> int:
+        m = 0
+        for n in nodes:
+            m |= 1 << self.index[n]
+        return m
+
+    def nodes(self, mask: int) -> list[str]:
+        """The nodes of ``mask`` in topological order."""
+        out = []
+        while mask:
+            low = mask & -mask
+            out.append(self.order[low.bit_length() - 1])
+            mask ^= low
+        return out
+
+
+def _topological(nodes: list[str], succ: dict[str, list[str]]) -> list[str]:
+    """``nodes`` (with every successor named in ``succ``) in a topological order, Kahn's
+    algorithm taking the earliest-listed ready node first."""
+    import heapq
+
+    listed = list(dict.fromkeys([*nodes, *(s for n in nodes for s in succ.get(n, ()))]))
+    rank = {n: i for i, n in enumerate(listed)}
+    indeg = dict.fromkeys(listed, 0)
+    for n in listed:
+        for s in set(succ.get(n, ())):
+            indeg[s] += 1
+    ready = [rank[n] for n in listed if indeg[n] == 0]
+    heapq.heapify(ready)
+    out: list[str] = []
+    while ready:
+        n = listed[heapq.heappop(ready)]
+        out.append(n)
+        for s in set(succ.get(n, ())):
+            indeg[s] -= 1
+            if indeg[s] == 0:
+                heapq.heappush(ready, rank[s])
+    if len(out) != len(listed):
+        raise ValueError("find_points needs a DAG: the successors have a cycle")
+    return out
+
+
+def _point_at(reach: _Reach, starts: list[str], keep: int = -1
+              ) -> tuple[str, list[list[str]]] | None:
+    """The point whose branches start at ``starts`` (the successors of one fork): each
+    start that no other start reaches holds the nodes reachable from it and from no other
+    start (restricted to ``keep``); the join is the first node every branch reaches
+    (``"end"`` when none). None when fewer than two branches are left."""
+    starts = list(dict.fromkeys(starts))
+    desc = [reach.desc[s] for s in starts]
+    heads = [i for i, s in enumerate(starts)
+             if not any(j != i and desc[j] >> reach.index[s] & 1 for j in range(len(starts)))]
+    if len(heads) < 2:
+        return None
+    desc = [desc[i] for i in heads]
+    branches: list[list[str]] = []
+    common = -1
+    for i, d in enumerate(desc):
+        others = 0
+        for j, o in enumerate(desc):
+            if j != i:
+                others |= o
+        own = d & ~others & keep
+        if own:
+            branches.append(reach.nodes(own))
+            common &= d
+    if len(branches) < 2:
+        return None
+    join = reach.nodes(common & -common)[0] if common > 0 else "end"
+    return join, branches
 
 
 def find_points(nodes: list[str], succ: dict[str, list[str]]
                 ) -> Iterable[tuple[str, str, list[list[str]]]]:
-    """Fork/join structures of a DAG (``nodes`` in topological order).
+    """Fork/join structures of a DAG (``nodes``: every node, in any order; ``succ``: each
+    node's successors).
 
-    For every node with two or more successors: its join is its immediate post-dominator
-    (``"end"`` when the branches only meet at the end of the graph); each successor starts
-    a branch holding the nodes before the join reachable from that successor *only*. No
-    path connects two branches (a node reached from two successors is past a partial join,
-    e.g. a rope op reading both the Q and K projections, and belongs to no branch). Yields
-    (fork, join, branches) when two or more branches are non-empty.
+    For every node with two or more successors, in a topological order: a successor that
+    another successor reaches (fork -> a -> b and fork -> b) starts no branch, it comes
+    after a; every other successor starts a branch holding the nodes reachable from it and
+    from no other start, so no path connects two branches (a rope op reading both the Q and
+    K projections is past their meeting point and belongs to no branch). The join is the
+    first node every branch reaches, ``"end"`` when they never meet. Yields
+    (fork, join, branches), the branches' nodes in topological order.
     """
-    ipdom = post_dominators(nodes, succ)
-    pos = {n: i for i, n in enumerate(nodes)}
-    for f in nodes:
+    reach = _Reach(nodes, succ)
+    for f in reach.order:
         outs = list(dict.fromkeys(succ.get(f, ())))
         if len(outs) < 2:
             continue
-        j = ipdom[f]
-        starts = [s for s in outs if s != j]
-        if len(starts) < 2:
-            continue
-        # the region: everything reachable from the fork before the join
-        region: set[str] = set()
-        stack = list(starts)
-        while stack:
-            x = stack.pop()
-            if x in region or x == j:
-                continue
-            region.add(x)
-            stack.extend(succ.get(x, ()))
-        ordered = sorted(region, key=pos.__getitem__)
-        reach = _reach(ordered, succ, region, starts)
-        # a successor reached through another one (fork -> a -> b and fork -> b) starts no
-        # branch of its own: b comes after a
-        inner = {s for i, s in enumerate(starts) if reach[s] != 1 << i}
-        if inner:
-            starts = [s for s in starts if s not in inner]
-            if len(starts) < 2:
-                continue
-            reach = _reach(ordered, succ, region, starts)
-        groups: dict[int, list[str]] = {}
-        for x in ordered:
-            r = reach.get(x, 0)
-            if r and r & (r - 1) == 0:  # reached from exactly one start
-                groups.setdefault(r, []).append(x)
-        branches = [groups[1 << i] for i in range(len(starts)) if (1 << i) in groups]
-        if len(branches) >= 2:
-            yield f, (j if j is not None else "end"), branches
-
-
-def _reach(ordered: list[str], succ, region: set[str], starts: list[str]) -> dict[str, int]:
-    """Which starts reach each region node (bit i = ``starts[i]``), in topological order."""
-    reach: dict[str, int] = {s: 1 << i for i, s in enumerate(starts)}
-    for x in ordered:
-        rx = reach.get(x, 0)
-        if not rx:
-            continue
-        for y in succ.get(x, ()):
-            if y in region:
-                reach[y] = reach.get(y, 0) | rx
-    return reach
+        found = _point_at(reach, outs)
+        if found is not None:
+            yield f, found[0], found[1]
 
 
 def _summarise(nodes: list[str], weight: dict[str, float], members_of, costs) -> Branch:
@@ -750,4 +962,4 @@ def _edge_verdicts(module_edges: list[ModuleEdge], mods: dict[str, Module]) -> l
 
 __all__ = ["CANDIDATE", "PENDING", "SERIAL", "Branch", "Decomposition", "Module", "ModuleEdge",
            "OpDag", "ParallelPoint", "SharedInput", "Verdict", "decompose", "find_points",
-           "is_view", "op_class", "post_dominators", "tiny_us"]
+           "is_view", "op_class", "tiny_us"]
