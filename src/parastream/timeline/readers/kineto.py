@@ -197,13 +197,11 @@ def _grid(v: object) -> object:
     return _ODD
 
 
-def _checked(odd: dict, read: bool, field: str, v: object, check) -> Any:
-    """``check(v)``, or None (noted when the event is one parastream ``read``s) when
-    ``v`` has an unexpected type."""
+def _checked(odd: dict, field: str, v: object, check) -> Any:
+    """``check(v)``, or None (noted in ``odd``) when ``v`` has an unexpected type."""
     out = check(v)
     if out is _ODD:
-        if read:
-            _note(odd, field, v)
+        _note(odd, field, v)
         return None
     return out
 
@@ -238,24 +236,27 @@ def _tolerant(items: list) -> tuple[list[_Event], dict]:
             if read:
                 _note(odd, "name", name)
             name = ""
+        if not read:  # the scan looks at its phase, category and name only
+            out.append(_Event(ph=ph, cat=cat, name=name))
+            continue
         a = e.args
         if isinstance(a, _LooseArgs):
-            args = _Args(stream=_checked(odd, read, "args.stream", a.stream, _ident),
-                         device=_checked(odd, read, "args.device", a.device, _ident),
-                         correlation=_checked(odd, read, "args.correlation", a.correlation,
+            args = _Args(stream=_checked(odd, "args.stream", a.stream, _ident),
+                         device=_checked(odd, "args.device", a.device, _ident),
+                         correlation=_checked(odd, "args.correlation", a.correlation,
                                               _ident),
-                         wait_on_stream=_checked(odd, read, "args.wait_on_stream",
+                         wait_on_stream=_checked(odd, "args.wait_on_stream",
                                                  a.wait_on_stream, _ident),
-                         grid=_checked(odd, read, "args.grid", a.grid, _grid))
+                         grid=_checked(odd, "args.grid", a.grid, _grid))
         else:
-            if a is not None and read:
+            if a is not None:
                 _note(odd, "args", a)
             args = None
         out.append(_Event(ph=ph, cat=cat, name=name,
-                          pid=_checked(odd, read, "pid", e.pid, _ident),
-                          tid=_checked(odd, read, "tid", e.tid, _ident),
-                          id=_checked(odd, read, "id", e.id, _ident), ts=e.ts,
-                          dur=_checked(odd, read, "dur", e.dur, _duration), args=args))
+                          pid=_checked(odd, "pid", e.pid, _ident),
+                          tid=_checked(odd, "tid", e.tid, _ident),
+                          id=_checked(odd, "id", e.id, _ident), ts=e.ts,
+                          dur=_checked(odd, "dur", e.dur, _duration), args=args))
     return out, odd
 
 
