@@ -249,7 +249,7 @@ def test_deep_nesting_is_one_line(tmp_path, capsys, where):
            "event": '{"traceEvents": [%s, %s]}',
            "document": '{"traceEvents": [%s], "other": %s}'}[where] % (k, deep)
     line = refused(capsys, write(tmp_path, "deep.json", doc))
-    assert "JSON nested too deeply" in line
+    assert "invalid JSON: nested too deeply to decode" in line
 
 
 @pytest.mark.parametrize("encoding,bom", [("utf-8", b"\xef\xbb\xbf"), ("utf-16-le", b"\xff\xfe"),

@@ -25,7 +25,6 @@ from __future__ import annotations
 import gc
 import multiprocessing as mp
 import re
-import sys
 from collections import Counter
 from typing import Any
 
@@ -661,9 +660,10 @@ def read(path: str) -> Timeline:
             reason = "truncated JSON (" + reason + ")"
         raise InputError(path, f"invalid JSON: {reason}") from None
     except RecursionError:
-        # msgspec recurses once per nesting level, skipped values included
-        raise InputError(path, "JSON nested too deeply to decode (about "
-                               f"{sys.getrecursionlimit()} levels or more)") from None
+        # msgspec recurses once per nesting level, skipped values included, and stops at
+        # the interpreter's recursion limit (about a thousand levels)
+        raise InputError(path, "invalid JSON: nested too deeply to decode (arrays or "
+                               "objects inside one another past the decoder's limit)") from None
     del data
     return _build(path, parts, head, warnings)
 
