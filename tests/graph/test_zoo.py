@@ -214,3 +214,54 @@ def test_medusa_heads_are_independent_until_the_stack():
     # more bytes than FLOPs (what makes it memory-bound and single-threaded on a CPU)
     lm = [o for o in graph("medusa_heads", "small", "decode").ops if o.module.endswith("lm_head")]
     assert len(lm) == 5 and all(o.bytes_read > 60e6 > o.flops for o in lm)
+
+
+@pytest.mark.parametrize("name,scale,phase", [
+    pytest.param(*c, marks=_mark(c[0], c[1])) for c in CASES])
+def test_every_models_points_and_modules_keep_their_contracts(name, scale, phase):
+    """Branches of every parallel point are independent and meet first at the join; the
+    modules are connected, convex and in topological id order (brute-force oracle)."""
+    from points_oracle import descendants, module_errors, point_errors
+
+    from parastream.device.profile import load_profile
+    from parastream.graph.decompose import decompose
+
+    g = graph(name, scale, phase)
+    d = decompose(g, load_profile("ascend910b"))
+    desc = descendants(g)
+    assert module_errors(g, d, desc) == []
+    assert point_errors(g, d, desc) == []
+    assert d.parallel_points or name == "inference_pipeline"
+
+
+def test_llama_decode_gate_and_up_meet_at_their_product():
+    """Issue: ``M15, M18, M19 || M17, join end`` for gate || up; they meet at silu(g) * u."""
+    from parastream.device.profile import load_profile
+    from parastream.graph.decompose import decompose
+
+    g = graph("llama_layer", "7b", "decode")
+    d = decompose(g, load_profile("ascend910b"))
+    name = {m.module_id: m.module_name for m in d.modules}
+    [p] = [p for p in d.parallel_points if {name[n] for b in p.branches for n in b.nodes}
+           >= {"mlp.gate_proj", "mlp.up_proj"}]
+    assert sorted(name[n] for b in p.branches for n in b.nodes) == ["mlp.gate_proj",
+                                                                   "mlp.up_proj"]
+    assert name[p.join] == "mlp" and name[p.fork] == "post_attention_layernorm"
+
+
+@pytest.mark.parametrize("scale", SCALES)
+def test_inception_branches_are_modules(scale):
+    """Each Inception branch (conv+relu chains, the pool branch) is one module, typed by
+    its work; the four are one point joining at the concat."""
+    from parastream.device.profile import load_profile
+    from parastream.graph.decompose import decompose
+
+    d = decompose(graph("inception_block", scale, "infer"), load_profile("ascend910b"))
+    assert [m.module_name for m in d.modules] == ["branch1", "branch2", "branch3", "branch4",
+                                                  "cat[memory]"]
+    types = [m.module_type for m in d.modules]
+    # the pool branch is a pool or a conv by which op has more FLOPs (the pool at tiny)
+    assert types[:3] == ["conv"] * 3 and types[3] in ("conv", "pool") and types[4] == "copy"
+    [p] = d.parallel_points
+    assert sorted(n for b in p.branches for n in b.nodes) == ["M1", "M2", "M3", "M4"]
+    assert p.join == "M5"
