@@ -296,3 +296,22 @@ def test_text_timestamps_and_missing_durations(tmp_path, capsys):
                                  '{"traceEvents": [{"ph": ["X"], "cat": {"k": 1}}]}'])
 def test_documents_of_the_wrong_shape_are_one_line(tmp_path, capsys, doc):
     refused(capsys, write(tmp_path, "t.json", doc))
+
+
+def test_integers_past_int64_are_unknown(tmp_path, capsys):
+    """A correlation id, flow id or grid too big for int64 is no id / no block count, not
+    an OverflowError traceback."""
+    big = 10**30
+    ev = [dict(KERNEL, args=dict(KERNEL["args"], correlation=big, grid=[big, big, 1])),
+          dict(KERNEL, ts=200, args=dict(KERNEL["args"], correlation=2, grid=[2, 1, 1])),
+          {"ph": "s", "cat": "ac2g", "id": big, "ts": 50},
+          {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": 40, "dur": 1,
+           "args": {"correlation": big}},
+          {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": 190, "dur": 1,
+           "args": {"correlation": 2}}]
+    f = write(tmp_path, "big.json", json.dumps({"traceEvents": ev}))
+    code, err, cap = analyze(capsys, f)
+    assert code == 0 and err == "", err
+    tl = kineto.read(str(f))
+    assert tl.block_dim.tolist() == [-1, 2]
+    assert tl.launch_ns.tolist() == [-1, 190_000]  # the big id joins nothing

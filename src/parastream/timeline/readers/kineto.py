@@ -370,8 +370,20 @@ def _as_int(v) -> int:
         return v
     try:
         return int(v)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return -1
+
+
+_I64 = np.iinfo(np.int64)
+
+
+def _int64(values: list) -> np.ndarray:
+    """Whole numbers as int64; one outside int64 (a correlation id of 10**30) is -1, the
+    value for none, as an unreadable one is."""
+    try:
+        return np.array(values, np.int64)
+    except OverflowError:
+        return np.array([v if _I64.min <= v <= _I64.max else -1 for v in values], np.int64)
 
 
 def _wait(e: _Event) -> tuple:
@@ -485,10 +497,10 @@ def _scan(events: list[_Event], odd: dict | None = None) -> dict:
         "device_labels": list(device_labels),
         "name": np.array(d_name, np.int32), "cat": np.array(d_cat, np.int8),
         "stream": np.array(d_stream, np.int32), "dev": np.array(d_dev, np.int32),
-        "ts": ts, "dur": dur, "ok": ok1 & ok2, "block": np.array(d_block, np.int64),
-        "corr": np.array(d_corr, np.int64),
-        "l_corr": np.array(l_corr, np.int64)[lok], "l_ts": lts[lok],
-        "f_id": np.array(f_id, np.int64)[fok], "f_ts": fts[fok],
+        "ts": ts, "dur": dur, "ok": ok1 & ok2, "block": _int64(d_block),
+        "corr": _int64(d_corr),
+        "l_corr": _int64(l_corr)[lok], "l_ts": lts[lok],
+        "f_id": _int64(f_id)[fok], "f_ts": fts[fok],
         "waits": waits, "steps": steps, "syncs": dict(syncs), "float_ts": float_ts,
         "odd": odd, "no_ph": no_ph, "ranges": ranges, "mtia_host": mtia_host,
     }
@@ -793,7 +805,7 @@ def _build(path: str, parts: list[dict], trace: _Head, warnings: list[str]) -> T
     w_ts, w_ok = _times_ns([w[3] for w in waits])
     w_dur, w_ok2 = _dur_ns([w[4] for w in waits])
     w_good = w_ok & w_ok2
-    w_launch = _join(np.array([w[5] for w in waits], np.int64), l_corr, l_ts)
+    w_launch = _join(_int64([w[5] for w in waits]), l_corr, l_ts)
     hta = _hta_figure(parts, names, np.concatenate([name[usable], w_name[w_good]]),
                       np.concatenate([starts[usable], w_ts[w_good]]),
                       np.concatenate([durs[usable], w_dur[w_good]]),
