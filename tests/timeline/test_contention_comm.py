@@ -172,3 +172,28 @@ def test_comm_comp_overlap_examples():
     z.add_op("HCCL", "barrier", 10, 10, kind=KIND_COMM)       # zero-length comm only
     z.add_op("s0", "gemm", 0, 20)
     assert comm_comp_overlap_pct(z.build()) is None
+
+
+def test_real_a100_trace_contention_by_occupancy():
+    """HTA's AlexNet trace (A100, 108 SMs): twice, an fft2d_r2c kernel of 512 blocks on
+    stream 20 overlaps one of 768 blocks on stream 7 (62 us in all). By grid blocks that
+    read "216 of 108 cores"; their recorded occupancy is 50% each, so together they fill
+    the SMs' warp slots exactly and nothing is oversubscribed."""
+    from pathlib import Path
+
+    from parastream.timeline.analyze import analyze_capture
+    from parastream.timeline.readers import read_path
+
+    (tl,) = read_path(str(Path(__file__).parent.parent / "data" / "kineto" / "alexnet.json.gz"))
+    fft = [i for i in range(len(tl)) if tl.op_name(i).startswith("void fft2d_r2c_32x32")]
+    assert sorted(int(tl.block_dim[i]) for i in fft) == [512, 512, 768, 768]
+    assert [float(tl.sm_share[i]) for i in fft] == [0.5] * 4
+    assert core_contention(tl, list(range(len(tl.streams))), "sm", 108) == []
+    cap = analyze_capture(tl)
+    assert cap["contention"] == []
+    assert not any("contention" in w for w in cap["warnings"])
+    # a little more occupancy and they would contend: the check is live on this trace
+    tl.sm_share[fft] = 0.51
+    (c,) = core_contention(tl, list(range(len(tl.streams))), "sm", 108)
+    # ceil(0.51 x 108) = 56 SMs' worth each
+    assert (c.streams, c.max_demand, c.oversubscribed_ns) == (("7", "20"), 112, 62_000)

@@ -137,10 +137,16 @@ def render_markdown(doc: dict, names: str = "short", summary_only: bool = False)
         risks = []
         for c in cap["contention"]:
             risks.append(f"core contention ({c['pool']}) streams {c['streams'][0]}+{c['streams'][1]}: "
-                         f"demand up to {c['max_demand']} of {c['cores']} cores for "
+                         f"demand up to {c['max_demand']} of {c['cores']} "
+                         f"{'SMs (by occupancy)' if c['pool'] == 'sm' else 'cores'} for "
                          f"{c['oversubscribed_us']:.3f} us")
         for w in cap["warnings"]:
             risks.append(_cell(w))
+        if cap.get("comm_comp_overlap_pct") is not None:
+            ref = cap.get("ascend_reference")
+            beside = (f" (Ascend's own step trace, {ref['scope']}: "
+                      f"{ref['overlapped_pct']:.2f}%)" if ref else "")
+            lines.append(f"Comm/comp overlap: {cap['comm_comp_overlap_pct']:.2f}%{beside}.")
         if cap.get("comm_exposed_us") is not None:
             lines.append(f"Communication not overlapped with compute: "
                          f"{_num(cap['comm_exposed_us'])} us.")

@@ -146,14 +146,19 @@ def _capture(con: Console, cap: dict, names: str = "short") -> None:
     con.print("concurrency: " + ", ".join(
         f"{k} streams {100.0 * v / wall:.1f}%" for k, v in conc.items() if v > 0), markup=False)
     if cap["comm_comp_overlap_pct"] is not None:
-        con.print(f"comm/comp overlap (all streams pooled, exact ns): {cap['comm_comp_overlap_pct']:.2f}%")
+        ref = cap.get("ascend_reference")
+        beside = (f" (Ascend's own step trace, {ref['scope']}: {ref['overlapped_pct']:.2f}%)"
+                  if ref else "")
+        con.print(f"comm/comp overlap (all streams pooled, exact ns): "
+                  f"{cap['comm_comp_overlap_pct']:.2f}%{beside}", markup=False)
     if cap.get("comm_exposed_us") is not None:
         con.print(f"communication not overlapped with compute: {_f(cap['comm_exposed_us'])} us",
                   markup=False)
     for c in cap["contention"]:
         con.print(f"core contention ({c['pool']}): streams {c['streams'][0]} + {c['streams'][1]} "
                   f"oversubscribed {_f(c['oversubscribed_us'])} us, demand up to {c['max_demand']} "
-                  f"of {c['cores']} cores, first at {_f(c['first_us'])} us", markup=False)
+                  f"of {c['cores']} {'SMs (by occupancy)' if c['pool'] == 'sm' else 'cores'}, "
+                  f"first at {_f(c['first_us'])} us", markup=False)
     if "plan_check" in cap:
         _plan_check(con, cap["plan_check"], names)
     for w in cap["warnings"]:

@@ -142,6 +142,7 @@ def analyze_capture(tl: Timeline, opts: Options | None = None, label: str | None
         "barriers": dict(barriers.most_common(10)),
         "comm_comp_overlap_pct": _round(comm_comp_overlap_pct(tl)),
         "comm_exposed_us": _exposed(comm_exposed_ns(tl)),
+        "ascend_reference": ascend_reference(tl),
         "concurrency_us": {str(k): us(v) for k, v in hist.items()},
         "contention": contention,
         "op_stats": op_stats(tl),
@@ -193,6 +194,27 @@ def capture_name(tl: Timeline) -> str:
     if "rank" in tl.meta:
         return f"{base} rank {tl.meta['rank']}"
     return base
+
+
+def ascend_reference(tl: Timeline) -> dict | None:
+    """Ascend's own comm/comp overlap for this capture, from the capture folder's step
+    trace (``step_trace_time.csv``, ``analysis.db`` or trace_view's Overlap Analysis, read
+    into ``meta["ascend_step_trace"]``): ``{"overlapped_pct", "scope", "source"}`` with
+    scope ``step N`` for a step's capture (None when the step trace lacks that step) or
+    ``file``; None when the source has no step trace."""
+    st = tl.meta.get("ascend_step_trace")
+    if not isinstance(st, dict):
+        return None
+    if "step" in tl.meta:
+        fig = (st.get("steps") or {}).get(str(tl.meta["step"]))
+        if not fig or not fig.get("communication") or fig.get("overlapped") is None:
+            return None
+        pct, scope = 100.0 * fig["overlapped"] / fig["communication"], f"step {tl.meta['step']}"
+    else:
+        pct, scope = st.get("overlapped_pct"), "file"
+    if pct is None:
+        return None
+    return {"overlapped_pct": round(float(pct), 4), "scope": scope, "source": st.get("source")}
 
 
 def _exposed(ns: int | None) -> float | None:

@@ -18,7 +18,7 @@ from itertools import combinations
 import numpy as np
 
 from . import intervals as iv
-from .model import CORES, Timeline
+from .model import CORES, KIND_COMPUTE, Timeline
 
 _C = {name: i for i, name in enumerate(CORES)}
 CUBE_CORES = (_C["AI_CORE"], _C["MIX_AIC"], _C[""])
@@ -44,7 +44,7 @@ def demand(tl: Timeline, pool: str, cores: int) -> np.ndarray:
     bd, mix, core = tl.block_dim, tl.mix_block_dim, tl.core
     if pool == "sm":
         share = tl.sm_share if tl.sm_share is not None else np.full(len(tl), np.nan)
-        known = (core == CUDA) & np.isfinite(share)
+        known = (core == CUDA) & (tl.kind == KIND_COMPUTE) & np.isfinite(share)
         d = np.where(known, np.ceil(np.nan_to_num(share) * cores - 1e-9), -1).astype(np.int64)
     elif pool == "cube":
         d = np.where(np.isin(core, CUBE_CORES), bd, -1)
@@ -56,8 +56,9 @@ def demand(tl: Timeline, pool: str, cores: int) -> np.ndarray:
 
 
 def occupancy_known(tl: Timeline) -> tuple[int, int]:
-    """(CUDA kernels, of which with a recorded occupancy)."""
-    cuda = tl.core == CUDA
+    """(CUDA kernels, of which with a recorded occupancy); copies and memsets run on copy
+    engines and hold no SM."""
+    cuda = (tl.core == CUDA) & (tl.kind == KIND_COMPUTE)
     n = int(cuda.sum())
     if tl.sm_share is None or n == 0:
         return n, 0

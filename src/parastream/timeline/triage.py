@@ -195,7 +195,8 @@ def _three_c(b: dict, m: dict, changes: list[dict]) -> list[str]:
     out = []
     for c in m["contention"]:
         out.append(f"core contention ({c['pool']}): streams {c['streams'][0]}+{c['streams'][1]} "
-                   f"asked for up to {c['max_demand']} of {c['cores']} cores for "
+                   f"asked for up to {c['max_demand']} of {c['cores']} "
+                   f"{'SMs (by occupancy)' if c['pool'] == 'sm' else 'cores'} for "
                    f"{c['oversubscribed_us']:.3f} us")
     for r in changes:
         if r["flag"]:

@@ -78,6 +78,10 @@ class _Args(msgspec.Struct, gc=False):
     wait_on_stream: int | str | None = None
     # a kernel's launch grid; torch.compile's cpu_op events carry Triton's text "grid(100,)"
     grid: list[int] | str | None = None
+    # a kernel's share of the SMs' warp slots (percent), and its warps per SM: the
+    # evidence for SM contention (grid blocks are not SMs)
+    occupancy: float | None = msgspec.field(default=None, name="est. achieved occupancy %")
+    warps_per_sm: float | None = msgspec.field(default=None, name="warps per SM")
 
 
 class _Event(msgspec.Struct, gc=False):
@@ -101,6 +105,8 @@ class _LooseArgs(msgspec.Struct, gc=False):
     correlation: Any = None
     wait_on_stream: Any = None
     grid: Any = None
+    occupancy: Any = msgspec.field(default=None, name="est. achieved occupancy %")
+    warps_per_sm: Any = msgspec.field(default=None, name="warps per SM")
 
 
 class _LooseEvent(msgspec.Struct, gc=False):
@@ -121,6 +127,8 @@ class _DevProp(msgspec.Struct):
     id: int | str | None = None
     name: str | None = None
     numSms: int | None = None
+    maxThreadsPerMultiprocessor: int | None = None
+    warpSize: int | None = None
 
 
 class _TraceHead(msgspec.Struct):
@@ -148,7 +156,8 @@ _EXPECTED = {"event": "an object", "ph": "text", "cat": "text", "name": "text",
              "id": "an integer or text", "dur": "a number", "args": "an object",
              "args.stream": "an integer or text", "args.device": "an integer or text",
              "args.correlation": "an integer or text",
-             "args.wait_on_stream": "an integer or text", "args.grid": "a list of integers"}
+             "args.wait_on_stream": "an integer or text", "args.grid": "a list of integers",
+             "args.est. achieved occupancy %": "a number", "args.warps per SM": "a number"}
 _ODD = object()  # a value of an unexpected type, noted and dropped
 
 
@@ -186,6 +195,11 @@ def _ident(v: object) -> object:
 def _duration(v: object) -> object:
     t = type(v)
     return v if t is float or t is int or t is str or v is None else _ODD
+
+
+def _number(v: object) -> object:
+    t = type(v)
+    return v if t is float or t is int or v is None else _ODD
 
 
 def _grid(v: object) -> object:
@@ -246,7 +260,11 @@ def _tolerant(items: list) -> tuple[list[_Event], dict]:
                                               _ident),
                          wait_on_stream=_checked(odd, "args.wait_on_stream",
                                                  a.wait_on_stream, _ident),
-                         grid=_checked(odd, "args.grid", a.grid, _grid))
+                         grid=_checked(odd, "args.grid", a.grid, _grid),
+                         occupancy=_checked(odd, "args.est. achieved occupancy %",
+                                            a.occupancy, _number),
+                         warps_per_sm=_checked(odd, "args.warps per SM", a.warps_per_sm,
+                                               _number))
         else:
             if a is not None:
                 _note(odd, "args", a)
@@ -407,6 +425,8 @@ def _scan(events: list[_Event], odd: dict | None = None) -> dict:
     stream_labels: dict = {}
     device_labels: dict = {}
     d_name, d_cat, d_stream, d_dev, d_ts, d_dur, d_block, d_corr = ([] for _ in range(8))
+    d_occ, d_warps = [], []  # NaN where the kernel records none
+    nan = float("nan")
     l_corr, l_ts, f_id, f_ts = [], [], [], []
     waits, steps = [], []
     syncs: Counter = Counter()
@@ -445,10 +465,15 @@ def _scan(events: list[_Event], odd: dict | None = None) -> dict:
                         d_block.append(-1)
                     c = a.correlation
                     d_corr.append(c if isinstance(c, int) else _as_int(c))
+                    o, w = a.occupancy, a.warps_per_sm
+                    d_occ.append(nan if o is None else o)
+                    d_warps.append(nan if w is None else w)
                 else:
                     st, dv = ("tid", e.tid), ("pid", e.pid)
                     d_block.append(-1)
                     d_corr.append(-1)
+                    d_occ.append(nan)
+                    d_warps.append(nan)
                 sc = stream_labels.get(st)
                 if sc is None:
                     sc = stream_labels[st] = len(stream_labels)
@@ -499,6 +524,7 @@ def _scan(events: list[_Event], odd: dict | None = None) -> dict:
         "stream": np.array(d_stream, np.int32), "dev": np.array(d_dev, np.int32),
         "ts": ts, "dur": dur, "ok": ok1 & ok2, "block": _int64(d_block),
         "corr": _int64(d_corr),
+        "occ": np.array(d_occ, np.float64), "warps": np.array(d_warps, np.float64),
         "l_corr": _int64(l_corr)[lok], "l_ts": lts[lok],
         "f_id": _int64(f_id)[fok], "f_ts": fts[fok],
         "waits": waits, "steps": steps, "syncs": dict(syncs), "float_ts": float_ts,
@@ -730,6 +756,18 @@ def _decode_warnings(parts: list[dict]) -> list[str]:
     return out
 
 
+def sm_share(occupancy_pct: np.ndarray, warps_per_sm: np.ndarray, max_threads_per_sm: int | None,
+             warp_size: int | None) -> np.ndarray:
+    """Each kernel's share (0..1) of the device's SM warp slots: the profiler's estimated
+    achieved occupancy, else its warps per SM over the SM's warp slots (when the device
+    properties give them); NaN when neither is known."""
+    share = np.clip(occupancy_pct / 100.0, 0.0, 1.0)
+    if max_threads_per_sm and warp_size and max_threads_per_sm > 0 and warp_size > 0:
+        by_warps = np.clip(warps_per_sm / (max_threads_per_sm / warp_size), 0.0, 1.0)
+        share = np.where(np.isfinite(share), share, by_warps)
+    return share
+
+
 def _build(path: str, parts: list[dict], trace: _Head, warnings: list[str]) -> Timeline:
     count = sum(p["count"] for p in parts)
     n_dev = sum(p["name"].size for p in parts)
@@ -749,6 +787,8 @@ def _build(path: str, parts: list[dict], trace: _Head, warnings: list[str]) -> T
     ok = usable.copy()  # the analysed device only
     block = np.concatenate([p["block"] for p in parts])
     corr = np.concatenate([p["corr"] for p in parts])
+    occ = np.concatenate([p["occ"] for p in parts])
+    warps = np.concatenate([p["warps"] for p in parts])
 
     # One capture is one device: keep the device with the most device events.
     dev_count = np.bincount(dev, minlength=len(devices.values))
@@ -846,7 +886,11 @@ def _build(path: str, parts: list[dict], trace: _Head, warnings: list[str]) -> T
                                 "multiprocessor count)")
                 sms = None
             device = DeviceInfo(name=p.name, sm_count=sms)
+            ops["sm_share"] = sm_share(occ, warps, p.maxThreadsPerMultiprocessor,
+                                       p.warpSize)[ok]
             break
+    if "sm_share" not in ops:
+        ops["sm_share"] = sm_share(occ, warps, None, None)[ok]
     meta: dict = {"device_id": device_id}
     if isinstance(trace.traceName, str) and trace.traceName:
         meta["trace_name"] = trace.traceName
