@@ -249,7 +249,7 @@ def decompose(g: Graph, profile: DeviceProfile, costs: dict[str, OpCost] | None 
         succs[e.src].append(e)
 
     facts = _Facts(order, ops)
-    op_group, groups, paths = _group_ops(order, ops, facts, preds, succs, costs)
+    op_group, groups, paths = _group_ops(order, ops, facts, preds, succs)
     op_module, modules, module_edges, mod_succs = _build_modules(
         ops, costs, facts, op_group, groups, paths, preds, succs)
     mod_by_id = {m.module_id: m for m in modules}
@@ -395,15 +395,15 @@ class _Groups:
         return out
 
 
-def _group_ops(order: list[str], ops: dict[str, Op], facts: _Facts, preds, succs,
-               costs: dict[str, OpCost]) -> tuple[dict[str, int], list[list[str]], list[str]]:
+def _group_ops(order: list[str], ops: dict[str, Op], facts: _Facts, preds, succs
+               ) -> tuple[dict[str, int], list[list[str]], list[str]]:
     """Convex, connected groups of ops (see the module docstring). Returns op -> group
     index, the groups (each in op order; the groups in a topological order of the group
     DAG) and each group's scope path."""
     grp = _Groups(order)
     _stage_pieces(order, ops, facts, preds, grp)
     _fold_views(order, facts, preds, succs, grp)
-    _fold_conv_chains(order, ops, facts, succs, costs, grp)
+    _fold_conv_chains(order, ops, facts, succs, grp)
     groups = _topological_groups(order, succs, grp)
     op_group = {n: i for i, gm in enumerate(groups) for n in gm}
     paths = [grp.path.get(grp.find(gm[0])) or _first_path(gm, ops, facts) for gm in groups]
@@ -468,11 +468,13 @@ def _common_scope(a: str, b: str) -> str:
     return ".".join(out)
 
 
-def _fold_conv_chains(order, ops, facts: _Facts, succs, costs, grp: _Groups) -> None:
-    """Merge A into B's group when A feeds only B, B is fed only by A, both are
+def _fold_conv_chains(order, ops, facts: _Facts, succs, grp: _Groups) -> None:
+    """Merge group B into group A when A feeds only B, B is fed only by A, both are
     convolutional layers under one parent scope and the chain holds a convolution. Such a
     merge keeps the group convex (a path leaving A goes through B) and the group DAG
     acyclic; the merged group is named by the common scope."""
+    if not any("conv" in ops[n].type.lower() for n in order):
+        return  # no convolution, no chain to fold
     members = grp.members(order)
     path = {r: _first_path(m, ops, facts) for r, m in members.items()}
     conv = {r: _conv_layer(m, ops, facts) for r, m in members.items()}
