@@ -263,16 +263,20 @@ def decompose(g: Graph, profile: DeviceProfile, costs: dict[str, OpCost] | None 
 
     # module-level points on the module DAG (with shared-input nodes as forks)
     node_succ = {m.module_id: sorted(mod_succs[m.module_id], key=_module_rank)
-                 for m in modules}
+                 for m in modules if mod_succs[m.module_id]}
     for s in shared:
         node_succ[s.node] = list(s.consumers)
     weight = {m.module_id: m.dur_us for m in modules}
     members_of = {m.module_id: m.ops for m in modules}
-    found = find_points([s.node for s in shared] + [m.module_id for m in modules], node_succ)
-    for fork, join, branches in _distinct(found):
+    # the validated op order and the module ids (after the shared inputs) are topological
+    op_reach = _Reach(order, {n: [e.dst for e in succs[n]] for n in order}, in_order=True)
+    mod_reach = _Reach([s.node for s in shared] + [m.module_id for m in modules], node_succ,
+                       in_order=True)
+    joins = _ModuleJoins(mod_reach, node_succ, op_reach, members_of, op_module)
+    for fork, _, branches in _distinct(_points(mod_reach, node_succ)):
         pid = f"P{len(points) + 1}"
-        point, pairs = _make_point(pid, "module", fork, join, branches, weight, members_of,
-                                   *ctx)
+        point, pairs = _make_point(pid, "module", fork, joins.join(branches), branches,
+                                   weight, members_of, *ctx)
         points.append(point)
         for i, k, v, why in pairs:
             verdicts.append(Verdict(" + ".join(point.branches[i].nodes),
@@ -282,7 +286,6 @@ def decompose(g: Graph, profile: DeviceProfile, costs: dict[str, OpCost] | None 
     candidates = {n for p in points if p.verdict != SERIAL for n in p.members}
     op_dags: list[OpDag] = []
     op_shared = _op_shared_inputs(order, ops, preds)
-    op_reach = _Reach(order, {n: [e.dst for e in succs[n]] for n in order})
     for m in modules:
         dag = _op_dag(m, preds, succs, op_shared)
         mine: list[str] = []
@@ -744,10 +747,12 @@ def _op_shared_inputs(order, ops, preds) -> dict[str, list[tuple[str, list[str]]
 
 class _Reach:
     """Every node's descendants, itself included, as a bitset over a topological order of
-    the DAG ``succ`` (``nodes`` in any order; ties keep their order there)."""
+    the DAG ``succ`` (``nodes`` in any order, ties keep their order there; ``in_order``: they
+    are in a topological order already)."""
 
-    def __init__(self, nodes: list[str], succ: dict[str, list[str]]) -> None:
-        self.order = _topological(nodes, succ)
+    def __init__(self, nodes: list[str], succ: dict[str, list[str]], in_order: bool = False
+                 ) -> None:
+        self.order = list(nodes) if in_order else _topological(nodes, succ)
         self.index = {n: i for i, n in enumerate(self.order)}
         self.desc: dict[str, int] = {}
         for n in reversed(self.order):
@@ -842,6 +847,12 @@ def find_points(nodes: list[str], succ: dict[str, list[str]]
     (fork, join, branches), the branches' nodes in topological order.
     """
     reach = _Reach(nodes, succ)
+    yield from _points(reach, succ)
+
+
+def _points(reach: _Reach, succ: dict[str, list[str]]
+            ) -> Iterable[tuple[str, str, list[list[str]]]]:
+    """:func:`find_points` on a DAG whose reachability is computed."""
     for f in reach.order:
         outs = list(dict.fromkeys(succ.get(f, ())))
         if len(outs) < 2:
@@ -849,6 +860,54 @@ def find_points(nodes: list[str], succ: dict[str, list[str]]
         found = _point_at(reach, outs)
         if found is not None:
             yield f, found[0], found[1]
+
+
+class _ModuleJoins:
+    """The join of module-level branches, taken on the op DAG: a module is one piece of
+    it, yet an op path need not run from every op it reads to every op it feeds, so the
+    module DAG can show branches meeting where no op of theirs does."""
+
+    def __init__(self, mod_reach: _Reach, mod_succ: dict[str, list[str]], op_reach: _Reach,
+                 members_of: dict[str, list[str]], op_module: dict[str, str]) -> None:
+        self.mods, self.ops = mod_reach, op_reach
+        self.members_of, self.op_module = members_of, op_module
+        self.op_mask = {m: op_reach.mask(ms) for m, ms in members_of.items()}
+        # ancestors (itself included) of every node, indexed as mod_reach
+        preds: dict[str, list[str]] = defaultdict(list)
+        for n, outs in mod_succ.items():
+            for v in outs:
+                preds[v].append(n)
+        self.anc: dict[str, int] = {}
+        for n in mod_reach.order:
+            a = 1 << mod_reach.index[n]
+            for p in preds[n]:
+                a |= self.anc[p]
+            self.anc[n] = a
+
+    def join(self, branches: list[list[str]]) -> str:
+        """The first module, in id order, with an op that every branch reaches and that no
+        other such module reaches (``"end"`` when there is none): the module of the
+        earliest such op, or an ancestor of it that has one too."""
+        common = -1
+        for b in branches:
+            reached = 0
+            for mid in b:
+                for o in self.members_of[mid]:
+                    reached |= self.ops.desc[o]
+            common &= reached
+        if common <= 0:
+            return "end"
+        first = self.ops.order[(common & -common).bit_length() - 1]
+        j = self.op_module[first]
+        # a module before j that every branch reaches and that reaches j
+        below = -1
+        for b in branches:
+            below &= self.mods.desc[b[0]]  # a branch's first node reaches all of it
+        between = below & self.anc[j] & ~(1 << self.mods.index[j])
+        for m in self.mods.nodes(between):
+            if self.op_mask.get(m, 0) & common:
+                return m
+        return j
 
 
 def _summarise(nodes: list[str], weight: dict[str, float], members_of, costs) -> Branch:
