@@ -765,7 +765,7 @@ def write_html(path: str | os.PathLike[str], captures: list[tuple[Timeline, dict
 # ------------------------------------------------------------------ inline assets
 CSS = r"""
 :root{--fg:#1f2328;--muted:#656d76;--line:#d0d7de;--soft:#f6f8fa;--card:#fff;--bg:#eef1f4;
---accent:#0969da;--true:#2e9d4f;--partial:#c98a00;--false:#d64545;--main:#4e79a7;--side:#59a14f;
+--accent:#0969da;--true:#2e9d4f;--partial:#c98a00;--false:#d64545;--envelope:#a0459b;--main:#4e79a7;--side:#59a14f;
 --comm:#b07aa1}
 *{box-sizing:border-box}
 html{font:14px/1.45 -apple-system,BlinkMacSystemFont,"Segoe UI",Roboto,"Helvetica Neue",Arial,
@@ -813,13 +813,14 @@ tr.point:hover{background:#eaf2ff}
 tr.v-row-true td:first-child{box-shadow:inset 3px 0 var(--true)}
 tr.v-row-partial td:first-child{box-shadow:inset 3px 0 var(--partial)}
 tr.v-row-false td:first-child{box-shadow:inset 3px 0 var(--false)}
+tr.v-row-envelope-only td:first-child{box-shadow:inset 3px 0 var(--envelope)}
 .opname{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;font-size:12px;
 word-break:break-all}
 .sub{color:var(--muted);font-size:11.5px}
 .badge{display:inline-block;padding:1px 8px;border-radius:10px;font-size:12px;font-weight:600;
 color:#fff;background:#8c959f}
 .badge.v-true{background:var(--true)}.badge.v-partial{background:var(--partial)}
-.badge.v-false{background:var(--false)}
+.badge.v-false{background:var(--false)}.badge.v-envelope-only{background:var(--envelope)}
 .role{display:inline-block;padding:0 7px;border-radius:4px;font-size:12px;border:1px solid;
 background:#fff}
 .role.r-main{color:var(--main)}.role.r-side{color:var(--side)}.role.r-comm{color:var(--comm)}
@@ -829,6 +830,7 @@ vertical-align:middle;margin-left:4px;overflow:hidden}
 .minibar>span{display:block;height:100%;background:#6e8fb5}
 .minibar.v-true>span{background:var(--true)}.minibar.v-partial>span{background:var(--partial)}
 .minibar.v-false>span{background:var(--false)}
+.minibar.v-envelope-only>span{background:var(--envelope)}
 .grid2{display:grid;grid-template-columns:minmax(0,3fr) minmax(0,2fr);gap:0 24px}
 @media (max-width:1100px){.grid2{grid-template-columns:minmax(0,1fr)}}
 .histogram{font-size:12.5px}
@@ -903,7 +905,8 @@ window.addEventListener("unhandledrejection", function (ev) {
 var KIND_COLORS = ["#4e79a7", "#f28e2b", "#e3b23c", "#b07aa1"];
 var ROLE_COLORS = {main: "#4e79a7", side: "#59a14f", comm: "#b07aa1"};
 var OTHER_COLOR = "#8c959f";
-var VERDICT_COLORS = {"true": "#2e9d4f", "partial": "#c98a00", "false": "#d64545"};
+var VERDICT_COLORS = {"true": "#2e9d4f", "partial": "#c98a00", "false": "#d64545",
+                      "envelope-only": "#a0459b"};
 var BARRIER_COLOR = "#cf222e";
 var DARK_TEXT = {"#e3b23c": 1, "#f28e2b": 1};
 var FONT = '11px -apple-system,BlinkMacSystemFont,"Segoe UI",Roboto,Arial,sans-serif';
