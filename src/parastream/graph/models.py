@@ -51,6 +51,8 @@ def resolve(spec: str, scale: str = "small", phase: str | None = None,
         module, inputs, name, meta = load_model(spec, scale, phase, batch, seq)
         with anchored(meta):
             graph = import_module(module, inputs, name=name, meta=meta)
+    for note in graph.meta.get("notes", ()):  # how the import got round what it could not trace
+        print(f"parastream: note: {spec}: {note}", file=sys.stderr)
     graph.meta.update({"scale": scale, "phase": phase or graph.meta.get("phase"),
                        "spec": spec})
     if batch is not None or seq is not None:

@@ -29,12 +29,19 @@ Choices worth knowing:
   the whole buffer (two writes to disjoint slices of a KV cache still order). A state edge is
   skipped where a data edge already orders the pair. ``collective_order``: collectives chain
   in program order, as every rank must issue them in the same order.
-* **Resources.** matmul/conv/attention -> ``cube``; copies, non-casting ``_to_copy``,
-  ``clone``, ``cat``, ``index_copy``/``index_put``, gathers (``embedding``, ``index_select``)
-  and fills -> ``memory``; functional collectives (``_c10d_functional``, ``c10d``) and
+* **Resources.** matmul/conv/attention and grouped GEMMs -> ``cube``; copies, non-casting
+  ``_to_copy``, ``clone``, ``cat``, ``index_copy``/``index_put``, gathers (``embedding``,
+  ``index_select``) and fills -> ``memory``; functional collectives (``_c10d_functional``, ``c10d``) and
   ``parastream::`` collectives -> ``comm``; ops inside a module with the attribute
   ``parastream_resource = "host"`` (or on the CPU while the model lives on another device)
   -> ``host``; everything else (elementwise, norms, softmax, reductions) -> ``vector``.
+* **Opaque experts.** A Hugging Face experts module (the ``experts(hidden_states,
+  top_k_index, top_k_weights)`` contract of transformers' MoE blocks) running its default
+  ``eager`` implementation loops over the experts the router picked: data-dependent
+  control flow no tracer can follow. It is traced as ONE op, ``parastream::module_call``,
+  that calls the module itself (so a run computes what the module computes, bit for bit),
+  with the routed experts' cost at the block's top-k; the rest of the block stays
+  op-level, so a shared expert beside it is its own branch. ``graph.meta["notes"]`` says so.
 * **FLOPs.** ``2*M*K*N`` for matmuls (``linear``: ``2*tokens*in*out`` + bias), ``2 * out
   elements * Cin/groups * kernel`` for convolutions, ``4*B*H*L*S*E`` for attention (full,
   not halved for causal masks, as ``torch.utils.flop_counter`` counts; ``meta.causal`` says
@@ -44,12 +51,14 @@ Choices worth knowing:
 from __future__ import annotations
 
 import contextlib
+import inspect
 import io
 import logging
 import math
 import operator
+import weakref
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from ..errors import InputError, one_line
 from .ir import Edge, Graph, Op, Tensor
@@ -77,6 +86,8 @@ CUBE_OPS = frozenset({
     "_scaled_dot_product_flash_attention", "_scaled_dot_product_efficient_attention",
     "_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_cudnn_attention",
     "multi_head_attention_forward", "_native_multi_head_attention",
+    # grouped GEMMs of MoE experts (transformers' grouped_mm experts implementation)
+    "grouped_mm", "_grouped_mm", "grouped_mm_fallback",
 })
 MEMORY_OPS = frozenset({
     "copy_", "copy", "_to_copy", "to", "clone", "contiguous", "reshape", "flatten", "cat",
@@ -167,6 +178,15 @@ def _trace(module: Any, inputs: tuple, kwargs: dict, name: str, meta: dict | Non
            method: str) -> tuple[Graph, Any, list[_Rec]]:
     """torch.export, then torch.fx when it fails (``method="auto"``): (graph, the exported
     program or None after the fx fallback, the op records)."""
+    with opaque_experts(module) as notes:
+        g, ep, recs = _trace_once(module, inputs, kwargs, name, meta, method)
+    if notes:
+        g.meta["notes"] = g.meta.get("notes", []) + notes
+    return g, ep, recs
+
+
+def _trace_once(module: Any, inputs: tuple, kwargs: dict, name: str, meta: dict | None,
+                method: str) -> tuple[Graph, Any, list[_Rec]]:
     errors: list[str] = []
     if method in ("auto", "export"):
         try:
@@ -192,6 +212,152 @@ def _trace(module: Any, inputs: tuple, kwargs: dict, name: str, meta: dict | Non
     if errors:
         g.meta["export_error"] = errors[0]
     return g, None, recs
+
+
+# ----------------------------------------------------------------------------- opaque experts
+#: the leading forward arguments of transformers' experts modules (``use_experts_implementation``)
+EXPERTS_ARGS = ("hidden_states", "top_k_index", "top_k_weights")
+#: paths named in the one-line note before "and N more"
+NOTE_PATHS = 2
+
+
+@dataclass
+class _Opaque:
+    """A module the importer traces as one ``parastream::module_call`` op."""
+
+    module: Any                    # weakref.ref to the module the op calls
+    cls: str                       # its class name
+    cost: Callable[[list, list, list], tuple[float, int, int]]
+
+
+#: key (the op's first argument) -> the module it calls; weak, so a traced model goes
+#: when its owner drops it, and a run later in the process still finds a live one
+_OPAQUE: dict[str, _Opaque] = {}
+_MODULE_CALL: Any = None
+
+
+def module_call_op() -> Any:
+    """``parastream::module_call(key, inputs, weights) -> Tensor``, registered on first
+    use: calls the module registered under ``key`` on ``inputs``, so a traced program runs
+    the module's own code. ``weights`` (its parameters and buffers) are arguments only so
+    that the graph orders the op after their writers; the module reads its own. The output
+    is shaped like the first input (the experts contract)."""
+    global _MODULE_CALL
+    if _MODULE_CALL is not None:
+        return _MODULE_CALL
+    import torch
+
+    # the schema spelled out: this file's annotations are strings (from __future__)
+    @torch.library.custom_op("parastream::module_call", mutates_args=(),
+                             schema="(str key, Tensor[] inputs, Tensor[] weights) -> Tensor")
+    def module_call(key, inputs, weights):  # type: ignore[no-untyped-def]
+        entry = _OPAQUE.get(key)
+        module = entry.module() if entry is not None else None
+        if module is None:
+            raise RuntimeError(f"parastream::module_call: no live module {key!r}: the model "
+                               "this program was traced from is gone")
+        return module(*inputs)
+
+    @module_call.register_fake
+    def _(key, inputs, weights):  # type: ignore[no-untyped-def]
+        return torch.empty_like(inputs[0])
+
+    _MODULE_CALL = torch.ops.parastream.module_call.default
+    return _MODULE_CALL
+
+
+def _is_module_call(rec: _Rec) -> bool:
+    return _MODULE_CALL is not None and getattr(rec.node, "target", None) is _MODULE_CALL
+
+
+def eager_experts(module: Any) -> list[tuple[str, Any]]:
+    """Submodules of ``module`` (path, module) that follow transformers' experts contract,
+    ``forward(hidden_states, top_k_index, top_k_weights)`` with 3-d expert weights, and run
+    the ``eager`` implementation (none chosen: a block built outside a PreTrainedModel), a
+    loop over the experts the router hit, which depends on the router's values."""
+    out = []
+    for path, sub in module.named_modules():
+        try:
+            names = tuple(inspect.signature(sub.forward).parameters)
+        except (TypeError, ValueError):  # a builtin forward without a signature
+            continue
+        impl = getattr(getattr(sub, "config", None), "_experts_implementation", None)
+        if (names[:3] == EXPERTS_ARGS and impl in (None, "eager")
+                and any(p.dim() == 3 for p in sub.parameters(recurse=False))):
+            out.append((path, sub))
+    return out
+
+
+@contextlib.contextmanager
+def opaque_experts(module: Any) -> Iterator[list[str]]:
+    """Inside, every :func:`eager_experts` module's forward calls ``parastream::module_call``
+    (one op, the module's own code at run time) instead of its data-dependent loop; after,
+    the module is as it was. Yields the graph's notes: one line naming what was kept
+    opaque and why, or none."""
+    found = eager_experts(module)
+    for key in [k for k, e in _OPAQUE.items() if e.module() is None]:
+        del _OPAQUE[key]
+    patched: list[tuple[Any, Any]] = []
+    try:
+        for path, sub in found:
+            key = f"{type(sub).__name__}@{id(sub):x}"
+            _OPAQUE[key] = _Opaque(weakref.ref(sub), type(sub).__name__, _experts_cost)
+            forward = _opaque_forward(sub, key)
+            patched.append((sub, vars(sub).get("forward")))
+            sub.forward = forward
+        yield [_opaque_note(found)] if found else []
+    finally:
+        for sub, own in patched:
+            if own is None:
+                del sub.forward
+            else:
+                sub.forward = own
+
+
+def _opaque_forward(sub: Any, key: str) -> Callable[..., Any]:
+    """A forward for ``sub`` that is one ``module_call`` op on its experts arguments (any
+    other argument: the module's own forward, traced as it is)."""
+    op = module_call_op()
+    original = sub.forward
+    sig = inspect.signature(original)
+
+    def forward(*args: Any, **kwargs: Any) -> Any:
+        given = sig.bind(*args, **kwargs).arguments
+        if set(given) != set(EXPERTS_ARGS):
+            return original(*args, **kwargs)
+        return op(key, [given[n] for n in EXPERTS_ARGS], [*sub.parameters(), *sub.buffers()])
+
+    return forward
+
+
+def _opaque_note(found: list[tuple[str, Any]]) -> str:
+    paths = [p or "(the model)" for p, _ in found]
+    named = ", ".join(paths[:NOTE_PATHS]) + (f" and {len(paths) - NOTE_PATHS} more"
+                                             if len(paths) > NOTE_PATHS else "")
+    classes = ", ".join(dict.fromkeys(type(m).__name__ for _, m in found))
+    return (f"experts kept as one opaque op each ({named}: {classes}): their default eager "
+            "implementation loops over the experts the router picked, data-dependent "
+            "control flow torch.export cannot trace; the op runs the module itself and its "
+            "cost is the routed experts' GEMMs at the traced top-k")
+
+
+def _experts_cost(inputs: list, weights: list, outs: list) -> tuple[float, int, int]:
+    """FLOPs and bytes of the routed experts on ``inputs`` = (hidden_states [tokens, H],
+    top_k_index [tokens, k], top_k_weights): each of the tokens*k picks runs every 3-d
+    weight (``[experts, out, in]``) once, 2*out*in FLOPs, plus one multiply per output
+    element for its routing weight. Bytes: the inputs, the output, and the weights of the
+    experts expected to be hit, E*(1-(1-1/E)^(tokens*k)) of E under uniform routing."""
+    hidden, index = inputs[0], inputs[1]
+    tokens = _numel(hidden) // max(_dim(hidden.shape[-1]), 1)
+    picks = tokens * (_dim(index.shape[-1]) if index.dim() else 1)
+    mats = [w for w in weights if w.dim() == 3]
+    experts = max(_dim(mats[0].shape[0]), 1) if mats else 1
+    flops = 2.0 * picks * sum(math.prod(_shape(w)[1:]) for w in mats)
+    flops += picks * _dim(hidden.shape[-1])
+    hit = experts * (1.0 - (1.0 - 1.0 / experts) ** picks)
+    weight_bytes = sum(_nbytes(w) for w in weights) * hit / experts
+    bytes_read = sum(_nbytes(t) for t in inputs) + weight_bytes
+    return flops, int(bytes_read), sum(_nbytes(t) for t in outs)
 
 
 # ----------------------------------------------------------------------------- normalised nodes
@@ -945,7 +1111,9 @@ def _costs(rec: _Rec, arg_refs: list, outs: list) -> tuple[float, int, int]:
             b = vals[2] if len(vals) > 2 else rec.kwargs.get("bias")
             if _is_tensor(b):
                 flops += tokens * outf
-        elif short in ("mm", "bmm", "matmul", "mv", "dot"):
+        elif short in ("mm", "bmm", "matmul", "mv", "dot", "grouped_mm", "_grouped_mm",
+                       "grouped_mm_fallback"):
+            # a grouped GEMM: every row of its input [S, K] meets one expert's [K, N]
             a = vals[0]
             flops = 2.0 * out_elems * _dim(a.shape[-1])
         elif short in ("addmm", "baddbmm", "addbmm", "addmv"):
@@ -971,6 +1139,11 @@ def _costs(rec: _Rec, arg_refs: list, outs: list) -> tuple[float, int, int]:
             L, E = _dim(q.shape[-2]), _dim(q.shape[-1])
             S, Ev = _dim(k.shape[-2]), _dim(v.shape[-1])
             flops = 2.0 * batch * L * S * E + 2.0 * batch * L * S * Ev
+        elif _is_module_call(rec):
+            entry = _OPAQUE.get(vals[0])
+            if entry is not None:
+                return entry.cost([_val(a) for a in rec.args[1]],
+                                  [_val(a) for a in rec.args[2]], outs)
         elif short in COLLECTIVES or rec.namespace in COMM_NAMESPACES or short in MEMORY_OPS:
             flops = 0.0
         elif "pool" in short and "unpool" not in short:
@@ -1063,7 +1236,11 @@ def _classify(rec: _Rec, arg_refs: list, outs: list, host_paths: set[str],
     in_dev = {str(v.device) for _, _, v in arg_refs}
     out_dev = {str(t.device) for t in outs}
     resource = "vector"
-    if short in CUBE_OPS:
+    if _is_module_call(rec):
+        entry = _OPAQUE.get(rec.args[0]) if rec.args else None
+        meta["opaque"] = entry.cls if entry else "module"
+        resource = "cube"  # the routed experts' GEMMs
+    elif short in CUBE_OPS:
         resource = "cube"
     elif short in MEMORY_OPS:
         resource = "memory"
