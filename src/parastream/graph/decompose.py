@@ -12,8 +12,8 @@ The direction-level analysis of docs/DOMAIN.md §3, computed from an operator gr
    does not relate are never one module. A module made only of views (reshape, transpose,
    ...) is folded into its producer or consumer: never a lone reshape. A chain of
    convolutional layers (conv, norm, activation, pool, dropout; one module feeding only the
-   next, the next fed only by it) under one parent scope is one module, named by that
-   scope: a conv+bn+relu block or an Inception branch, not its relu. Module ids follow a
+   next, the next fed only by it) under one parent scope and holding a convolution is one
+   module, named by that scope: a conv+bn+relu block or an Inception branch, not its relu. Module ids follow a
    topological order of the module DAG. A module's type comes from its name where the
    name agrees with its dominant work (the op with the most FLOPs), else from
    that work (a grouped GEMM of routed experts is ``moe.experts`` or ``matmul``, never
@@ -27,7 +27,8 @@ The direction-level analysis of docs/DOMAIN.md §3, computed from an operator gr
    other successor reaches starts a branch, holding every node reachable from it and from
    no other start — so no path connects two branches. The join is the first node (in a
    topological order) that every branch reaches: their nearest common descendant, ``end``
-   when they never meet. The dominating branch is the one with the longest estimated time.
+   when they never meet; for modules, the first module with an op that an op of every
+   branch reaches. The dominating branch is the one with the longest estimated time.
    Found on the module DAG and, inside each module, on its operator DAG (the join is then
    an op, inside the module or after it).
 4. **Verdicts.** ``serial`` (data dependency, shared writable state, collective order, inner
