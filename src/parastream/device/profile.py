@@ -178,6 +178,11 @@ class DeviceProfile(msgspec.Struct, forbid_unknown_fields=True):
     #: on another VM a 16000x2048 one took 11.9 ms on 1 and 6.8 on 2, so one stream
     #: already used both cores and two streams gained nothing. ``calibrate`` measures it.
     parallel_gemv: bool = False
+    #: graph mode (a captured graph: GE / aclgraph on Ascend, CUDA graphs): the device-side
+    #: cost of dispatching one task of the graph, paid on the task's queue before it starts,
+    #: in place of the eager host's per-op launch. None: the profile has no figure, and
+    #: graph mode cannot be simulated on it (the cpu backend runs no captured graphs)
+    graph_dispatch_us: float | None = None
     schema: str = SCHEMA
 
     @property
@@ -330,7 +335,11 @@ def _check(p: DeviceProfile, where: str | None) -> DeviceProfile:
         idles.append(point[0])
     if idles != sorted(idles):
         raise bad("cold_curve: idles must be in ascending order")
-    missing = [k for k in SOURCED_KEYS if not p.sources.get(k, "").strip()]
+    if p.graph_dispatch_us is not None and not p.graph_dispatch_us >= 0:
+        raise bad("graph_dispatch_us must be zero or positive")
+    # an optional figure, once given, needs its source like the required ones
+    sourced = SOURCED_KEYS + (("graph_dispatch_us",) if p.graph_dispatch_us is not None else ())
+    missing = [k for k in sourced if not p.sources.get(k, "").strip()]
     if missing:
         raise bad(f"no source given for {', '.join(missing)} (every number needs one in "
                   f"'sources')")

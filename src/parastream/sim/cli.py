@@ -12,6 +12,7 @@ from ..device.profile import DEFAULT_DEVICE
 from ..errors import InputError, naming
 
 from ..plan.model import SPEEDUP_MARGIN
+from .modes import MODES
 
 
 
@@ -29,8 +30,19 @@ def add_parser(sub) -> None:
     p.add_argument("--phase", help="zoo phase (prefill, decode or infer, as the model has them)")
     p.add_argument("--batch", help="zoo batch sizes to sweep, e.g. 1,8,32")
     p.add_argument("--seq", help="zoo sequence lengths to sweep, e.g. 512,1024,2048")
+    p.add_argument("--mode", choices=MODES, help="how the tasks are issued: eager (the host "
+                   "launches each op, launch_overhead_us apart; the default) or graph (from a "
+                   "captured graph: no host launch per op, the profile's graph_dispatch_us per "
+                   "task on its queue)")
     p.add_argument("--ge", action="store_true", help="emulate GE's auto-reorder of cheap "
-                   "precomputes (Ascend graph mode)")
+                   "precomputes (Ascend graph mode); implies --mode graph: each ge-reorder "
+                   "lint's precompute is issued on the main stream ahead of its dominator. "
+                   "Compare with --mode graph to see what the reorder costs")
+    p.add_argument("--candidate", metavar="NAME", help="simulate only this candidate of a plan "
+                   "file (its full name or a unique suffix after '/'), beside the single-stream "
+                   "baseline")
+    p.add_argument("--json", metavar="FILE", help="also write the simulation document (the "
+                   "--format json output) to FILE")
     p.add_argument("--jitter", type=float, default=0.0, help="relative duration jitter (e.g. 0.1)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--trace", metavar="FILE", help="write the best multi-stream run as a trace "
@@ -40,9 +52,12 @@ def add_parser(sub) -> None:
     p.set_defaults(func=cmd_simulate)
 
 
-def sweep(graph, profile, stream_counts: list[int], *, ge: bool = False, jitter: float = 0.0,
-          seed: int = 0, plans: list | None = None) -> dict:
-    """Simulate the best plan for every stream count (or the given plans)."""
+def sweep(graph, profile, stream_counts: list[int], *, mode: str = "eager", ge: bool = False,
+          jitter: float = 0.0, seed: int = 0, plans: list | None = None) -> dict:
+    """Simulate every candidate (the given plans, else the planner's for each stream count)
+    in ``mode`` (with GE's reorder when ``ge``): a row per stream count with its fastest
+    plan, every candidate's wall in ``candidates`` with what makes it implausible
+    (:func:`flags`), and the recommendation, which no flagged candidate can be."""
     from ..device.cost import estimate, with_cold
     from ..graph.ir import validate
     from ..plan.assign import assign
@@ -53,8 +68,18 @@ def sweep(graph, profile, stream_counts: list[int], *, ge: bool = False, jitter:
     costs = {o.name: estimate(o, profile) for o in graph.ops}  # the simulator adds cold costs
     order = validate(graph)  # once for every plan simulated below
     dur = {n: c.dur_us for n, c in with_cold(graph.index(), costs, order, profile).items()}
-    rows = []
-    best_runs = {}
+    memo: dict[tuple, object] = {}
+
+    def run_of(plan):
+        # one simulation per distinct plan (a cap that did not bind gives the same one)
+        key = (plan.name, tuple(sorted(plan.assignment.items())), repr(plan.core_limits),
+               tuple((e.record_after, e.wait_before) for e in plan.events))
+        if key not in memo:
+            memo[key] = simulate_plan(graph, plan, profile, mode=mode, ge=ge, jitter=jitter,
+                                      seed=seed, costs=costs, order=order)
+        return memo[key]
+
+    best_runs: dict[int, object] = {}
     for k in stream_counts:
         if plans is not None:
             # the streams its assignment uses, not its `streams` field (a hand edit of that
@@ -63,46 +88,113 @@ def sweep(graph, profile, stream_counts: list[int], *, ge: bool = False, jitter:
         elif k == 1:
             cands = [assign(graph, "single", durations=dur, order=order)]
         else:
-            # the planner simulates every candidate (and keeps C2 limits only where they pay);
-            # its best within k streams is the answer, unless GE reorder or jitter change the
-            # run: then the best few are rerun under those options
+            # every candidate of the planner within k streams: it ranks them in eager mode,
+            # and graph mode, GE's reorder or jitter can change the order
             doc = build(graph, profile, algorithm=None, mapping=None, max_streams=k)
             cands = [c for c in doc.candidates if 2 <= c.stream_count() <= k]  # k >= 2 streams
-            cands = cands[:3] if (ge or jitter) else cands[:1]
         if not cands:
             continue
-        runs = [simulate_plan(graph, c, profile, ge=ge, jitter=jitter, seed=seed, costs=costs,
-                              order=order) for c in cands]
+        runs = [run_of(c) for c in cands]
         if plans is None and k >= 2:
             # a budget of k streams allows every plan found for fewer: the planner's
             # candidates at cap k need not hold its best at a smaller cap (moe_layer 7b on
             # ascend910b: matching merged to 2 streams beat every 3-stream candidate)
             runs += [r for kk, r in best_runs.items() if 2 <= kk < k]
-        run = min(runs, key=lambda r: (r.result.wall_us, r.plan.stream_count(), r.plan.name))
-        best_runs[k] = run
-        cap = analyze_capture(run.result.timeline)
-        cores = profile.cores.cube
-        occ = run.result.busy_cores_us["cube"] / (cores * run.result.wall_us) if run.result.wall_us else 0.0
-        rows.append({"streams": k, "plan": run.plan.name, "plan_streams": run.plan.stream_count(),
-                     "wall_us": round(run.result.wall_us, 3),
-                     "throughput_per_s": round(1e6 / run.result.wall_us, 3) if run.result.wall_us else None,
-                     "verdict_counts": cap["verdict_counts"],
-                     "overlap_pct_median": cap["overlap_pct_median"],
-                     "parallelism": cap["parallelism"], "core_occupancy": round(occ, 4)})
-    base = next((r["wall_us"] for r in rows if r["streams"] == 1), rows[0]["wall_us"] if rows else 0)
+        best_runs[k] = min(runs, key=lambda r: (r.result.wall_us, r.plan.stream_count(),
+                                                r.plan.name))
+    single = [r for r in memo.values() if r.plan.stream_count() == 1]
+    base = (min(r.result.wall_us for r in single) if single
+            else min((r.result.wall_us for r in memo.values()), default=0.0))
+    cands = _candidates(list(memo.values()), base, profile)
+    names: dict[str, int] = {}
+    for r in memo.values():
+        names[r.plan.name] = names.get(r.plan.name, 0) + 1
+    rows = [_row(k, run, base, profile, analyze_capture, names) for k, run in best_runs.items()]
+    by_name = {c["name"]: c for c in cands}
     for r in rows:
-        r["speedup"] = round(base / r["wall_us"], 4) if r["wall_us"] else None
-    best = min(rows, key=lambda r: r["wall_us"]) if rows else None
-    rec = 1
+        r["flags"] = by_name[r["plan"]]["flags"]
+    ok = [c for c in cands if c["streams"] >= 2 and not c["flags"]]
+    best = min(ok, key=lambda c: (c["wall_us"], c["streams"], c["name"]), default=None)
+    rec, rec_plan = 1, next((c["name"] for c in cands if c["streams"] == 1), None)
     if best and best["speedup"] and best["speedup"] >= 1 + SPEEDUP_MARGIN:
-        # the streams the plan uses: a "2 of 3" row recommends 2
-        rec = min(r["plan_streams"] for r in rows if r["wall_us"] <= best["wall_us"] * 1.02)
+        # the fewest streams within 2% of the fastest: a "2 of 3" row recommends 2
+        rec = min(c["streams"] for c in ok if c["wall_us"] <= best["wall_us"] * 1.02)
+        rec_plan = min((c for c in ok if c["streams"] == rec),
+                       key=lambda c: (c["wall_us"], c["name"]))["name"]
+    for c in cands:
+        c["recommended"] = c["name"] == rec_plan
     return {"schema": "parastream.simulation/1", "model": graph.name, "device": profile.name,
-            "label": sim_label(profile), "ge_reorder": ge, "rows": rows,
-            "recommended_streams": rec,
+            "label": sim_label(profile), "mode": mode, "ge_reorder": ge,
+            "hw_queues": profile.hw_queues, "rows": rows, "candidates": cands,
+            "recommended_streams": rec, "recommended_candidate": rec_plan,
             "recommendation": ("single stream: multi-stream does not pay here" if rec == 1
-                               else f"{rec} streams"),
+                               else f"{rec} streams ({rec_plan})"),
             "_runs": best_runs}
+
+
+def flags(streams: int, speedup: float | None, hw_queues: int,
+          bound: float | None = None) -> list[str]:
+    """Why a candidate's prediction cannot be recommended: a speedup over single stream
+    above its stream count (``k`` streams can at most share the work ``k`` ways: more
+    says the single-stream baseline or the model is wrong) or above the headroom bound
+    ``bound`` when the plan carries one; more streams than the device's hardware queues
+    (streams past them add no parallelism: the planner's own lint)."""
+    out = []
+    eps = 1e-9
+    if speedup is not None and streams >= 1 and speedup > streams * (1 + eps):
+        out.append(f"implausible: above {streams} stream{'s' * (streams > 1)}")
+    elif speedup is not None and bound and speedup > bound * (1 + eps):
+        out.append(f"implausible: above the headroom bound {bound:.2f}x")
+    if streams > hw_queues:
+        out.append(f"{streams} streams on {hw_queues} hardware queues")
+    return out
+
+
+def _bound(plan) -> float | None:
+    """The headroom bound a plan carries (``meta["bound_speedup"]``), if any."""
+    b = (plan.meta or {}).get("bound_speedup")
+    return float(b) if isinstance(b, (int, float)) and not isinstance(b, bool) and b > 0 else None
+
+
+def _candidates(runs: list, base: float, profile) -> list[dict]:
+    """Every simulated candidate, fastest first; a name the planner gave two different
+    plans (at two stream caps) is told apart by its stream count (:func:`_label`)."""
+    names: dict[str, int] = {}
+    for r in runs:
+        names[r.plan.name] = names.get(r.plan.name, 0) + 1
+    out = []
+    for r in sorted(runs, key=lambda r: (r.result.wall_us, r.plan.stream_count(), r.plan.name)):
+        k = r.plan.stream_count()
+        wall = r.result.wall_us
+        speedup = round(base / wall, 4) if wall else None
+        name = _label(r.plan, names)
+        hoisted = [list(x) for x in r.reorder.hoisted] if r.reorder else []
+        out.append({"name": name, "streams": k, "wall_us": round(wall, 3), "speedup": speedup,
+                    "flags": flags(k, speedup, profile.hw_queues, _bound(r.plan)),
+                    "lints": sorted({l.rule for l in r.plan.lints}),
+                    "ge_hoisted": hoisted})
+    return out
+
+
+def _label(plan, names: dict[str, int]) -> str:
+    """``plan``'s name in the output, with its stream count when ``names`` (name -> how
+    many simulated plans carry it) says another plan has the same name."""
+    k = plan.stream_count()
+    return plan.name if names.get(plan.name, 1) == 1 else f"{plan.name} [{k} streams]"
+
+
+def _row(k: int, run, base: float, profile, analyze_capture, names: dict[str, int]) -> dict:
+    """One stream count's row: its fastest plan's simulated run, analysed."""
+    cap = analyze_capture(run.result.timeline)
+    wall = run.result.wall_us
+    occ = run.result.busy_cores_us["cube"] / (profile.cores.cube * wall) if wall else 0.0
+    return {"streams": k, "plan": _label(run.plan, names),
+            "plan_streams": run.plan.stream_count(), "wall_us": round(wall, 3),
+            "throughput_per_s": round(1e6 / wall, 3) if wall else None,
+            "speedup": round(base / wall, 4) if wall else None,
+            "verdict_counts": cap["verdict_counts"],
+            "overlap_pct_median": cap["overlap_pct_median"],
+            "parallelism": cap["parallelism"], "core_occupancy": round(occ, 4)}
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
@@ -112,7 +204,14 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     from ..report.atomic import check_outputs, spec_paths
     from ..report.kineto import write_kineto
 
-    check_outputs({"--trace": args.trace}, spec_paths(args.model, args.device))
+    from ..report.atomic import write_atomic
+
+    check_outputs({"--trace": args.trace, "--json": args.json},
+                  spec_paths(args.model, args.device))
+    if args.ge and args.mode == "eager":
+        raise InputError(None, "--ge emulates a graph compiler's reorder, which eager mode "
+                               "has none of: drop --mode eager (--ge implies --mode graph)")
+    mode = args.mode or ("graph" if args.ge else "eager")
     spec = args.model
     plan_data = _plan_data(spec)
     is_plan = plan_data is not None
@@ -123,6 +222,9 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     if fixed:
         raise InputError(spec, f"{', '.join(fixed)} cannot apply to a plan (its model, scale, "
                                "phase and candidates are fixed): simulate the model instead")
+    if args.candidate is not None and not is_plan:
+        raise InputError(spec, "--candidate picks a candidate of a plan file (from "
+                               "'parastream plan -o plan.json'): simulate that file")
     if args.trace and (args.batch or args.seq):
         raise InputError(None, "--trace writes one simulated run; --batch/--seq sweep many: "
                                "drop one of them")
@@ -178,6 +280,9 @@ def cmd_simulate(args: argparse.Namespace) -> int:
             note = (f"parastream: warning: {spec}: simulated on the shipped profile "
                     f"{device!r}; passed over beside the plan: {broken}")
     warn_if_noted(profile)
+    from .run import require_mode
+
+    require_mode(profile, mode, args.device or profile.name)
     plans = None
     if doc is not None:
         src = doc.source or {}
@@ -188,6 +293,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         plans = doc.candidates
         if not plans:
             raise InputError(spec, "the plan has no candidates")
+        if args.candidate is not None:
+            plans = [_pick(doc, args.candidate, spec)]
         for c in plans:  # as run and emit do: never predict from a plan that is not safe
             require_fit(graph, c, spec, f"{src['model']} at scale {src.get('scale', 'small')}")
         if not any(c.stream_count() == 1 for c in plans):
@@ -198,12 +305,13 @@ def cmd_simulate(args: argparse.Namespace) -> int:
             plans = [Plan.single(o.name for o in graph.ops), *plans]
         counts = sorted({c.stream_count() for c in plans})
     elif args.batch or args.seq:
-        return _shape_sweep(args, profile, counts)
+        return _shape_sweep(args, profile, counts, mode)
     else:
         graph = load_graph(spec, args.scale, args.phase, device)
     if not graph.ops:
         raise InputError(spec, "the graph has no ops: nothing to simulate")
-    out = sweep(graph, profile, counts, ge=args.ge, jitter=args.jitter, seed=args.seed, plans=plans)
+    out = sweep(graph, profile, counts, mode=mode, ge=args.ge, jitter=args.jitter,
+                seed=args.seed, plans=plans)
     runs = out.pop("_runs")
     if not out["rows"]:
         raise InputError(spec, f"nothing to simulate for --streams {args.streams}: the model "
@@ -212,6 +320,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         multi = [k for k in runs if k > 1] or list(runs)
         best = min(multi, key=lambda k: runs[k].result.wall_us)
         write_kineto(args.trace, runs[best].result.timeline, label=out["label"])
+    if args.json:
+        write_atomic(args.json, render_json(out, indent=2))
     if note:
         print(note, file=sys.stderr)
     if args.format == "json":
@@ -219,6 +329,23 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(render(out))
     return 0
+
+
+def _pick(doc, name: str, spec: str):
+    """The candidate ``--candidate name`` names (:meth:`parastream.plan.io.PlanDoc.candidate`:
+    the full name, or the only one ending in ``/name``); InputError naming the plan file
+    otherwise, listing the candidates that end in ``/name`` when more than one does."""
+    try:
+        return doc.candidate(name)
+    except KeyError:
+        pass
+    matches = [c.name for c in doc.candidates if c.name.endswith("/" + name)]
+    if len(matches) > 1:
+        raise InputError(spec, f"--candidate {name!r} is ambiguous: {len(matches)} candidates "
+                               f"end in it ({', '.join(matches)})")
+    names = ", ".join(c.name for c in doc.candidates[:12])
+    more = f", ... ({len(doc.candidates)} in all)" if len(doc.candidates) > 12 else ""
+    raise InputError(spec, f"no candidate named {name!r} (candidates: {names}{more})")
 
 
 def _plan_data(spec: str) -> bytes | None:
@@ -286,8 +413,13 @@ def _profile_beside(plan_path: str, name: str):
 
 
 def render(out: dict) -> str:
-    lines = [f"{out['model']}: {out['label']}" + (" (GE reorder emulated)" if out["ge_reorder"] else ""),
-             "", f"{'streams':>7s} {'wall us':>12s} {'per s':>10s} {'speedup':>8s} {'overlap':>8s} "
+    """The simulation document as text: the best plan per stream count, then every
+    candidate's predicted wall with its flags, then the recommendation."""
+    from .modes import mode_label
+
+    said = mode_label(out["mode"], out["ge_reorder"])
+    lines = [f"{out['model']}: {out['label']}, {said}", "",
+             f"{'streams':>7s} {'wall us':>12s} {'per s':>10s} {'speedup':>8s} {'overlap':>8s} "
              f"{'true/partial/false':>18s} {'cores busy':>10s}  plan"]
     for r in out["rows"]:
         v = r["verdict_counts"]
@@ -295,11 +427,22 @@ def render(out: dict) -> str:
         used = r.get("plan_streams", r["streams"])
         # at most k streams: the best plan may use fewer, which the column then shows
         k = f"{used} of {r['streams']}" if used != r["streams"] else str(r["streams"])
+        flag = f"  [{'; '.join(r['flags'])}]" if r.get("flags") else ""
         lines.append(f"{k:>7s} {r['wall_us']:12.1f} {r['throughput_per_s'] or 0:10.1f} "
                      f"{r['speedup']:7.2f}x {('-' if ov is None else f'{ov:.2f}'):>8s} "
                      f"{v['true']:>6d}/{v['partial']}/{v['false']:<9d} {100 * r['core_occupancy']:9.1f}%"
-                     f"  {r['plan']}")
-    lines += ["", f"recommended: {out['recommendation']} ({out['label']})", ""]
+                     f"  {r['plan']}{flag}")
+    lines += ["", f"candidates ({len(out['candidates'])}, fastest first):",
+              f"{'streams':>7s} {'wall us':>12s} {'speedup':>8s}  candidate"]
+    for c in out["candidates"]:
+        notes = list(c["flags"])
+        if c.get("ge_hoisted"):
+            notes.append("GE issues " + ", ".join(f"{v} ahead of {d}" for v, d in c["ge_hoisted"]))
+        mark = "* " if c.get("recommended") else "  "
+        note = f"  [{'; '.join(notes)}]" if notes else ""
+        lines.append(f"{c['streams']:>7d} {c['wall_us']:12.1f} {c['speedup'] or 0:7.2f}x"
+                     f"{mark}{c['name']}{note}")
+    lines += ["", f"recommended (*): {out['recommendation']} ({out['label']}, {said})", ""]
     return "\n".join(lines)
 
 
@@ -314,10 +457,12 @@ def _ints(text: str | None, what: str) -> list[int | None]:
         raise InputError(None, f"{what} wants positive integers like 1,8,32, not {text!r}") from None
 
 
-def _shape_sweep(args: argparse.Namespace, profile, counts: list[int]) -> int:
+def _shape_sweep(args: argparse.Namespace, profile, counts: list[int], mode: str) -> int:
     """A table like seed 003's (batch x sequence -> streams), derived from the model."""
     from ..graph.models import resolve
     from ..graph.render import render_json
+    from ..report.atomic import write_atomic
+    from .modes import mode_label
     from .run import sim_label
 
     rows = []
@@ -328,26 +473,31 @@ def _shape_sweep(args: argparse.Namespace, profile, counts: list[int]) -> int:
             size = (sum(o.flops for o in graph.ops), sum(o.bytes_read for o in graph.ops))
             work["batch"].setdefault(b, set()).add(size)
             work["seq"].setdefault(q, set()).add(size)
-            out = sweep(graph, profile, sorted({1, *counts}), ge=args.ge, jitter=args.jitter,
-                        seed=args.seed)  # the single-stream row: what speedups are over
+            out = sweep(graph, profile, sorted({1, *counts}), mode=mode, ge=args.ge,
+                        jitter=args.jitter, seed=args.seed)  # the single-stream row: the base
             out.pop("_runs")
             best = min(out["rows"], key=lambda r: r["wall_us"])
             rows.append({"batch": b, "seq": q, "single_wall_us": out["rows"][0]["wall_us"],
                          "best_wall_us": best["wall_us"], "best_speedup": best["speedup"],
                          "recommended_streams": out["recommended_streams"],
-                         "recommendation": out["recommendation"], "rows": out["rows"]})
+                         "recommendation": out["recommendation"], "rows": out["rows"],
+                         "candidates": out["candidates"]})
     # a model that does not take the override gives one graph for every value: say so
     # rather than print a table of equal rows as if the shape did not matter
     ignored = [f"--{flag}" for flag, by in work.items()
                if len(by) > 1 and len(set.union(*by.values())) == 1]
     doc = {"schema": "parastream.simulation-sweep/1", "model": args.model, "device": profile.name,
            "label": sim_label(profile), "sweep": rows,
+           "mode": mode, "ge_reorder": args.ge,
            "ignored": [f"{args.model} ignores {f}: the same graph for every value"
                        for f in ignored]}
+    if args.json:
+        write_atomic(args.json, render_json(doc, indent=2))
     if args.format == "json":
         sys.stdout.write(render_json(doc, indent=2))
         return 0
-    lines = [f"{args.model} ({args.scale}, {args.phase or 'default phase'}): {doc['label']}", "",
+    lines = [f"{args.model} ({args.scale}, {args.phase or 'default phase'}): {doc['label']}, "
+             f"{mode_label(mode, args.ge)}", "",
              f"{'batch':>6s} {'seq':>6s} {'1-stream us':>12s} {'best us':>10s} {'speedup':>8s}  recommendation"]
     for r in rows:
         lines.append(f"{r['batch'] or '-':>6} {r['seq'] or '-':>6} {r['single_wall_us']:12.1f} "

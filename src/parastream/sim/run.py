@@ -22,6 +22,7 @@ from ..plan.lints import lint
 from ..plan.model import Plan
 from ..timeline.model import KIND_COMM, KIND_COMPUTE, KIND_MEMCPY, Timeline
 from .engine import Device, Result, Task, simulate
+from .modes import MODES, mode_label  # noqa: F401  (mode_label: for callers)
 
 
 def sim_label(profile: DeviceProfile) -> str:
@@ -29,10 +30,30 @@ def sim_label(profile: DeviceProfile) -> str:
     return f"simulated on {profile.name}"
 
 
-def device_of(profile: DeviceProfile) -> Device:
+def require_mode(profile: DeviceProfile, mode: str, where: str | None = None) -> None:
+    """Refuse (InputError naming ``where``) a mode the profile cannot simulate: graph mode
+    needs the profile's ``graph_dispatch_us``."""
+    from ..errors import InputError
+
+    if mode not in MODES:
+        raise InputError(where, f"unknown mode {mode!r} (one of {', '.join(MODES)})")
+    if mode == "graph" and profile.graph_dispatch_us is None:
+        raise InputError(where, f"device profile {profile.name!r} has no graph_dispatch_us: "
+                                "graph mode needs the device's per-task dispatch cost of a "
+                                "captured graph (add it to the profile with its source)")
+
+
+def device_of(profile: DeviceProfile, mode: str = "eager") -> Device:
+    """The engine's device for ``profile`` in ``mode`` (:data:`MODES`). In graph mode the
+    host issues nothing per op (the whole graph is in the queues when it starts) and each
+    task pays the profile's ``graph_dispatch_us`` on its queue instead of the eager
+    scheduler sweep; :func:`require_mode` says whether the profile has that figure."""
+    graph = mode == "graph"
     return Device(name=profile.name, cube_cores=profile.cores.cube,
                   vector_cores=profile.cores.vector, hw_queues=profile.hw_queues,
-                  launch_us=profile.launch_overhead_us, sweep_us=profile.scheduler_sweep_us,
+                  launch_us=0.0 if graph else profile.launch_overhead_us,
+                  sweep_us=(profile.graph_dispatch_us or 0.0) if graph
+                  else profile.scheduler_sweep_us,
                   memory_streams=profile.memory_streams,
                   # CPU streams are Python threads: each task's host part (dispatch, folded
                   # views) holds the interpreter lock; a device's host work overlaps
@@ -43,27 +64,117 @@ def device_of(profile: DeviceProfile) -> Device:
                   lock_wake_us=profile.event_wake_us)
 
 
-def ge_reorder(graph: Graph, plan: Plan, order: list[str], dur: dict[str, float]) -> list[str]:
-    """The issue order GE would produce: each cheap main-stream consumer of a side output
-    (the ``ge-reorder`` lint) moved to just before the dominator it does not depend on."""
+@dataclass
+class Reorder:
+    """GE's issue order for one plan (:func:`ge_reorder`)."""
+
+    order: list[str]
+    #: op -> producers on other streams it must wait for: a hoisted op runs ahead of the
+    #: main-stream op whose event wait used to cover it, so it waits for its inputs itself
+    waits: dict[str, list[str]]
+    #: (precompute, dominator) pairs whose precompute now runs ahead of the dominator
+    hoisted: list[tuple[str, str]]
+    #: (precompute, dominator, why) for lints whose precompute did not move
+    kept: list[tuple[str, str, str]]
+
+
+def ge_reorder(graph: Graph, plan: Plan, order: list[str], dur: dict[str, float], *,
+               hw_queues: int | None = None) -> Reorder:
+    """The issue order GE would produce: each ``ge-reorder`` lint's precompute (a cheap
+    main-stream consumer of a side output that does not depend on the dominator) is
+    issued on the main stream just ahead of the dominator, with its main-stream ancestors
+    that came after the dominator (it cannot run before its inputs), so the main FIFO
+    blocks on the side output before the dominator runs. Each moved op waits for its
+    producers on other streams itself. A move that would deadlock the queues (a side
+    FIFO holding the side output behind work that waits for main ops issued later; the
+    queues are shared as in :mod:`parastream.sim.engine`, by ``hw_queues``) is not made."""
     order = list(order)
     preds = graph.predecessor_names()
+    stream = {n: plan.assignment.get(n, 0) for n in order}
+    waits: dict[str, list[str]] = {}
+    hoisted: list[tuple[str, str]] = []
+    kept: list[tuple[str, str, str]] = []
     for l in lint(graph, plan, dur):
         if l.rule != "ge-reorder":
             continue
         _, v, d = l.ops
-        if order.index(v) < order.index(d):
+        pos = {n: i for i, n in enumerate(order)}
+        if pos[v] < pos[d]:
+            # the plan already issues it ahead of the dominator: the run without the
+            # reorder pays the same wait
+            kept.append((v, d, "already ahead of the dominator in program order"))
             continue
-        order.remove(v)
-        # as early as its own inputs allow, but ahead of the dominator
-        after = max((order.index(p) + 1 for p in preds.get(v, ())), default=0)
-        order.insert(max(after, 0) if after > order.index(d) else order.index(d), v)
-    return order
+        moved = _main_ancestors_after(v, pos[d], preds, stream, pos)
+        new = [n for n in order if n not in moved]
+        at = new.index(d)
+        new[at:at] = sorted(moved, key=pos.__getitem__)
+        extra = {m: sorted({p for p in preds.get(m, ()) if stream[p] != stream[m]})
+                 for m in moved}
+        trial = {**waits, **{m: w for m, w in extra.items() if w}}
+        if not _runs_through(new, plan, stream, trial, hw_queues):
+            kept.append((v, d, "moving it would deadlock the stream queues"))
+            continue
+        order, waits = new, trial
+        hoisted.append((v, d))
+    return Reorder(order, waits, hoisted, kept)
+
+
+def _main_ancestors_after(v: str, at: int, preds: dict[str, list[str]],
+                          stream: dict[str, int], pos: dict[str, int]) -> set[str]:
+    """``v`` and its ancestors on ``v``'s stream issued after position ``at``."""
+    out, todo, seen = {v}, [v], {v}
+    while todo:
+        for p in preds.get(todo.pop(), ()):
+            if p in seen or pos[p] <= at:
+                continue  # issued earlier, and so are its own inputs (``order`` is topological)
+            seen.add(p)
+            todo.append(p)
+            if stream[p] == stream[v]:
+                out.add(p)
+    return out
+
+
+def _runs_through(order: list[str], plan: Plan, stream: dict[str, int],
+                  extra: dict[str, list[str]], hw_queues: int | None) -> bool:
+    """Whether every task of ``order`` can run: each queue's FIFO (streams share queues by
+    rank, as the engine maps them) and every event wait (the plan's and ``extra``) form
+    no cycle."""
+    ids = sorted(set(stream.values()))
+    q = max(1, hw_queues or len(ids))
+    queue = {s: i % q for i, s in enumerate(ids)}
+    after: dict[str, list[str]] = {n: [] for n in order}
+    need = dict.fromkeys(order, 0)
+    last: dict[int, str] = {}
+    for n in order:
+        k = queue[stream[n]]
+        if k in last:
+            after[last[k]].append(n)
+            need[n] += 1
+        last[k] = n
+    for e in plan.events:
+        if e.wait_before is not None:
+            after[e.record_after].append(e.wait_before)
+            need[e.wait_before] += 1
+    for n, ws in extra.items():
+        for w in ws:
+            after[w].append(n)
+            need[n] += 1
+    ready = [n for n in order if not need[n]]
+    done = 0
+    while ready:
+        n = ready.pop()
+        done += 1
+        for m in after[n]:
+            need[m] -= 1
+            if not need[m]:
+                ready.append(m)
+    return done == len(order)
 
 
 def tasks_for(graph: Graph, plan: Plan, profile: DeviceProfile, *, costs: dict[str, OpCost],
-              order: list[str]) -> list[Task]:
-    """Tasks in ``order`` (the issue order); plan events become waits; C2 core limits and a
+              order: list[str], extra_waits: dict[str, list[str]] | None = None) -> list[Task]:
+    """Tasks in ``order`` (the issue order); plan events become waits, and so do
+    ``extra_waits`` (op -> ops it waits for: :attr:`Reorder.waits`); C2 core limits and a
     CPU stream's share of the cores rescale the ``costs``."""
     ops = graph.index()
     idx = {n: i for i, n in enumerate(order)}
@@ -79,6 +190,9 @@ def tasks_for(graph: Graph, plan: Plan, profile: DeviceProfile, *, costs: dict[s
     for e in plan.events:
         if e.wait_before is not None:
             waits.setdefault(e.wait_before, []).append(idx[e.record_after])
+    for n, ws in (extra_waits or {}).items():
+        have = waits.setdefault(n, [])
+        have += [idx[w] for w in ws if idx[w] not in have]
     # CPU streams are Python threads: each op's dispatch (the executor's per-op cost) holds
     # the interpreter lock, so two streams' dispatches never overlap, only their kernels
     host_us = profile.op_host_us
@@ -152,21 +266,34 @@ def measured_costs(graph: Graph, profile: DeviceProfile,
 class SimRun:
     plan: Plan
     result: Result
+    mode: str = "eager"
+    #: GE's reorder as simulated (``ge=True``), else None
+    reorder: Reorder | None = None
 
 
 def simulate_plan(graph: Graph, plan: Plan, profile: DeviceProfile, *, ge: bool = False,
-                  jitter: float = 0.0, seed: int = 0, costs: dict[str, OpCost] | None = None,
+                  mode: str | None = None, jitter: float = 0.0, seed: int = 0,
+                  costs: dict[str, OpCost] | None = None,
                   order: list[str] | None = None) -> SimRun:
-    """Simulate one plan; ``ge=True`` first applies GE's reorder to the issue order. Pass
-    ``costs`` and the graph's validated ``order`` when simulating many plans of one graph."""
+    """Simulate one plan in ``mode`` (:data:`MODES`; default ``graph`` with ``ge``, else
+    ``eager``); ``ge=True`` first applies GE's reorder (:func:`ge_reorder`) to the issue
+    order, a graph-mode compiler pass. Pass ``costs`` and the graph's validated ``order``
+    when simulating many plans of one graph. InputError when the profile cannot simulate
+    the mode (:func:`require_mode`)."""
+    mode = mode or ("graph" if ge else "eager")
+    require_mode(profile, mode)
     order = order or validate(graph)
     if costs is None:
         ops = graph.index()
         costs = {n: estimate(ops[n], profile) for n in order}
+    reorder = None
     if ge:
-        order = ge_reorder(graph, plan, order, {n: c.dur_us for n, c in costs.items()})
-    tasks = tasks_for(graph, plan, profile, costs=costs, order=order)
-    res = simulate(tasks, device_of(profile), jitter=jitter, seed=seed,
+        reorder = ge_reorder(graph, plan, order, {n: c.dur_us for n, c in costs.items()},
+                             hw_queues=profile.hw_queues)
+        order = reorder.order
+    tasks = tasks_for(graph, plan, profile, costs=costs, order=order,
+                      extra_waits=reorder.waits if reorder else None)
+    res = simulate(tasks, device_of(profile, mode), jitter=jitter, seed=seed,
                    name=f"{graph.name}: {plan.name} ({sim_label(profile)})",
                    shared_pool=profile.shared_cores)
     # a CPU executor's fixed cost per forward call (setup, rejoin; more with every extra
@@ -174,4 +301,4 @@ def simulate_plan(graph: Graph, plan: Plan, profile: DeviceProfile, *, ge: bool 
     # timeline holds the ops only (its span is the wall less this overhead)
     res.wall_us += profile.run_overhead_us + profile.stream_overhead_us * max(
         0, plan.stream_count() - 1)
-    return SimRun(plan, res)
+    return SimRun(plan, res, mode, reorder)
