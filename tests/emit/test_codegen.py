@@ -127,7 +127,7 @@ def test_core_limits(cases, target):
     plan = copy.deepcopy(c.plans["manual"])
     plan.core_limits = {"1": {"aicore_num": 8, "reason": "test"}}
     plan.strength = "C2"
-    e = emit(c.traced, plan, target)
+    e = emit(c.traced, plan, target, device_name="ascend910b")
     mod = load(e.source)
     r, problems = run_and_check(c, mod)
     assert problems == []
@@ -142,7 +142,15 @@ def test_core_limits(cases, target):
         assert r.recorder.count("limit_enter") == 0
     # vectorcore_num given by the plan wins over the default ratio
     plan.core_limits = {"1": {"aicore_num": 8, "vectorcore_num": 5}}
-    assert (8, 5) in load(emit(c.traced, plan, target).source).CORE_LIMITS.values()
+    gen = load(emit(c.traced, plan, target, device_name="ascend910b").source)
+    assert (8, 5) in gen.CORE_LIMITS.values()
+    if target != "cuda":  # the file checks at import that the API it calls is there
+        assert any(k.endswith("limit_core_num") for k in gen.NEEDS)
+    # a device whose documentation does not list core limits gets none
+    e = emit(c.traced, plan, target, device_name="ascend910")
+    assert "limit_core_num(" not in e.source.split('"""', 2)[2]
+    if target != "cuda":
+        assert e.warnings and "not emitted" in e.warnings[0]
 
 
 def _drop_line(source: str, needle: str) -> str:

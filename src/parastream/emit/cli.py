@@ -40,7 +40,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--scale", help="zoo scale (default: the plan's)")
     p.add_argument("--phase", help="zoo phase (default: the plan's)")
     p.add_argument("--class-name", default="MultiStreamForward", metavar="NAME",
-                   help="name of the generated nn.Module (default MultiStreamForward)")
+                   help="name of the generated nn.Module of an op-level forward (default "
+                        "MultiStreamForward; a module-level patch is named after your class)")
+    p.add_argument("--level", choices=("auto", "module", "op"), default="auto",
+                   help="module: a patch on your own module whose forward calls your "
+                        "submodules inside the stream blocks (refused, with the reason, when "
+                        "the plan cuts inside a submodule call); op: every op of the trace; "
+                        "auto (default): module where the plan allows it, else op")
+    p.add_argument("--diff", action="store_true",
+                   help="write the module-level change as a unified diff of the source file "
+                        "that defines the patched module ('patch -p1' from this directory)")
     p.set_defaults(func=cmd_emit)
 
 
@@ -66,9 +75,11 @@ def _vector_per_cube(device: str | None) -> float:
 
 def emit_plan(plan_path: str, target: str, *, candidate: str | None = None,
               model: str | None = None, scale: str | None = None, phase: str | None = None,
-              class_name: str = "MultiStreamForward"):
+              class_name: str = "MultiStreamForward", level: str = "auto",
+              diff: bool = False):
     """Load ``plan_path``, rebuild its model and emit ``target`` code. Returns
-    :class:`~parastream.emit.codegen.Emitted`; bad input raises :class:`InputError`."""
+    :class:`~parastream.emit.codegen.Emitted` (``level`` "module" or "op"; ``diff`` the
+    unified diff when asked for); bad input raises :class:`InputError`."""
     from ..plan.io import load_doc, require_fit
 
     doc, plan = load_doc(plan_path, candidate)
@@ -99,12 +110,42 @@ def emit_plan(plan_path: str, target: str, *, candidate: str | None = None,
         except EmitError as exc:
             raise InputError(source["model"], str(exc)) from None
     require_fit(graph, plan, plan_path, f"{source.get('model')} at scale {source.get('scale')}")
+    device = doc.device if doc.device != "?" else None
+    note = None
+    if level != "op":
+        from . import modlevel
+
+        try:
+            with contextlib.redirect_stdout(sys.stderr):
+                return _module_level(traced, plan, target, module, inputs, graph, source,
+                                     doc.model or str(source["model"]), device, diff)
+        except modlevel.NotModuleLevel as exc:
+            if level == "module" or diff:
+                raise InputError(plan_path, f"no module-level patch: {exc}") from None
+            note = f"no module-level patch, because {exc}"
     try:
         return emit(traced, plan, target, source=source, model_name=doc.model,
-                    device_name=doc.device if doc.device != "?" else None,
-                    class_name=class_name, vector_per_cube=_vector_per_cube(doc.device))
+                    device_name=device, class_name=class_name,
+                    vector_per_cube=_vector_per_cube(doc.device), level_note=note)
     except EmitError as exc:
         raise InputError(plan_path, str(exc)) from None
+
+
+def _module_level(traced, plan, target: str, module, inputs: tuple, graph, source: dict,
+                  model_name: str, device: str | None, diff: bool):
+    """The module-level patch (:mod:`parastream.emit.modlevel`) as an ``Emitted``."""
+    from . import modlevel
+    from .codegen import Emitted, node_streams
+
+    stream_of, real = node_streams(traced, plan)
+    site = modlevel.analyse(traced, plan, module, inputs, graph, stream_of, real,
+                            _vector_per_cube(device))
+    patch = modlevel.render(site, target, plan=plan, source=source, model_name=model_name,
+                            device_name=device, switch=plan.switch)
+    text = modlevel.render_diff(site, patch, target, plan.switch) if diff else patch.source
+    return Emitted(text, target, (), site.side, patch.waits, patch.records,
+                   patch.record_streams, warnings=list(patch.warnings), level="module",
+                   host=site.label)
 
 
 def cmd_emit(args: argparse.Namespace) -> int:
@@ -116,8 +157,11 @@ def cmd_emit(args: argparse.Namespace) -> int:
         raise InputError(None, bad)
     check_outputs({"-o/--output": args.output}, spec_paths(args.plan, args.model))
     emitted = emit_plan(args.plan, args.target, candidate=args.candidate, model=args.model,
-                        scale=args.scale, phase=args.phase, class_name=args.class_name)
-    summary = (f"{args.target}: {len(emitted.calls)} op calls, streams "
+                        scale=args.scale, phase=args.phase, class_name=args.class_name,
+                        level=args.level, diff=args.diff)
+    what = (f"module-level patch of {emitted.host}" if emitted.level == "module"
+            else f"{len(emitted.calls)} op calls")
+    summary = (f"{args.target}: {what}, streams "
                f"{(0,) + emitted.side_streams}, {emitted.waits} waits, {emitted.records} "
                f"records, {emitted.record_streams} record_stream")
     if args.output:

@@ -63,6 +63,7 @@ from typing import Any, Sequence
 from ..errors import one_line
 from ..plan.model import Plan
 from . import TARGETS
+from .devices import required_apis
 
 DEFAULT_CLASS = "MultiStreamForward"
 #: vector cores per AI (cube) core when the plan gives no vectorcore_num (Atlas A2/A3: 24:48)
@@ -300,6 +301,8 @@ class Emitted:
     skipped_events: list[str] = field(default_factory=list)
     #: emitted, but worth a look on the hardware (one line each)
     warnings: list[str] = field(default_factory=list)
+    level: str = "op"                 # "module": a patch on the user's module; "op": the trace
+    host: str = ""                    # the patched forward (module level)
 
 
 _RESERVED = {
@@ -307,7 +310,8 @@ _RESERVED = {
     "collections", "TRACE", "math", "record_stream", "fork", "npu", "cuda", "torchair", "api", "_get", "_dev",
     "_resolve", "_OUT_SPEC", "ENABLED", "SWITCH", "TARGET", "CLASS_NAME", "PLAN", "CALLS", "EVENTS",
     "ASSIGNMENT", "CORE_LIMITS", "SIDE_STREAMS", "SOURCE", "switch_on", "load_model",
-    "TRACED_CALL", "_TRACED_SPEC", "_traced_call", "_leaves", "_streams_api",
+    "TRACED_CALL", "_TRACED_SPEC", "_traced_call", "_leaves", "_streams_api", "NEEDS",
+    "_check_needs", "LEVEL",
     "_tensor_record_stream",
     "print", "len", "float", "int", "list", "tuple", "dict", "slice", "getattr", "range",
 }
@@ -424,7 +428,8 @@ def bad_class_name(name: str, label: str = "class name") -> str | None:
 def emit(traced: Traced, plan: Plan, target: str, *, source: dict | None = None,
          model_name: str | None = None, device_name: str | None = None,
          class_name: str = DEFAULT_CLASS,
-         vector_per_cube: float = DEFAULT_VECTOR_PER_CUBE) -> Emitted:
+         vector_per_cube: float = DEFAULT_VECTOR_PER_CUBE,
+         level_note: str | None = None) -> Emitted:
     """The Python module applying ``plan`` to the traced model on ``target``.
 
     ``source`` ({"model", "scale", "phase"}) lets the generated file rebuild the model for
@@ -436,8 +441,19 @@ def emit(traced: Traced, plan: Plan, target: str, *, source: dict | None = None,
     bad = bad_class_name(class_name)
     if bad:
         raise EmitError(bad)
-    return _Emitter(traced, plan, target, source or {}, model_name, device_name, class_name,
-                    vector_per_cube).run()
+    em = _Emitter(traced, plan, target, source or {}, model_name, device_name, class_name,
+                  vector_per_cube)
+    em.level_note = level_note
+    return em.run()
+
+
+def node_streams(traced: Traced, plan: Plan) -> tuple[dict[str, int | None], set[str]]:
+    """Each traced node's stream as the op-level rules give it (a folded view runs on its
+    base producer's stream; None: no device work of its own) and the nodes that launch
+    work (the plan's ops and real ops it does not name)."""
+    em = _Emitter(traced, plan, "cuda", {}, None, None, DEFAULT_CLASS, DEFAULT_VECTOR_PER_CUBE)
+    em._analyse()
+    return dict(em.stream), set(plan.assignment) | set(em.unplanned)
 
 
 class _Emitter:
@@ -456,6 +472,7 @@ class _Emitter:
         self.names = _Names(self.nodes)
         self.by_name = {n.name: n for n in self.nodes}
         self.api_name = {"torchair": "torchair", "npugraph_ex": "npu", "cuda": "cuda"}[target]
+        self.level_note: str | None = None
 
     # ------------------------------------------------------------------ analysis
     def _analyse(self) -> None:
@@ -519,6 +536,17 @@ class _Emitter:
             v = spec.get("vectorcore_num")
             v = int(v) if v is not None else int(round(a * self.vpc))
             self.limits[s] = (a, v)
+        self.dropped_limits: dict[int, tuple[int, int]] = {}
+        if self.limits and self.target != "cuda":
+            from .devices import core_limit
+
+            facts = core_limit(self.device_name)
+            if not facts.allows(self.target):
+                # only where the device's documentation lists the API (docs/emit.md)
+                self.dropped_limits, self.limits = self.limits, {}
+                self.warnings.append(f"core limits {self.dropped_limits} not emitted for "
+                                     f"{self.device_name or 'an unnamed device'}: "
+                                     f"{facts.source}")
 
     # ------------------------------------------------------------------ rendering helpers
     def v(self, node: Any) -> str:
@@ -740,7 +768,8 @@ class _Emitter:
         w(2, f"{api} = self.api")
         if t != "torchair":
             w(2, "record_stream = self.record_stream")
-            w(2, f"S = {{0: {api}.current_stream(), **self.streams}}")
+            dev = "_dev" if self.has_dev else "None"
+            w(2, f"S = {{0: {api}.current_stream(), **self.side_streams({dev})}}")
             if self.side:
                 w(2, "# fork: each side stream starts after the work already queued on the "
                      "origin stream")
@@ -997,6 +1026,10 @@ class _Emitter:
                        + ", ".join(self.unplanned[:8]))
         if self.skipped:
             doc.append("Events not expressible here: " + "; ".join(self.skipped[:8]))
+        if self.dropped_limits:
+            doc.append(f"Core limits {self.dropped_limits} are not applied: {self.warnings[0]}")
+        doc.append("Op-level forward (every op of the trace, in program order): "
+                   + (self.level_note or "requested"))
         doc = [doc[0]] + [_doc_safe(x) for x in doc[1:]]
         doc[0] = '"""' + _doc_safe(doc[0][3:])
         doc.append('"""')
@@ -1012,6 +1045,7 @@ class _Emitter:
             "from torch.utils import _pytree as pytree",
             "",
             f"TARGET = {t!r}",
+            "LEVEL = 'op'",
             f"CLASS_NAME = {self.class_name!r}",
             f"TRACE = {self.t.method!r}",
             f"PLAN = {plan.name!r}",
@@ -1019,6 +1053,8 @@ class _Emitter:
             f"SIDE_STREAMS = {self.side!r}",
             "#: plan stream -> (aicore, vectorcore) of a C2 core limit",
             f"CORE_LIMITS = {self.limits!r}",
+            "#: API this module calls -> the release that documents it (checked when the switch is on)",
+            f"NEEDS = {required_apis(t, bool(self.limits))!r}",
             "#: side-stream ops of the plan (every other op runs on stream 0)",
             "ASSIGNMENT = " + _dict_literal({k: v for k, v in plan.assignment.items() if v}),
             "#: the plan's events: (record_after, wait_before); None = join at the end",
@@ -1046,6 +1082,16 @@ class _Emitter:
             "",
             "def _streams_api():",
             *self.api_function(),
+            "",
+            "",
+            "def _check_needs(api, label):",
+            '    """api, once it has every name this module calls; else one line naming the',
+            '    release that documents the missing one."""',
+            "    for name, version in NEEDS.items():",
+            "        if functools.reduce(lambda o, p: getattr(o, p, None), name.split('.'), api) is None:",
+            '            raise ImportError(f"{label}.{name} is missing: this module needs {version} "',
+            '                              f"or newer (or unset {SWITCH} for the original path)")',
+            "    return api",
             "",
             "",
             "def _get(root, fqn):",
@@ -1129,11 +1175,17 @@ class _Emitter:
         ]
         if t != "torchair":
             lines += [
-                "        # side streams are created once; stream 0 is the caller's current stream",
-                "        self.streams = {s: self.api.Stream() for s in SIDE_STREAMS}",
                 "        if getattr(self.api, \"PARASTREAM_STANDIN\", False):  # CPU tensors "
                 "cannot record_stream",
                 "            self.record_stream = self.api.record_stream",
+                "",
+                "    def side_streams(self, device):",
+                '        """The side streams of ``device``, made on their first use there (one set',
+                '        per device; a wrapper built before set_device(rank) still gets its own)."""',
+                "        if device not in self.streams:",
+                "            with self.api.device(device):",
+                "                self.streams[device] = {s: self.api.Stream() for s in SIDE_STREAMS}",
+                "        return self.streams[device]",
             ]
         lines.append("")
         return lines
@@ -1157,7 +1209,7 @@ class _Emitter:
                 '        raise ImportError(f"{SWITCH} is on but torchair is not installed "',
                 '                          f"({exc}); "',
                 '                          f"unset {SWITCH} for the original path") from exc',
-                "    return torchair",
+                "    return _check_needs(torchair, 'torchair')",
             ]
         if self.target == "npugraph_ex":
             return [
@@ -1168,7 +1220,7 @@ class _Emitter:
                 '        raise ImportError(f"{SWITCH} is on but torch_npu is not installed "',
                 '                          f"({exc}); "',
                 '                          f"unset {SWITCH} for the original path") from exc',
-                "    return torch.npu",
+                "    return _check_needs(torch.npu, 'torch.npu')",
             ]
         return [
             '    """torch.cuda."""',

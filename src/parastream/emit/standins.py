@@ -200,6 +200,12 @@ class _StreamApi:
     def current_stream(self, device: Any = None) -> StandinStream:
         return self._by_sid[self.recorder.current]
 
+    @contextlib.contextmanager
+    def device(self, device: Any = None) -> Iterator[None]:
+        """``torch.cuda.device(d)``: streams made inside belong to ``d`` (recorded)."""
+        self.recorder.log("device_enter", device=str(device))
+        yield
+
     def default_stream(self, device: Any = None) -> StandinStream:
         return self._default
 
@@ -338,7 +344,8 @@ def run(gen: Any, model: Any, inputs: tuple, kwargs: dict | None = None) -> Run:
     if gen.TARGET == "torchair":
         ids = {0: ORIGIN_TAG, **{s: f"s{s}" for s in gen.SIDE_STREAMS}}
     else:
-        ids = {0: ORIGIN, **{s: st.sid for s, st in wrapper.streams.items()}}
+        made = [st for per_device in wrapper.streams.values() for st in per_device.items()]
+        ids = {0: ORIGIN, **{s: st.sid for s, st in made}}
     return Run(out, api.recorder, ids, long_lived)
 
 
@@ -353,10 +360,10 @@ def check(r: Run, gen: Any, graph: Any = None) -> list[str]:
     allowed = {
         "torchair": {"switch_enter", "switch_exit", "wait_tensor", "limit_enter", "limit_exit",
                      "op"},
-        "npugraph_ex": {"stream_create", "stream_enter", "stream_exit", "event_create",
+        "npugraph_ex": {"stream_create", "device_enter", "stream_enter", "stream_exit", "event_create",
                         "event_record", "event_wait", "wait_stream", "record_stream",
                         "limit_enter", "limit_exit", "op"},
-        "cuda": {"stream_create", "stream_enter", "stream_exit", "event_create", "event_record",
+        "cuda": {"stream_create", "device_enter", "stream_enter", "stream_exit", "event_create", "event_record",
                  "event_wait", "wait_stream", "record_stream", "op"},
     }[target]
     odd = sorted({c.kind for c in rec.calls} - allowed)
@@ -516,13 +523,7 @@ def _check_streams(r: Run, gen: Any, entry: dict, graph: Any, outputs: list,
                                     f"and read on stream {cv.stream} is not record_stream-ed")
     problems += _unordered_reads(rec, op_clock, r.long_lived)
     # returned tensors made on a side stream are recorded onto the origin stream
-    producers: dict[int, Any] = {}
-    for c in rec.calls:
-        if c.kind == "op":
-            for t in _outputs_of(c):
-                st = _storage(t)
-                if st is not None:
-                    producers[st] = c.stream
+    producers = _allocating_streams(rec)
     for t in outputs:
         st = _storage(t)
         if st is None or st in r.long_lived:
@@ -536,6 +537,23 @@ def _check_streams(r: Run, gen: Any, entry: dict, graph: Any, outputs: list,
     if waits != len(gen.EVENTS):
         problems.append(f"{waits} event waits for {len(gen.EVENTS)} plan events")
     return problems
+
+
+def _allocating_streams(rec: Recorder) -> dict[int, Any]:
+    """Storage -> the stream whose op allocated it: an op's output on memory none of its
+    inputs has (an in-place write or a view of an input is not an allocation). The
+    caching allocator ties a block to its allocating stream, so that is the stream a
+    tensor returned or read elsewhere must be ``record_stream``-ed against."""
+    made: dict[int, Any] = {}
+    for c in rec.calls:
+        if c.kind != "op":
+            continue
+        ins = {_storage(t) for t in c.info["args"]} - {None}
+        for t in _outputs_of(c):
+            st = _storage(t)
+            if st is not None and st not in ins:
+                made[st] = c.stream
+    return made
 
 
 def _unordered_reads(rec: Recorder, op_clock: dict[int, dict[Any, int]],
