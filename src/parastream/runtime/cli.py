@@ -239,6 +239,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         runnable = import_runnable(module, inputs, name=name,
                                    meta={"scale": args.scale, "phase": args.phase})
     graph = runnable.graph
+    for note in graph.meta.get("notes", ()):  # as graph, plan and simulate say it
+        print(f"parastream: note: {args.model}: {note}", file=sys.stderr)
     if not graph.ops:  # as plan and simulate say it, before a calibration is spent on it
         raise InputError(args.model, "the graph has no ops: nothing to run")
     if doc_in is not None:  # a plan for another model fails before anything is printed
