@@ -339,14 +339,18 @@ def _facts(tl: Timeline, a: dict) -> str:
     items.append(("streams", str(len(a.get("streams") or tl.streams))))
     comm = _num(a.get("comm_comp_overlap_pct"))
     if comm is not None:  # already a percentage (timeline.comm), unlike the 0-1 fractions
-        items.append(("comm/comp overlap", f"{comm:.1f}%"))
+        ref = a.get("ascend_reference")
+        beside = (f' <span class="sub">(Ascend\'s step trace, {_esc(ref["scope"])}: '
+                  f'{_num(ref["overlapped_pct"]):.1f}%)</span>' if ref else "")
+        items.append(("comm/comp overlap", f"{comm:.1f}%{beside}"))
     pts = a.get("parallel_points") or []
     counts = a.get("verdict_counts")
     if not isinstance(counts, dict):
         counts = {v: sum(1 for p in pts if p.get("verdict") == v) for v in VERDICTS}
     if any(counts.values()):
-        items.append(("verdicts", " ".join(
-            f'{_verdict_badge(v)}&nbsp;{_esc(c)}' for v, c in counts.items() if c)))
+        items.append(("verdicts", " ".join(  # envelope_only: the envelope-only verdict's count
+            f'{_verdict_badge(str(v).replace("_", "-"))}&nbsp;{_esc(c)}'
+            for v, c in counts.items() if c)))
     return '<dl class="facts">' + "".join(
         f'<div><dt>{k}</dt><dd>{v}</dd></div>' for k, v in items) + "</dl>"
 
