@@ -4,7 +4,7 @@
    (``x + 1`` on 16 floats), all on one stream; (executor wall - interpreter wall) / ops.
 2. Best plan vs the best single-stream setting (plain module, intra-op threads = all
    cores) for the zoo models at small scale and for a two-chain model (two independent
-   chains of relu(x @ w), ~1 ms per op: the shape DOMAIN.md §8 measured 1.5x on).
+   chains of relu(x @ w), ~1 ms per op: the shape on which two CPU streams measured 1.5x on 2 cores).
 3. Predicted (simulator, calibrated profile) vs measured wall, zoo models at tiny/small;
    also predicted from the model's op times in a separate single-stream capture.
 

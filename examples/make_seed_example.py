@@ -1,4 +1,4 @@
-"""Write the seed's worked example (DOMAIN.md §4) as Ascend kernel_details.csv files.
+"""Write the seed's worked example as Ascend kernel_details.csv files.
 
 - ``seed_multi_stream/kernel_details.csv``: the MoE gate/top-k moved to stream 7, but GE
   issued the cheap precompute of its output (Cast+Swish) on the main stream ahead of the

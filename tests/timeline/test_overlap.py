@@ -288,7 +288,7 @@ def test_zero_length_side_ops_have_no_busy_time():
 
 
 def test_domain_example_false_point_and_barrier():
-    """DOMAIN.md §4: side window [1615.25, 1634.75] us, dominator in_proj_qkv
+    """The seed's worked example: side window [1615.25, 1634.75] us, dominator in_proj_qkv
     [1638.00, 1660.75] us, overlap 0 -> false; barrier = Cast+Swish."""
     b = TimelineBuilder("d", "test")
     b.add_op("main", "prev", 1_600_000, 1_610_000)

@@ -1,7 +1,7 @@
 """The stream backend protocol and its registry.
 
 A *stream* is a FIFO of work; an *event* recorded on one stream and waited on by another
-is the only ordering between two streams (DOMAIN.md §1). The protocol follows
+is the only ordering between two streams. The protocol follows
 ``torch.cuda.Stream`` / ``torch.cuda.Event`` method for method, so a CUDA or NPU backend
 can wrap them thinly:
 

@@ -1,6 +1,6 @@
 """The cpu backend: each stream is one persistent worker thread with a FIFO.
 
-Why this shape (DOMAIN.md §8): on a 2-core machine, streams of ~1 ms torch ops gain 1.5x
+Why this shape: on a 2-core machine, streams of ~1 ms torch ops gain 1.5x
 only when the worker threads persist and torch's intra-op threads are set once, globally
 (:func:`set_intra_op_threads`); creating threads per call or setting thread counts inside
 workers was slower, and ~20 us ops lose to the GIL hand-off. Events are completion flags

@@ -3,7 +3,7 @@
 One code path for both: the device module (``torch.cuda``, or ``torch.npu`` once
 ``torch_npu`` is imported) provides ``Stream``, ``Event``, ``stream(s)`` (the context that
 makes ``s`` current), ``set_stream``, ``current_stream()`` and ``synchronize()``, and
-tensors provide ``record_stream``. Only that one family of objects is used (DOMAIN.md §5:
+tensors provide ``record_stream``. Only that one family of objects is used (torch's rule:
 never mix the generic ``torch.Stream``/``torch.Event`` with device-specific ones).
 
 ``submit(fn)`` calls ``fn`` on the host with ``s`` current: the kernels it launches queue

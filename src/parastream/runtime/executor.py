@@ -1,6 +1,6 @@
 """Run a torch model on the streams a plan names: an ``torch.fx.Interpreter`` subclass.
 
-How a call runs (DESIGN.md: override ``run_node``: switch stream, wait, run, record):
+How a call runs (a ``torch.fx.Interpreter`` that overrides ``run_node``: switch stream, wait, run, record):
 
 * The module is traced once (:func:`parastream.graph.torch_import.import_runnable`): the
   operator graph the plan was made for and the runnable FX graph come from the same trace,
@@ -18,7 +18,7 @@ How a call runs (DESIGN.md: override ``run_node``: switch stream, wait, run, rec
   h.t_()``) is taken by that op instead, before it runs (the graph op's
   ``meta["views_before"]``), as eager mode takes it.
 * cpu backend: each plan stream is a persistent worker thread with a FIFO; torch's intra-op
-  thread count is set once from the main thread before the workers start (DOMAIN.md §8:
+  thread count is set once from the main thread before the workers start (torch's
   worker threads keep the count they first saw). The streams are held while the call is
   issued; then the other streams' workers get their programs and stream 0's runs on the
   calling thread itself, with the stream's thread count: no hand-off and no sleep for
@@ -29,7 +29,7 @@ How a call runs (DESIGN.md: override ``run_node``: switch stream, wait, run, rec
   under ``torch.cuda.stream`` / ``torch.npu.stream``; tensors read on another stream than
   the one that made them are ``record_stream``-ed, and the caller's current stream is
   joined at the start and at the end.
-* ``enable=False`` runs the original module untouched (the enable switch, DOMAIN.md §3).
+* ``enable=False`` runs the original module untouched (the enable switch).
 * Jitter (:class:`Jitter`) adds random per-op delays and a random issue interleaving of
   the streams (keeping each stream's FIFO order and every record before its waits): a
   missing synchronisation then shows up as a value read before it was produced

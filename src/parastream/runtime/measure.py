@@ -1,6 +1,6 @@
 """Single-stream vs multi-stream, measured side by side in one process.
 
-Discipline (DOMAIN.md §4): warm-up calls first, then ``runs`` (>= 5) timed calls of each
+Discipline (the profiling rule: at least 5 runs, the first dropped as cold): warm-up calls first, then ``runs`` (>= 5) timed calls of each
 variant, alternating (single, single-stream executor, multi, single, ...), the first
 ``drop`` timed runs dropped, the median reported. The baseline is the best single-stream
 setting: the plain module with torch's intra-op threads = all cores. The multi-stream

@@ -150,7 +150,7 @@ def analyze_capture(tl: Timeline, opts: Options | None = None, label: str | None
     }
 
 
-#: op types whose growth is a known multi-stream long tail (DOMAIN.md §4, 3c)
+#: op types whose growth is a known multi-stream long tail (the triage's 3c case)
 TAIL_TYPES = ("TransData", "BroadcastTo", "MemSet", "Memset")
 
 

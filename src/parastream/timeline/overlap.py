@@ -1,6 +1,6 @@
 """Parallel points: side windows, their dominators, overlap_pct, verdicts and barriers.
 
-Definitions follow the seed's timeline overlap check (DOMAIN.md §4)::
+Definitions follow the seed's timeline overlap check::
 
     side_window = [min(side_op.start), max(side_op.end)]
     main_window = [dominator.start, dominator.end]
