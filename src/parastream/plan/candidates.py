@@ -13,20 +13,29 @@ join) at least two orchestrations that differ in a real way (DOMAIN.md §3):
 - ``pinned``: when a cheap consumer of a side output sits on stream 0 (GE reorder risk), the
   same split with those precomputes pinned inside the side-stream block.
 
+Cross-stage points (:mod:`parastream.plan.stages`: the next layer's independent prologue
+beside the current layer) get the same orchestrations.
+
 Streams are reused across parallel points (one shared side stream, or the same few), so a
 deep model never uses more streams than the cap. Each candidate gets a description, a
-Mermaid DAG with stream ownership and ``-.->`` event edges, the strength ladder (C2 core
-limits sized so concurrent block dims fit the cores) and the enable switch.
+Mermaid DAG with stream ownership and ``-.->`` event edges, its rung on the strength
+ladder (:mod:`parastream.plan.ladder`: C2 core limits sized so concurrent block dims fit the
+cores, only where the device documents them; C3 where its events are placed right after
+producers that are not their stream's tail) and the enable switch.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
+import msgspec
 from typing import Callable
 
 from ..graph.ir import Graph, validate
 from ..mdtext import mermaid_label
 from .estimate import make_estimate, wall_us
+from .ladder import (core_limit_apis, no_core_limit_reason, placed_sync_points, strength,
+                     stream_sync_events, supports_core_limits)
 from .lints import is_cheap, lint
 from .assign import plan_from_assignment
 from .model import Plan
@@ -60,6 +69,9 @@ class DeviceFacts:
     hw_queues: int | None = None
     max_streams: int | None = None
     launch_us: float = 0.0
+    kind: str = ""  # "npu", "gpu", "cpu" (the profile's kind)
+    #: the profile's core-limit facts (ladder.core_limit_support); None: no core limit API
+    core_limit: dict | None = None
 
 
 def _plan(graph: Graph, order: list[str], assignment: dict[str, int], name: str, algorithm: str,
@@ -201,26 +213,92 @@ def core_limits(plan: Plan, block_dims: dict[str, int], cores: int | None) -> tu
     return limits, "C2"
 
 
+def _ev(record: str, wait: str | None) -> str:
+    return f"{record} -> {wait or 'the end of stream 0'}"
+
+
+def ladder_text(plan: Plan, placed: list[tuple], device: DeviceFacts, wall: float,
+                c1_wall: float | None) -> dict:
+    """The candidate's three rungs and its next step, in words (plan.md field 4), with the
+    placed sync points and the C1 rung's estimated wall where C3 applies."""
+    if plan.stream_count() < 2:
+        return {"C1": "single stream: no side stream, no ladder", "C2": "-", "C3": "-",
+                "next": "none: this is the original single-stream path the enable switch "
+                        "falls back to"}
+    limits_ok = supports_core_limits(device.core_limit)
+    c1 = ("stream split; each consumer waits for the producer's whole stream as issued so "
+          "far (wait_stream at the consumer; GE: npu_stream_switch blocks and npu_wait_tensor)")
+    if c1_wall is not None:
+        c1 += f": estimated {c1_wall:.1f} us"
+    if not limits_ok:
+        c2 = f"not available on {device.name}: {no_core_limit_reason(device.kind, device.core_limit)}"
+    elif plan.core_limits:
+        lim = ", ".join(f"stream {k}: {v.get('aicore_num')} cores"
+                        for k, v in sorted(plan.core_limits.items()))
+        c2 = f"core limits ({lim}) with {core_limit_apis(device.core_limit)}"
+    elif plan.meta.get("c2_rejected"):
+        c2 = "core limits simulated and rejected: they did not beat C1"
+    else:
+        c2 = "not needed: the concurrent block dims fit the cores (or are unknown)"
+    out: dict = {"C1": c1, "C2": c2, "device_kind": device.kind}
+    if placed:
+        pts = "; ".join(f"record right after {e.record_after} (C1 would wait for {tail}), wait "
+                        f"before {e.wait_before or 'the end of stream 0'}"
+                        for e, tail in placed[:4])
+        more = f" and {len(placed) - 4} more" if len(placed) > 4 else ""
+        gain = (f"estimated {wall:.1f} us vs {c1_wall:.1f} us at C1" if c1_wall is not None
+                else "")
+        out["C3"] = f"{len(placed)} placed sync point(s): {pts}{more}; {gain}"
+        out["placed"] = [{"record_after": e.record_after, "wait_before": e.wait_before,
+                          "c1_record_after": tail} for e, tail in placed]
+        if c1_wall is not None:
+            out["c1_wall_us"] = round(c1_wall, 3)
+        out["next"] = ("top of the ladder: measure it (parastream run --plan ... --check, then "
+                       "analyze --plan) and keep the placed events only if the measured wall "
+                       "beats the C1 rung's stream-wide waits"
+                       + ("" if c1_wall is None or c1_wall > wall * (1 + 1e-9)
+                          else "; the estimate shows no gain over C1, so C1 is the simpler choice"))
+    else:
+        out["C3"] = ("not needed: every event is recorded after its stream's last op at the "
+                     "wait, so stream-wide waits (C1) order nothing extra")
+        out["next"] = ("C2: add core limits if the measured timeline shows contention (the "
+                       "concurrent Block Dim above the cores)" if limits_ok and not plan.core_limits
+                       else "measure it (parastream run --plan ... --check) and check "
+                            "overlap_pct; no higher rung applies")
+    return out
+
+
 def describe(graph: Graph, plan: Plan, point: Point | None) -> str:
     """One paragraph: what runs in parallel, how it is split, where it joins, why it may
-    gain, the main risk."""
+    gain (for a multi-stream candidate), the main risk."""
+    est = plan.estimate
+    if plan.stream_count() < 2:
+        return (f"All {len(plan.assignment)} ops on stream 0 in program order: the baseline "
+                f"every candidate is measured against and the path the enable switch falls "
+                f"back to" + (f"; estimated {est.wall_us:.1f} us ({est.source})." if est else "."))
     streams: dict[int, list[str]] = {}
     for n, s in plan.assignment.items():
         streams.setdefault(s, []).append(n)
     side = {s: ops for s, ops in streams.items() if s != 0}
     joins = sorted({e.wait_before or "the end of stream 0" for e in plan.events})
-    what = (f"Parallel point {point.name}: {len(point.branches)} branches from "
-            f"{point.fork or 'the inputs'} meet at {point.join or 'the output'}. ") if point else ""
+    what = ""
+    if point is not None and point.meta.get("kind") == "cross-stage":
+        what = (f"Cross-stage point: {len(point.branches[1])} op(s) of "
+                f"{point.meta.get('next_stage')} need nothing from {point.meta.get('stage')} "
+                f"and can run beside it (its dominator {point.meta.get('dominator')}); they "
+                f"meet at {point.join or 'the output'}. ")
+    elif point is not None:
+        what = (f"Parallel point {point.name}: {len(point.branches)} branches from "
+                f"{point.fork or 'the inputs'} meet at {point.join or 'the output'}. ")
     split = "; ".join(f"stream {s}: {len(ops)} op(s) ({', '.join(ops[:3])}"
                       f"{', ...' if len(ops) > 3 else ''})" for s, ops in sorted(side.items()))
     risk = next((l.message for l in plan.lints if l.severity in ("error", "warning")),
                 "none flagged by the lints")
-    est = plan.estimate
     gain = (f"estimated {est.speedup:.2f}x over one stream ({est.source})" if est else "")
-    return (f"{what}{plan.algorithm} split, {plan.streams} stream(s): {split or 'all on stream 0'}."
+    return (f"{what}{plan.algorithm} split, {plan.streams} stream(s): {split}."
             f" Joins with {len(plan.events)} wait(s) at {', '.join(joins[:4]) or '-'}."
-            f" Why it may gain: the side work runs while stream 0 runs its own branch; {gain}."
-            f" Main risk: {risk}")
+            f" Why it may gain: the side work runs while stream 0 runs its own ops; "
+            f"{gain}. Main risk: {risk}")
 
 
 def mermaid(graph: Graph, plan: Plan, limit: int = 60, order: list[str] | None = None) -> str:
@@ -290,22 +368,30 @@ def candidates(graph: Graph, points: list[Point], dur: dict[str, float], *,
     plans.extend(global_plans or [])
     by_name = {p.name: p for p in points}
     single = wall(Plan.single(order))
+    limits_ok = supports_core_limits(device.core_limit)
     for plan in plans:
-        plan.core_limits, plan.strength = core_limits(plan, block_dims or {}, device.cores)
+        point = by_name.get(plan.parallel_point or "")
+        plan.core_limits = core_limits(plan, block_dims or {}, device.cores)[0] \
+            if limits_ok else {}
         w = wall(plan)
         if ladder and plan.core_limits:
             limits, plan.core_limits = plan.core_limits, {}
             c1 = wall(plan)
             if c1 <= w:
-                w, plan.strength = c1, "C1"
+                w = c1
                 plan.meta["c2_rejected"] = {"limits": limits, "reason": "did not beat C1"}
             else:
                 plan.core_limits = limits
+        placed = placed_sync_points(graph, plan, order)
+        plan.strength = strength(plan, placed)
+        c1_wall = wall(msgspec.structs.replace(plan, events=stream_sync_events(graph, plan, order))) \
+            if placed else None
         plan.estimate = make_estimate(w, single, source)
+        plan.meta["ladder"] = ladder_text(plan, placed, device, w, c1_wall)
         plan.lints = lint(graph, plan, dur, hw_queues=device.hw_queues,
                           max_streams=device.max_streams, launch_us=device.launch_us,
                           speedup=plan.estimate.speedup, order=order)
-        plan.description = describe(graph, plan, by_name.get(plan.parallel_point or ""))
+        plan.description = describe(graph, plan, point)
         plan.mermaid = mermaid(graph, plan, order=order)
     # ties: the plan that moves less work off stream 0 (fewer cross-stream risks) first
     plans.sort(key=lambda p: (p.estimate.wall_us if p.estimate else 0.0,

@@ -196,6 +196,9 @@ def build(graph: Graph, profile, *, algorithm: str | None, mapping: dict | None,
     from ..graph.decompose import decompose
     from ..graph.ir import validate
     from .assign import assign
+    from .ladder import core_limit_support
+    from .lints import reach_sets
+    from .stages import cross_stage_points
 
     order = validate(graph)  # once: every step below needs the same topological order
     costs = {o.name: op_cost(o, profile) for o in graph.ops}  # the simulator adds cold costs
@@ -204,6 +207,7 @@ def build(graph: Graph, profile, *, algorithm: str | None, mapping: dict | None,
     bound = {n: ("comm" if c.unit == "comm" else c.bound) for n, c in costs.items()}
     dec = decompose(graph, profile, ranked, order)
     points = points_from(graph, dec, dur, order)
+    points += cross_stage_points(graph, order, reach_sets(graph, order), dur)
     cap = max_streams or profile.hw_queues
     algos = [algorithm] if algorithm else ["matching", "critical-path", "resource-split"]
     wall = source_label = None
@@ -229,7 +233,8 @@ def build(graph: Graph, profile, *, algorithm: str | None, mapping: dict | None,
         else:
             global_plans.append(plan_at(cap))
     facts = DeviceFacts(name=profile.name, cores=profile.cores.cube, hw_queues=profile.hw_queues,
-                        max_streams=profile.max_streams, launch_us=profile.launch_overhead_us)
+                        max_streams=profile.max_streams, launch_us=profile.launch_overhead_us,
+                        kind=profile.kind, core_limit=core_limit_support(profile))
     # core limits are sized on the matrix (cube) cores, where two streams really collide
     cube_bd = {n: c.block_dim for n, c in costs.items() if c.unit == "cube"}
     plans = candidates(graph, points, dur, block_dims=cube_bd, device=facts, max_streams=cap,

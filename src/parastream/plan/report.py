@@ -9,15 +9,32 @@ from .model import Plan
 
 NOT_MEASURED = "not measured yet (run the plan, then `parastream analyze TRACE --plan plan.json`)"
 
-# how each execution path joins and syncs (DOMAIN.md §5); never mix the two Ascend styles
+# how each execution path joins and syncs (DOMAIN.md §5); never mix the two Ascend styles.
+# Per rung: C1 waits for the producer's whole stream, C3 for an event placed after the op.
 SYNC_API = {
-    "ge": "torchair.scope.npu_stream_switch(tag) for the side block, "
-          "torchair.scope.npu_wait_tensor(consumer_input, side_output) at the join",
-    "aclgraph": "torch.npu.Stream() + with torch.npu.stream(s); torch.npu.Event().record() on the "
-                "side stream, event.wait(main) at the join; record_stream for short-lived tensors",
-    "cuda": "torch.cuda.Stream() + with torch.cuda.stream(s); torch.cuda.Event().record(), "
-            "event.wait(torch.cuda.current_stream()) at the join",
+    "ge": {"C1": "torchair.scope.npu_stream_switch(tag) around the side ops, "
+                 "torchair.scope.npu_wait_tensor(consumer_input, side_output) at each wait",
+           "C3": "torchair.scope.npu_stream_switch(tag) around the side ops, "
+                 "torchair.ops.npu_tagged_event_record right after each producer and "
+                 "npu_tagged_event_wait before its consumer"},
+    "aclgraph": {"C1": "torch.npu.Stream() + with torch.npu.stream(s); "
+                       "wait_stream(other) before each waiting op; record_stream for "
+                       "short-lived tensors",
+                 "C3": "torch.npu.Stream() + with torch.npu.stream(s); a torch.npu.Event() "
+                       "recorded right after each producer, event.wait(stream) before its "
+                       "consumer; record_stream for short-lived tensors"},
+    "cuda": {"C1": "torch.cuda.Stream() + with torch.cuda.stream(s); wait_stream(other) "
+                   "before each waiting op",
+             "C3": "torch.cuda.Stream() + with torch.cuda.stream(s); a torch.cuda.Event() "
+                   "recorded right after each producer, event.wait(stream) before its consumer"},
+    "cpu": {"C1": "parastream's cpu executor (one worker thread per stream; torch.cpu.Stream "
+                  "is a no-op), each wait before its op",
+            "C3": "parastream's cpu executor (one worker thread per stream; torch.cpu.Stream "
+                  "is a no-op), each event set right after its producer"},
 }
+#: which execution paths field 2 names for a device kind (all of them when unknown)
+PATHS = {"npu": (("GE graph mode", "ge"), ("npugraph_ex/aclgraph", "aclgraph")),
+         "gpu": (("CUDA", "cuda"),), "cpu": (("CPU", "cpu"),)}
 
 
 def _streams(plan: Plan) -> dict[int, list[str]]:
@@ -52,21 +69,57 @@ def measured_text(measured: dict | None) -> str:
     return "; ".join(parts) or NOT_MEASURED
 
 
+def _waits(plan: Plan, k: int = 4) -> str:
+    """The candidate's own waits: who waits for what, before which op."""
+    where = plan.assignment
+    parts = [f"stream {where.get(e.wait_before, 0) if e.wait_before else 0} waits for "
+             f"{code(e.record_after)} (stream {where.get(e.record_after, 0)}) "
+             + (f"before {code(e.wait_before)}" if e.wait_before else "at its end")
+             for e in plan.events[:k]]
+    more = f" and {len(plan.events) - k} more" if len(plan.events) > k else ""
+    return "; ".join(parts) + more
+
+
+def sync_text(plan: Plan) -> str:
+    """Field 2: the join point and the sync API this candidate needs on its device."""
+    if plan.stream_count() < 2:
+        return "none: one stream, no event."
+    joins = sorted({e.wait_before or "end of stream 0" for e in plan.events})
+    ladder = plan.meta.get("ladder") or {}
+    rung = "C3" if plan.strength == "C3" else "C1"
+    paths = PATHS.get(ladder.get("device_kind", ""),
+                      (("GE graph mode", "ge"), ("npugraph_ex/aclgraph", "aclgraph"),
+                       ("CUDA", "cuda")))
+    api = " ".join(f"{label}: {SYNC_API[key][rung]}." for label, key in paths)
+    return (f"joins at {_short(joins, 4)}: {_waits(plan)}. "
+            + ("Events placed by hand (C3). " if rung == "C3" else "Stream-wide waits (C1). ")
+            + api)
+
+
+def strength_text(plan: Plan) -> str:
+    """Field 4: the candidate's rung, each rung in words, and the next step."""
+    ladder = plan.meta.get("ladder")
+    if not ladder:  # a plan file without the planner's ladder notes
+        nxt = {"C1": "C2 where the device documents core limits, else C3 where events must "
+                     "sit right after their producers",
+               "C2": "C3 where events must sit right after their producers",
+               "C3": "top of the ladder"}.get(plan.strength, "-")
+        return f"{plan.strength}; next: {nxt}."
+    return (f"{plan.strength}. C1: {text(ladder.get('C1', '-'))}. C2: {text(ladder.get('C2', '-'))}."
+            f" C3: {text(ladder.get('C3', '-'))}. Next: {text(ladder.get('next', '-'))}.")
+
+
 def fragment(plan: Plan, rank: int, measured: dict | None = None) -> str:
     """The 8-field plan detail fragment of one candidate (``measured``: its run's
     plan_check and walls, which fill field 6)."""
     streams = _streams(plan)
     side = {s: ops for s, ops in streams.items() if s != 0}
     est = plan.estimate
-    joins = sorted({e.wait_before or "end of stream 0" for e in plan.events})
     ge = [l for l in plan.lints if l.rule == "ge-reorder"]
     risks = [l for l in plan.lints if l.rule != "ge-reorder" and l.severity != "info"]
     contention = (f"C2 core limits {plan.core_limits} keep concurrent block dims within the cores"
                   if plan.core_limits else "concurrent block dims fit the device's cores "
                   "(by the cost model's estimate) or are unknown")
-    next_step = {"C1": "C2: add core limits (limit_core_num) if the timeline shows contention",
-                 "C2": "C3: add manual sync points if the join shows EVENT_WAIT holes",
-                 "C3": "top of the ladder"}[plan.strength]
     lines = [
         f"### {rank}. {code(plan.name)} ({text(plan.algorithm)})",
         "",
@@ -76,16 +129,14 @@ def fragment(plan: Plan, rank: int, measured: dict | None = None) -> str:
             f"stream {s}: {_short(ops)}" for s, ops in sorted(side.items())) or "single stream")
         + f"; stream 0 keeps the rest ({len(streams.get(0, []))} ops). Tag granularity: "
         + ("one serial side stream." if len(side) == 1 else f"{len(side)} side streams."),
-        f"2. **Join point and sync API.** {len(plan.events)} wait(s) at {_short(joins, 4)}. "
-        f"GE graph mode: {SYNC_API['ge']}. npugraph_ex/aclgraph: {SYNC_API['aclgraph']}. "
-        f"CUDA: {SYNC_API['cuda']}.",
+        f"2. **Join point and sync API.** {sync_text(plan)}",
         "3. **DAG** (stream ownership; `-.->` are events):",
         "",
         "```mermaid",
         plan.mermaid,
         "```",
         "",
-        f"4. **Strength.** {plan.strength}; next: {next_step}.",
+        f"4. **Strength.** {strength_text(plan)}",
         "5. **GE auto-reorder risk.** " + ("; ".join(text(l.message + f" Fix: {l.fix}.") for l in ge)
                                           if ge else "none found (no cheap main-stream consumer of a "
                                           "side output that could be hoisted ahead of the dominator)."),
