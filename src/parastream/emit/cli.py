@@ -141,7 +141,8 @@ def _module_level(traced, plan, target: str, module, inputs: tuple, graph, sourc
     site = modlevel.analyse(traced, plan, module, inputs, graph, stream_of, real,
                             _vector_per_cube(device))
     patch = modlevel.render(site, target, plan=plan, source=source, model_name=model_name,
-                            device_name=device, switch=plan.switch)
+                            device_name=device, switch=plan.switch,
+                            vector_per_cube=_vector_per_cube(device))
     text = modlevel.render_diff(site, patch, target, plan.switch) if diff else patch.source
     return Emitted(text, target, (), site.side, patch.waits, patch.records,
                    patch.record_streams, warnings=list(patch.warnings), level="module",

@@ -596,8 +596,11 @@ class Patch:
 
 
 def render(site: Site, target: str, *, plan: Any, source: dict, model_name: str,
-           device_name: str | None, switch: str) -> Patch:
-    """The module-level patch file for ``target``."""
+           device_name: str | None, switch: str, vector_per_cube: float = 2.0) -> Patch:
+    """The module-level patch file for ``target``: core limits of ``plan`` (C2) only where
+    ``device_name``'s documentation lists them (:mod:`parastream.emit.devices`), with
+    ``vector_per_cube`` vector cores per AI core when the plan names only ``aicore_num``."""
+    site.limits = _limits(plan, vector_per_cube)
     body, counts, warnings, limits = _body(site, target, device_name)
     cls = site.cls.__qualname__
     name = f"MultiStream{cls.split('.')[-1]}"

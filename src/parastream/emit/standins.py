@@ -591,6 +591,169 @@ def _unordered_reads(rec: Recorder, op_clock: dict[int, dict[Any, int]],
     return problems
 
 
+# ----------------------------------------------------------------------------- module level
+@contextlib.contextmanager
+def record_dispatch(recorder: Recorder) -> Iterator[None]:
+    """Add every aten op run inside to ``recorder`` with the current stream (a
+    ``TorchDispatchMode``: a module-level patch runs the user's modules, whose ops only the
+    dispatcher sees as ``OpOverload`` calls)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class _Mode(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            result = func(*args, **(kwargs or {}))
+            recorder.log("op", func=func, args=_tensors((args, kwargs)), result=result,
+                         limit=recorder.limit)
+            return result
+
+    with _Mode():
+        yield
+
+
+@dataclass
+class PatchRun:
+    """One forward of a module-level patch on a stand-in."""
+
+    outputs: Any
+    recorder: Recorder
+    units: list[tuple[str, Any]]    # (submodule path, stream current when it was called)
+    long_lived: set[int]
+
+
+def run_patch(gen: Any, model: Any, inputs: tuple, kwargs: dict | None = None) -> PatchRun:
+    """Patch ``model`` with module-level file ``gen`` (its ``patch(model, api)``) on the
+    stand-in of ``gen.TARGET`` and run it once, recording stream calls, every aten op and
+    the stream each submodule of the patched module was called on."""
+    import torch
+
+    api = standin(gen.TARGET)
+    gen.patch(model, api)
+    hosts = [m for m in model.modules() if getattr(m, "api", None) is api]
+    units: list[tuple[str, Any]] = []
+    hooks = []
+    for host in hosts:
+        def enter(_m: Any, _a: Any) -> None:  # a pre-hook's return value replaces the args
+            api.recorder.log("host_enter")
+        hooks.append(host.register_forward_pre_hook(enter))
+        for name, sub in host.named_modules():
+            if not name:
+                continue
+
+            def pre(_m: Any, _a: Any, name: str = name) -> None:
+                units.append((name, api.recorder.current))
+            hooks.append(sub.register_forward_pre_hook(pre))
+    long_lived = {s for t in list(model.parameters()) + list(model.buffers())
+                  + _tensors((inputs, kwargs)) if (s := _storage(t)) is not None}
+    try:
+        with torch.no_grad(), record_dispatch(api.recorder):
+            out = model(*inputs, **(kwargs or {}))
+    finally:
+        for h in hooks:
+            h.remove()
+    return PatchRun(out, api.recorder, units, long_lived)
+
+
+def check_patch(r: PatchRun, gen: Any, expected_streams: dict[str, int] | None = None
+                ) -> list[str]:
+    """Problems with a recorded run of module-level patch ``gen`` (empty = none): calls
+    outside the target's API; a submodule called on another stream than
+    ``expected_streams`` (``{child name: plan stream}``) says; for npugraph_ex / cuda, an op
+    reading memory another stream's op wrote with no event between them (vector clocks
+    over the recorded issue order), a tensor read on a stream other than the one that
+    allocated it without ``record_stream`` to the reader first, a side stream without a
+    fork or not joined back."""
+    rec = r.recorder
+    target = gen.TARGET
+    problems: list[str] = []
+    allowed = {"torchair": {"switch_enter", "switch_exit", "wait_tensor", "limit_enter",
+                            "limit_exit", "op", "host_enter"},
+               "npugraph_ex": {"host_enter", "stream_create", "device_enter", "stream_enter", "stream_exit",
+                               "event_create", "event_record", "event_wait", "record_stream",
+                               "limit_enter", "limit_exit", "op"},
+               "cuda": {"host_enter", "stream_create", "device_enter", "stream_enter",
+                        "stream_exit", "event_create", "event_record", "event_wait",
+                        "record_stream", "op"}}[target]
+    odd = sorted({c.kind for c in rec.calls} - allowed)
+    if odd:
+        problems.append(f"calls outside the {target} API: {', '.join(odd)}")
+    ids = {ORIGIN_TAG: 0} if target == "torchair" else {ORIGIN: 0}
+    for k, s in enumerate(gen.SIDE_STREAMS):
+        ids[f"s{s}" if target == "torchair" else k + 1] = s
+    for name, where in r.units:
+        want = (expected_streams or {}).get(name)
+        if want is not None and ids.get(where, where) != want:
+            problems.append(f"{name} ran on stream {ids.get(where, where)}, the plan says "
+                            f"{want}")
+    if target == "torchair":
+        return problems
+    clock: dict[Any, dict[Any, int]] = {}
+    ev_clock: dict[int, dict[Any, int]] = {}
+    op_clock: dict[int, dict[Any, int]] = {}
+    forked: set[Any] = set()
+    first_op: dict[Any, int] = {}
+    made = {}      # storage -> allocating stream
+    recorded: set[tuple[int, Any]] = set()
+    # the caller's tensors (made before the patched forward began) stay referenced until it
+    # returns, after its join: their memory is not reused before the side streams are done
+    callers: set[int] = set()
+    entered = False
+    for pos, c in enumerate(rec.calls):
+        st = c.stream
+        clk = clock.setdefault(st, {})
+        if c.kind == "host_enter" and not entered:
+            entered = True
+            callers = set(made)
+        if c.kind == "op":
+            clk[st] = clk.get(st, 0) + 1
+            op_clock[id(c)] = dict(clk)
+            first_op.setdefault(st, pos)
+            ins = {_storage(t) for t in c.info["args"]} - {None}
+            for x in ins - r.long_lived - callers:
+                home = made.get(x, st)
+                if home != st and (x, st) not in recorded:
+                    problems.append(f"{c.info['func']} on stream {st} reads a tensor "
+                                    f"allocated on stream {home} that was not record_stream-ed "
+                                    "to it")
+                    recorded.add((x, st))
+            for t in _outputs_of(c):
+                x = _storage(t)
+                if x is not None and x not in ins:
+                    made[x] = st
+        elif c.kind == "event_record":
+            ev_clock[c.info["event"]] = dict(clk)
+        elif c.kind == "event_wait":
+            e = c.info["event"]
+            if e not in ev_clock:
+                problems.append(f"stream {st} waits on event {e} before it is recorded")
+                continue
+            for k, v in ev_clock[e].items():
+                clk[k] = max(clk.get(k, 0), v)
+            if st not in first_op:
+                forked.add(st)
+        elif c.kind == "record_stream":
+            recorded.add((_storage(c.info["tensor"]), c.info["to"]))
+    problems += _unordered_reads(rec, op_clock, r.long_lived)
+    sides = [s for s in clock if s != ORIGIN]
+    for s in sides:
+        if s in first_op and s not in forked:
+            problems.append(f"side stream {s} runs ops without first waiting on the origin "
+                            "stream (no fork)")
+        if clock.get(ORIGIN, {}).get(s, 0) < clock[s].get(s, 0):
+            problems.append(f"side stream {s} is not joined into the origin stream at the end")
+    return problems
+
+
+# ----------------------------------------------------------------------------- torch.compile
+def torchair_graph_standin() -> Any:
+    """A stand-in for ``torchair`` whose scope API mirrors the real definitions closely
+    enough for ``torch.compile(fullgraph=True)`` to trace it as TorchAir's does (see
+    :mod:`parastream.emit.graph_standin`); it records nothing: the traced graph is the
+    record."""
+    from .graph_standin import make
+
+    return make()
+
+
 def outputs_equal(a: Any, b: Any) -> bool:
     """Bitwise equality of two (nested) outputs, NaN equal to NaN in the same place: the
     executor's own comparison."""
@@ -644,5 +807,6 @@ def self_check(gen: Any) -> int:
     return 0 if same and not problems else 1
 
 
-__all__ = ["Call", "Recorder", "Run", "StandinEvent", "StandinStream", "check", "outputs_equal",
-           "record_ops", "run", "self_check", "standin"]
+__all__ = ["Call", "PatchRun", "Recorder", "Run", "StandinEvent", "StandinStream", "check",
+           "check_patch", "outputs_equal", "record_dispatch", "record_ops", "run", "run_patch",
+           "self_check", "standin", "torchair_graph_standin"]
