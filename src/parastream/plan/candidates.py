@@ -35,7 +35,7 @@ from ..graph.ir import Graph, validate
 from ..mdtext import mermaid_label
 from .estimate import make_estimate, wall_us
 from .ladder import (core_limit_apis, no_core_limit_reason, placed_sync_points, strength,
-                     stream_sync_events, supports_core_limits)
+                     stream_sync_events, supports_core_limits, without_implied)
 from .lints import is_cheap, lint
 from .assign import plan_from_assignment
 from .model import Plan
@@ -126,6 +126,8 @@ def point_candidates(graph: Graph, order: list[str], instances: list[Point],
     early = _plan(graph, order, serial, f"{point.name}/early-join", "parallel-point", point)
     for inst in instances:
         early.events = _early_join(graph, order, serial, early.events, inst)
+    # the moved wait may order what another wait at the same op ordered (both side ops)
+    early.events = without_implied(graph, early, early.events, order)
     if early.events != out[0].events:
         out.append(early)
     moved = _pinned_ops(graph, serial)

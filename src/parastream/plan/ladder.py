@@ -108,10 +108,10 @@ def stream_sync_events(graph: Graph, plan: Plan, order: list[str] | None = None)
         if (tail, e.wait_before) not in seen:
             seen.add((tail, e.wait_before))
             out.append(Event(record_after=tail, wait_before=e.wait_before))
-    return _without_implied(graph, plan, out, order)
+    return without_implied(graph, plan, out, order)
 
 
-def _without_implied(graph: Graph, plan: Plan, events: list[Event],
+def without_implied(graph: Graph, plan: Plan, events: list[Event],
                      order: list[str] | None) -> list[Event]:
     """Drop each wait that the other waits at the same op already imply (plan.sync)."""
     lay = layout(graph, plan.assignment, order)
