@@ -253,10 +253,10 @@ def test_the_diff_applies_with_patch_p1_and_runs_bitwise(cases, tmp_path):
         inputs = copy.deepcopy(c.inputs)
         with torch.no_grad():
             assert standins.outputs_equal(c.expected, model(*inputs))  # switch off
-            mod._PS_ENABLED, mod.API = True, standins.standin("cuda")
+            mod._PS_ENABLED, mod._PS_API = True, standins.standin("cuda")
             out = model(*inputs)
         assert standins.outputs_equal(c.expected, out)
-        assert mod.API.recorder.count("stream_enter") == 1
+        assert mod._PS_API.recorder.count("stream_enter") == 1
     finally:
         sys.modules.pop("patched_zoo", None)
 
@@ -371,3 +371,58 @@ def test_op_level_streams_are_made_on_first_use_on_the_inputs_device():
     assert api.recorder.count("stream_create") == 2
     assert [x.info["device"] for x in api.recorder.calls if x.kind == "device_enter"] == \
         [str(inputs[0].device)]
+
+
+HF = os.path.join(os.path.dirname(__file__), "..", "graph", "hf_models.py")
+
+
+@pytest.mark.parametrize("factory,mapping", [
+    ("qwen2_moe_block", {"shared_expert": 1, "shared_expert_gate": 1}),
+    ("deepseek_v3_layer", {"layer.mlp.shared_experts": 1}),
+])
+def test_real_transformers_moe_blocks(factory, mapping):
+    """transformers' own MoE blocks (tests/graph/hf_models.py): the shared expert on a side
+    stream is a patch on Qwen2MoeSparseMoeBlock / DeepseekV3MoE, bitwise on the stand-ins."""
+    pytest.importorskip("transformers")
+    if not os.path.exists(HF):
+        pytest.skip("tests/graph/hf_models.py is not there")
+    from parastream.graph.torch_import import import_program
+
+    spec = importlib.util.spec_from_file_location("ps_hf_models", HF)
+    hf = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hf)
+    module, inputs = getattr(hf, factory)()
+    graph, program = import_program(module, inputs, name=factory)
+    plan = assign(graph, "manual", mapping=mapping)
+    traced = trace(module, inputs, program=program)
+    so, real = node_streams(traced, plan)
+    site = modlevel.analyse(traced, plan, module, inputs, graph, so, real)
+    with torch.no_grad():
+        expected = copy.deepcopy(module)(*copy.deepcopy(inputs))
+    for target in TARGETS:
+        p = modlevel.render(site, target, plan=plan, source={}, model_name=factory,
+                            device_name="ascend910b", switch=SWITCH)
+        assert p.source.count("\n") < modlevel.MAX_LINES
+        assert f"import {site.cls.__name__}" in p.source   # transformers' class, imported
+        gen = load(p.source)
+        r = standins.run_patch(gen, copy.deepcopy(module), copy.deepcopy(inputs))
+        assert standins.outputs_equal(expected, r.outputs)
+        want = {c: st.stream for st in site.stmts for c in st.calls if st.stream is not None}
+        assert standins.check_patch(r, gen, want) == []
+
+
+def test_emit_diff_on_the_command_line(tmp_path, capsys):
+    from parastream.cli import main
+    from parastream.plan.io import PlanDoc, dumps
+
+    c = Case("inception_block")
+    doc = PlanDoc(model="inception_block", device="ascend910b", recommended=c.plan.name,
+                  candidates=[c.plan], source={"model": "inception_block", "scale": "tiny"})
+    path = tmp_path / "plan.json"
+    path.write_bytes(dumps(doc))
+    assert main(["emit", str(path), "--target", "npugraph_ex", "--diff"]) == 0
+    out = capsys.readouterr().out
+    rel = os.path.relpath(c.site.file)
+    assert out.startswith(f"--- a/{rel}")
+    assert "+    def _forward_multi_stream(self, x: torch.Tensor) -> torch.Tensor:" in out
+    assert "+        if _PS_ENABLED:" in out
