@@ -1,6 +1,11 @@
 """``parastream emit``: a model's forward as Python source with a plan applied, in the
 target's own stream API (TorchAir GE graph mode, npugraph_ex/aclgraph, or CUDA).
 
+* :mod:`parastream.emit.modlevel` writes the plan as a patch on the user's own module (a
+  subclass whose forward calls the user's submodules inside the stream blocks, or a diff of
+  its source file) whenever the plan's branches are whole submodule calls.
+* :mod:`parastream.emit.devices`: where core limits are documented, and the API releases a
+  generated file checks for at import.
 * :mod:`parastream.emit.codegen` traces the model the way the importer does (so node names
   are the plan's op names) and writes the module: an ``nn.Module`` wrapper whose forward runs
   every node in program order inside the target's stream contexts, with the plan's events,

@@ -31,8 +31,9 @@ Rules the generated code follows:
   control edge from ``dep``, so only readers of the returned tensor are ordered. A final join
   waits the returned output on the side stream's last op. No ``record_stream`` (GE owns the
   memory of a graph); no Event objects.
-* **npugraph_ex** and **cuda**: side streams are created once (``torch.npu.Stream()`` /
-  ``torch.cuda.Stream()``); side ops run inside ``with npu.stream(S[k]):`` (plus
+* **npugraph_ex** and **cuda**: side streams (``torch.npu.Stream()`` /
+  ``torch.cuda.Stream()``) are made on the first call, on the first input's device, one set
+  per device; side ops run inside ``with npu.stream(S[k]):`` (plus
   ``npu.npugraph_ex.scope.limit_core_num(aicore, vectorcore)``, a stream-level limit, for C2
   limits; CUDA has no equivalent and says so in a comment). At the start every side stream
   waits on a *fork* event recorded on the caller's current stream (work queued before the
