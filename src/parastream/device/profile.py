@@ -114,6 +114,19 @@ class OpRate(msgspec.Struct, forbid_unknown_fields=True):
         return traffic / (gbps * 1e3) if gbps > 0 else 0.0
 
 
+class CoreLimitFacts(msgspec.Struct, forbid_unknown_fields=True):
+    """Whether the device's documentation lists ``limit_core_num`` for each Ascend path:
+    TorchAir's per-op ``torchair.scope.limit_core_num`` (GE graph mode) and npugraph_ex's
+    per-stream ``torch.npu.npugraph_ex.scope.limit_core_num`` (which needs torch_npu >=
+    ``min_torch_npu``), with the documents that say so. The C2 rung of a plan and the
+    core limits of generated code exist only where one of the two is true."""
+
+    torchair: bool
+    npugraph_ex: bool
+    source: str
+    min_torch_npu: str = ""
+
+
 class DeviceProfile(msgspec.Struct, forbid_unknown_fields=True):
     """One device, as the cost model and the headroom bound see it."""
 
@@ -132,6 +145,8 @@ class DeviceProfile(msgspec.Struct, forbid_unknown_fields=True):
     #: perfect intra-op scaling. Small matmuls scale poorly, which is exactly when two CPU
     #: streams with one thread each beat one stream with all threads.
     intra_op_efficiency: float = 1.0
+    #: where ``limit_core_num`` exists on this device (None: nowhere; see CoreLimitFacts)
+    core_limit: CoreLimitFacts | None = None
     #: CPU only: measured costs of op types (``linear``, ``conv2d``, ``rms_norm``, ...) that
     #: replace the roofline for them and their families (see device.cost.op_rate_key)
     op_rates: dict[str, OpRate] = {}

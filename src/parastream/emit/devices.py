@@ -4,14 +4,12 @@ Core limits (``limit_core_num``) are emitted only where the vendor documentation
 for the plan's device; the generated file checks at import that the installed torchair /
 torch_npu has every API it calls (``hasattr``) and names the minimum version otherwise.
 
-The facts per shipped device profile are in :data:`CORE_LIMIT`; a profile JSON that holds a
-``core_limit`` object of the same shape overrides them (see docs/device-profiles.md,
-"Core limits").
+The facts per device live in each device profile's ``core_limit`` object, with the documents
+that state them (docs/device-profiles.md, "Core limits").
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 
 #: TorchAir GE graph mode: where npu_stream_switch / npu_wait_tensor are documented
@@ -45,62 +43,27 @@ class CoreLimit:
             else False
 
 
-_A2 = CoreLimit(True, True, "26.0.0",
-                f"{TORCHAIR_LIMIT[1]}; {NPUGRAPH_EX_LIMIT[1]}")
-#: shipped profile name -> facts. The first Ascend 910 (Atlas training series) is not in
-#: either list; CUDA has no per-stream core limit at all.
-CORE_LIMIT: dict[str, CoreLimit] = {
-    "ascend910": CoreLimit(False, False, "", "not in the products of TorchAir's "
-                           "limit_core_num (7.1.0 torchair_00091: Atlas A2 / A3 only) nor of "
-                           "the aclgraph core-limit guide (Atlas A2 / A3 only)"),
-    "ascend910b": _A2,
-    "h100": CoreLimit(False, False, "", "CUDA: no per-stream or per-op core limit API"),
-    "h200": CoreLimit(False, False, "", "CUDA: no per-stream or per-op core limit API"),
-    "cpu": CoreLimit(False, False, "", "CPU: no core limit API"),
-}
-
 UNKNOWN = CoreLimit(False, False, "", "no device profile named in the plan: core limits are "
                     "emitted only for a device whose documentation lists them")
 
 
 def core_limit(device: str | None) -> CoreLimit:
-    """The core-limit facts of ``device`` (a shipped profile name or a profile path): the
-    profile's own ``core_limit`` object when it has one, else :data:`CORE_LIMIT`, else
-    :data:`UNKNOWN` (nothing allowed)."""
+    """The core-limit facts of ``device`` (a shipped profile name or a profile path), from
+    the profile's ``core_limit`` object (the device layer holds them, with their sources,
+    for the planner's C2 rung and for generated code alike); :data:`UNKNOWN` (nothing
+    allowed) when the device or its profile cannot be found or says nothing."""
     if not device or device == "?":
         return UNKNOWN
-    own = _profile_field(device)
-    if own is not None:
-        return own
-    from ..device.profile import shipped_key
+    from ..device.profile import load_profile
+    from ..errors import InputError
 
     try:
-        key = shipped_key(device)
-    except Exception:
+        facts = load_profile(device).core_limit
+    except InputError:
         return UNKNOWN
-    return CORE_LIMIT.get(key, UNKNOWN)
-
-
-def _profile_field(device: str) -> CoreLimit | None:
-    """The ``core_limit`` object of the profile JSON ``device`` names, or None."""
-    from pathlib import Path
-
-    try:
-        from ..device.profile import _builtin_dir, shipped_key
-
-        path = Path(device)
-        if path.suffix == ".json" and path.is_file():
-            raw = json.loads(path.read_text(encoding="utf-8"))
-        else:
-            f = _builtin_dir() / f"{shipped_key(device)}.json"
-            raw = json.loads(f.read_text(encoding="utf-8")) if f.is_file() else {}
-    except Exception:
-        return None
-    spec = raw.get("core_limit") if isinstance(raw, dict) else None
-    if not isinstance(spec, dict):
-        return None
-    return CoreLimit(bool(spec.get("torchair")), bool(spec.get("npugraph_ex")),
-                     str(spec.get("min_torch_npu", "")), str(spec.get("source", "")))
+    if facts is None:
+        return CoreLimit(False, False, "", f"the {device} profile lists no core limit API")
+    return CoreLimit(facts.torchair, facts.npugraph_ex, facts.min_torch_npu, facts.source)
 
 
 #: API the generated code calls -> the release that documents it (for the import check)
@@ -120,4 +83,4 @@ def required_apis(target: str, limits: bool) -> dict[str, str]:
     return {}
 
 
-__all__ = ["CORE_LIMIT", "CoreLimit", "UNKNOWN", "core_limit", "required_apis"]
+__all__ = ["CoreLimit", "UNKNOWN", "core_limit", "required_apis"]
