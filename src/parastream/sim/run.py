@@ -94,6 +94,7 @@ def ge_reorder(graph: Graph, plan: Plan, order: list[str], dur: dict[str, float]
     waits: dict[str, list[str]] = {}
     hoisted: list[tuple[str, str]] = []
     kept: list[tuple[str, str, str]] = []
+    groups: dict[tuple[str, str], set[str]] = {}  # each hoist's moved ops
     for l in lint(graph, plan, dur):
         if l.rule != "ge-reorder":
             continue
@@ -105,6 +106,15 @@ def ge_reorder(graph: Graph, plan: Plan, order: list[str], dur: dict[str, float]
             kept.append((v, d, "already ahead of the dominator in program order"))
             continue
         moved = _main_ancestors_after(v, pos[d], preds, stream, pos)
+        # an earlier hoist's dominator moving ahead of ``d`` takes that hoist's precompute
+        # group along, so the earlier precompute stays ahead of its dominator
+        grow = True
+        while grow:
+            grow = False
+            for (v2, d2), group in groups.items():
+                if d2 in moved and not group <= moved:
+                    moved |= {m for m in group if pos[m] > pos[d]}
+                    grow = True
         new = [n for n in order if n not in moved]
         at = new.index(d)
         new[at:at] = sorted(moved, key=pos.__getitem__)
@@ -116,6 +126,7 @@ def ge_reorder(graph: Graph, plan: Plan, order: list[str], dur: dict[str, float]
             continue
         order, waits = new, trial
         hoisted.append((v, d))
+        groups[(v, d)] = moved
     return Reorder(order, waits, hoisted, kept)
 
 
