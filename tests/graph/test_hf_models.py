@@ -194,3 +194,22 @@ def test_run_auto_check_is_bitwise(name, tmp_path, profile, one_core, capsys):
     checks = [d["check"] for d in doc["details"]]
     assert checks and all(c.startswith("outputs identical (bitwise)") for c in checks), checks
     assert all(d["streams"] >= 2 for d in doc["details"])
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_points_and_modules_keep_their_contracts(name):
+    """On real model code too: every parallel point's branches are independent and meet
+    first at the join; modules are connected, convex and in topological id order."""
+    from points_oracle import descendants, module_errors, point_errors
+
+    from parastream.device.profile import load_profile
+    from parastream.graph.decompose import decompose
+    from parastream.graph.models import resolve
+
+    g = resolve(spec(name))
+    d = decompose(g, load_profile("ascend910b"))
+    desc = descendants(g)
+    assert module_errors(g, d, desc) == []
+    assert point_errors(g, d, desc) == []
+    # a Mixtral block alone is one chain: router -> experts (the layer around it has points)
+    assert bool(d.parallel_points) is (name != "mixtral_block")
