@@ -38,14 +38,18 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"parastream {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
 
-    a = sub.add_parser("analyze", help="prove or disprove multi-stream overlap from profiler traces",
-                       description=(
-                           "Read profiler timelines (PyTorch/Kineto .json[.gz], Ascend "
-                           "kernel_details.csv, op_summary_*.csv, trace_view.json, profiler .db, "
-                           "or a profiler output directory; the format is found from the content) "
-                           "and report per-stream busy time, parallel points with overlap_pct and "
-                           "verdicts, barriers, gaps, core contention and, with --baseline, the "
-                           "3a/3b/3c triage."))
+    from .cliargs import add_command, candidate_arg, format_arg, output_arg
+
+    a = add_command(sub, "analyze", help="prove or disprove multi-stream overlap from profiler "
+                                          "traces",
+                    description=(
+                        "Read profiler timelines (PyTorch/Kineto .json[.gz], Ascend "
+                        "kernel_details.csv, op_summary_*.csv, trace_view.json, profiler .db, "
+                        "or a profiler output directory; the format is found from the content) "
+                        "and report per-stream busy time, parallel points with overlap_pct and "
+                        "verdicts, barriers, gaps, core contention and, with --baseline, the "
+                        "3a/3b/3c triage."),
+                    glossary=("verdicts", "triage", "candidates"))
     a.add_argument("paths", nargs="*", metavar="TRACE",
                    help="trace files or profiler directories; several = several captures "
                         "(default: the sample trace shipped with parastream)")
@@ -70,7 +74,7 @@ def _parser() -> argparse.ArgumentParser:
     a.add_argument("--strict", action="store_true", help="a folder member (rank, capture) that "
                    "cannot be read fails the command (default: the others are analysed and each "
                    "broken member is named in a warning)")
-    a.add_argument("--format", choices=("text", "json", "md"), default="text")
+    format_arg(a, ("text", "json", "md"))
     a.add_argument("--names", choices=("short", "full"), default="short",
                    help="op and kernel names in text, Markdown and HTML tables: short (template "
                         "arguments, parameter lists and return types dropped; the whole name on "
@@ -78,14 +82,13 @@ def _parser() -> argparse.ArgumentParser:
     a.add_argument("--summary", action="store_true", help="text and Markdown: only the summary "
                    "(across ranks: slowest and fastest rank, wall spread, the ranks slowest "
                    "first), no per-capture detail")
-    a.add_argument("-o", "--output", metavar="FILE", help="write the report here (default stdout)")
+    output_arg(a, "the report")
     a.add_argument("--html", metavar="FILE", help="also write a self-contained HTML report")
     a.add_argument("--perfetto", metavar="FILE", help="also write Chrome-trace JSON for Perfetto")
     a.add_argument("--plan", metavar="PLAN", help="plan.json from 'parastream plan': check each op "
                    "ran on its planned stream and compute overlap_pct per planned parallel point")
-    a.add_argument("--candidate", metavar="NAME", help="the plan candidate to check: its name or "
-                   "a unique suffix such as side-serial (default: the candidate a trace from "
-                   "'parastream run --trace' names, else the recommended one)")
+    candidate_arg(a, what="check", default="the candidate a trace from 'parastream run "
+                                           "--trace' names, else the recommended one")
     a.add_argument("-j", "--jobs", type=int, default=0, metavar="N",
                    help="worker processes for many files (default: one per core, 1 = serial)")
     a.add_argument("--no-progress", action="store_true", help="no progress display")

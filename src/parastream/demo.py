@@ -298,15 +298,18 @@ def _summary(model, scale, phase, device, rec, measured, graph_doc, doc, triage,
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("demo", help="the whole loop on a built-in model: plan, simulate, run, verify",
-                       description="Import a zoo model, decompose it, calibrate this CPU, plan and "
-                       "simulate candidates, run the best ones and the single-stream baseline on "
-                       "real CPU streams, analyse the captured timeline, and write a report folder.")
-    p.add_argument("--out", default="out/demo", help="report folder (default out/demo)")
+    from .cliargs import add_command, shape_args
+
+    p = add_command(sub, "demo", help="the whole loop on a built-in model: plan, simulate, run, "
+                                      "verify",
+                    description="Import a zoo model, decompose it, calibrate this CPU, plan and "
+                    "simulate candidates, run the best ones and the single-stream baseline on "
+                    "real CPU streams, analyse the captured timeline, and write a report folder.",
+                    glossary=("candidates", "verdicts", "triage"))
+    p.add_argument("--out", default="out/demo", metavar="DIR",
+                   help="report folder (default out/demo)")
     p.add_argument("--model", default=DEFAULT_MODEL, help=f"zoo model (default {DEFAULT_MODEL})")
-    p.add_argument("--scale", default=DEFAULT_SCALE, help=f"zoo scale (default {DEFAULT_SCALE})")
-    p.add_argument("--phase", help="zoo phase (prefill, decode or infer, as the model has "
-                                   "them; default: the model's own)")
+    shape_args(p, default_scale=DEFAULT_SCALE)
     p.add_argument("--runs", type=int, default=11, help="timed runs per configuration (default 11, "
                    "first 2 dropped)")
     p.add_argument("--candidates", type=int, default=2, help="candidates to run (default 2)")

@@ -14,9 +14,11 @@ from . import TARGETS
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     """Add the ``emit`` subcommand."""
-    p = sub.add_parser(
-        "emit", help="generate the model's forward with a plan applied (TorchAir, npugraph_ex "
-                     "or CUDA stream API)",
+    from ..cliargs import add_command, candidate_arg, output_arg, shape_args
+
+    p = add_command(
+        sub, "emit", help="generate the model's forward with a plan applied (TorchAir, "
+                          "npugraph_ex or CUDA stream API)",
         description="Rebuild the model a plan was made for (the plan's source: model, scale, "
                     "phase), trace it as the importer does and write a Python module whose "
                     "forward runs every op in program order on its planned stream, with the "
@@ -24,21 +26,20 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                     "/ npu_wait_tensor (GE graph mode), torch.npu.Stream / Event / "
                     "record_stream (npugraph_ex), torch.cuda streams (cuda). The plan's enable "
                     "switch guards it: off, the original forward runs. 'python FILE' checks "
-                    "the generated code on recording stand-ins and compares outputs.")
+                    "the generated code on recording stand-ins and compares outputs.",
+        glossary=("candidates", "ladder"))
     p.add_argument("plan", metavar="PLAN",
-                   help="plan.json written by 'parastream plan MODEL --out'")
+                   help="plan.json written by 'parastream plan MODEL -o FILE'")
     p.add_argument("--target", required=True, choices=TARGETS,
                    help="torchair (GE graph mode), npugraph_ex (aclgraph / eager torch_npu) "
                         "or cuda")
-    p.add_argument("--candidate", metavar="NAME",
-                   help="the plan candidate to apply, by name or unique suffix (default: the "
-                   "recommended one)")
-    p.add_argument("-o", "--output", metavar="FILE", help="write the module here "
-                   "(default: stdout)")
-    p.add_argument("--model", metavar="MODEL", help="the model, when the plan does not name "
-                   "one it can rebuild: zoo name or path/to/file.py:factory")
-    p.add_argument("--scale", help="zoo scale (default: the plan's)")
-    p.add_argument("--phase", help="zoo phase (default: the plan's)")
+    candidate_arg(p, what="apply")
+    output_arg(p, "the module")
+    p.add_argument("--model", metavar="MODEL",
+                   help="the model, when the plan does not name one it can rebuild: zoo name "
+                        "or path/to/file.py:factory")
+    shape_args(p, scale_note="the plan's; one that differs from it is refused",
+               phase_note="the plan's")
     p.add_argument("--class-name", default="MultiStreamForward", metavar="NAME",
                    help="name of the generated nn.Module of an op-level forward (default "
                         "MultiStreamForward; a module-level patch is named after your class)")
@@ -80,21 +81,17 @@ def emit_plan(plan_path: str, target: str, *, candidate: str | None = None,
     """Load ``plan_path``, rebuild its model and emit ``target`` code. Returns
     :class:`~parastream.emit.codegen.Emitted` (``level`` "module" or "op"; ``diff`` the
     unified diff when asked for); bad input raises :class:`InputError`."""
-    from ..plan.io import load_doc, require_fit
+    from ..plan.io import load_doc, plan_shapes, require_fit
 
     doc, plan = load_doc(plan_path, candidate)
     source = dict(doc.source or {})
     if model:
         source["model"] = model
-    if scale:
-        source["scale"] = scale
-    if phase:
-        source["phase"] = phase
+    # the plan's shapes: a --scale/--phase is for a plan that records none
+    source["scale"], source["phase"] = plan_shapes(doc, plan_path, scale, phase)
     if not source.get("model"):
         raise InputError(plan_path, "the plan does not say which model it was made for; "
                                     "pass --model (and --scale/--phase)")
-    source.setdefault("scale", "small")
-    source.setdefault("phase", None)
     from ..graph.torch_import import import_program
     from .codegen import EmitError, build_model, emit, trace
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..device.profile import DEFAULT_DEVICE
 from ..errors import InputError
 from .models import is_graph_file, load_graph
 
@@ -20,25 +19,23 @@ FORMATS = ("text", "json", "md", "mermaid")
 
 def add_parser(subparsers) -> None:
     """Register ``graph`` on the top-level parser's subparsers."""
-    p = subparsers.add_parser(
-        "graph", help="decompose a model: modules, dependencies, parallel points, headroom",
+    from ..cliargs import add_command, device_arg, format_arg, model_arg, output_arg, shape_args
+
+    p = add_command(
+        subparsers, "graph",
+        help="decompose a model: modules, dependencies, parallel points, headroom",
         description=("Decompose a model (graph JSON file, zoo name, or file.py:factory) into "
                      "modules cut along sub-network, communication, state, sync and resource "
                      "boundaries; give the dependency table, serial / parallel_candidate / "
                      "parallel_pending_validation verdicts, parallel points with their join "
                      "and dominating branch, and the bound on what any stream assignment "
-                     "could gain on a device."))
-    p.add_argument("model", metavar="MODEL",
-                   help="graph JSON file (parastream.graph/1), zoo model name, or file.py:factory")
-    p.add_argument("--device", default=DEFAULT_DEVICE, metavar="D",
-                   help=f"device profile name or .json path (default {DEFAULT_DEVICE}; "
-                        "shipped: ascend910, ascend910b, h100, h200, cpu)")
-    p.add_argument("--scale", metavar="S",
-                   help="model scale for zoo models (default small)")
-    p.add_argument("--phase", help="phase for zoo models: prefill, decode or infer, as the "
-                                   "model has them (default: the model's own)")
-    p.add_argument("--format", choices=FORMATS, default="text")
-    p.add_argument("-o", "--output", metavar="FILE", help="write here (default stdout)")
+                     "could gain on a device."),
+        glossary=("graph",))
+    model_arg(p)
+    device_arg(p)
+    shape_args(p)
+    format_arg(p, FORMATS)
+    output_arg(p, "the analysis")
     p.set_defaults(func=cmd_graph)
 
 
@@ -73,7 +70,8 @@ def cmd_graph(args: argparse.Namespace) -> int:
     elif args.format == "mermaid":
         out = render_mermaid(a)
     else:
-        out = render_text(a, g, profile, source=source)
+        # the device in the first line, as plan and simulate say it
+        out = render_text(a, g, profile, source=f"{source}, device {profile.name}")
     if args.output:
         from ..report.atomic import write_atomic
 

@@ -12,11 +12,13 @@ from ..errors import InputError
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     """Add the ``zoo`` and ``calibrate`` subcommands."""
+    from ..cliargs import format_arg, output_arg
+
     z = sub.add_parser("zoo", help="list the built-in models",
                        description="List the built-in models, one line each: name, phases, "
                                    "what it is. Use a name wherever a model is expected; "
                                    "every model has the scales tiny, small and 7b.")
-    z.add_argument("--format", choices=("text", "json"), default="text")
+    format_arg(z, ("text", "json"))
     z.set_defaults(func=cmd_zoo)
 
     c = sub.add_parser("calibrate", help="measure this CPU (or a cuda GPU) and write a device "
@@ -30,8 +32,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                                    "of the shipped profile of that GPU.")
     c.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                    help="what to calibrate (default cpu)")
-    c.add_argument("-o", "--output", metavar="FILE", default=None,
-                   help="where to write the profile (default: NAME.json)")
+    output_arg(c, "the profile", default="NAME.json")
     c.add_argument("--name", default=None, help="the profile's name (default: cpu-calibrated; "
                    "on cuda the GPU's shipped profile's name with -calibrated, e.g. "
                    "h200-calibrated)")

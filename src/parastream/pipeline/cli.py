@@ -21,8 +21,10 @@ from ..errors import InputError
 
 def add_parser(subparsers: Any) -> None:
     """Add the ``pipeline`` subcommand."""
-    p = subparsers.add_parser(
-        "pipeline", help="run the image pipeline demo serially, then pipelined, and compare",
+    from ..cliargs import add_command, format_arg, output_arg
+
+    p = add_command(
+        subparsers, "pipeline", help="run the image pipeline demo serially, then pipelined, and compare",
         description=("Run a real workload (JPEG decode+resize, normalise, copy, CNN inference, "
                      "copy, softmax/top-k) first as a serial loop, then with every stage on its "
                      "own worker/stream and bounded queues between them. Reports throughput, "
@@ -46,7 +48,8 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--trace", metavar="FILE",
                    help="write the pipelined run as a Kineto-style trace (parastream analyze FILE)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.add_argument("--format", choices=("text", "json"), default="text")
+    format_arg(p, ("text", "json"))
+    output_arg(p, "the comparison (text, or --format json)")
     p.set_defaults(func=cmd_pipeline)
 
 
@@ -114,20 +117,26 @@ def cmd_pipeline(args: argparse.Namespace) -> int:
     from ..report.atomic import check_outputs
 
     # both before the run: no output left behind for a bad one, nor one over the other
-    check_outputs({"--html": args.html, "--trace": args.trace})
+    check_outputs({"-o/--output": args.output, "--html": args.html, "--trace": args.trace})
     doc, serial_tl, pipe_tl = run_demo(args.items, args.batch, replicas, args.depth,
                                        not args.unordered, args.threads, not args.no_progress)
     if args.format == "json":
         from ..graph.render import render_json
 
-        sys.stdout.write(render_json(doc, indent=2))
+        text = render_json(doc, indent=2)
     else:
-        sys.stdout.write(render_text(doc))
+        text = render_text(doc)
+    if args.output:
+        from ..report.atomic import write_atomic
+
+        write_atomic(args.output, text)
+    else:
+        sys.stdout.write(text)
     if args.html:
         write_report(args.html, doc, serial_tl, pipe_tl)
     if args.trace:
         write_trace(args.trace, pipe_tl)
-    for path in (args.html, args.trace):
+    for path in (args.output, args.html, args.trace):
         if path:
             print(f"wrote {path}", file=sys.stderr)
     return 0

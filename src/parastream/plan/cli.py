@@ -16,16 +16,16 @@ from .io import PlanDoc, dumps
 from .model import SPEEDUP_MARGIN, Plan, PlanError
 from .report import render_markdown, render_text
 
-DEFAULT_DEVICE = "cpu"
-
-
 def add_parser(sub) -> None:
-    p = sub.add_parser("plan", help="plan multi-stream orchestrations for a model",
-                       description="Stream assignment with minimal events, at least two candidate "
-                       "orchestrations per parallel point, core limits and lints, ranked by "
-                       "estimated wall time on a device profile.")
-    p.add_argument("model", metavar="MODEL", help="zoo name, path/to/file.py:factory, or a "
-                   "parastream.graph/1 JSON file")
+    from ..cliargs import (add_command, device_arg, format_arg, model_arg, output_arg,
+                           shape_args)
+
+    p = add_command(sub, "plan", help="plan multi-stream orchestrations for a model",
+                    description="Stream assignment with minimal events, at least two candidate "
+                    "orchestrations per parallel point, core limits and lints, ranked by "
+                    "estimated wall time on a device profile.",
+                    glossary=("candidates", "ladder", "graph"))
+    model_arg(p)
     p.add_argument("--algorithm", choices=("matching", "critical-path", "resource-split", "manual"),
                    help="also build this whole-graph plan (default: matching, critical-path and "
                    "resource-split)")
@@ -33,14 +33,11 @@ def add_parser(sub) -> None:
                    '"shared_expert": 1}\' (op/module/type patterns -> stream)')
     p.add_argument("--max-streams", type=int, metavar="N",
                    help="stream cap (default: the device's hardware queues)")
-    p.add_argument("--device", default=DEFAULT_DEVICE, help="device profile name or JSON file "
-                   f"(default {DEFAULT_DEVICE})")
-    p.add_argument("--scale", default="small", help="zoo scale: tiny, small or 7b")
-    p.add_argument("--phase", help="zoo phase where it applies (prefill, decode or infer, as "
-                                   "the model has them)")
-    p.add_argument("-o", "--out", metavar="FILE", help="write the plan JSON here")
+    device_arg(p)
+    shape_args(p, default_scale="small")
+    output_arg(p, "the plan JSON", default=None, hidden=("--out",))
     p.add_argument("--report", metavar="FILE", help="write the Markdown report here")
-    p.add_argument("--format", choices=("text", "json", "md"), default="text")
+    format_arg(p, ("text", "json", "md"))
     p.set_defaults(func=cmd_plan)
 
 
@@ -258,7 +255,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from ..report.atomic import check_outputs, spec_paths, write_atomic
 
     # both before either is written; neither over the model, the device file or each other
-    check_outputs({"-o/--out": args.out, "--report": args.report},
+    check_outputs({"-o/--output": args.output, "--report": args.report},
                   spec_paths(args.model, args.device))
     if args.max_streams is not None and args.max_streams < 1:
         raise InputError(None, f"--max-streams must be at least 1, got {args.max_streams}")
@@ -290,8 +287,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
                             "phase": args.phase})
     except PlanError as exc:
         raise InputError(args.model, str(exc)) from None
-    if args.out:
-        write_atomic(args.out, dumps(doc))
+    if args.output:
+        write_atomic(args.output, dumps(doc))
     if args.report:
         write_atomic(args.report, render_markdown(doc))
     if args.format == "json":

@@ -23,14 +23,29 @@ class PlanDoc(msgspec.Struct):
 
     def candidate(self, name: str) -> Plan:
         """The candidate called ``name``, or the only one whose name ends in ``/name``
-        (``side-serial`` for ``<point>/side-serial``); KeyError otherwise."""
+        (``side-serial`` for ``<point>/side-serial``); :class:`NoCandidate` (a KeyError)
+        otherwise, whose ``reason`` is the one line every command says: the matches when
+        the suffix is ambiguous, else the candidates there are."""
         for c in self.candidates:
             if c.name == name:
                 return c
         suffix = [c for c in self.candidates if c.name.endswith("/" + name)]
         if len(suffix) == 1:
             return suffix[0]
-        raise KeyError(name)
+        if suffix:
+            raise NoCandidate(name, f"--candidate {name!r} is ambiguous: {len(suffix)} "
+                                    f"candidates end in it ({', '.join(c.name for c in suffix)})")
+        names = ", ".join(c.name for c in self.candidates[:12])
+        more = f", ... ({len(self.candidates)} in all)" if len(self.candidates) > 12 else ""
+        raise NoCandidate(name, f"no candidate named {name!r} (candidates: {names}{more})")
+
+
+class NoCandidate(KeyError):
+    """No single candidate answers to a name; ``reason`` says why in one line."""
+
+    def __init__(self, name: str, reason: str) -> None:
+        super().__init__(name)
+        self.reason = reason
 
 
 def with_recommendation(doc: PlanDoc, name: str) -> PlanDoc:
@@ -139,9 +154,33 @@ def load_doc(path: str, candidate: str | None = None) -> tuple[PlanDoc, Plan]:
         raise InputError(path, f"cannot read: {exc.strerror or exc}") from None
     except ValueError as exc:
         raise InputError(path, str(exc)) from None
-    name = candidate or doc.recommended
+    return doc, pick(doc, candidate, path)
+
+
+def pick(doc: PlanDoc, candidate: str | None, where: str) -> Plan:
+    """The candidate ``--candidate`` names (default: the recommended one), by
+    :meth:`PlanDoc.candidate`; an InputError naming ``where`` (the plan file) otherwise."""
     try:
-        return doc, doc.candidate(name)
-    except KeyError:
-        names = ", ".join(c.name for c in doc.candidates[:12])
-        raise InputError(path, f"no candidate named {name!r} (candidates: {names})") from None
+        return doc.candidate(candidate or doc.recommended)
+    except NoCandidate as exc:
+        raise InputError(where, exc.reason) from None
+
+
+def plan_shapes(doc: PlanDoc, where: str, scale: str | None = None,
+                phase: str | None = None) -> tuple[str, str | None]:
+    """The scale and phase to build a plan's model at: the plan's own (``doc.source``),
+    which a ``--scale``/``--phase`` given beside the plan must equal (the op names are the
+    same at every scale, so a plan made at one runs silently at another). An InputError
+    naming ``where`` (the plan file) and the mismatch otherwise; what the plan does not
+    record is taken from the flags (default scale small)."""
+    from ..cliargs import DEFAULT_SCALE
+
+    src = doc.source or {}
+    bad = [f"--{flag} {given} but the plan was made at {flag} {made}"
+           for flag, given, made in (("scale", scale, src.get("scale")),
+                                     ("phase", phase, src.get("phase")))
+           if given is not None and made is not None and given != made]
+    if bad:
+        raise InputError(where, "; ".join(bad) + ": drop the flag, or make a plan at these "
+                                "shapes with 'parastream plan'")
+    return scale or src.get("scale") or DEFAULT_SCALE, phase or src.get("phase")

@@ -24,19 +24,25 @@ DEVICE_PROFILES = {"npu": "ascend910b"}
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("run", help="run a model's multi-stream plan on real streams and measure it",
-                       description="Execute plan candidates on real streams (cpu worker threads, "
-                       "cuda or npu streams), measure them against the single-stream model in the "
-                       "same process (warm-up, N runs, first ones dropped, medians), compare with "
-                       "the simulator's prediction, check overlap, and recommend.")
-    p.add_argument("model", metavar="MODEL", help="zoo name or path/to/file.py:factory")
+    from ..cliargs import add_command, candidate_arg, json_arg, model_arg, shape_args
+
+    p = add_command(sub, "run", help="run a model's multi-stream plan on real streams and "
+                                     "measure it",
+                    description="Execute plan candidates on real streams (cpu worker threads, "
+                    "cuda or npu streams), measure them against the single-stream model in the "
+                    "same process (warm-up, N runs, first ones dropped, medians), compare with "
+                    "the simulator's prediction, check overlap, and recommend.",
+                    glossary=("candidates", "verdicts", "triage"))
+    model_arg(p, help="zoo name or path/to/file.py:factory")
     g = p.add_mutually_exclusive_group(required=True)
-    g.add_argument("--plan", metavar="FILE", help="a parastream.plan/1 document (parastream plan --out)")
+    g.add_argument("--plan", metavar="FILE", help="a parastream.plan/1 document (parastream "
+                   "plan -o FILE); its scale and phase are the run's, and a --scale or --phase "
+                   "that differs is refused")
     g.add_argument("--auto", action="store_true", help="plan, simulate the candidates, run the "
                    "best few and keep the measured winner")
-    p.add_argument("--candidate", metavar="NAME", help="with --plan: run this candidate, by "
-                   "name or unique suffix (default: the document's recommended one)")
-    p.add_argument("--device", choices=("cpu", "cuda", "npu"), default="cpu")
+    candidate_arg(p, what="run with --plan")
+    p.add_argument("--device", choices=("cpu", "cuda", "npu"), default="cpu",
+                   help="where the streams run (default cpu: run executes here)")
     p.add_argument("--runs", type=int, default=7, metavar="N", help="timed runs per variant (>= 5; "
                    "default 7)")
     p.add_argument("--warmup", type=int, default=2, metavar="N", help="untimed warm-up runs (default 2)")
@@ -58,9 +64,8 @@ def add_parser(sub) -> None:
     p.add_argument("--profile", metavar="FILE", help="device profile for the prediction (from "
                    "parastream calibrate [--device cuda] -o FILE); default on cpu and cuda: a quick "
                    "in-process calibration (npu: the shipped ascend910b profile)")
-    p.add_argument("--scale", default="small", help="zoo scale: tiny or small (7b is meta-only)")
-    p.add_argument("--phase", help="zoo phase where it applies")
-    p.add_argument("--json", metavar="FILE", help="also write the result as JSON")
+    shape_args(p, scale_note="a --plan's own, else small; 7b is meta-only")
+    json_arg(p, "the result")
     p.add_argument("--pin", action="store_true", help="cpu: pin each stream's worker to its "
                    "own cores when they fit (no late stream starts from the OS placing two "
                    "workers on one core; slower for tiny ops: docs/benchmarks-run.md section 9)")
@@ -185,7 +190,9 @@ MEASURE_BUSY_ADVICE = ("the walls and speedups may be off (an OpenMP team stalls
 
 # ----------------------------------------------------------------------------- the command
 def cmd_run(args: argparse.Namespace) -> int:
-    from ..plan.io import PlanDoc, dumps, load_doc, require_fit, with_recommendation
+    from ..cliargs import DEFAULT_SCALE
+    from ..plan.io import (PlanDoc, dumps, load_doc, plan_shapes, require_fit,
+                           with_recommendation)
     from ..plan.model import PlanError
     from ..report.atomic import (check_folder, check_not_input, check_writable, make_folder,
                                  same_file, spec_paths, write_atomic)
@@ -224,6 +231,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         doc_in, chosen = load_doc(args.plan, args.candidate)
         if args.candidate:
             args.candidate = chosen.name
+        # the plan's shapes are the run's: one made at another scale has the same op names
+        args.scale, args.phase = plan_shapes(doc_in, args.plan, args.scale, args.phase)
+    args.scale = args.scale or DEFAULT_SCALE
     if args.device != "cpu":
         from .cuda import require_device
 

@@ -17,17 +17,20 @@ from .modes import MODES
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("simulate", help="predict multi-stream gains on a modelled device",
-                       description="Plan the model for 1..N streams, run each plan through a "
-                       "discrete-event model of the device's stream scheduler, and report "
-                       "predicted wall, speedup, overlap verdicts and core occupancy.")
-    p.add_argument("model", metavar="MODEL|PLAN", help="zoo name, file.py:factory, graph JSON, or "
-                   "a plan.json from 'parastream plan'")
-    p.add_argument("--device", metavar="D", help="device profile name or .json path (default: "
-                   f"a plan's own device, else {DEFAULT_DEVICE} as in 'parastream graph')")
+    from ..cliargs import (add_command, candidate_arg, device_arg, format_arg, json_arg,
+                           model_arg, output_arg, shape_args)
+
+    p = add_command(sub, "simulate", help="predict multi-stream gains on a modelled device",
+                    description="Plan the model for 1..N streams, run each plan through a "
+                    "discrete-event model of the device's stream scheduler, and report "
+                    "predicted wall, speedup, overlap verdicts and core occupancy.",
+                    glossary=("candidates", "ladder", "verdicts"))
+    model_arg(p, metavar="MODEL|PLAN", help="zoo name, file.py:factory, graph JSON, or a "
+              "plan.json from 'parastream plan'")
+    device_arg(p, default=None, note=f"a plan's own device, else {DEFAULT_DEVICE} as in "
+                                     "'parastream graph' and 'parastream plan'")
     p.add_argument("--streams", help="stream counts to try (default 1,2,3,4)")
-    p.add_argument("--scale", help="zoo scale (default small)")
-    p.add_argument("--phase", help="zoo phase (prefill, decode or infer, as the model has them)")
+    shape_args(p, scale_note="small; a plan's own is fixed")
     p.add_argument("--batch", help="zoo batch sizes to sweep, e.g. 1,8,32")
     p.add_argument("--seq", help="zoo sequence lengths to sweep, e.g. 512,1024,2048")
     p.add_argument("--mode", choices=MODES, help="how the tasks are issued: eager (the host "
@@ -38,17 +41,16 @@ def add_parser(sub) -> None:
                    "precomputes (Ascend graph mode); implies --mode graph: each ge-reorder "
                    "lint's precompute is issued on the main stream ahead of its dominator. "
                    "Compare with --mode graph to see what the reorder costs")
-    p.add_argument("--candidate", metavar="NAME", help="simulate only this candidate of a plan "
-                   "file (its full name or a unique suffix after '/'), beside the single-stream "
-                   "baseline")
-    p.add_argument("--json", metavar="FILE", help="also write the simulation document (the "
-                   "--format json output) to FILE")
+    candidate_arg(p, what="simulate alone beside the single-stream baseline",
+                  default="every candidate of the plan")
+    output_arg(p, "the report (text, or --format json)")
+    json_arg(p, "the simulation document (the --format json output)")
     p.add_argument("--jitter", type=float, default=0.0, help="relative duration jitter (e.g. 0.1)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--trace", metavar="FILE", help="write the best multi-stream run as a trace "
                    "that 'parastream analyze' and Perfetto read (one model, not a --batch/--seq "
                    "sweep)")
-    p.add_argument("--format", choices=("text", "json"), default="text")
+    format_arg(p, ("text", "json"))
     p.set_defaults(func=cmd_simulate)
 
 
@@ -206,7 +208,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
     from ..report.atomic import write_atomic
 
-    check_outputs({"--trace": args.trace, "--json": args.json},
+    check_outputs({"-o/--output": args.output, "--trace": args.trace, "--json": args.json},
                   spec_paths(args.model, args.device))
     if args.ge and args.mode == "eager":
         raise InputError(None, "--ge emulates a graph compiler's reorder, which eager mode "
@@ -246,12 +248,14 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         raise InputError(None, f"--jitter must be from 0 to 1, got {args.jitter}")
     doc = None
     if is_plan:
-        from ..plan.io import loads, require_fit
+        from ..plan.io import loads, pick, require_fit
 
         try:
             doc = loads(plan_data)
         except ValueError as exc:
             raise InputError(spec, str(exc)) from None
+        # before the model is built: an unknown or ambiguous name costs no import
+        picked = pick(doc, args.candidate, spec) if args.candidate is not None else None
     # a plan's core limits and stream count were chosen for its own device: predict on that
     # one unless told otherwise, never silently on another
     from_plan = not args.device and doc is not None and bool(doc.device)
@@ -293,8 +297,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         plans = doc.candidates
         if not plans:
             raise InputError(spec, "the plan has no candidates")
-        if args.candidate is not None:
-            plans = [_pick(doc, args.candidate, spec)]
+        if picked is not None:
+            plans = [picked]
         for c in plans:  # as run and emit do: never predict from a plan that is not safe
             require_fit(graph, c, spec, f"{src['model']} at scale {src.get('scale', 'small')}")
         if not any(c.stream_count() == 1 for c in plans):
@@ -324,28 +328,19 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         write_atomic(args.json, render_json(out, indent=2))
     if note:
         print(note, file=sys.stderr)
-    if args.format == "json":
-        sys.stdout.write(render_json(out, indent=2))
-    else:
-        sys.stdout.write(render(out))
+    _write(args.output, render_json(out, indent=2) if args.format == "json" else render(out))
     return 0
 
 
-def _pick(doc, name: str, spec: str):
-    """The candidate ``--candidate name`` names (:meth:`parastream.plan.io.PlanDoc.candidate`:
-    the full name, or the only one ending in ``/name``); InputError naming the plan file
-    otherwise, listing the candidates that end in ``/name`` when more than one does."""
-    try:
-        return doc.candidate(name)
-    except KeyError:
-        pass
-    matches = [c.name for c in doc.candidates if c.name.endswith("/" + name)]
-    if len(matches) > 1:
-        raise InputError(spec, f"--candidate {name!r} is ambiguous: {len(matches)} candidates "
-                               f"end in it ({', '.join(matches)})")
-    names = ", ".join(c.name for c in doc.candidates[:12])
-    more = f", ... ({len(doc.candidates)} in all)" if len(doc.candidates) > 12 else ""
-    raise InputError(spec, f"no candidate named {name!r} (candidates: {names}{more})")
+def _write(output: str | None, text: str) -> None:
+    """The report to ``-o/--output`` (said on stderr), else to stdout."""
+    if output:
+        from ..report.atomic import write_atomic
+
+        write_atomic(output, text)
+        print(f"wrote {output}", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
 
 
 def _plan_data(spec: str) -> bytes | None:
@@ -494,7 +489,7 @@ def _shape_sweep(args: argparse.Namespace, profile, counts: list[int], mode: str
     if args.json:
         write_atomic(args.json, render_json(doc, indent=2))
     if args.format == "json":
-        sys.stdout.write(render_json(doc, indent=2))
+        _write(args.output, render_json(doc, indent=2))
         return 0
     lines = [f"{args.model} ({args.scale}, {args.phase or 'default phase'}): {doc['label']}, "
              f"{mode_label(mode, args.ge)}", "",
@@ -503,5 +498,5 @@ def _shape_sweep(args: argparse.Namespace, profile, counts: list[int], mode: str
         lines.append(f"{r['batch'] or '-':>6} {r['seq'] or '-':>6} {r['single_wall_us']:12.1f} "
                      f"{r['best_wall_us']:10.1f} {r['best_speedup']:7.2f}x  {r['recommendation']}")
     lines += [f"note: {n}" for n in doc["ignored"]]
-    sys.stdout.write("\n".join(lines) + "\n")
+    _write(args.output, "\n".join(lines) + "\n")
     return 0
