@@ -29,7 +29,7 @@ def chain(n: int, dur_us: float) -> Graph:
 
 
 def prolog() -> Graph:
-    """The seed's attention prolog (DOMAIN.md section 3): main x -> q_a -> q_b (the
+    """The seed's attention prolog: main x -> q_a -> q_b (the
     dominator); side kv_a, whose precompute z_cast -> z_silu on main feeds the merge."""
     spec = [("x", "rms_norm", "vector", 5), ("kv_a", "mm", "cube", 50), ("q_a", "mm", "cube", 5),
             ("q_b", "mm", "cube", 60), ("z_cast", "cast", "vector", 1),

@@ -17,7 +17,7 @@ Rules the generated code follows:
   (a folded view, ``getitem``, a size query) runs on the stream of the plan op that produced
   the tensor it views (its *base producer*), right where it stands in program order: the
   view of a side-stream output is taken inside the side-stream block. This pins cheap
-  reshapes of side outputs on the side stream, which is the fix DOMAIN.md §3 gives for GE's
+  reshapes of side outputs on the side stream, which is the known fix for GE's
   precompute hoisting (a Reshape of a side output issued on the main stream can become a
   barrier). A node that views a graph input, weight or buffer depends on no stream: it is
   emitted in whatever block is open. Export's ``_assert_tensor_metadata`` checks are

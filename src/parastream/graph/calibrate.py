@@ -983,8 +983,7 @@ def calibrate(quick: bool = False, name: str = "cpu-calibrated") -> dict:
                                    "Python call "
                                    f"{sig(call_us, 3)} us"),
             "hw_queues": f"{by}: one worker thread per core can run at once",
-            "max_streams": (f"{by}: more CPU streams than cores only add hand-off cost "
-                            "(docs/DOMAIN.md section 8)"),
+            "max_streams": f"{by}: more CPU streams than cores only add hand-off cost",
             "scheduler_sweep_us": (f"{by}: one pass over {cores} queues checking each for "
                                    "work (queue.Queue.empty)"),
             "intra_op_efficiency": (f"{by}: best of {rounds} rounds; torch.mm of 64x256 by "

@@ -1,5 +1,5 @@
 """``parastream graph MODEL``: decompose a model into modules, verdicts, parallel points and
-headroom (the direction-level analysis of docs/DOMAIN.md §3).
+headroom (the direction-level analysis).
 
 MODEL is a graph JSON file (recognised by its content: ``"schema": "parastream.graph/1"``),
 or anything else :func:`parastream.graph.models.resolve` accepts (a zoo name, a

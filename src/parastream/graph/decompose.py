@@ -1,6 +1,6 @@
 """Module decomposition, dependency table, parallelism verdicts and parallel points.
 
-The direction-level analysis of docs/DOMAIN.md §3, computed from an operator graph:
+The direction-level analysis, computed from an operator graph:
 
 1. **Modules.** Ops are grouped by their ``module`` path (the nn.Module hierarchy), then cut
    along communication (collectives), state (writes to a buffer such as a KV cache), sync
@@ -82,7 +82,7 @@ _TYPE_RULES = (
 # ----------------------------------------------------------------------------- results
 
 class Module(msgspec.Struct, gc=False):
-    """One row of the module table (DOMAIN.md §3) plus what the analysis needs."""
+    """One row of the module table plus what the analysis needs."""
 
     module_id: str
     module_name: str
@@ -194,7 +194,7 @@ class Decomposition(msgspec.Struct):
 
 def op_class(op: Op) -> str:
     """``comm``, ``sync``, ``state``, or the resource group ``compute``/``memory``/``host``:
-    the cut rules of DOMAIN.md §3 in one word."""
+    the cut rules in one word."""
     effects = op.side_effects
     if op.resource == "comm" or any(s.startswith("collective") for s in effects):
         return "comm"

@@ -20,7 +20,7 @@ import msgspec
 
 SCHEMA = "parastream.graph/1"
 
-#: dependency types (DOMAIN.md §3)
+#: dependency types
 EDGE_TYPES = ("data", "state", "event", "collective_order")
 #: what an op mostly uses: the cube/matrix unit, the vector unit, memory copies (DMA),
 #: communication links, or the host CPU

@@ -1,4 +1,4 @@
-"""Render a graph analysis: JSON document, terminal text, Markdown (DOMAIN.md §3), Mermaid.
+"""Render a graph analysis: JSON document, terminal text, Markdown, Mermaid.
 
 The Markdown is the *direction-level analysis document* of the seed: scope, module table,
 dependency table, verdicts, the module DAG, the operator DAG of every candidate module, the
@@ -258,10 +258,12 @@ def _md_table(headers: list[str], rows: list[list[Any]]) -> list[str]:
 
 def render_md(a: Analysis, g: Graph, profile: DeviceProfile, *, source: str | None = None,
               scale: str | None = None, phase: str | None = None) -> str:
-    """The direction-level analysis document of DOMAIN.md §3."""
+    """The direction-level analysis document: scope, module table, dependency table,
+    verdicts, parallel points, headroom; its title names the device."""
     d = a.decomposition
     h = a.headroom
-    out = [f"# Multi-stream analysis: {text(g.name)}", "", "## Scope", ""]
+    out = [f"# Multi-stream analysis: {text(g.name)} on {text(profile.name)}", "", "## Scope",
+           ""]
     out += [f"- graph: {code(g.name)}" + (f" from {code(source)}" if source else "")
             + f", {len(g.ops)} ops, {len(g.edges)} edges -> {len(d.modules)} modules",
             f"- device: {code(profile.name)} ({profile.kind}; cube {profile.cores.cube}, vector "

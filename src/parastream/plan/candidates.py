@@ -1,7 +1,7 @@
 """Candidate orchestrations per parallel point, ranked by estimated wall time.
 
 For every parallel point (a fork whose branches have no path between them and meet at a
-join) at least two orchestrations that differ in a real way (DOMAIN.md §3):
+join) at least two orchestrations that differ in a real way:
 
 - ``side-serial``: the dominating branch stays on stream 0, every other branch runs on ONE
   side stream, one after another; join at the join node (late join);
@@ -205,7 +205,7 @@ def core_limits(plan: Plan, block_dims: dict[str, int], cores: int | None) -> tu
     reason = f"main uses up to {main} of {cores} cores"
     limits: dict = {}
     if main + held > cores and cores - held >= 1:
-        # main alone would take every core: main + side <= device cores (DOMAIN.md) only
+        # main alone would take every core: main + side <= device cores only
         # holds when main is limited too, to what the side streams leave
         limits["0"] = {"aicore_num": cores - held,
                        "reason": f"the side streams hold {held} of {cores} cores"}

@@ -1,4 +1,4 @@
-"""The strength ladder of one candidate (DOMAIN.md §3): C1 stream split -> C2 + core
+"""The strength ladder of one candidate: C1 stream split -> C2 + core
 limits -> C3 + sync points placed by hand.
 
 - **C1** synchronises whole streams: an op that needs another stream's result waits for

@@ -1,4 +1,4 @@
-"""Lints for the known multi-stream traps (DOMAIN.md §3, §6), each with a rule id, a
+"""Lints for the known multi-stream traps, each with a rule id, a
 severity, the ops involved and a fix.
 
 - ``ge-reorder``: a side-stream output consumed on the main stream by a cheap precompute

@@ -1,5 +1,5 @@
 """Plan reports: the terminal summary and the Markdown document with one plan detail
-fragment per candidate in the 8-field structure of DOMAIN.md §3."""
+fragment per candidate in the 8-field structure of a plan detail."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from .model import Plan
 
 NOT_MEASURED = "not measured yet (run the plan, then `parastream analyze TRACE --plan plan.json`)"
 
-# how each execution path joins and syncs (DOMAIN.md §5); never mix the two Ascend styles.
+# how each execution path joins and syncs; never mix the two Ascend styles.
 # Per rung: C1 waits for the producer's whole stream, C3 for an event placed after the op.
 SYNC_API = {
     "ge": {"C1": "torchair.scope.npu_stream_switch(tag) around the side ops, "

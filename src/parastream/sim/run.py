@@ -1,6 +1,6 @@
 """From a graph, a plan and a device profile to simulated tasks and a simulated timeline.
 
-Also emulates GE's auto-reorder (DOMAIN.md §3): a cheap precompute that consumes a side
+Also emulates GE's auto-reorder: a cheap precompute that consumes a side
 output on the main stream is issued ahead of the main dominator, so the main stream's FIFO
 blocks on the side stream — the seed's false parallelism.
 """
