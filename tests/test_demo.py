@@ -47,7 +47,10 @@ def test_report_folder(demo_dir):
     # one recommendation in the folder, the measured one (what `emit plan.json` generates)
     assert plan["recommended"] == (a["decision"]["candidate"] or "single") == (
         a["recommended"] if a["recommended"] != "single stream" else "single")
-    assert f"Recommended: **{plan['recommended']}** from the measured runs" in (
+    from parastream.mdtext import text
+
+    # the name as Markdown prose: its * [ ] backslash-escaped, rendered as written
+    assert f"Recommended: **{text(plan['recommended'])}** from the measured runs" in (
         demo_dir / "plan.md").read_text()
     page = (demo_dir / "report.html").read_text()
     dag = re.search(r'<svg class="dag".*?</svg>', page, re.S)
