@@ -604,6 +604,8 @@ class _Emitter:
             if tgt is operator.getitem:
                 return f"{self.render(n.args[0])}[{self.render(n.args[1])}]"
             schema = getattr(tgt, "_schema", None)
+            if schema is not None and schema.name == "parastream::module_call":
+                return self.module_call(n)
             if schema is not None:
                 ns, _, op = schema.name.partition("::")
                 overload = getattr(tgt, "_overloadname", "default") or "default"
@@ -618,6 +620,18 @@ class _Emitter:
         if n.op == "get_attr":
             return f"_get(m, {str(tgt)!r})"
         raise EmitError(f"cannot emit node {n.name} ({n.op})")
+
+    def module_call(self, n: Any) -> str:
+        """An opaque module op (a Hugging Face experts module the importer kept whole): the
+        original model's own submodule, called by its path on the op's inputs."""
+        from ..graph.torch_import import opaque_module_path
+
+        path = opaque_module_path(n.args[0])
+        if path is None:
+            raise EmitError(f"op {n.name} calls a module traced in another process: emit the "
+                            "plan in the process that imports the model")
+        inputs = ", ".join(self.render(a) for a in n.args[1])
+        return f"m.get_submodule({path!r})({inputs})"
 
     def qualname(self, fn: Any) -> str:
         from torch.fx.node import _get_qualified_name

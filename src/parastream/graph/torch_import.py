@@ -228,12 +228,21 @@ class _Opaque:
     module: Any                    # weakref.ref to the module the op calls
     cls: str                       # its class name
     cost: Callable[[list, list, list], tuple[float, int, int]]
+    path: str = ""                 # its path under the traced model (get_submodule)
 
 
 #: key (the op's first argument) -> the module it calls; weak, so a traced model goes
 #: when its owner drops it, and a run later in the process still finds a live one
 _OPAQUE: dict[str, _Opaque] = {}
 _MODULE_CALL: Any = None
+
+
+def opaque_module_path(key: str) -> str | None:
+    """The submodule path (under the traced model) that a ``module_call`` op's ``key``
+    stands for; None when this process did not trace it. Generated code calls the
+    submodule by this path: the key means nothing in another process."""
+    entry = _OPAQUE.get(key)
+    return entry.path if entry is not None else None
 
 
 def module_call_op() -> Any:
@@ -301,7 +310,7 @@ def opaque_experts(module: Any) -> Iterator[list[str]]:
     try:
         for path, sub in found:
             key = f"{type(sub).__name__}@{id(sub):x}"
-            _OPAQUE[key] = _Opaque(weakref.ref(sub), type(sub).__name__, _experts_cost)
+            _OPAQUE[key] = _Opaque(weakref.ref(sub), type(sub).__name__, _experts_cost, path)
             forward = _opaque_forward(sub, key)
             patched.append((sub, vars(sub).get("forward")))
             sub.forward = forward
