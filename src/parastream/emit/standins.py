@@ -480,11 +480,8 @@ def _check_streams(r: Run, gen: Any, entry: dict, graph: Any, outputs: list,
             ev_stream[c.info["event"]] = s
         elif c.kind == "event_wait":
             e = c.info["event"]
-            if e not in ev_clock:
-                problems.append(f"stream {s} waits on event {e} before it is recorded")
+            if not _join_event(clk, ev_clock, e, s, problems):
                 continue
-            for k, v in ev_clock[e].items():
-                clk[k] = max(clk.get(k, 0), v)
             if ev_stream[e] == origin and s not in first_op:
                 forked.add(s)
         elif c.kind == "wait_stream":
@@ -554,6 +551,17 @@ def _allocating_streams(rec: Recorder) -> dict[int, Any]:
             if st is not None and st not in ins:
                 made[st] = c.stream
     return made
+
+
+def _join_event(clk: dict, ev_clock: dict, event: Any, stream: Any, problems: list) -> bool:
+    """A wait on ``event``: the waiting stream's vector clock takes the recorded one's
+    maxima. False (with a problem noted) when the event was never recorded."""
+    if event not in ev_clock:
+        problems.append(f"stream {stream} waits on event {event} before it is recorded")
+        return False
+    for k, v in ev_clock[event].items():
+        clk[k] = max(clk.get(k, 0), v)
+    return True
 
 
 def _unordered_reads(rec: Recorder, op_clock: dict[int, dict[Any, int]],
@@ -722,12 +730,8 @@ def check_patch(r: PatchRun, gen: Any, expected_streams: dict[str, int] | None =
         elif c.kind == "event_record":
             ev_clock[c.info["event"]] = dict(clk)
         elif c.kind == "event_wait":
-            e = c.info["event"]
-            if e not in ev_clock:
-                problems.append(f"stream {st} waits on event {e} before it is recorded")
+            if not _join_event(clk, ev_clock, c.info["event"], st, problems):
                 continue
-            for k, v in ev_clock[e].items():
-                clk[k] = max(clk.get(k, 0), v)
             if st not in first_op:
                 forked.add(st)
         elif c.kind == "record_stream":
