@@ -12,21 +12,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-#: TorchAir GE graph mode: where npu_stream_switch / npu_wait_tensor are documented
-TORCHAIR_STREAMS = ("Ascend Extension for PyTorch 7.0.0 (torchair)",
-                    "TorchAir user guide 7.0.0: npu_stream_switch torchair_0074, "
-                    "npu_wait_tensor torchair_0076 (hiascend.com/document/detail/zh/Pytorch/700)")
-#: torchair.scope.limit_core_num (operator level, max-autotune)
-TORCHAIR_LIMIT = ("Ascend Extension for PyTorch 7.1.0 (torchair)",
-                  "TorchAir user guide 7.1.0, limit_core_num (torchair_00091): 'only Atlas A2 "
-                  "training / Atlas 800I A2 inference and Atlas A3 training / inference "
-                  "products'; Ascend/torchair docs/zh/context/图内AI-Core和Vector-Core算子级核数配置.md "
-                  "lists Atlas A3 and Atlas A2")
-#: torch.npu.npugraph_ex.scope.limit_core_num (stream level, aclgraph)
-NPUGRAPH_EX_LIMIT = ("TorchNPU 26.0.0 (torch_npu)",
-                     "TorchAir 26.0.0 docs/zh/npugraph_ex/api/api_list.md lists "
-                     "torch.npu.npugraph_ex.scope.limit_core_num; the aclgraph core-limit "
-                     "guide (torchair_00024 family, 7.3.0) supports Atlas A2 and A3 only")
+#: the first release documenting each API a generated file calls (the import check names
+#: it). TorchAir 7.0.0 user guide: npu_stream_switch (torchair_0074), npu_wait_tensor
+#: (torchair_0076); 7.1.0: scope.limit_core_num (torchair_00091); TorchNPU 26.0.0:
+#: npugraph_ex.scope.limit_core_num. Which devices allow core limits is each device
+#: profile's ``core_limit`` object.
+TORCHAIR_STREAMS = "Ascend Extension for PyTorch 7.0.0 (torchair)"
+TORCHAIR_LIMIT = "Ascend Extension for PyTorch 7.1.0 (torchair)"
+NPUGRAPH_EX_LIMIT = "TorchNPU 26.0.0 (torch_npu)"
 
 
 @dataclass(frozen=True)
@@ -70,15 +63,15 @@ def core_limit(device: str | None) -> CoreLimit:
 def required_apis(target: str, limits: bool) -> dict[str, str]:
     """``{dotted name under the API object: minimum release}`` a generated file calls."""
     if target == "torchair":
-        need = {"scope.npu_stream_switch": TORCHAIR_STREAMS[0],
-                "scope.npu_wait_tensor": TORCHAIR_STREAMS[0]}
+        need = {"scope.npu_stream_switch": TORCHAIR_STREAMS,
+                "scope.npu_wait_tensor": TORCHAIR_STREAMS}
         if limits:
-            need["scope.limit_core_num"] = TORCHAIR_LIMIT[0]
+            need["scope.limit_core_num"] = TORCHAIR_LIMIT
         return need
     if target == "npugraph_ex":
         need = {}  # Stream / Event / stream / record_stream: every torch_npu
         if limits:
-            need["npugraph_ex.scope.limit_core_num"] = NPUGRAPH_EX_LIMIT[0]
+            need["npugraph_ex.scope.limit_core_num"] = NPUGRAPH_EX_LIMIT
         return need
     return {}
 
