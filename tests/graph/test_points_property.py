@@ -10,7 +10,7 @@ id order.
 
 from __future__ import annotations
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from points_oracle import module_errors, point_errors
@@ -97,8 +97,30 @@ def graphs(draw) -> Graph:
     return Graph(name="random", ops=ops, edges=edges)
 
 
+def _graph(n: int, edges: str, views: str = "", scope: str = "b") -> Graph:
+    """Ops n0..n(n-1), ``views`` (space-separated) reshapes in ``scope``, the rest linears
+    at the top; ``edges`` as "a>b a>c"."""
+    view = set(views.split())
+    ops = [Op(f"n{i}", "reshape" if f"n{i}" in view else "linear",
+              scope if f"n{i}" in view else "",
+              outputs=[Tensor([1024], "float16", 2048, f"n{i}.out")],
+              flops=0.0 if f"n{i}" in view else 4e9,
+              bytes_read=0 if f"n{i}" in view else 1 << 20,
+              bytes_written=0 if f"n{i}" in view else 1 << 20,
+              resource="vector" if f"n{i}" in view else "cube") for i in range(n)]
+    pairs = [e.split(">") for e in edges.split()]
+    return Graph(name="random", ops=ops,
+                 edges=[Edge(f"n{a}", f"n{b}", tensor=f"n{a}.out") for a, b in pairs])
+
+
+#: three source modules whose results reach one module through different ops of it: the
+#: join is that module, not "end" (each branch reaches it, no op is reached by all)
+THREE_INTO_ONE = _graph(11, "0>2 0>4 0>5 0>7 0>8 0>9 0>10 1>2 3>5 4>5 4>8 6>8", "n4 n8")
+
+
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(graphs())
+@example(THREE_INTO_ONE)
 def test_decompose_keeps_the_point_and_module_contracts(g):
     d = decompose(g, A2)
     assert module_errors(g, d) == []

@@ -273,7 +273,7 @@ def decompose(g: Graph, profile: DeviceProfile, costs: dict[str, OpCost] | None 
     op_reach = _Reach(order, {n: [e.dst for e in succs[n]] for n in order}, in_order=True)
     mod_reach = _Reach([s.node for s in shared] + [m.module_id for m in modules], node_succ,
                        in_order=True)
-    joins = _ModuleJoins(mod_reach, node_succ, op_reach, members_of, op_module)
+    joins = _ModuleJoins(mod_reach, op_reach, members_of)
     for fork, _, branches in _distinct(_points(mod_reach, node_succ)):
         pid = f"P{len(points) + 1}"
         point, pairs = _make_point(pid, "module", fork, joins.join(branches), branches,
@@ -868,47 +868,33 @@ class _ModuleJoins:
     it, yet an op path need not run from every op it reads to every op it feeds, so the
     module DAG can show branches meeting where no op of theirs does."""
 
-    def __init__(self, mod_reach: _Reach, mod_succ: dict[str, list[str]], op_reach: _Reach,
-                 members_of: dict[str, list[str]], op_module: dict[str, str]) -> None:
-        self.mods, self.ops = mod_reach, op_reach
-        self.members_of, self.op_module = members_of, op_module
+    def __init__(self, mod_reach: _Reach, op_reach: _Reach,
+                 members_of: dict[str, list[str]]) -> None:
+        self.mods, self.ops, self.members_of = mod_reach, op_reach, members_of
         self.op_mask = {m: op_reach.mask(ms) for m, ms in members_of.items()}
-        # ancestors (itself included) of every node, indexed as mod_reach
-        preds: dict[str, list[str]] = defaultdict(list)
-        for n, outs in mod_succ.items():
-            for v in outs:
-                preds[v].append(n)
-        self.anc: dict[str, int] = {}
-        for n in mod_reach.order:
-            a = 1 << mod_reach.index[n]
-            for p in preds[n]:
-                a |= self.anc[p]
-            self.anc[n] = a
 
     def join(self, branches: list[list[str]]) -> str:
-        """The first module, in id order, with an op that every branch reaches and that no
-        other such module reaches (``"end"`` when there is none): the module of the
-        earliest such op, or an ancestor of it that has one too."""
-        common = -1
-        for b in branches:
-            reached = 0
-            for mid in b:
-                for o in self.members_of[mid]:
-                    reached |= self.ops.desc[o]
-            common &= reached
-        if common <= 0:
-            return "end"
-        first = self.ops.order[(common & -common).bit_length() - 1]
-        j = self.op_module[first]
-        # a module before j that every branch reaches and that reaches j
+        """The first module, in id order, that every branch reaches on the op DAG (each
+        branch some op of it, not necessarily the same op: a module that reads every
+        branch's result waits for all of them), ``"end"`` when there is none. Op edges go
+        forward in id order, so the first such module is one no other such module
+        reaches."""
+        reached = []
         below = -1
         for b in branches:
+            r = 0
+            for mid in b:
+                for o in self.members_of[mid]:
+                    r |= self.ops.desc[o]
+            reached.append(r)
             below &= self.mods.desc[b[0]]  # a branch's first node reaches all of it
-        between = below & self.anc[j] & ~(1 << self.mods.index[j])
-        for m in self.mods.nodes(between):
-            if self.op_mask.get(m, 0) & common:
+        # an op path implies a module path: the module DAG's common descendants bound the
+        # search, the op DAG decides
+        for m in self.mods.nodes(below if below > 0 else 0):
+            mask = self.op_mask.get(m, 0)
+            if mask and all(r & mask for r in reached):
                 return m
-        return j
+        return "end"
 
 
 def _summarise(nodes: list[str], weight: dict[str, float], members_of, costs) -> Branch:
