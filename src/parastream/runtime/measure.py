@@ -16,16 +16,16 @@ from __future__ import annotations
 
 import statistics
 import time
-from dataclasses import dataclass, field
-from typing import Any, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
 from ..plan.model import Plan
 from ..timeline.model import Timeline
 
-__all__ = ["LATE_START_FRACTION", "LATE_START_US", "Measurement", "analyse", "late_starts",
-           "measure", "paired_quartiles", "start_lags_us"]
+__all__ = ["LATE_START_FRACTION", "LATE_START_US", "MeasureSettings", "Measurement", "analyse",
+           "late_starts", "measure", "paired_quartiles", "start_lags_us"]
 
 
 @dataclass
@@ -131,143 +131,215 @@ def _median_index(walls: list[float]) -> int:
     return order[(len(order) - 1) // 2]
 
 
-def measure(module: Any, inputs: Sequence[Any], plan: Plan, *, backend: str = "cpu",
-            runs: int = 7, warmup: int = 2, drop: int = 2, cores: int | None = None,
-            multi_threads: int | None = None, runnable: Any = None,
-            single_executor: bool = True, executor: Any = None,
-            rewarm: bool = True, timelines: bool = True) -> Measurement:
+@dataclass(frozen=True)
+class MeasureSettings:
+    """How :func:`measure` times a plan: ``runs`` (>= 5) timed rounds after ``warmup``
+    untimed ones, the first ``drop`` rounds left out; ``cores`` for the single-stream
+    side (default: all this process may use), ``multi_threads`` per stream (default
+    ``cores // streams``); ``single_executor``: also time the single-stream executor;
+    ``rewarm`` and ``timelines``: see :func:`measure`."""
+
+    backend: str = "cpu"
+    runs: int = 7
+    warmup: int = 2
+    drop: int = 2
+    cores: int | None = None
+    multi_threads: int | None = None
+    single_executor: bool = True
+    rewarm: bool = True
+    timelines: bool = True
+
+    def check(self) -> None:
+        """ValueError unless the rounds leave something to keep."""
+        if self.runs < 5:
+            raise ValueError("measure at least 5 timed runs (the first few are dropped)")
+        if not 0 <= self.drop < self.runs:
+            raise ValueError("drop must be >= 0 and less than runs")
+
+
+def measure(module: Any, inputs: Sequence[Any], plan: Plan,
+            settings: MeasureSettings | None = None, *, runnable: Any = None,
+            executor: Any = None, **options: Any) -> Measurement:
     """Measure ``plan`` against the single-stream module, alternating in this process.
 
-    ``timelines=False`` on a device backend (cuda, npu) times the executors without their
-    per-op timing events, and the measurement then has no timelines: two events bracket
-    every op on its stream, a host cost of 6-11 us per op on an H200 (the zoo models at
-    small scale, 23-28 ops: 1,095 against 888 us a call for medusa_heads' single-stream
-    executor), which the plain module it is compared with does not pay. A cpu backend's
-    timeline is its own bookkeeping and always kept.
+    ``settings`` (:class:`MeasureSettings`), with any of its fields given as keyword
+    ``options`` on top. ``runnable``: the module's traced program (traced here when not
+    given); ``executor``: a multi-stream executor to time instead of a new one (left
+    open).
 
-    With ``rewarm`` (cpu backend) each timed multi-stream run follows untimed ones, for
-    as long as the single-stream runs' OpenMP thread team keeps spinning after its last op
-    (:func:`~parastream.runtime.cpu.team_spin_s`, 8-10 ms on this 2-vCPU VM with libgomp;
-    libiomp's default is about 200 ms): the spinning
-    thread takes a core from the streams' workers (llama_layer at small scale: a stream's
-    first op started 3.6 ms late, the wall 25-30% longer; two_chains small, 1.3-1.5 ms
-    calls: stream 0's first op took 1.2 ms instead of 0.13 ms for the first 4-8 calls, the
-    wall 2.1-2.7 ms instead of 1.3-1.5 ms, while one untimed call was the rule). Waiting
-    instead does not work on this virtual machine: idle vCPUs halt, and waking them slows
-    every thread hand-off of the next run (a tiny model: 1.9 ms instead of 1.0-1.2 ms after
-    a 20 ms sleep). A multi-stream plan run on its own has no such neighbour: its streams'
-    teams are its own. In turn, the timed single-stream run follows an untimed one: after
-    those untimed runs the team has gone to sleep, and waking it slowed the next call
-    (two_chains tiny: 270-320 us instead of 145-175 us)."""
-    from .backend import TIMED_DEVICES, untimed
-    from .cpu import set_intra_op_threads, team_spin_s
-    from .executor import MultiStreamExecutor, _cores, call_model, default_threads
-    from .malloc import page_faults
+    ``timelines=False`` on a backend whose streams bracket each op with timing events
+    (cuda, npu) times the executors without those events, and the measurement then has
+    no timelines: the events are a host cost per op that the plain module it is compared
+    with does not pay. A cpu backend's timeline is its own bookkeeping and always kept.
 
-    if runs < 5:
-        raise ValueError("measure at least 5 timed runs (the first few are dropped)")
-    if not 0 <= drop < runs:
-        raise ValueError("drop must be >= 0 and less than runs")
-    inputs = tuple(inputs)
-    cores = cores or _cores()
-    device = backend != "cpu"
-    from ..graph.torch_import import import_runnable
+    With ``rewarm`` (backends whose streams share the host's OpenMP thread team) each
+    timed multi-stream run follows untimed ones, for as long as the single-stream runs'
+    thread team keeps spinning after its last op
+    (:func:`~parastream.runtime.cpu.team_spin_s`): the spinning thread takes a core from
+    the streams' workers, and a stream's first op then starts late. Waiting instead does
+    not work on a virtual machine whose idle vCPUs halt: waking them slows every thread
+    hand-off of the next run. A multi-stream plan run on its own has no such neighbour:
+    its streams' teams are its own. In turn, the timed single-stream run follows an
+    untimed one: after those untimed runs the team has gone to sleep, and waking it
+    slows the next call."""
+    settings = replace(settings or MeasureSettings(), **options)
+    settings.check()
+    with _SideBySide(module, tuple(inputs), plan, settings, runnable, executor) as run:
+        run.rounds()
+        return run.result()
 
-    runnable = runnable or import_runnable(module, inputs)
-    streams = len(set(plan.assignment.values()) | {0})
-    multi_threads = multi_threads or default_threads(streams, cores)
 
-    # a device backend without its timing events: one instance per executor
-    quiet = not timelines and backend in TIMED_DEVICES
+class _SideBySide:
+    """One side-by-side measurement (:func:`measure`): the executors, the timed rounds
+    and what they recorded."""
 
-    def new_backend() -> Any:
-        return untimed(backend) if quiet else backend
+    def __init__(self, module: Any, inputs: tuple, plan: Plan, settings: MeasureSettings,
+                 runnable: Any, executor: Any) -> None:
+        from ..graph.torch_import import import_runnable
+        from .executor import _cores, default_threads
 
-    multi = executor or MultiStreamExecutor(module, inputs, plan, backend=new_backend(),
-                                            intra_op_threads=multi_threads, runnable=runnable)
-    single = None
-    if single_executor:
-        single_plan = Plan.single(o.name for o in runnable.graph.ops)
-        single = MultiStreamExecutor(module, inputs, single_plan, backend=new_backend(),
-                                     intra_op_threads=cores, runnable=runnable)
+        self.module, self.inputs, self.plan, self.settings = module, inputs, plan, settings
+        self.cores = settings.cores or _cores()
+        self.runnable = runnable or import_runnable(module, inputs)
+        self.streams = len(set(plan.assignment.values()) | {0})
+        self.multi_threads = settings.multi_threads or default_threads(self.streams, self.cores)
+        self.device = settings.backend != "cpu"
+        # a device backend without its timing events: one instance per executor
+        self.quiet = not settings.timelines and _has_timing_events(settings.backend)
+        self.own_executor = executor is None
+        self.multi = executor or self._executor(plan, self.multi_threads)
+        self.single = None
+        if settings.single_executor:
+            self.single = self._executor(Plan.single(o.name for o in self.runnable.graph.ops),
+                                         self.cores)
+        self.walls: dict[str, list[float]] = {"plain": [], "multi": [], "single": []}
+        self.timelines: dict[str, list[Timeline]] = {"multi": [], "single": []}
+        self.faults: dict[str, list[int]] = {"plain": [], "multi": []}
+        self.fresh_inputs: Any = None
 
-    def sync() -> None:
-        if device and multi.backend is not None and hasattr(multi.backend, "synchronize"):
-            multi.backend.synchronize()
+    def _executor(self, plan: Plan, threads: int) -> Any:
+        from .backend import untimed
+        from .executor import MultiStreamExecutor
 
-    def call(fn) -> None:
-        # every call sees the inputs as given: a model that writes its input in place
-        # (x.add_(1)) would otherwise be timed on what the previous calls left there, as
-        # a server's next request never is, and one that changes its layout (x.t_())
-        # would fail on its second call; the module's state (a cache, a counter) carries
-        # over, as it does in serving. A model that writes no input restores nothing.
-        fresh_inputs()
-        fn(*inputs)
+        backend = untimed(self.settings.backend) if self.quiet else self.settings.backend
+        return MultiStreamExecutor(self.module, self.inputs, plan, backend=backend,
+                                   intra_op_threads=threads, runnable=self.runnable)
 
-    def timed(fn, faults: list[int] | None = None) -> float:
-        fresh_inputs()  # untimed
-        sync()
+    def __enter__(self) -> "_SideBySide":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.single is not None:
+            self.single.close()
+        if self.own_executor:
+            self.multi.close()
+
+    # ------------------------------------------------------------------ calls
+    def plain(self, *a: Any) -> Any:
+        from .executor import call_model
+
+        return call_model(self.module, a)
+
+    def sync(self) -> None:
+        if self.device and self.multi.backend is not None \
+                and hasattr(self.multi.backend, "synchronize"):
+            self.multi.backend.synchronize()
+
+    def call(self, fn: Callable[..., Any]) -> None:
+        """An untimed call. Every call sees the inputs as given: a model that writes its
+        input in place (x.add_(1)) would otherwise be timed on what the previous calls
+        left there, as a server's next request never is, and one that changes its layout
+        (x.t_()) would fail on its second call; the module's state (a cache, a counter)
+        carries over, as it does in serving. A model that writes no input restores
+        nothing."""
+        self.fresh_inputs()
+        fn(*self.inputs)
+
+    def timed(self, fn: Callable[..., Any], faults: list[int] | None = None) -> float:
+        """One timed call's wall in microseconds (the device synchronised before and
+        after); its page faults appended to ``faults`` where the OS counts them."""
+        from .malloc import page_faults
+
+        self.fresh_inputs()  # untimed
+        self.sync()
         f0 = page_faults()
         t0 = time.perf_counter_ns()
-        fn(*inputs)
-        sync()
+        fn(*self.inputs)
+        self.sync()
         t1 = time.perf_counter_ns()
         if faults is not None and f0 is not None:
             faults.append(page_faults() - f0)
         return (t1 - t0) / 1000.0
 
-    def plain(*a):
-        return call_model(module, a)
+    # ------------------------------------------------------------------ rounds
+    def rounds(self) -> None:
+        """Warm-up calls, then the timed rounds, with every input put back for the caller
+        at the end (the eager module may write one the traced program does not) and,
+        between calls, those the program writes."""
+        from .cpu import set_intra_op_threads, team_spin_s
 
-    s_walls, m_walls, e_walls = [], [], []
-    m_tls, e_tls = [], []
-    s_faults: list[int] = []
-    m_faults: list[int] = []
-    rewarm = rewarm and not device  # a device's streams share no thread team with the host
-    settle_s = team_spin_s(cores) if rewarm else 0.0
-    try:
-        # every input back for the caller at the end (the eager module may write one the
-        # traced program does not); between calls, those the program writes
-        with multi.kept_state(inputs, state=False, every_input=True), \
-                multi.kept_state(inputs, state=False) as fresh_inputs:
-            set_intra_op_threads(cores)
-            for _ in range(warmup):
-                call(plain)
-                if single is not None:
-                    call(single)
-                call(multi)
-            for _ in range(runs):
-                if rewarm:
-                    call(plain)  # wakes the team the streams' runs left asleep
-                s_walls.append(timed(plain, s_faults))
-                if single is not None:
-                    e_walls.append(timed(single))
-                    if not quiet:
-                        e_tls.append(single.timeline(f"{runnable.graph.name}: single stream"))
-                if rewarm:
-                    settled = time.perf_counter() + settle_s
-                    call(multi)
-                    while time.perf_counter() < settled:
-                        call(multi)
-                m_walls.append(timed(multi, m_faults))
-                if not quiet:
-                    m_tls.append(multi.timeline(f"{runnable.graph.name}: {plan.name}"))
-    finally:
-        if single is not None:
-            single.close()
-        if executor is None:
-            multi.close()
-    keep = slice(drop, None)
-    m_walls, s_walls, e_walls = m_walls[keep], s_walls[keep], e_walls[keep]
-    m_tls, e_tls = m_tls[keep], e_tls[keep]
-    m = Measurement(plan.name, s_walls, m_walls, e_walls, drop, cores, multi_threads, streams,
-                    multi_timelines=m_tls, single_timelines=e_tls,
-                    single_faults=s_faults[keep], multi_faults=m_faults[keep])
-    if m_tls:
-        m.multi_timeline = m_tls[_median_index(m_walls)]
-    if e_tls:
-        m.single_timeline = e_tls[_median_index(e_walls)]
-    return m
+        s = self.settings
+        rewarm = s.rewarm and not self.device  # a device's streams share no thread team
+        settle_s = team_spin_s(self.cores) if rewarm else 0.0
+        with self.multi.kept_state(self.inputs, state=False, every_input=True), \
+                self.multi.kept_state(self.inputs, state=False) as self.fresh_inputs:
+            set_intra_op_threads(self.cores)
+            for _ in range(s.warmup):
+                self.call(self.plain)
+                if self.single is not None:
+                    self.call(self.single)
+                self.call(self.multi)
+            for _ in range(s.runs):
+                self._single_side(rewarm)
+                self._multi_side(settle_s if rewarm else None)
+
+    def _single_side(self, rewarm: bool) -> None:
+        """The plain module timed (after an untimed call that wakes the thread team the
+        streams' runs left asleep), then the single-stream executor."""
+        if rewarm:
+            self.call(self.plain)
+        self.walls["plain"].append(self.timed(self.plain, self.faults["plain"]))
+        if self.single is not None:
+            self.walls["single"].append(self.timed(self.single))
+            if not self.quiet:
+                name = self.runnable.graph.name
+                self.timelines["single"].append(self.single.timeline(f"{name}: single stream"))
+
+    def _multi_side(self, settle_s: float | None) -> None:
+        """The multi-stream executor timed; with ``settle_s``, after untimed calls for
+        that long (the single-stream team's spin)."""
+        if settle_s is not None:
+            settled = time.perf_counter() + settle_s
+            self.call(self.multi)
+            while time.perf_counter() < settled:
+                self.call(self.multi)
+        self.walls["multi"].append(self.timed(self.multi, self.faults["multi"]))
+        if not self.quiet:
+            label = f"{self.runnable.graph.name}: {self.plan.name}"
+            self.timelines["multi"].append(self.multi.timeline(label))
+
+    def result(self) -> Measurement:
+        """The kept rounds as a :class:`Measurement`, the median-wall runs' timelines as
+        its representative ones."""
+        keep = slice(self.settings.drop, None)
+        m_walls, e_walls = self.walls["multi"][keep], self.walls["single"][keep]
+        m_tls, e_tls = self.timelines["multi"][keep], self.timelines["single"][keep]
+        m = Measurement(self.plan.name, self.walls["plain"][keep], m_walls, e_walls,
+                        self.settings.drop, self.cores, self.multi_threads, self.streams,
+                        multi_timelines=m_tls, single_timelines=e_tls,
+                        single_faults=self.faults["plain"][keep],
+                        multi_faults=self.faults["multi"][keep])
+        if m_tls:
+            m.multi_timeline = m_tls[_median_index(m_walls)]
+        if e_tls:
+            m.single_timeline = e_tls[_median_index(e_walls)]
+        return m
+
+
+def _has_timing_events(backend: str) -> bool:
+    from .backend import TIMED_DEVICES
+
+    return backend in TIMED_DEVICES
 
 
 def analyse(m: Measurement, doc: Any = None, candidate: str | None = None) -> dict:
