@@ -160,6 +160,30 @@ class _Acc:
         self.items = self.busy = self.qwait = self.blocked = 0
 
 
+def _call_stage(stage: Stage, stream: Any, e: _Entry,
+                last: bool) -> tuple[Any, Any, BaseException | None]:
+    """``stage.fn`` on ``e``'s payload: (output, the event that marks it ready on a device
+    stream or None, the exception it raised or None). A device launch is ordered after the
+    producer's event; a host stage waits for a device producer; the ``last`` stage's output
+    is synchronized, since the caller reads it on the host."""
+    try:
+        if stream is not None:  # device launch: order after the producer's event
+            if e.ready is not None:
+                stream.wait_event(e.ready)
+            out = stream.submit(stage.fn, e.payload, name=stage.name).result()
+            ready = stream.record_event()
+        else:
+            if e.ready is not None:  # host consumer of device output
+                e.ready.synchronize()
+            out = stage.fn(e.payload)
+            ready = None
+        if last and ready is not None:
+            ready.synchronize()  # the caller reads the result on the host
+        return out, ready, None
+    except BaseException as exc:  # noqa: BLE001 - reported to the caller
+        return None, None, exc
+
+
 class _Run:
     """State of one pass of an iterable through the pipeline."""
 
@@ -276,37 +300,12 @@ class _Run:
         first = self.channels[0]
         try:
             it = iter(items)
-            while True:
-                with self.cond:
-                    if len(self.in_flight) >= self.capacity and not self.aborted:
-                        t0 = now_ns()
-                        self.source_blocks += 1
-                        while len(self.in_flight) >= self.capacity and not self.aborted:
-                            self.cond.wait()
-                        self.source_blocked_ns += now_ns() - t0
-                    if self.aborted:
-                        break
+            while self._wait_for_room():
                 try:
                     x = next(it)
                 except StopIteration:
                     break
-                t = now_ns()
-                with self.cond:
-                    if self.aborted:
-                        break
-                    self.in_flight[seq] = t
-                    self.submitted += 1
-                    self.max_in_flight = max(self.max_in_flight, len(self.in_flight))
-                    if self.t_start is None:
-                        self.t_start = t
-                put = first.put(_Entry(seq, x))
-                if put == 2:  # back-pressure reached the source: it blocked on a full queue
-                    t_put = now_ns()
-                    with self.cond:
-                        self.source_blocks += 1
-                        self.source_blocked_ns += t_put - t
-                if not put:
-                    self.finish(seq, CANCELLED)
+                if not self._feed(first, seq, x):
                     break
                 seq += 1
         except BaseException as exc:  # noqa: BLE001 - the input iterator raised
@@ -317,6 +316,42 @@ class _Run:
                 self.source_done = True
                 self.cond.notify_all()
 
+    def _wait_for_room(self) -> bool:
+        """Block the source while ``capacity`` items are in flight (counted as a source
+        block); False once the run is aborted."""
+        with self.cond:
+            if len(self.in_flight) >= self.capacity and not self.aborted:
+                t0 = now_ns()
+                self.source_blocks += 1
+                while len(self.in_flight) >= self.capacity and not self.aborted:
+                    self.cond.wait()
+                self.source_blocked_ns += now_ns() - t0
+            return not self.aborted
+
+    def _feed(self, first: _Channel, seq: int, x: Any) -> bool:
+        """Admit item ``seq`` (its intake time starts its latency) into the first stage's
+        queue; False when the run was aborted or the queue cancelled (the item then has
+        its final status)."""
+        t = now_ns()
+        with self.cond:
+            if self.aborted:
+                return False
+            self.in_flight[seq] = t
+            self.submitted += 1
+            self.max_in_flight = max(self.max_in_flight, len(self.in_flight))
+            if self.t_start is None:
+                self.t_start = t
+        put = first.put(_Entry(seq, x))
+        if put == 2:  # back-pressure reached the source: it blocked on a full queue
+            t_put = now_ns()
+            with self.cond:
+                self.source_blocks += 1
+                self.source_blocked_ns += t_put - t
+        if not put:
+            self.finish(seq, CANCELLED)
+            return False
+        return True
+
     def _worker(self, s: int, stage: Stage, lane: LaneRecorder, acc: _Acc, stream: Any) -> None:
         inq = self.channels[s]
         outq = self.channels[s + 1] if s + 1 < len(self.stages) else None
@@ -324,7 +359,6 @@ class _Run:
         prev = self.stages[s - 1].name if s and self.stages[s - 1].replicas == 1 else None
         nxt = (self.stages[s + 1].name if outq is not None and self.stages[s + 1].replicas == 1
                else None)
-        fn, name = stage.fn, stage.name
         try:
             while True:
                 t_w = now_ns()
@@ -337,77 +371,63 @@ class _Run:
                 if self.aborted:
                     self.finish(e.seq, CANCELLED)
                     continue
-                t0 = now_ns()
-                try:
-                    if stream is not None:  # device launch: order after the producer's event
-                        if e.ready is not None:
-                            stream.wait_event(e.ready)
-                        out = stream.submit(fn, e.payload, name=name).result()
-                        ready = stream.record_event()
-                    else:
-                        if e.ready is not None:  # host consumer of device output
-                            e.ready.synchronize()
-                        out = fn(e.payload)
-                        ready = None
-                    if outq is None and ready is not None:
-                        ready.synchronize()  # the caller reads the result on the host
-                    failed = None
-                except BaseException as exc:  # noqa: BLE001 - reported to the caller
-                    failed = exc
-                # a failed call is busy time too, as the timeline shows it; a worker's clock
-                # only moves on, so its last op ended last
-                t1 = now_ns()
-                lane.op(name, t0, t1)
-                acc.busy += t1 - t0
-                if failed is not None:
-                    self.finish(e.seq, FAILED)
-                    self.abort((name, e.seq, failed))
-                    continue
-                acc.items += 1
-                if outq is None:
-                    self.arrive(e.seq, out, t1)
-                    continue
-                e.payload, e.ready = out, ready
-                put = outq.put(e)
-                if not put:
-                    self.finish(e.seq, CANCELLED)
-                    continue
-                if put == 2:  # the queue was full: this worker waited for room
-                    t2 = now_ns()
-                    lane.wait(t1, t2, on=nxt, name="queue full")
-                    acc.blocked += t2 - t1
+                self._process(e, stage, stream, (lane, acc), outq, nxt)
         finally:
+            self._worker_done(s, outq)
+
+    def _process(self, e: _Entry, stage: Stage, stream: Any, books: tuple[LaneRecorder, _Acc],
+                 outq: _Channel | None, nxt: str | None) -> None:
+        """Run ``stage`` on item ``e`` (its lane and accounts in ``books``) and hand the
+        result on: to the next stage's queue, to the caller after the last stage, or the
+        failure to :meth:`abort`."""
+        lane, acc = books
+        t0 = now_ns()
+        out, ready, failed = _call_stage(stage, stream, e, last=outq is None)
+        # a failed call is busy time too, as the timeline shows it; a worker's clock
+        # only moves on, so its last op ended last
+        t1 = now_ns()
+        lane.op(stage.name, t0, t1)
+        acc.busy += t1 - t0
+        if failed is not None:
+            self.finish(e.seq, FAILED)
+            self.abort((stage.name, e.seq, failed))
+            return
+        acc.items += 1
+        if outq is None:
+            self.arrive(e.seq, out, t1)
+            return
+        e.payload, e.ready = out, ready
+        put = outq.put(e)
+        if not put:
+            self.finish(e.seq, CANCELLED)
+            return
+        if put == 2:  # the queue was full: this worker waited for room
+            t2 = now_ns()
+            lane.wait(t1, t2, on=nxt, name="queue full")
+            acc.blocked += t2 - t1
+
+    def _worker_done(self, s: int, outq: _Channel | None) -> None:
+        """A worker of stage ``s`` stopped: the stage's last one closes its output queue
+        (the caller's wait wakes after the last stage)."""
+        with self.cond:
+            self.remaining[s] -= 1
+            last = self.remaining[s] == 0
+        if not last:
+            return
+        if outq is not None:
+            outq.close()
+        else:
             with self.cond:
-                self.remaining[s] -= 1
-                last = self.remaining[s] == 0
-            if last:
-                if outq is not None:
-                    outq.close()
-                else:
-                    with self.cond:
-                        self.cond.notify_all()
+                self.cond.notify_all()
 
     # ------------------------------------------------------------------ caller side
     def results(self) -> Iterator[ItemResult]:
         """Hand out completed items in order (or as they finish); raise on failure."""
-        cond = self.cond
         try:
             while True:
-                with cond:
-                    while True:
-                        if self.aborted:
-                            break
-                        if self.ordered:
-                            got = self.ready.pop(self.next_id, None)  # type: ignore[union-attr]
-                        else:
-                            ready = self.ready
-                            got = ready.popleft() if ready else None  # type: ignore[union-attr]
-                        if got is not None:
-                            break
-                        if self.source_done and not self.in_flight:
-                            return
-                        cond.wait()
-                    if self.aborted:
+                with self.cond:
+                    got = self._next_ready()
+                    if got is None:
                         break
                     seq, value, latency = got
                     if self.ordered:
@@ -425,6 +445,21 @@ class _Run:
         if failure is not None:
             stage, seq, exc = failure
             raise PipelineError(stage, seq, exc, self.counts, self.submitted) from exc
+
+    def _next_ready(self) -> tuple | None:
+        """The next item to hand out, waiting for it (the lock held); None once every item
+        is out or the run was aborted (an abort sets :attr:`failure` first, if any)."""
+        while not self.aborted:
+            if self.ordered:
+                got = self.ready.pop(self.next_id, None)  # type: ignore[union-attr]
+            else:
+                got = self.ready.popleft() if self.ready else None  # type: ignore[union-attr]
+            if got is not None:
+                return got
+            if self.source_done and not self.in_flight:
+                return None
+            self.cond.wait()
+        return None
 
     def done_cleanly(self) -> bool:
         with self.cond:
