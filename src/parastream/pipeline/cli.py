@@ -12,9 +12,8 @@ from __future__ import annotations
 
 import argparse
 import io
-import os
 import sys
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable
 
 from ..errors import InputError
 
@@ -53,12 +52,8 @@ def add_parser(subparsers: Any) -> None:
     p.set_defaults(func=cmd_pipeline)
 
 
-#: replicas of one stage at most: each is a worker thread, and thousands exhaust the
-#: process's threads (a traceback after the whole serial run) long before they pay
-MAX_REPLICAS = 256
-MAX_ITEMS = 100_000
-MAX_BATCH = 4096
-MAX_THREADS = 1024
+from ..workflow.pipeline import (MAX_BATCH, MAX_ITEMS, MAX_REPLICAS,  # noqa: F401 (flag bounds)
+                                 MAX_THREADS)
 
 
 def parse_replicas(spec: str, stages: Iterable[str]) -> dict[str, int]:
@@ -84,42 +79,21 @@ def parse_replicas(spec: str, stages: Iterable[str]) -> dict[str, int]:
     return out
 
 
-def _ticking(it: Iterable[Any], prog: Any, description: str, total: int) -> Iterator[Any]:
-    if prog is None:
-        yield from it
-        return
-    task = prog.add_task(description, total=total)
-    for x in it:
-        yield x
-        prog.advance(task)
-    prog.remove_task(task)
-
-
 def cmd_pipeline(args: argparse.Namespace) -> int:
-    """Run the demo; see the module docstring."""
-    # the items are made up front and the threads are torch's: past these bounds a run is a
-    # MemoryError or an allocation failure of the OpenMP runtime, not a measurement
-    for flag, v, most in (("--items", args.items, MAX_ITEMS), ("--batch", args.batch, MAX_BATCH),
-                          ("--threads", args.threads, MAX_THREADS)):
-        if not 1 <= v <= most:
-            raise InputError(None, f"{flag} must be from 1 to {most}, got {v}")
-    if args.depth is not None and args.depth < 1:
-        raise InputError(None, "--depth must be >= 1")
+    """Run the demo (:func:`parastream.workflow.pipeline.pipeline`) and print or write the
+    comparison, the HTML report and the trace."""
+    from ..report.atomic import check_outputs
+    from ..workflow.pipeline import check_sizes, pipeline, require_workload_packages
     from .workload import STAGE_NAMES
 
+    check_sizes(args.items, args.batch, args.threads, args.depth)
     replicas = None if args.replicas == "auto" else parse_replicas(args.replicas, STAGE_NAMES)
-    try:
-        import torch  # noqa: F401
-        import PIL  # noqa: F401
-    except ImportError as exc:
-        raise InputError(None, f"the pipeline demo needs torch and pillow "
-                               f"(pip install 'parastream[torch]'): {exc}") from None
-    from ..report.atomic import check_outputs
-
+    require_workload_packages()
     # both before the run: no output left behind for a bad one, nor one over the other
     check_outputs({"-o/--output": args.output, "--html": args.html, "--trace": args.trace})
-    doc, serial_tl, pipe_tl = run_demo(args.items, args.batch, replicas, args.depth,
-                                       not args.unordered, args.threads, not args.no_progress)
+    result = pipeline(args.items, args.batch, replicas, args.depth, not args.unordered,
+                      args.threads, not args.no_progress)
+    doc = result.to_dict()
     if args.format == "json":
         from ..graph.render import render_json
 
@@ -133,65 +107,13 @@ def cmd_pipeline(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(text)
     if args.html:
-        write_report(args.html, doc, serial_tl, pipe_tl)
+        write_report(args.html, doc, result.serial_timeline, result.pipelined_timeline)
     if args.trace:
-        write_trace(args.trace, pipe_tl)
+        write_trace(args.trace, result.pipelined_timeline)
     for path in (args.output, args.html, args.trace):
         if path:
             print(f"wrote {path}", file=sys.stderr)
     return 0
-
-
-def run_demo(items: int, batch: int, replicas: dict[str, int] | None, depth: int | None,
-             ordered: bool, threads: int, progress: bool) -> tuple[dict, Any, Any]:
-    """Serial run, plan, pipelined run; the comparison as a JSON-ready dict + both timelines."""
-    from ..runtime.cpu import set_intra_op_threads
-    from ..report.text import progress as progress_display
-    from .core import Pipeline, run_serial
-    from .planner import plan
-    from .workload import WorkloadConfig, make_items, make_model, make_stages, same_outputs
-
-    set_intra_op_threads(threads)  # once, here, in the main thread — never in a worker
-    cfg = WorkloadConfig(batch=batch)
-    model = make_model(cfg.classes)
-    with progress_display(progress) as prog:
-        data = make_items(items, cfg)
-        warm = make_stages(cfg, model=model)
-        run_serial(warm, data[:2])  # first calls allocate and pick kernels: not timed
-        serial_out, serial, serial_tl = run_serial(
-            warm, _ticking(data, prog, "serial", items), name="serial")
-        times = {s.name: s.mean_ns / 1e9 for s in serial.stages}
-        suggestion = plan(times, cores=os.cpu_count() or 1)
-        reps = replicas if replicas is not None else suggestion.replicas
-        # at least the largest replica count (docs/pipeline.md), of the replicas used
-        qdepth = depth if depth is not None else max(suggestion.depth, *reps.values())
-        stages = make_stages(cfg, reps, model=model)
-        with Pipeline(stages, depth=qdepth, ordered=ordered, name="pipelined") as pipe:
-            results = list(_ticking(pipe.results(data), prog, "pipelined", items))
-            stats = pipe.stats()
-            pipe_tl = pipe.timeline()
-    got = [r.value for r in sorted(results, key=lambda r: r.id)]
-    if ordered:
-        in_order = [r.id for r in results] == list(range(len(results)))
-    else:
-        in_order = None
-    b = stats.bottleneck
-    serial_b = next(s for s in serial.stages if b is not None and s.name == b.name)
-    doc = {
-        "device": f"cpu, {os.cpu_count()} cores, torch intra-op threads {threads}",
-        "items": items, "images_per_item": batch,
-        "plan": suggestion.to_dict(), "replicas": {s.name: s.replicas for s in stages},
-        "depth": qdepth, "ordered": ordered,
-        "serial": serial.to_dict(), "pipelined": stats.to_dict(),
-        "speedup": round(stats.throughput / serial.throughput, 3) if serial.throughput else None,
-        "efficiency": round(stats.efficiency, 4),
-        "bottleneck": b.name if b else None,
-        "bottleneck_utilization": {"serial": round(serial_b.utilization, 4),
-                                   "pipelined": round(b.utilization, 4) if b else None},
-        "outputs_identical": same_outputs(serial_out, got),
-        "in_order": in_order,
-    }
-    return doc, serial_tl, pipe_tl
 
 
 def render_text(doc: dict) -> str:
