@@ -29,6 +29,7 @@ import queue
 import statistics
 import threading
 import time
+from dataclasses import dataclass
 from functools import partial
 from typing import Any, Callable, Sequence
 
@@ -157,7 +158,154 @@ def _nbytes(*ts: Any) -> int:
     return sum(t.numel() * t.element_size() for t in ts)
 
 
-def _op_cases() -> dict[str, tuple[str, Callable[[bool], tuple[Callable[[], Any], float, float]]]]:
+#: an op case built: (the call, its work, the bytes it reads)
+_Case = tuple[Callable[[], Any], float, float]
+
+
+def _torch_fns() -> tuple[Any, Any, Callable[..., Any]]:
+    """(torch, torch.nn.functional, torch.randn), imported when a case is built."""
+    import torch
+    import torch.nn.functional as F
+
+    return torch, F, torch.randn
+
+
+def _case_linear(large: bool) -> _Case:
+    torch, F, r = _torch_fns()
+    m, k, n = (256, 512, 512) if large else (16, 64, 64)
+    x, w = r(m, k), r(n, k)
+    return (lambda: F.linear(x, w)), 2.0 * m * k * n, float(_nbytes(x, w))
+
+
+def _case_few_rows(large: bool) -> _Case:
+    torch, F, r = _torch_fns()
+    # a batch-2 decode linear (up to FEW_ROWS rows): about one pass over the weight
+    # per row, at a fraction of the FLOP rate of bigger products
+    k = n = 512 if large else 64
+    x, w = r(2, k), r(n, k)
+    return (lambda: F.linear(x, w)), 2.0 * 2 * k * n, float(_nbytes(x, w))
+
+
+def _case_conv2d(large: bool, channels_last: bool = False) -> _Case:
+    torch, F, r = _torch_fns()
+    # channels_last: the same convolution on NHWC data (an image permuted from HWC,
+    # and everything convolved from it), which oneDNN runs faster
+    nb, c, hw, o, ks = (2, 64, 28, 64, 3) if large else (1, 8, 8, 8, 3)
+    x, w, b = r(nb, c, hw, hw), r(o, c, ks, ks), r(o)
+    if channels_last:
+        x = x.contiguous(memory_format=torch.channels_last)
+    out = nb * o * hw * hw
+    return ((lambda: F.conv2d(x, w, b, padding=1)), 2.0 * out * c * ks * ks + out,
+            float(_nbytes(x, w, b)))
+
+
+def _case_sdpa(large: bool, mixed: bool = False) -> _Case:
+    torch, F, r = _torch_fns()
+    # mixed: v's head dim below q's (MLA's decoupled rope): the unfused math kernel
+    b, h, L, e, ev = ((2, 8, 128, 48, 32) if large else (1, 4, 16, 16, 8)) if mixed \
+        else ((2, 8, 128, 64, 64) if large else (1, 4, 16, 16, 16))
+    q, k, v = r(b, h, L, e), r(b, h, L, e), r(b, h, L, ev)
+    return (lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True)), \
+        2.0 * b * h * L * L * (e + ev), float(_nbytes(q, k, v))
+
+
+def _case_max_pool2d(large: bool, channels_last: bool = False) -> _Case:
+    torch, F, r = _torch_fns()
+    # channels_last: the same pool on NHWC data (an image permuted from HWC), another
+    # kernel, much faster, for ops the importer marks memory_format=channels_last
+    x = r(4, 64, 56, 56) if large else r(1, 8, 14, 14)
+    if channels_last:
+        x = x.contiguous(memory_format=torch.channels_last)
+    out = F.max_pool2d(x, 3, 2, 1)
+    # a 3x3 window each
+    return (lambda: F.max_pool2d(x, 3, 2, 1)), 9.0 * out.numel(), float(_nbytes(x))
+
+
+def _case_rms_norm(large: bool) -> _Case:
+    torch, F, r = _torch_fns()
+    d = 512 if large else 64
+    x, w = r(2 if large else 1, 128 if large else 16, d), r(d)
+    return (lambda: F.rms_norm(x, (d,), w)), float(2 * _nbytes(x) + _nbytes(w)), \
+        float(_nbytes(x, w))
+
+
+def _case_layer_norm(large: bool) -> _Case:
+    torch, F, r = _torch_fns()
+    d = 512 if large else 64
+    x, w, b = r(2 if large else 1, 128 if large else 16, d), r(d), r(d)
+    return (lambda: F.layer_norm(x, (d,), w, b)), float(2 * _nbytes(x) + _nbytes(w, b)), \
+        float(_nbytes(x, w, b))
+
+
+def _case_softmax(large: bool) -> _Case:
+    torch, F, r = _torch_fns()
+    x = r(16, 128, 128) if large else r(4, 128, 128)
+    return (lambda: torch.softmax(x, -1)), float(2 * _nbytes(x)), float(_nbytes(x))
+
+
+def _case_add(large: bool) -> _Case:
+    torch, F, r = _torch_fns()
+    a, b = (r(2, 128, 1376), r(2, 128, 1376)) if large else (r(1, 128, 512), r(1, 128, 512))
+    return (lambda: torch.add(a, b)), float(3 * _nbytes(a)), float(_nbytes(a, b))
+
+
+def _case_silu(large: bool) -> _Case:
+    torch, F, r = _torch_fns()
+    x = r(2, 128, 1376) if large else r(1, 128, 512)
+    return (lambda: F.silu(x)), float(2 * _nbytes(x)), float(_nbytes(x))
+
+
+def _case_add_channels_last_broadcast(large: bool) -> _Case:
+    torch, F, r = _torch_fns()
+    # an image normalisation, (x - mean) on NHWC data with 3 channels: the broadcast
+    # along a 3-element innermost dim leaves TensorIterator no vector loop, many times
+    # slower than the same sub on NCHW data
+    x = r(4, 3, 112, 112) if large else r(1, 3, 64, 64)
+    x = x.contiguous(memory_format=torch.channels_last)
+    m = r(1, 3, 1, 1)
+    return (lambda: torch.add(x, m)), float(2 * _nbytes(x) + _nbytes(m)), \
+        float(_nbytes(x, m))
+
+
+def _case_topk(large: bool) -> _Case:
+    torch, F, r = _torch_fns()
+    # top-k over the last dim (a vocabulary or experts' scores): several times an
+    # element-wise op over the same bytes, so the add line would make it near free
+    x = r(16, 8000) if large else r(2, 1000)
+    out = torch.topk(x, 8, dim=-1)
+    return (lambda: torch.topk(x, 8, dim=-1)[0]), float(_nbytes(x, *out)), float(_nbytes(x))
+
+
+def _case_index_select(large: bool) -> _Case:
+    torch, F, r = _torch_fns()
+    # rows gathered from a table (rotary cos/sin by position, experts' tokens)
+    table, idx = (r(2048, 128), torch.randint(0, 2048, (256,))) if large \
+        else (r(128, 16), torch.randint(0, 128, (16,)))
+    out = torch.index_select(table, 0, idx)
+    # as the importer counts a gather: the rows it returns, not the whole table
+    return (lambda: torch.index_select(table, 0, idx)), float(_nbytes(idx, out, out)), \
+        float(_nbytes(idx, out))
+
+
+def _case_cat(large: bool) -> _Case:
+    torch, F, r = _torch_fns()
+    a, b = (r(4, 64, 28, 28), r(4, 128, 28, 28)) if large else (r(1, 32, 32, 32), r(1, 32, 32, 32))
+    return (lambda: torch.cat([a, b], 1)), float(2 * _nbytes(a, b)), float(_nbytes(a, b))
+
+
+def _case_all_reduce(large: bool) -> _Case:
+    torch, F, r = _torch_fns()
+    # the collective as this process runs it: the zoo's parastream::all_reduce with
+    # one rank (a Python custom op that clones, far above what the bandwidth alone
+    # gives). A group of several ranks costs
+    # its link on top, which one process cannot measure
+    from .zoo import all_reduce as reduce
+
+    x = r(2, 128, 512) if large else r(1, 16, 64)
+    return (lambda: reduce(x)), float(2 * _nbytes(x)), float(_nbytes(x))
+
+
+def _op_cases() -> dict[str, tuple[str, Callable[[bool], _Case]]]:
     """The op types whose CPU cost is measured: name -> (metric, case), where
     ``case(large)`` builds inputs and returns (the call, its work, the bytes it reads). Work
     and bytes read are counted the way
@@ -170,132 +318,24 @@ def _op_cases() -> dict[str, tuple[str, Callable[[bool], tuple[Callable[[], Any]
     multi-threaded point put the thread team's fixed cost (30-60 us on a stream worker
     with the main thread's team alive) into the rate, and made a 64Ki-element op 5x too
     cheap."""
-    import torch
-    import torch.nn.functional as F
-
-    r = torch.randn
-
-    def linear(large: bool):
-        m, k, n = (256, 512, 512) if large else (16, 64, 64)
-        x, w = r(m, k), r(n, k)
-        return (lambda: F.linear(x, w)), 2.0 * m * k * n, float(_nbytes(x, w))
-
-    def few_rows(large: bool):
-        # a batch-2 decode linear (up to FEW_ROWS rows): about one pass over the weight
-        # per row, at a fraction of the FLOP rate of bigger products
-        k = n = 512 if large else 64
-        x, w = r(2, k), r(n, k)
-        return (lambda: F.linear(x, w)), 2.0 * 2 * k * n, float(_nbytes(x, w))
-
-    def conv2d(large: bool, channels_last: bool = False):
-        # channels_last: the same convolution on NHWC data (an image permuted from HWC,
-        # and everything convolved from it), which oneDNN runs 1.4-1.9x faster here
-        nb, c, hw, o, ks = (2, 64, 28, 64, 3) if large else (1, 8, 8, 8, 3)
-        x, w, b = r(nb, c, hw, hw), r(o, c, ks, ks), r(o)
-        if channels_last:
-            x = x.contiguous(memory_format=torch.channels_last)
-        out = nb * o * hw * hw
-        return ((lambda: F.conv2d(x, w, b, padding=1)), 2.0 * out * c * ks * ks + out,
-                float(_nbytes(x, w, b)))
-
-    def sdpa(large: bool, mixed: bool = False):
-        # mixed: v's head dim below q's (MLA's decoupled rope): the unfused math kernel
-        b, h, L, e, ev = ((2, 8, 128, 48, 32) if large else (1, 4, 16, 16, 8)) if mixed \
-            else ((2, 8, 128, 64, 64) if large else (1, 4, 16, 16, 16))
-        q, k, v = r(b, h, L, e), r(b, h, L, e), r(b, h, L, ev)
-        return (lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True)), \
-            2.0 * b * h * L * L * (e + ev), float(_nbytes(q, k, v))
-
-    def max_pool2d(large: bool, channels_last: bool = False):
-        # channels_last: the same pool on NHWC data (an image permuted from HWC), another
-        # kernel, 10-20x faster here, for ops the importer marks memory_format=channels_last
-        x = r(4, 64, 56, 56) if large else r(1, 8, 14, 14)
-        if channels_last:
-            x = x.contiguous(memory_format=torch.channels_last)
-        out = F.max_pool2d(x, 3, 2, 1)
-        # a 3x3 window each
-        return (lambda: F.max_pool2d(x, 3, 2, 1)), 9.0 * out.numel(), float(_nbytes(x))
-
-    def rms_norm(large: bool):
-        d = 512 if large else 64
-        x, w = r(2 if large else 1, 128 if large else 16, d), r(d)
-        return (lambda: F.rms_norm(x, (d,), w)), float(2 * _nbytes(x) + _nbytes(w)), \
-            float(_nbytes(x, w))
-
-    def layer_norm(large: bool):
-        d = 512 if large else 64
-        x, w, b = r(2 if large else 1, 128 if large else 16, d), r(d), r(d)
-        return (lambda: F.layer_norm(x, (d,), w, b)), float(2 * _nbytes(x) + _nbytes(w, b)), \
-            float(_nbytes(x, w, b))
-
-    def softmax(large: bool):
-        x = r(16, 128, 128) if large else r(4, 128, 128)
-        return (lambda: torch.softmax(x, -1)), float(2 * _nbytes(x)), float(_nbytes(x))
-
-    def add(large: bool):
-        a, b = (r(2, 128, 1376), r(2, 128, 1376)) if large else (r(1, 128, 512), r(1, 128, 512))
-        return (lambda: torch.add(a, b)), float(3 * _nbytes(a)), float(_nbytes(a, b))
-
-    def silu(large: bool):
-        x = r(2, 128, 1376) if large else r(1, 128, 512)
-        return (lambda: F.silu(x)), float(2 * _nbytes(x)), float(_nbytes(x))
-
-    def add_channels_last_broadcast(large: bool):
-        # an image normalisation, (x - mean) on NHWC data with 3 channels: the broadcast
-        # along a 3-element innermost dim leaves TensorIterator no vector loop, 14x slower
-        # than the same sub on NCHW data here (8x3x224x224: 973 against 67 us)
-        x = r(4, 3, 112, 112) if large else r(1, 3, 64, 64)
-        x = x.contiguous(memory_format=torch.channels_last)
-        m = r(1, 3, 1, 1)
-        return (lambda: torch.add(x, m)), float(2 * _nbytes(x) + _nbytes(m)), \
-            float(_nbytes(x, m))
-
-    def topk(large: bool):
-        # top-k over the last dim (a vocabulary or experts' scores): 5-15x the time of an
-        # element-wise op over the same bytes here, so the add line made it near free
-        x = r(16, 8000) if large else r(2, 1000)
-        out = torch.topk(x, 8, dim=-1)
-        return (lambda: torch.topk(x, 8, dim=-1)[0]), float(_nbytes(x, *out)), float(_nbytes(x))
-
-    def index_select(large: bool):
-        # rows gathered from a table (rotary cos/sin by position, experts' tokens)
-        table, idx = (r(2048, 128), torch.randint(0, 2048, (256,))) if large \
-            else (r(128, 16), torch.randint(0, 128, (16,)))
-        out = torch.index_select(table, 0, idx)
-        # as the importer counts a gather: the rows it returns, not the whole table
-        return (lambda: torch.index_select(table, 0, idx)), float(_nbytes(idx, out, out)), \
-            float(_nbytes(idx, out))
-
-    def cat(large: bool):
-        a, b = (r(4, 64, 28, 28), r(4, 128, 28, 28)) if large else (r(1, 32, 32, 32), r(1, 32, 32, 32))
-        return (lambda: torch.cat([a, b], 1)), float(2 * _nbytes(a, b)), float(_nbytes(a, b))
-
-    def all_reduce(large: bool):
-        # the collective as this process runs it: the zoo's parastream::all_reduce with
-        # one rank (a Python custom op that clones; 27-34 us a call inside the tiny zoo
-        # models, which the bandwidth alone put at 2 us). A group of several ranks costs
-        # its link on top, which one process cannot measure
-        from .zoo import all_reduce as reduce
-
-        x = r(2, 128, 512) if large else r(1, 16, 64)
-        return (lambda: reduce(x)), float(2 * _nbytes(x)), float(_nbytes(x))
-
-    return {"linear": ("flops", linear), "linear.few_rows": ("flops", few_rows),
-            "conv2d": ("flops", conv2d),
-            "conv2d.channels_last": ("flops", partial(conv2d, channels_last=True)),
-            "scaled_dot_product_attention": ("flops", sdpa),
-            "scaled_dot_product_attention.mixed_head_dims": ("flops", partial(sdpa, mixed=True)),
-            "max_pool2d": ("flops", max_pool2d),
-            "max_pool2d.channels_last": ("flops", partial(max_pool2d, channels_last=True)),
-            "rms_norm": ("bytes", rms_norm), "layer_norm": ("bytes", layer_norm),
-            "softmax": ("bytes", softmax), "add": ("bytes", add),
-            "add.channels_last_broadcast": ("bytes", add_channels_last_broadcast),
-            "silu": ("bytes", silu), "topk": ("bytes", topk),
-            "index_select": ("bytes", index_select), "cat": ("bytes", cat),
-            "all_reduce": ("bytes", all_reduce)}
+    return {"linear": ("flops", _case_linear), "linear.few_rows": ("flops", _case_few_rows),
+            "conv2d": ("flops", _case_conv2d),
+            "conv2d.channels_last": ("flops", partial(_case_conv2d, channels_last=True)),
+            "scaled_dot_product_attention": ("flops", _case_sdpa),
+            "scaled_dot_product_attention.mixed_head_dims": ("flops",
+                                                             partial(_case_sdpa, mixed=True)),
+            "max_pool2d": ("flops", _case_max_pool2d),
+            "max_pool2d.channels_last": ("flops",
+                                         partial(_case_max_pool2d, channels_last=True)),
+            "rms_norm": ("bytes", _case_rms_norm), "layer_norm": ("bytes", _case_layer_norm),
+            "softmax": ("bytes", _case_softmax), "add": ("bytes", _case_add),
+            "add.channels_last_broadcast": ("bytes", _case_add_channels_last_broadcast),
+            "silu": ("bytes", _case_silu), "topk": ("bytes", _case_topk),
+            "index_select": ("bytes", _case_index_select), "cat": ("bytes", _case_cat),
+            "all_reduce": ("bytes", _case_all_reduce)}
 
 
-def _third_cases() -> dict[str, tuple[Callable[[], Any], float, float]]:
+def _third_cases() -> dict[str, _Case]:
     """A third size for the op types whose time is no straight line through their two
     cases (``OpRate.knee_work``): name -> (the call, its work, the bytes it reads).
 
@@ -595,74 +635,104 @@ def measure_dram(megabytes: int = 64,
         import torch
     except ImportError:
         return {}, 1.0, 0
-    import torch.nn.functional as F
-
     # the at-once run uses up to 8 cores (one weight each): beyond that it would allocate
     # gigabytes, and memory_streams is then a lower bound
     cores = min(cpu_count(), DRAM_CORES)
-    k = 1024
-    rows = max(1, megabytes * (1 << 20) // (4 * k))
-    weights = [torch.randn(rows, k)]
-    x = torch.randn(1, k)
+    rows = max(1, megabytes * (1 << 20) // (4 * _DRAM_K))
+    weight, x = torch.randn(rows, _DRAM_K), torch.randn(1, _DRAM_K)
+    rates = _on_executor_thread(partial(_dram_alone, weight, x, megabytes, budget_s), 1,
+                                "parastream-calibrate-dram")
+    cached = _on_executor_thread(partial(_dram_cache, weight, x, megabytes, budget_s,
+                                         rates["linear"]), 1, "parastream-calibrate-dram")
+    if cores < 2:
+        return rates, 1.0, cached
+    weights = [weight] + [torch.randn(rows, _DRAM_K) for _ in range(cores - 1)]
+    together = _dram_at_once(weights, x, budget_s)
+    streams = sum(together) / rates["linear"] if len(together) == cores else 1.0
+    return rates, min(float(cores), max(1.0, streams)), cached
+
+
+#: the GEMV's inner dimension in :func:`measure_dram`
+_DRAM_K = 1024
+
+
+def _gemv_bytes(weight: Any, x: Any) -> float:
+    return float(_nbytes(weight, x) + 4 * weight.shape[0])
+
+
+def _dram_alone(weight: Any, x: Any, megabytes: int, budget_s: float) -> dict[str, float]:
+    """GB/s of the GEMV over ``weight`` and of an add of two ``megabytes / 2`` MiB arrays
+    into a kept output, on the calling thread. The add writes into a kept output: a fresh
+    one that size comes straight from mmap, so each call would fault in and zero its
+    pages; a model's smaller outputs are served again by the heap without faults after
+    the first call."""
+    import torch
+    import torch.nn.functional as F
+
     half = megabytes * (1 << 20) // 8
-    # the add writes into a kept output: a fresh 32 MiB one comes straight from mmap (glibc's
-    # largest threshold), so each call faults in and zeroes its pages: 4.8 GB/s against
-    # 23 GB/s into a kept output here. The zoo's ops write at most 13 MB, which the heap
-    # serves again without faults after the first call.
     a, b, into = torch.randn(half), torch.randn(half), torch.empty(half)
-    gemv_bytes = float(_nbytes(weights[0], x) + 4 * rows)
-    add_bytes = float(3 * _nbytes(a))
+    return {"linear": _gemv_bytes(weight, x) / _median_time(lambda: F.linear(x, weight),
+                                                             budget_s) / 1e9,
+            "add": float(3 * _nbytes(a)) / _median_time(lambda: torch.add(a, b, out=into),
+                                                        budget_s) / 1e9}
+
+
+def _dram_cache(weight: Any, x: Any, megabytes: int, budget_s: float, dram_gbps: float) -> int:
+    """The largest power-of-two MiB slice of ``weight`` the GEMV still reads at over
+    twice ``dram_gbps``, in bytes (0: none)."""
+    import torch.nn.functional as F
+
+    cached, mb = 0, 1
+    while mb < megabytes:
+        w = weight[: max(1, mb * (1 << 20) // (4 * _DRAM_K))]
+        t = _median_time(lambda: F.linear(x, w), budget_s / 8)
+        if _nbytes(w) / t / 1e9 < 2 * dram_gbps:
+            break
+        cached = mb << 20
+        mb *= 2
+    return cached
+
+
+def _dram_at_once(weights: list[Any], x: Any, budget_s: float) -> list[float]:
+    """GB/s of each of ``len(weights)`` threads running the GEMV over its own weight at
+    once, on one intra-op thread each (started together at a barrier)."""
     together: list[float] = []
     failed: list[BaseException] = []
-    start = threading.Barrier(cores) if cores > 1 else None
+    start = threading.Barrier(len(weights))
 
-    def alone() -> dict[str, float]:
-        return {"linear": gemv_bytes / _median_time(lambda: F.linear(x, weights[0]), budget_s) / 1e9,
-                "add": add_bytes / _median_time(lambda: torch.add(a, b, out=into), budget_s) / 1e9}
-
-    def at_once(i: int) -> None:
+    def at_once(w: Any) -> None:
         try:
-            torch.set_num_threads(1)
-            w = weights[i]
-            with torch.no_grad():
-                F.linear(x, w)
-                start.wait()
-                t0, n = time.perf_counter(), 0
-                while n < 5 or time.perf_counter() - t0 < budget_s:
-                    F.linear(x, w)
-                    n += 1
-                together.append(n * gemv_bytes / (time.perf_counter() - t0) / 1e9)
+            together.append(_gemv_rate_on_this_thread(w, x, budget_s, start))
         except BaseException as exc:  # noqa: BLE001 - re-raised in the caller
             failed.append(exc)
-            if start is not None:
-                start.abort()
+            start.abort()
 
-    def cache_size() -> int:
-        cached, mb = 0, 1
-        while mb < megabytes:
-            w = weights[0][: max(1, mb * (1 << 20) // (4 * k))]
-            t = _median_time(lambda: F.linear(x, w), budget_s / 8)
-            if _nbytes(w) / t / 1e9 < 2 * rates["linear"]:
-                break
-            cached = mb << 20
-            mb *= 2
-        return cached
-
-    rates = _on_executor_thread(alone, 1, "parastream-calibrate-dram")
-    cached = _on_executor_thread(cache_size, 1, "parastream-calibrate-dram")
-    if start is None:
-        return rates, 1.0, cached
-    weights += [torch.randn(rows, k) for _ in range(cores - 1)]
-    threads = [threading.Thread(target=at_once, args=(i,), name="parastream-calibrate-dram")
-               for i in range(cores)]
+    threads = [threading.Thread(target=at_once, args=(w,), name="parastream-calibrate-dram")
+               for w in weights]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
     if failed and not isinstance(failed[0], threading.BrokenBarrierError):
         raise failed[0]
-    streams = sum(together) / rates["linear"] if len(together) == cores else 1.0
-    return rates, min(float(cores), max(1.0, streams)), cached
+    return together
+
+
+def _gemv_rate_on_this_thread(w: Any, x: Any, budget_s: float, start: Any) -> float:
+    """GB/s of repeated GEMVs over ``w`` on one intra-op thread of this thread, timed
+    from when every thread passed ``start``."""
+    import torch
+    import torch.nn.functional as F
+
+    torch.set_num_threads(1)
+    with torch.no_grad():
+        F.linear(x, w)
+        start.wait()
+        t0, n = time.perf_counter(), 0
+        while n < 5 or time.perf_counter() - t0 < budget_s:
+            F.linear(x, w)
+            n += 1
+        return n * _gemv_bytes(w, x) / (time.perf_counter() - t0) / 1e9
 
 
 #: a GEMV this much faster on all cores than on one is spread over the threads by torch
@@ -899,33 +969,45 @@ class BusyWatch:
                 f"of {what}, so {advice}")
 
 
-def calibrate(quick: bool = False, name: str = "cpu-calibrated") -> dict:
-    """Measure this CPU and return a ``parastream.device/1`` profile as a dict."""
-    cores = cpu_count()
-    date = _dt.date.today().isoformat()
-    n = 512 if quick else 1024
-    # Several short rounds, interleaved, keeping each quantity's best round: a neighbour
-    # process that grabs a core for a second spoils one round, not the whole measurement
-    # (OpenMP matmuls slow down ~10x when one of their threads is descheduled).
-    rounds = 3 if quick else 5
-    fp32 = bf16 = vec = bw = 0.0
-    task_us = call_us = sweep_us = float("inf")
-    eff = 0.0
-    for _ in range(rounds):
-        fp32 = max(fp32, measure_matmul("fp32", n, 0.08 if quick else 0.3))
-        bf16 = max(bf16, measure_matmul("bf16", n, 0.05 if quick else 0.3))
-        vec = max(vec, measure_vector(1 << 16, 0.05 if quick else 0.2))
-        bw = max(bw, measure_bandwidth(64 if quick else 256, 0.1 if quick else 0.4))
-        task_us = min(task_us, measure_task_overhead(200 if quick else 1000))
-        call_us = min(call_us, measure_call_overhead(30_000 if quick else 100_000))
-        sweep_us = min(sweep_us, measure_sweep(cores, 3000 if quick else 10000))
-        eff = max(eff, measure_intra_op_efficiency(budget_s=0.05 if quick else 0.2))
+@dataclass
+class _Headline:
+    """The headline figures of one calibration, each the best of ``rounds`` rounds."""
 
-    op_rates = measure_op_rates(quick, rounds=2 if quick else 3)
-    cold_after, cold_curve = measure_cold(3 if quick else 9) if op_rates else (0.0, [])
+    rounds: int
+    n: int  # the square matmul's side
+    fp32: float = 0.0
+    bf16: float = 0.0
+    vec: float = 0.0
+    bw: float = 0.0
+    task_us: float = float("inf")
+    call_us: float = float("inf")
+    sweep_us: float = float("inf")
+    eff: float = 0.0
+
+
+def _measure_headline(quick: bool, cores: int) -> _Headline:
+    """Several short rounds, interleaved, keeping each quantity's best round: a neighbour
+    process that grabs a core for a second spoils one round, not the whole measurement
+    (OpenMP matmuls slow down many times when one of their threads is descheduled)."""
+    h = _Headline(rounds=3 if quick else 5, n=512 if quick else 1024)
+    for _ in range(h.rounds):
+        h.fp32 = max(h.fp32, measure_matmul("fp32", h.n, 0.08 if quick else 0.3))
+        h.bf16 = max(h.bf16, measure_matmul("bf16", h.n, 0.05 if quick else 0.3))
+        h.vec = max(h.vec, measure_vector(1 << 16, 0.05 if quick else 0.2))
+        h.bw = max(h.bw, measure_bandwidth(64 if quick else 256, 0.1 if quick else 0.4))
+        h.task_us = min(h.task_us, measure_task_overhead(200 if quick else 1000))
+        h.call_us = min(h.call_us, measure_call_overhead(30_000 if quick else 100_000))
+        h.sweep_us = min(h.sweep_us, measure_sweep(cores, 3000 if quick else 10000))
+        h.eff = max(h.eff, measure_intra_op_efficiency(budget_s=0.05 if quick else 0.2))
+    return h
+
+
+def _measure_memory(quick: bool, op_rates: dict[str, dict]) -> tuple[dict[str, float], float, int]:
+    """:func:`measure_dram`, the best of two rounds (a busy neighbour only lowers a rate);
+    each DRAM rate is written into its op type's entry of ``op_rates``."""
     dram: dict[str, float] = {}
     streams, cache = 1.0, 0
-    for _ in range(2):  # best of two: a busy neighbour only lowers a rate
+    for _ in range(2):
         got, st, cb = measure_dram(32 if quick else 64, 0.1 if quick else 0.3)
         for key, gbps in got.items():
             dram[key] = max(dram.get(key, 0.0), gbps)
@@ -933,66 +1015,98 @@ def calibrate(quick: bool = False, name: str = "cpu-calibrated") -> dict:
     for key, gbps in dram.items():
         if key in op_rates:
             op_rates[key]["dram_gbps"] = sig(gbps)
-    gemv_one, gemv_all = measure_gemv_threads(32 if quick else 64, 0.1 if quick else 0.3)
+    return dram, streams, cache
 
+
+def calibrate(quick: bool = False, name: str = "cpu-calibrated") -> dict:
+    """Measure this CPU and return a ``parastream.device/1`` profile as a dict."""
+    cores = cpu_count()
+    date = _dt.date.today().isoformat()
+    h = _measure_headline(quick, cores)
+    op_rates = measure_op_rates(quick, rounds=2 if quick else 3)
+    cold_after, cold_curve = measure_cold(3 if quick else 9) if op_rates else (0.0, [])
+    dram, streams, cache = _measure_memory(quick, op_rates)
+    gemv_one, gemv_all = measure_gemv_threads(32 if quick else 64, 0.1 if quick else 0.3)
     # bf16 is kept even where the CPU emulates it slowly: the measured rate is what a bf16
     # graph will see here (leaving it out would make the cost model fall back to fp32's)
-    cube = {"fp32": sig(fp32), "bf16": sig(bf16)}
-    if not bf16:
+    cube = {"fp32": sig(h.fp32), "bf16": sig(h.bf16)}
+    if not h.bf16:
         # no torch: numpy has no bf16 matmul to time, and a profile may hold no zero rate
         # (a bf16 op then takes fp32's)
         del cube["bf16"]
     by = f"measured by parastream calibrate on {date}"
-    mode = "quick mode, " if quick else ""
     profile = {
         "schema": SCHEMA,
         "name": name,
         "kind": "cpu",
         "description": (f"This machine's CPU, measured by 'parastream calibrate"
                         f"{' --quick' if quick else ''}' on {date}: {cores} cores, "
-                        f"{sig(fp32, 3)} TFLOPS fp32 matmul, {sig(bw, 3)} GB/s copy, "
-                        f"{sig(task_us, 3)} us per task hand-off."),
+                        f"{sig(h.fp32, 3)} TFLOPS fp32 matmul, {sig(h.bw, 3)} GB/s copy, "
+                        f"{sig(h.task_us, 3)} us per task hand-off."),
         "cores": {"cube": cores, "vector": cores},
-        "peak_tflops": {"cube": cube, "vector": {"fp32": sig(vec)}},
-        "memory_bandwidth_gbps": sig(bw),
-        "launch_overhead_us": sig(task_us),
+        "peak_tflops": {"cube": cube, "vector": {"fp32": sig(h.vec)}},
+        "memory_bandwidth_gbps": sig(h.bw),
+        "launch_overhead_us": sig(h.task_us),
         "hw_queues": cores,
         "max_streams": cores,
-        "scheduler_sweep_us": sig(sweep_us),
-        "intra_op_efficiency": sig(eff, 3),
+        "scheduler_sweep_us": sig(h.sweep_us),
+        "intra_op_efficiency": sig(h.eff, 3),
         "op_rates": op_rates,
         "memory_streams": sig(streams, 3),
         "cache_bytes": cache,
         "cold_after_us": sig(cold_after),
         "cold_curve": cold_curve,
         "parallel_gemv": bool(gemv_all and gemv_one / gemv_all >= PARALLEL_GEMV_AT),
-        "sources": {
-            "cores": f"{by}: os.sched_getaffinity (CPUs this process may use)",
-            "peak_tflops": (f"{by}: {mode}best of {rounds} rounds; cube = best time of "
-                            + (f"torch.mm {n}x{n} in fp32 and bf16" if bf16 else
-                               f"numpy matmul {n}x{n} in fp32 (no torch: bf16 not measured)")
-                            + ", 2n^3/t, all intra-op "
-                            "threads; vector = torch.addcmul on 64Ki-element cache-resident "
-                            "fp32 arrays, 2 FLOPs/element"),
-            "memory_bandwidth_gbps": (f"{by}: {mode}best time of numpy.copyto of a "
-                                      f"{64 if quick else 256} MiB array, (read + written "
-                                      "bytes) / t"),
-            "launch_overhead_us": (f"{by}: lowest of {rounds} rounds' median round trip of "
-                                   "a no-op task handed to a persistent worker thread via "
-                                   "queue.Queue and awaited with threading.Event; plain "
-                                   "Python call "
-                                   f"{sig(call_us, 3)} us"),
-            "hw_queues": f"{by}: one worker thread per core can run at once",
-            "max_streams": f"{by}: more CPU streams than cores only add hand-off cost",
-            "scheduler_sweep_us": (f"{by}: one pass over {cores} queues checking each for "
-                                   "work (queue.Queue.empty)"),
-            "intra_op_efficiency": (f"{by}: best of {rounds} rounds; torch.mm of 64x256 by "
-                                    "256x256 on 1 thread and on all cores, "
-                                    "e = (t1 / tk - 1) / (k - 1)"),
-        },
+        "sources": _headline_sources(by, quick, cores, h),
     }
+    sources = profile["sources"]
     if op_rates:
-        profile["sources"]["op_rates"] = (
+        sources.update(_op_rate_sources(by, quick))
+    if dram:
+        sources.update(_dram_sources(by, quick, cores, sources["op_rates"]))
+    if gemv_all:
+        sources["parallel_gemv"] = (
+            f"{by}: a batch-1 F.linear over a {32 if quick else 64} MiB weight took "
+            f"{gemv_one:.3g} ms on 1 intra-op thread and {gemv_all:.3g} ms on {cores} "
+            f"({gemv_one / gemv_all:.2f}x; spread over the threads at >= {PARALLEL_GEMV_AT}x)")
+    return profile
+
+
+def _headline_sources(by: str, quick: bool, cores: int, h: _Headline) -> dict[str, str]:
+    """How each headline figure was measured (the profile's ``sources``)."""
+    mode = "quick mode, " if quick else ""
+    n = h.n
+    return {
+        "cores": f"{by}: os.sched_getaffinity (CPUs this process may use)",
+        "peak_tflops": (f"{by}: {mode}best of {h.rounds} rounds; cube = best time of "
+                        + (f"torch.mm {n}x{n} in fp32 and bf16" if h.bf16 else
+                           f"numpy matmul {n}x{n} in fp32 (no torch: bf16 not measured)")
+                        + ", 2n^3/t, all intra-op "
+                        "threads; vector = torch.addcmul on 64Ki-element cache-resident "
+                        "fp32 arrays, 2 FLOPs/element"),
+        "memory_bandwidth_gbps": (f"{by}: {mode}best time of numpy.copyto of a "
+                                  f"{64 if quick else 256} MiB array, (read + written "
+                                  "bytes) / t"),
+        "launch_overhead_us": (f"{by}: lowest of {h.rounds} rounds' median round trip of "
+                               "a no-op task handed to a persistent worker thread via "
+                               "queue.Queue and awaited with threading.Event; plain "
+                               "Python call "
+                               f"{sig(h.call_us, 3)} us"),
+        "hw_queues": f"{by}: one worker thread per core can run at once",
+        "max_streams": f"{by}: more CPU streams than cores only add hand-off cost",
+        "scheduler_sweep_us": (f"{by}: one pass over {cores} queues checking each for "
+                               "work (queue.Queue.empty)"),
+        "intra_op_efficiency": (f"{by}: best of {h.rounds} rounds; torch.mm of 64x256 by "
+                                "256x256 on 1 thread and on all cores, "
+                                "e = (t1 / tk - 1) / (k - 1)"),
+    }
+
+
+def _op_rate_sources(by: str, quick: bool) -> dict[str, str]:
+    """How the op rates and the cold costs were measured."""
+    mode = "quick mode, " if quick else ""
+    return {
+        "op_rates": (
             f"{by}: {mode}each op type (and conv2d and max_pool2d on channels-last data, "
             "attention with v's head dim below q's, linear on 2 rows, a broadcast add "
             "over 3 channels-last channels) timed at two sizes (tiny and small zoo scale; "
@@ -1007,38 +1121,39 @@ def calibrate(quick: bool = False, name: str = "cpu-calibrated") -> dict:
             "written for the rest); cold_*: each case timed "
             f"once per pass over all cases ({rotation_passes(quick)} passes a round, median), "
             "less the burst, as a line in the bytes read: its value at none and the GB/s of its "
-            "slope (parastream.graph.calibrate.cold_line)")
-        profile["sources"]["cold_after_us"] = (
+            "slope (parastream.graph.calibrate.cold_line)"),
+        "cold_after_us": (
             f"{by}: the small {', '.join(COLD_TARGETS)} cases, on 1 thread and on all cores, "
             "each right after the other op cases ran in turn for "
             f"{', '.join(f'{ms:g}' for ms in IDLE_MS)} ms: twice the idle time at which one "
             "takes half its extra time after the longest idle, the median over cases and "
-            "thread counts (0 = idling cost nothing measurable)")
-        profile["sources"]["cold_curve"] = (
+            "thread counts (0 = idling cost nothing measurable)"),
+        "cold_curve": (
             f"{by}: the same cases right after "
             f"{', '.join(f'{ms:g}' for ms in SHORT_IDLE_MS)} ms of the other op types' tiny "
             "cases only: [median idle really spent in us, median over cases and thread "
             "counts of the extra over the extra after the longest idle], made "
-            "non-decreasing (parastream.graph.calibrate.measure_cold)")
-    if dram:
-        profile["sources"]["op_rates"] += (
+            "non-decreasing (parastream.graph.calibrate.measure_cold)"),
+    }
+
+
+def _dram_sources(by: str, quick: bool, cores: int, op_rates_source: str) -> dict[str, str]:
+    """How the DRAM rates, memory streams and cache size were measured (the op rates'
+    source gets the DRAM rates' method appended)."""
+    return {
+        "op_rates": op_rates_source + (
             f"; dram_gbps: best of 2 rounds, median time of a batch-1 F.linear over a "
             f"{32 if quick else 64} MiB weight (linear) and an add of two arrays of half "
             "that into a kept output (add; a fresh output that size is mmapped and faulted "
-            "in on every call) on one thread, bytes read + written / t")
-        profile["sources"]["memory_streams"] = (
+            "in on every call) on one thread, bytes read + written / t"),
+        "memory_streams": (
             f"{by}: the same GEMV on {min(cores, DRAM_CORES)} cores at once (all, up to "
             f"{DRAM_CORES}), each over its own weight, total GB/s over one core's (best of 2 "
-            "rounds)")
-        profile["sources"]["cache_bytes"] = (
+            "rounds)"),
+        "cache_bytes": (
             f"{by}: the largest power-of-two MiB weight a batch-1 F.linear still reads at "
-            "over twice its DRAM rate, repeated calls on one thread (best of 2 rounds)")
-    if gemv_all:
-        profile["sources"]["parallel_gemv"] = (
-            f"{by}: a batch-1 F.linear over a {32 if quick else 64} MiB weight took "
-            f"{gemv_one:.3g} ms on 1 intra-op thread and {gemv_all:.3g} ms on {cores} "
-            f"({gemv_one / gemv_all:.2f}x; spread over the threads at >= {PARALLEL_GEMV_AT}x)")
-    return profile
+            "over twice its DRAM rate, repeated calls on one thread (best of 2 rounds)"),
+    }
 
 
 def _median_of(values: list[Any]) -> Any:

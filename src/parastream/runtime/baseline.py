@@ -1,13 +1,11 @@
 """Both sides in their best OpenMP setting, each in a process of its own.
 
-Why (docs/benchmarks-run.md section 6): with OpenMP's default wait policy, torch's intra-op
-threads go to sleep between ops, and on a small CPU waking them costs about as much as a
-small op; the plain module with all cores then ran up to 2.4x slower than with the threads
+Why: with OpenMP's default wait policy, torch's intra-op threads go to sleep between ops, and on a small CPU waking them costs about as much as a
+small op; the plain module with all cores then runs slower than with the threads
 spinning (``OMP_WAIT_POLICY=ACTIVE``). Streams with one thread each never wake a thread
 team, so against the default baseline they look faster for a reason that has nothing to
 do with overlap. Spinning threads are in turn the worst setting for streams: a team that
-spins keeps a core from the streams' workers (two_chains' streams ran 1.6x slower in such
-a process), and a side-by-side run pays for the single-stream team's spinning too.
+spins keeps a core from the streams' workers, and a side-by-side run pays for the single-stream team's spinning too.
 
 The policy is fixed when OpenMP starts, once per process, so each side is measured again in
 a child process (the model rebuilt from its spec): single stream with
@@ -24,6 +22,7 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import dataclass
 from typing import Any
 
 
@@ -32,23 +31,45 @@ def wanted() -> bool:
     return not os.environ.get("OMP_WAIT_POLICY")
 
 
-def isolated(model: str, scale: str, phase: str | None, policy: str, *, runs: int,
-             warmup: int, drop: int, threads: int, single: bool = False,
-             plan_path: str | None = None, candidates: list[str] | None = None,
-             timeout_s: float = 300.0) -> dict:
-    """Median walls in a child process with ``OMP_WAIT_POLICY=policy``: the plain module on
-    ``threads`` cores when ``single`` (``single_us``), and each named candidate of the plan
-    document at ``plan_path`` (``candidates_us``); ``{"error": ...}`` when the child could
-    not measure (the caller reports that and keeps its side-by-side numbers)."""
-    spec = {"model": model, "scale": scale, "phase": phase, "runs": runs, "warmup": warmup,
-            "drop": drop, "threads": threads, "single": single, "plan": plan_path,
-            "candidates": candidates or []}
+@dataclass(frozen=True)
+class ChildTiming:
+    """How a child process times each side: ``runs`` timed calls after ``warmup`` untimed
+    ones, the first ``drop`` left out, on ``threads`` cores (default: all)."""
+
+    runs: int
+    warmup: int
+    drop: int
+    threads: int | None = None
+
+
+@dataclass(frozen=True)
+class ChildRun(ChildTiming):
+    """What one child measures: the plain module when ``single``, and each of
+    ``candidates`` of the plan document at ``plan_path``; refused after ``timeout_s``."""
+
+    single: bool = False
+    plan_path: str | None = None
+    candidates: tuple[str, ...] = ()
+    timeout_s: float = 300.0
+
+
+def isolated(model: str, scale: str, phase: str | None, policy: str, **run: Any) -> dict:
+    """Median walls in a child process with ``OMP_WAIT_POLICY=policy`` (``run``: the fields
+    of :class:`ChildRun`): the plain module on ``threads`` cores when ``single``
+    (``single_us``), and each named candidate of the plan document at ``plan_path``
+    (``candidates_us``); ``{"error": ...}`` when the child could not measure (the caller
+    reports that and keeps its side-by-side numbers)."""
+    what = ChildRun(**run)
+    spec = {"model": model, "scale": scale, "phase": phase, "runs": what.runs,
+            "warmup": what.warmup, "drop": what.drop, "threads": what.threads,
+            "single": what.single, "plan": what.plan_path,
+            "candidates": list(what.candidates or ())}
     env = dict(os.environ, OMP_WAIT_POLICY=policy)
     try:
         r = subprocess.run([sys.executable, "-m", "parastream.runtime.baseline", json.dumps(spec)],
-                           env=env, capture_output=True, text=True, timeout=timeout_s)
+                           env=env, capture_output=True, text=True, timeout=what.timeout_s)
     except subprocess.TimeoutExpired:
-        return {"error": f"the child process took over {timeout_s:.0f} s"}
+        return {"error": f"the child process took over {what.timeout_s:.0f} s"}
     lines = r.stdout.strip().splitlines()
     if r.returncode != 0 or not lines:
         tail = (r.stderr.strip().splitlines() or ["no output"])[-1]
@@ -60,24 +81,26 @@ def isolated(model: str, scale: str, phase: str | None, policy: str, *, runs: in
 
 
 def best_settings(model: str, scale: str, phase: str | None, doc: Any, candidates: list[str],
-                  *, runs: int, warmup: int, drop: int, threads: int | None = None) -> dict:
+                  **timing: Any) -> dict:
     """Single stream with spinning threads, and the named candidates of plan document
-    ``doc`` with sleeping ones, each in its own child, on ``threads`` cores (default all):
+    ``doc`` with sleeping ones, each in its own child (``timing``: the fields of
+    :class:`ChildTiming`; ``threads`` default all cores):
     ``{"single_us", "candidates_us", "threads", "errors"}``."""
     import tempfile
 
     from ..plan.io import dumps
     from .executor import _cores
 
-    threads = threads or _cores()
-    kw = dict(runs=runs, warmup=warmup, drop=drop, threads=threads)
+    t = ChildTiming(**timing)
+    threads = t.threads or _cores()
+    kw = dict(runs=t.runs, warmup=t.warmup, drop=t.drop, threads=threads)
     spin = isolated(model, scale, phase, "ACTIVE", single=True, **kw)
     with tempfile.TemporaryDirectory() as tmp:
         plan_path = os.path.join(tmp, "plan.json")
         with open(plan_path, "wb") as f:
             f.write(dumps(doc))
         calm = isolated(model, scale, phase, "PASSIVE", plan_path=plan_path,
-                        candidates=candidates, **kw)
+                        candidates=tuple(candidates), **kw)
     return {"single_us": spin.get("single_us"), "candidates_us": calm.get("candidates_us", {}),
             "threads": threads, "errors": [e["error"] for e in (spin, calm) if "error" in e]}
 

@@ -20,9 +20,8 @@ on one stream (:func:`varied_chain`: folded views, ``cat``, ``linear``, ``silu``
 ``layer_norm``, ``softmax``, adds, as in a model's layers), at two lengths: the slope per op
 less the ops' own costs at the profile's op rates is the per-op cost (at least the slope
 less the same chains' in eager mode, timed alternating with them), the intercept the
-per-call cost. (Chains of ``x + 1`` gave 0.03-5 us per op once the executor dropped its
-per-op completion flag: one op type over and over is the cheapest case there is, while
-the varied chain's ops cost the executor about 3 us each more than eager mode.) Chains
+per-call cost. (Chains of ``x + 1`` alone would understate it: one op type over and
+over is the cheapest case there is.) Chains
 of ``x + 1`` on 16 floats alternating between two streams (every op waits for the one
 before it, on the other stream) give the wake-up per wait as their extra slope over the
 same chains on one stream; the chains with only their first op on a second stream give
@@ -100,9 +99,9 @@ def per_op_cost(chain_op_us: float, own_op_us: float, eager_op_us: float) -> flo
     (``chain_op_us``), the ops' own costs at the profile's rates (``own_op_us``) and the
     same chain's slope in eager mode (``eager_op_us``): the slope less the ops' own costs,
     but never less than the executor's slope over eager mode's. The op rates are timed
-    apart from the chain; on a busy machine they came out above the chain's whole slope
-    (per-op cost 0 in a CI calibration), while the executor's extra over eager, timed in
-    the same rounds, is what it spends at least."""
+    apart from the chain, and on a busy machine they can come out above the chain's whole
+    slope, while the executor's extra over eager, timed in the same rounds, is what it
+    spends at least."""
     return max(0.0, chain_op_us - own_op_us, chain_op_us - eager_op_us)
 
 
@@ -110,11 +109,9 @@ def per_round(timers: dict[Any, Callable[[], float]], rounds: int) -> list[dict[
     """``rounds`` rounds, each timing every one of ``timers`` once, in turn. Figures
     derived within one round (a slope between two chain lengths, the difference between
     two plans) compare walls timed within a second of each other, and their median over
-    the rounds is the estimate: this VM's speed moves by 2x within seconds now and then
-    (an eager chain's slope of 2.7 us per op in one calibration, 7.2 in the next), and a
-    slope from two lengths timed seconds apart took the move for the executor's cost
-    (9.8 us per op against 2.5-4.4 in the calibrations around it; 2.5-2.7 in six once
-    each round took its own slope)."""
+    the rounds is the estimate: a shared machine's speed can move by 2x within seconds,
+    and a slope from two lengths timed seconds apart takes such a move for the
+    executor's cost."""
     return [{key: timer() for key, timer in timers.items()} for _ in range(rounds)]
 
 
@@ -127,32 +124,76 @@ def measure_executor_overhead(quick: bool = False, rounds: int = 3,
     out of the per-op figure (never below :func:`per_op_cost`'s floor); ``chain_op_us`` is
     its slope with them in, ``eager_op_us`` the same chains' slope in eager mode. Each
     figure is the median over ``2 * rounds + 1`` rounds of :func:`per_round`."""
-    import msgspec
     import torch
 
-    from ..device.cost import estimate
-    from ..graph.torch_import import import_runnable
-    from ..plan.assign import plan_from_assignment
+    bench = _OverheadBench(calls=15 if quick else 40, n_rounds=2 * rounds + 1)
+    try:
+        with torch.no_grad():
+            view, wake, second = bench.add_chains()
+            chain_op, eager_op, w1, inside_op = bench.varied_chains(profile, view)
+    finally:
+        bench.close()
+    chain_op, eager_op = max(0.0, chain_op), max(0.0, eager_op)
+    own_op = (bench.own[VARIED_LONG] - bench.own[VARIED_SHORT]) / bench.per_op_of
+    per_op = per_op_cost(chain_op, own_op, eager_op)
+    per_run = max(0.0, w1 - bench.ops[VARIED_SHORT] * chain_op)
+    # a difference of two noisy walls: on a busy machine single quick rounds scatter
+    # widely; a second stream's setup is part of a call's fixed cost, so it is capped there
+    stream_us = min(max(0.0, second - wake), 2.0 * per_run)
+    # the part of the per-op cost inside an op's recorded interval (reading its inputs,
+    # storing its value, freeing): the slope per op less its part outside the intervals
+    outside_op = max(0.0, chain_op - max(0.0, inside_op))
+    op_inside = min(per_op, max(0.0, per_op - outside_op))
+    return {"per_op_us": per_op, "per_run_us": per_run, "chain_op_us": chain_op,
+            "eager_op_us": eager_op, "view_us": view, "event_wake_us": wake,
+            "stream_us": stream_us, "op_inside_us": op_inside}
+
+
+def _median(rows: list[dict], f: Callable[[dict], float]) -> float:
+    return statistics.median(f(r) for r in rows)
+
+
+def _slope(r: dict, label: Any, short: int = SHORT, long: int = LONG,
+           per: float = LONG - SHORT) -> float:
+    """The per-op slope of ``label``'s walls between its two chain lengths in round ``r``."""
+    return (r[label, long] - r[label, short]) / per
+
+
+def _single(rn: Any) -> Any:
     from ..plan.model import Plan
-    from .executor import MultiStreamExecutor, _cores
-    from .measure import median_wall_us
 
-    x = torch.randn(16)
-    cores = _cores()
-    calls = 15 if quick else 40
-    n_rounds = 2 * rounds + 1
-    executors: list[Any] = []
+    return Plan.single(o.name for o in rn.graph.ops)
 
-    def executor(module: Any, rn: Any, plan: Any, threads: int | None, arg: Any) -> Any:
+
+class _OverheadBench:
+    """The executors and timers of one :func:`measure_executor_overhead` (closed at the
+    end): ``calls`` calls a median wall, ``n_rounds`` rounds a figure."""
+
+    def __init__(self, calls: int, n_rounds: int) -> None:
+        from .executor import _cores
+
+        self.calls, self.n_rounds = calls, n_rounds
+        self.cores = _cores()
+        self.executors: list[Any] = []
+        self.ops: dict[int, int] = {}
+        self.own: dict[int, float] = {}
+        self.per_op_of = 0
+
+    def executor(self, module: Any, rn: Any, plan: Any, threads: int | None, arg: Any) -> Any:
         """An executor for ``plan`` (closed when the measurement ends)."""
+        from .executor import MultiStreamExecutor
+
         ex = MultiStreamExecutor(module, (arg,), plan, intra_op_threads=threads, runnable=rn)
-        executors.append(ex)
+        self.executors.append(ex)
         return ex
 
-    def wall(fn: Callable[[Any], Any], arg: Any) -> Callable[[], float]:
+    def wall(self, fn: Callable[[Any], Any], arg: Any) -> Callable[[], float]:
         """The median call wall of ``fn(arg)``."""
-        return lambda: median_wall_us(lambda: fn(arg), calls)
+        from .measure import median_wall_us
 
+        return lambda: median_wall_us(lambda: fn(arg), self.calls)
+
+    @staticmethod
     def inside(ex: Any, arg: Any, times: int = 5) -> Callable[[], float]:
         """The median over ``times`` calls of the ops' recorded intervals, summed."""
         def timed() -> float:
@@ -164,92 +205,88 @@ def measure_executor_overhead(quick: bool = False, rounds: int = 3,
             return statistics.median(sums)
         return timed
 
-    def med(rows: list[dict], f: Callable[[dict], float]) -> float:
-        return statistics.median(f(r) for r in rows)
-
-    def slope(r: dict, label: Any, short: int = SHORT, long: int = LONG,
-              per: float = LONG - SHORT) -> float:
-        return (r[label, long] - r[label, short]) / per
-
-    def single(rn: Any) -> Any:
-        return Plan.single(o.name for o in rn.graph.ops)
-
-    xv = torch.randn(1, 16)
-    timers: dict[tuple[str, int], Callable[[], float]] = {}
-    varied: dict[tuple[str, int], Callable[[], float]] = {}
-    ops: dict[int, int] = {}
-    own: dict[int, float] = {}
-    best = None
-    try:
-        with torch.no_grad():
-            for n in (SHORT, LONG):
-                module = _chain(n, _view_step)
-                rn = import_runnable(module, (x,), name=f"views{n}")
-                timers["views", n] = wall(executor(module, rn, single(rn), cores, x), x)
-                module = _chain(n, _add_step)
-                rn = import_runnable(module, (x,), name=f"chain{n}")
-                names = [o.name for o in rn.graph.ops]
-                timers["single", n] = wall(executor(module, rn, single(rn), cores, x), x)
-                for label, assignment in (
-                        ("ping-pong", {o: i % 2 for i, o in enumerate(names)}),
-                        ("second stream", {o: int(i == 0) for i, o in enumerate(names)})):
-                    plan = plan_from_assignment(rn.graph, assignment, name=label)
-                    timers[label, n] = wall(executor(module, rn, plan, None, x), x)
-            adds = per_round(timers, n_rounds)
-            view = max(0.0, med(adds, lambda r: (slope(r, "views") - slope(r, "single"))
-                                / VIEWS))
-            wake = max(0.0, med(adds, lambda r: slope(r, "ping-pong") - slope(r, "single")))
-            # the second stream's chains wait once (their second op), so one wake-up is
-            # not its cost
-            second = med(adds, lambda r: statistics.fmean(r["second stream", n] - r["single", n]
-                                                          for n in (SHORT, LONG)))
-            # the varied chain's ops' own costs and its views' without the executor's
-            # per-op cost (the figure being measured)
-            bare = msgspec.structs.replace(profile, launch_overhead_us=0.0, view_us=view) \
-                if profile is not None else None
-            for n in (VARIED_SHORT, VARIED_LONG):
-                module = varied_chain(n)
-                rn = import_runnable(module, (xv,), name=f"varied{n}")
-                own[n] = sum(estimate(o, bare).dur_us for o in rn.graph.ops) if bare else 0.0
-                ops[n] = len(rn.graph.ops)
-                ex = executor(module, rn, single(rn), cores, xv)
-                varied["executor", n], varied["inside", n] = wall(ex, xv), inside(ex, xv)
-                varied["eager", n] = wall(module, xv)
-            per_op_of = ops[VARIED_LONG] - ops[VARIED_SHORT]
-            # the executor spends something on every op, so a slope at or under eager
-            # mode's (or an eager slope at or under 0) is a noisy measurement (the slope
-            # moved 2x between two quick calibrations on a quiet machine, 4.9 and 10.2 us
-            # per op): measured again, up to VARIED_TRIES times, keeping the try with the
-            # executor's largest extra over eager
-            for _ in range(max(1, VARIED_TRIES)):
-                rows = per_round(varied, n_rounds)
-                chain_op, eager_op, inside_op = (
-                    med(rows, partial(slope, label=k, short=VARIED_SHORT, long=VARIED_LONG,
-                                      per=per_op_of))
-                    for k in ("executor", "eager", "inside"))
-                w1 = med(rows, lambda r: r["executor", VARIED_SHORT])
-                if best is None or chain_op - eager_op > best[0] - best[1]:
-                    best = (chain_op, eager_op, w1, inside_op)
-                if chain_op > eager_op > 0:
-                    break
-    finally:
-        for ex in executors:
+    def close(self) -> None:
+        for ex in self.executors:
             ex.close()
-    chain_op, eager_op, w1, inside_op = best
-    chain_op, eager_op = max(0.0, chain_op), max(0.0, eager_op)
-    own_op = (own[VARIED_LONG] - own[VARIED_SHORT]) / per_op_of
-    per_op = per_op_cost(chain_op, own_op, eager_op)
-    per_run = max(0.0, w1 - ops[VARIED_SHORT] * chain_op)
-    # a difference of two noisy walls: on a busy 2-core VM single quick rounds gave 0 to
-    # 384 us; a second stream's setup is part of a call's fixed cost, so it is capped there
-    stream_us = min(max(0.0, second - wake), 2.0 * per_run)
-    # the part of the per-op cost inside an op's recorded interval (reading its inputs,
-    # storing its value, freeing): the slope per op less its part outside the intervals
-    outside_op = max(0.0, chain_op - max(0.0, inside_op))
-    op_inside = min(per_op, max(0.0, per_op - outside_op))
-    return {"per_op_us": per_op, "per_run_us": per_run, "chain_op_us": chain_op,
-            "eager_op_us": eager_op, "view_us": view, "event_wake_us": wake,
-            "stream_us": stream_us, "op_inside_us": op_inside}
+
+    def add_chains(self) -> tuple[float, float, float]:
+        """(us per folded view, us per blocking wait's wake-up, us a second stream adds
+        per call) from chains of ``x + 1`` at two lengths."""
+        import torch
+
+        from ..graph.torch_import import import_runnable
+        from ..plan.assign import plan_from_assignment
+
+        x = torch.randn(16)
+        timers: dict[tuple[str, int], Callable[[], float]] = {}
+        for n in (SHORT, LONG):
+            module = _chain(n, _view_step)
+            rn = import_runnable(module, (x,), name=f"views{n}")
+            timers["views", n] = self.wall(self.executor(module, rn, _single(rn), self.cores, x), x)
+            module = _chain(n, _add_step)
+            rn = import_runnable(module, (x,), name=f"chain{n}")
+            names = [o.name for o in rn.graph.ops]
+            timers["single", n] = self.wall(self.executor(module, rn, _single(rn), self.cores, x), x)
+            for label, assignment in (
+                    ("ping-pong", {o: i % 2 for i, o in enumerate(names)}),
+                    ("second stream", {o: int(i == 0) for i, o in enumerate(names)})):
+                plan = plan_from_assignment(rn.graph, assignment, name=label)
+                timers[label, n] = self.wall(self.executor(module, rn, plan, None, x), x)
+        adds = per_round(timers, self.n_rounds)
+        view = max(0.0, _median(adds, lambda r: (_slope(r, "views") - _slope(r, "single"))
+                                / VIEWS))
+        wake = max(0.0, _median(adds, lambda r: _slope(r, "ping-pong") - _slope(r, "single")))
+        # the second stream's chains wait once (their second op), so one wake-up is
+        # not its cost
+        second = _median(adds, lambda r: statistics.fmean(r["second stream", n] - r["single", n]
+                                                          for n in (SHORT, LONG)))
+        return view, wake, second
+
+    def varied_chains(self, profile: Any, view: float) -> tuple[float, float, float, float]:
+        """(slope per op through the executor, in eager mode, the short chain's wall, the
+        slope per op of the ops' recorded intervals) of the varied chains; their ops' own
+        costs at ``profile``'s rates go to ``own``."""
+        import msgspec
+        import torch
+
+        from ..device.cost import estimate
+        from ..graph.torch_import import import_runnable
+
+        xv = torch.randn(1, 16)
+        varied: dict[tuple[str, int], Callable[[], float]] = {}
+        # the varied chain's ops' own costs and its views' without the executor's
+        # per-op cost (the figure being measured)
+        bare = msgspec.structs.replace(profile, launch_overhead_us=0.0, view_us=view) \
+            if profile is not None else None
+        for n in (VARIED_SHORT, VARIED_LONG):
+            module = varied_chain(n)
+            rn = import_runnable(module, (xv,), name=f"varied{n}")
+            self.own[n] = sum(estimate(o, bare).dur_us for o in rn.graph.ops) if bare else 0.0
+            self.ops[n] = len(rn.graph.ops)
+            ex = self.executor(module, rn, _single(rn), self.cores, xv)
+            varied["executor", n], varied["inside", n] = self.wall(ex, xv), self.inside(ex, xv)
+            varied["eager", n] = self.wall(module, xv)
+        self.per_op_of = self.ops[VARIED_LONG] - self.ops[VARIED_SHORT]
+        return self._best_try(varied)
+
+    def _best_try(self, varied: dict) -> tuple[float, float, float, float]:
+        """The executor spends something on every op, so a slope at or under eager
+        mode's (or an eager slope at or under 0) is a noisy measurement: measured again,
+        up to VARIED_TRIES times, keeping the try with the executor's largest extra over
+        eager."""
+        best = None
+        for _ in range(max(1, VARIED_TRIES)):
+            rows = per_round(varied, self.n_rounds)
+            chain_op, eager_op, inside_op = (
+                _median(rows, partial(_slope, label=k, short=VARIED_SHORT, long=VARIED_LONG,
+                                      per=self.per_op_of))
+                for k in ("executor", "eager", "inside"))
+            w1 = _median(rows, lambda r: r["executor", VARIED_SHORT])
+            if best is None or chain_op - eager_op > best[0] - best[1]:
+                best = (chain_op, eager_op, w1, inside_op)
+            if chain_op > eager_op > 0:
+                break
+        return best
 
 
 def calibrated_profile(quick: bool = True, name: str = "cpu-calibrated",
