@@ -12,8 +12,18 @@ can wrap them thinly:
 ``Event``              ``record(stream=None)``, ``wait(stream=None)``,
                        ``synchronize()``, ``query()``, ``elapsed_time(end)`` (ms)
 ``Backend``            ``stream(name, kind)``, ``event()``, ``timeline()``,
-                       ``close()``, ``host_synchronous``
+                       ``close()``, ``synchronize()``, ``host_synchronous``,
+                       ``capabilities``; and, where ``capabilities`` says so,
+                       ``begin(streams)`` / ``end(main)``,
+                       ``record_stream(value, stream)``, ``delay(us)``,
+                       ``clear_records()``
 =====================  ==========================================================
+
+What a backend can do beyond the core is declared, not probed: its :class:`Capabilities`
+(a class attribute, readable by name without making the backend:
+:func:`backend_capabilities`). :class:`BackendBase` gives every optional method a default
+that does nothing, so a caller may call them on any backend derived from it; a backend
+that is not leaves ``capabilities`` out and is driven through the core protocol only.
 
 ``submit`` returns a :class:`Work` handle. On a host backend (cpu) the function runs on the
 stream's worker thread (or on the caller's, for a held stream it runs itself:
@@ -29,6 +39,8 @@ Backends are looked up by name (:func:`get_backend`); modules are imported lazil
 from __future__ import annotations
 
 import importlib
+import time
+from dataclasses import dataclass
 from typing import Any, Callable, Protocol, runtime_checkable
 
 from ..timeline.model import Timeline
@@ -98,17 +110,48 @@ class Stream(Protocol):
     def query(self) -> bool: ...
 
 
+@dataclass(frozen=True)
+class Capabilities:
+    """What a backend can do beyond the core protocol (all off by default).
+
+    ``host_threads``: its streams are worker threads of this process: torch's intra-op
+    thread count is set per worker, workers can be pinned to cores, and they share the
+    host's OpenMP thread team with the caller. ``holds_streams``: its streams can hold
+    what is issued and hand it over at once (``hold``/``release``), and the caller can run
+    a held program itself (``run_here``). ``launch``: its streams have ``launch(fn, *args,
+    name=)``, a ``submit`` without a result handle. ``own_records``: its streams record
+    their op intervals themselves (``clear_records`` empties them before a run).
+    ``run_brackets``: ``begin(streams)``/``end(main)`` join a run to the caller's current
+    stream. ``record_stream``: tensors read on another stream must be told so.
+    ``device_delay``: ``delay(us)`` holds back the stream's device work, not only the
+    launch. ``timing_events``: a timeline costs two events per op, which the factory's
+    ``record_timeline=False`` turns off. ``rng_device``: the torch device module whose
+    random generators a bitwise check saves and restores (``"cuda"``, ``"npu"``)."""
+
+    host_threads: bool = False
+    holds_streams: bool = False
+    launch: bool = False
+    own_records: bool = False
+    run_brackets: bool = False
+    record_stream: bool = False
+    device_delay: bool = False
+    timing_events: bool = False
+    rng_device: str | None = None
+
+
 @runtime_checkable
 class Backend(Protocol):
     """Creates streams and events and reports what ran as a :class:`Timeline`.
 
     ``host_synchronous`` is true when submitted work runs on host threads (cpu): a caller
     that already owns a worker thread may then run a function inline instead of handing it
-    to a stream thread, saving one thread hop (which costs more than a ~20 us op, DOMAIN §8).
+    to a stream thread, saving one thread hop (which costs more than a small op).
+    ``capabilities`` declares what it can do beyond that (:class:`Capabilities`).
     """
 
     name: str
     host_synchronous: bool
+    capabilities: Capabilities
 
     def stream(self, name: str | None = None, kind: str = "device") -> Stream: ...
 
@@ -116,16 +159,64 @@ class Backend(Protocol):
 
     def timeline(self, source: str | None = None) -> Timeline: ...
 
+    def synchronize(self) -> None: ...
+
     def close(self) -> None: ...
 
 
+class BackendBase:
+    """Defaults for the optional methods of :class:`Backend`: each does nothing (``delay``
+    sleeps on the host), so callers may call them whatever the backend; a backend
+    overrides those its :class:`Capabilities` declare."""
+
+    capabilities = Capabilities()
+
+    def synchronize(self) -> None:
+        """Wait for everything issued so far."""
+        return None
+
+    def begin(self, streams: list[Any]) -> None:
+        """Start a run on ``streams`` (``run_brackets``)."""
+        return None
+
+    def end(self, main: Any) -> None:
+        """End a run joined on stream ``main`` (``run_brackets``)."""
+        return None
+
+    def record_stream(self, value: Any, stream: Any) -> None:
+        """Tell the allocator ``value`` is used on ``stream`` (``record_stream``)."""
+        return None
+
+    def delay(self, us: float) -> None:
+        """Hold the current stream back about ``us`` microseconds (a host sleep unless
+        ``device_delay``)."""
+        time.sleep(us * 1e-6)
+
+    def clear_records(self) -> None:
+        """Forget the op intervals the streams recorded (``own_records``)."""
+        return None
+
+    def __enter__(self) -> Any:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()  # type: ignore[attr-defined]
+
+
+def capabilities_of(backend: Any) -> Capabilities:
+    """What ``backend`` (an instance) declares; none for one that declares nothing."""
+    caps = getattr(backend, "capabilities", None)
+    return caps if isinstance(caps, Capabilities) else Capabilities()
+
+
 #: name -> "module:attribute" of a backend factory; imported on first use
-_REGISTRY: dict[str, str | Callable[..., Backend]] = {
+_SHIPPED: dict[str, str] = {
     "cpu": "parastream.runtime.cpu:CpuBackend",
     "null": "parastream.runtime.null:NullBackend",
     "cuda": "parastream.runtime.cuda:CudaBackend",
     "npu": "parastream.runtime.cuda:NpuBackend",
 }
+_REGISTRY: dict[str, str | Callable[..., Backend]] = dict(_SHIPPED)
 
 
 def register_backend(name: str, factory: str | Callable[..., Backend]) -> None:
@@ -138,25 +229,47 @@ def available_backends() -> list[str]:
     return sorted(_REGISTRY)
 
 
-#: backends whose streams bracket each op with timing events when they record a timeline
+#: the shipped backends whose streams bracket each op with timing events (their
+#: :class:`Capabilities` say ``timing_events``; :func:`backend_capabilities` asks any)
 TIMED_DEVICES = ("cuda", "npu")
 
 
-def untimed(name: str) -> "Backend | str":
-    """A new backend ``name`` without its per-op timing events where it has them (cuda,
-    npu: two events a submit, a host cost of 6-11 us per op on an H200), else ``name``
-    itself (the cpu backend's timeline is its own bookkeeping, not events on a device)."""
-    return get_backend(name, record_timeline=False) if name in TIMED_DEVICES else name
+def _resolve(factory: str | Callable[..., Backend]) -> Callable[..., Backend]:
+    if isinstance(factory, str):
+        module, _, attr = factory.partition(":")
+        factory = getattr(importlib.import_module(module), attr)
+    return factory
 
 
-def get_backend(name: str, **options: Any) -> Backend:
-    """A new backend instance by name (``cpu``, ``null``, or one registered later)."""
+def _factory(name: str) -> Callable[..., Backend]:
     try:
         factory = _REGISTRY[name]
     except KeyError:
         raise ValueError(f"unknown stream backend {name!r} (known: "
                          f"{', '.join(available_backends())})") from None
-    if isinstance(factory, str):
-        module, _, attr = factory.partition(":")
-        factory = getattr(importlib.import_module(module), attr)
-    return factory(**options)
+    return _resolve(factory)
+
+
+def backend_capabilities(name: str) -> Capabilities:
+    """What backend ``name`` declares, read from its factory (its class attribute)
+    without making one. A factory that declares nothing registered under a shipped
+    backend's name stands in for that backend and declares what it does; any other
+    declares nothing."""
+    factory = _factory(name)
+    if getattr(factory, "capabilities", None) is None and name in _SHIPPED:
+        factory = _resolve(_SHIPPED[name])
+    return capabilities_of(factory)
+
+
+def untimed(name: str) -> "Backend | str":
+    """A new backend ``name`` without its per-op timing events where it has them
+    (``timing_events``: two events a submit, a host cost per op), else ``name`` itself
+    (the cpu backend's timeline is its own bookkeeping, not events on a device)."""
+    if backend_capabilities(name).timing_events:
+        return get_backend(name, record_timeline=False)
+    return name
+
+
+def get_backend(name: str, **options: Any) -> Backend:
+    """A new backend instance by name (``cpu``, ``null``, or one registered later)."""
+    return _factory(name)(**options)

@@ -28,7 +28,7 @@ from collections import deque
 from typing import Any, Callable, Iterable
 
 from ..timeline.model import KIND_COMPUTE, KIND_MEMCPY, DeviceInfo, Timeline, TimelineBuilder
-from .backend import STREAM_KINDS, StreamError
+from .backend import STREAM_KINDS, BackendBase, Capabilities, StreamError
 
 now_ns = time.perf_counter_ns
 
@@ -406,22 +406,26 @@ class CpuStream:
         with self._cond:
             self._here = True  # query() says busy while it runs here
         try:
-            for i, cmd in enumerate(cmds):
-                try:
-                    self._do(cmd, here=True)
-                except BaseException as exc:  # an interrupt here, on the caller's thread
-                    if self._error is None:
-                        self._error = StreamError(self.name, "interrupted", exc)
-                    # the recordings still ahead fail rather than never come (they carry
-                    # the stream's error): other streams' workers may wait on them, and
-                    # close() joins those
-                    for rest in cmds[i:]:
-                        if rest[0] == "record":
-                            self._do(rest)
-                    raise
+            for i in range(len(cmds)):
+                self._do_here(cmds, i)
         finally:
             with self._cond:
                 self._here = False  # (the worker's own flag is its own: it may be busy)
+
+    def _do_here(self, cmds: list, i: int) -> None:
+        """Command ``i`` of ``cmds`` on the calling thread. An interrupt there (Ctrl-C
+        reaches only the caller's thread) becomes the stream's error, and the recordings
+        still ahead fail rather than never come (they carry the stream's error): other
+        streams' workers may wait on them, and close() joins those."""
+        try:
+            self._do(cmds[i], here=True)
+        except BaseException as exc:
+            if self._error is None:
+                self._error = StreamError(self.name, "interrupted", exc)
+            for rest in cmds[i:]:
+                if rest[0] == "record":
+                    self._do(rest)
+            raise
 
     def _do(self, cmd: tuple, here: bool = False) -> bool:
         """Carry out one command on the calling thread; False for ``stop``. ``here`` (the
@@ -429,48 +433,62 @@ class CpuStream:
         (KeyboardInterrupt, SystemExit) stops the stream and is raised as it is, not
         reported as the op's failure; a worker thread never gets those."""
         tag = cmd[0]
-        rec = self.recorder
         if tag == "work":
-            _, fn, args, kwargs, name, work = cmd  # work: None when launched (no handle)
-            try:
-                if self._error is None:  # sticky: skip work after a failure
-                    t0 = now_ns()
-                    try:
-                        value = fn(*args, **kwargs)
-                        if work is not None:
-                            work._value = value
-                    except BaseException as exc:  # noqa: BLE001 - reported via the stream
-                        self._error = StreamError(self.name, name, exc)
-                        if here and isinstance(exc, (KeyboardInterrupt, SystemExit)):
-                            raise
-                    rec.op(name, t0, now_ns())
-            finally:
-                if work is not None:
-                    work._error = self._error
-                    work._flag.set()
+            self._do_work(cmd, here)
         elif tag == "record":
             mark = cmd[1]
             mark.t_ns = now_ns()
             mark.error = self._error
             mark.flag.set()
         elif tag == "wait":
-            mark = cmd[1]
-            if not mark.flag.is_set():
-                t0 = now_ns()
-                mark.flag.wait()
-                rec.wait(t0, now_ns(), on=mark.stream.name)
-            if mark.error is not None and self._error is None:
-                self._error = mark.error  # do not compute on a failed producer's data
+            self._do_wait(cmd[1])
         else:  # stop
             return False
         return True
 
+    def _do_work(self, cmd: tuple, here: bool) -> None:
+        """Run one submitted function and record its interval; skipped after the stream
+        failed (sticky). Its handle (None when launched) gets the value or the error."""
+        _, fn, args, kwargs, name, work = cmd
+        try:
+            if self._error is None:
+                t0 = now_ns()
+                self._call(fn, args, kwargs, name, work, here)
+                self.recorder.op(name, t0, now_ns())
+        finally:
+            if work is not None:
+                work._error = self._error
+                work._flag.set()
 
-class CpuBackend:
+    def _call(self, fn: Callable[..., Any], args: tuple, kwargs: dict, name: str,
+              work: CpuWork | None, here: bool) -> None:
+        try:
+            value = fn(*args, **kwargs)
+            if work is not None:
+                work._value = value
+        except BaseException as exc:  # noqa: BLE001 - reported via the stream
+            self._error = StreamError(self.name, name, exc)
+            if here and isinstance(exc, (KeyboardInterrupt, SystemExit)):
+                raise
+
+    def _do_wait(self, mark: _Mark) -> None:
+        """Block until ``mark``'s recording is reached (drawn as a wait interval); a
+        failed producer's error becomes this stream's: it does not compute on its data."""
+        if not mark.flag.is_set():
+            t0 = now_ns()
+            mark.flag.wait()
+            self.recorder.wait(t0, now_ns(), on=mark.stream.name)
+        if mark.error is not None and self._error is None:
+            self._error = mark.error
+
+
+class CpuBackend(BackendBase):
     """Streams as host worker threads; see the module docstring."""
 
     name = "cpu"
     host_synchronous = True
+    capabilities = Capabilities(host_threads=True, holds_streams=True, launch=True,
+                                own_records=True)
 
     def __init__(self, intra_op_threads: int | None = None) -> None:
         if intra_op_threads is not None:
@@ -509,12 +527,12 @@ class CpuBackend:
         return build_timeline([s.recorder for s in self._streams], source or "cpu-backend",
                               "parastream-cpu", device=cpu_name())
 
+    def clear_records(self) -> None:
+        """Forget every stream's recorded op and wait intervals."""
+        for s in self._streams:
+            s.recorder.ops.clear()
+            s.recorder.waits.clear()
+
     def close(self) -> None:
         for s in self._streams:
             s.close()
-
-    def __enter__(self) -> "CpuBackend":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()

@@ -29,10 +29,11 @@ from __future__ import annotations
 
 import threading
 import time
+from dataclasses import replace
 from typing import Any, Callable
 
 from ..timeline.model import Timeline
-from .backend import STREAM_KINDS, StreamError
+from .backend import STREAM_KINDS, BackendBase, Capabilities, StreamError
 
 #: cycles per microsecond for ``delay``: about an H100/H200 or Ascend core clock; jitter's
 #: delays are random anyway, so only their order of magnitude matters
@@ -169,15 +170,22 @@ class DeviceStream:
         return bool(self.raw.query())
 
 
-class DeviceBackend:
+#: what a cuda or npu backend declares (its ``rng_device`` is its device type)
+DEVICE_CAPABILITIES = Capabilities(run_brackets=True, record_stream=True, device_delay=True,
+                                   timing_events=True)
+
+
+class DeviceBackend(BackendBase):
     """Streams of one cuda or npu device (``device_type``); ``mod`` may be given to test
     the code path with a stand-in for ``torch.cuda``."""
 
     host_synchronous = False
+    capabilities = DEVICE_CAPABILITIES
 
     def __init__(self, device_type: str = "cuda", device: Any = None,
                  record_timeline: bool = True, mod: Any = None) -> None:
         self.name = device_type
+        self.capabilities = replace(DEVICE_CAPABILITIES, rng_device=device_type)
         self.mod = mod if mod is not None else device_module(device_type)
         self.device = device
         self.record_timeline = record_timeline
@@ -298,19 +306,17 @@ class DeviceBackend:
             self._streams.clear()
             self._pool.clear()
 
-    def __enter__(self) -> "DeviceBackend":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
 
 class CudaBackend(DeviceBackend):
+    capabilities = replace(DEVICE_CAPABILITIES, rng_device="cuda")
+
     def __init__(self, device: Any = None, record_timeline: bool = True, mod: Any = None) -> None:
         super().__init__("cuda", device, record_timeline, mod)
 
 
 class NpuBackend(DeviceBackend):
+    capabilities = replace(DEVICE_CAPABILITIES, rng_device="npu")
+
     def __init__(self, device: Any = None, record_timeline: bool = True, mod: Any = None) -> None:
         super().__init__("npu", device, record_timeline, mod)
 

@@ -17,15 +17,14 @@ How a call runs (a ``torch.fx.Interpreter`` that overrides ``run_node``: switch 
   A view not yet read when an in-place op changes its base's layout (``v = h[0];
   h.t_()``) is taken by that op instead, before it runs (the graph op's
   ``meta["views_before"]``), as eager mode takes it.
-* cpu backend: each plan stream is a persistent worker thread with a FIFO; torch's intra-op
-  thread count is set once from the main thread before the workers start (torch's
-  worker threads keep the count they first saw). The streams are held while the call is
-  issued; then the other streams' workers get their programs and stream 0's runs on the
-  calling thread itself, with the stream's thread count: no hand-off and no sleep for
-  it, and its threaded ops use this thread's own OpenMP team (on a worker they woke a
-  second team through the kernel: a single-stream plan of two_chains small ran in
-  1,781 us here against 3,903 us on a worker; docs/benchmarks-run.md section 11).
-  cuda/npu: the same walk launches kernels
+* host backends (cpu; ``Capabilities.host_threads``): each plan stream is a persistent
+  worker thread with a FIFO; torch's intra-op thread count is set once from the main
+  thread before the workers start (torch's worker threads keep the count they first
+  saw). The streams are held while the call is issued; then the other streams' workers
+  get their programs and stream 0's runs on the calling thread itself, with the stream's
+  thread count: no hand-off and no sleep for it, and its threaded ops use this thread's
+  own OpenMP team (on a worker they wake a second team through the kernel).
+  Device backends (cuda/npu): the same walk launches kernels
   under ``torch.cuda.stream`` / ``torch.npu.stream``; tensors read on another stream than
   the one that made them are ``record_stream``-ed, and the caller's current stream is
   joined at the start and at the end.
@@ -43,7 +42,7 @@ import os
 import random
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterator, Sequence
 
 import torch
@@ -54,7 +53,8 @@ from ..graph.torch_import import no_mha_fastpath, random_draws, written_args
 from ..plan.io import PlanDoc
 from ..plan.model import Plan
 from ..timeline.model import Timeline
-from .backend import Backend, ModelCallError, StreamError, get_backend
+from .backend import (Backend, Capabilities, ModelCallError, StreamError, backend_capabilities,
+                      capabilities_of, get_backend)
 
 _MISSING = object()
 
@@ -152,60 +152,70 @@ def _plan_of(plan: Plan | PlanDoc, candidate: str | None = None) -> Plan:
     return plan
 
 
+@dataclass(frozen=True)
+class ExecutorOptions:
+    """How a :class:`MultiStreamExecutor` runs (every field optional).
+
+    ``enable``: off runs the original module untouched. ``jitter``: random delays and
+    issue orders (:class:`Jitter`). ``intra_op_threads`` (host backends): torch threads of
+    each stream worker; default ``cores // streams``. ``validate``: check the plan with
+    the happens-before validator first (turn off only to test that jitter catches a
+    broken plan). ``name``: the traced program's name when the executor traces it.
+    ``garbage_collect_values``: free each intermediate once its last reader has run, as
+    eager mode does (off: keep all of them until the call returns). ``pin`` (host
+    backends): give each stream's worker (and the intra-op threads it starts) its own
+    cores when the streams' threads fit in the cores this process may use
+    (:func:`stream_cpus`); stream 0's, which is the calling thread, only while it runs the
+    stream's program; off: the OS places them. Default: on when the environment sets
+    ``PARASTREAM_PIN_STREAMS=1`` (``parastream run --pin``), so processes it starts
+    measure the same way."""
+
+    enable: bool = True
+    jitter: Jitter | None = None
+    intra_op_threads: int | None = None
+    validate: bool = True
+    name: str = "model"
+    garbage_collect_values: bool = True
+    pin: bool | None = None
+
+
 class MultiStreamExecutor(torch.fx.Interpreter):
     """Runs ``module`` with every op on its planned stream (see the module docstring).
 
     ``plan``: a :class:`Plan` (or a :class:`PlanDoc`: its recommended candidate).
     ``backend``: ``"cpu"``, ``"cuda"``, ``"npu"``, ``"null"`` or a backend instance.
-    ``intra_op_threads`` (cpu): torch threads of each stream worker; default
-    ``cores // streams``. ``validate``: check the plan with the happens-before validator
-    first (turn off only to test that jitter catches a broken plan).
     ``runnable``: a pre-traced :class:`~parastream.graph.torch_import.Runnable`.
-    ``garbage_collect_values``: free each intermediate once its last reader has run, as
-    eager mode does (off: keep all of them until the call returns).
-    ``pin`` (cpu): give each stream's worker (and the intra-op threads it starts) its own
-    cores when the streams' threads fit in the cores this process may use
-    (:func:`stream_cpus`); stream 0's, which is the calling thread, only while it runs
-    the stream's program; off: the OS places them. Default: on when the environment sets
-    ``PARASTREAM_PIN_STREAMS=1`` (``parastream run --pin``), so processes it starts
-    measure the same way.
+    ``options`` (:class:`ExecutorOptions`), with any of its fields given as keyword
+    ``overrides`` on top (``intra_op_threads=1``, ``jitter=Jitter(seed=3)``).
     """
 
     def __init__(self, module: torch.nn.Module, example_inputs: Sequence[Any] | Any,
-                 plan: Plan | PlanDoc, backend: str | Backend = "cpu", enable: bool = True,
-                 jitter: Jitter | None = None, intra_op_threads: int | None = None, *,
-                 validate: bool = True, runnable: Any = None, name: str = "model",
-                 garbage_collect_values: bool = True, pin: bool | None = None) -> None:
+                 plan: Plan | PlanDoc, backend: str | Backend = "cpu", *,
+                 runnable: Any = None, options: ExecutorOptions | None = None,
+                 **overrides: Any) -> None:
         from ..graph.torch_import import import_runnable
 
+        opts = replace(options or ExecutorOptions(), **overrides)
         if not isinstance(example_inputs, (tuple, list)):
             example_inputs = (example_inputs,)
         self.original = module
         self.plan = _plan_of(plan)
-        self.enable = enable
-        self.jitter = jitter
-        self._rng = random.Random(jitter.seed if jitter else 0)
-        self.runnable = runnable or import_runnable(module, tuple(example_inputs), name=name)
+        self.enable = opts.enable
+        self.jitter = opts.jitter
+        self._rng = random.Random(opts.jitter.seed if opts.jitter else 0)
+        self.runnable = runnable or import_runnable(module, tuple(example_inputs), name=opts.name)
         # values are freed after their last use by this class's own count, which works
         # across streams (the base class's last-use map assumes one program order)
         super().__init__(self.runnable.graph_module, garbage_collect_values=False)
-        self.garbage_collect_values = garbage_collect_values
+        self.garbage_collect_values = opts.garbage_collect_values
         self.graph_ir = self.runnable.graph
-        if validate:
-            from ..plan.hb import check
-
-            check(self.graph_ir, self.plan)
-        assignment = self.plan.assignment
-        missing = [o.name for o in self.graph_ir.ops if o.name not in assignment]
-        if missing:
-            from ..plan.model import PlanError
-
-            raise PlanError(f"op(s) without a stream: {', '.join(missing[:10])}")
-        self.stream_ids = sorted(set(assignment.values()) | {0})
-        self.intra_op_threads = intra_op_threads or default_threads(len(self.stream_ids))
-        self.pin = pin_streams() if pin is None else pin
+        self._check_plan(opts.validate)
+        self.stream_ids = sorted(set(self.plan.assignment.values()) | {0})
+        self.intra_op_threads = opts.intra_op_threads or default_threads(len(self.stream_ids))
+        self.pin = pin_streams() if opts.pin is None else opts.pin
         self._backend_spec = backend
         self.backend: Any = None
+        self.caps = Capabilities()  # the backend's, once it is made
         self.streams: dict[int, Any] = {}
         self._issue: dict[int, Any] = {}
         self._here_cpus: set[int] | None = None
@@ -216,51 +226,25 @@ class MultiStreamExecutor(torch.fx.Interpreter):
         #: spans on cuda; :func:`parastream.runtime.profiler.kernel_timeline`)
         self.annotate = False
 
+    def _check_plan(self, validate: bool) -> None:
+        """The plan's events proved sufficient (``validate``) and every op on a stream."""
+        if validate:
+            from ..plan.hb import check
+
+            check(self.graph_ir, self.plan)
+        missing = [o.name for o in self.graph_ir.ops if o.name not in self.plan.assignment]
+        if missing:
+            from ..plan.model import PlanError
+
+            raise PlanError(f"op(s) without a stream: {', '.join(missing[:10])}")
+
     # ------------------------------------------------------------------ set-up
     def _prepare(self) -> None:
         """Per op node: stream, plan op name, waits, records; lazy nodes; cross-stream reads."""
-        rn = self.runnable
-        assignment = self.plan.assignment
-        waits: dict[str, list[int]] = {}
-        records: dict[str, list[int]] = {}
-        self.end_waits: list[int] = []
-        for k, e in enumerate(self.plan.events):
-            records.setdefault(e.record_after, []).append(k)
-            if e.wait_before is None:
-                self.end_waits.append(k)
-            else:
-                waits.setdefault(e.wait_before, []).append(k)
-        self.op_nodes: list[tuple] = []  # (node, stream id, op name, waits, records)
-        self.lazy: set[torch.fx.Node] = set()
-        self.placeholders: list[torch.fx.Node] = []
-        self.output_node: torch.fx.Node | None = None
-        stream_of_node: dict[torch.fx.Node, int | None] = {}
-        for n in self.graph.nodes:
-            if n.op == "placeholder":
-                self.placeholders.append(n)
-                stream_of_node[n] = None
-            elif n.op == "output":
-                self.output_node = n
-            elif n.op == "get_attr":
-                self.lazy.add(n)
-                stream_of_node[n] = None
-            elif rn.node_kind.get(n.name) == "op":
-                s = assignment[n.name]
-                self.op_nodes.append((n, s, n.name, waits.get(n.name, []),
-                                      records.get(n.name, [])))
-                stream_of_node[n] = s
-            else:
-                self.lazy.add(n)
-                op = rn.node_op.get(n.name)
-                stream_of_node[n] = assignment.get(op) if op else None
+        waits, records = self._events_by_op()
+        stream_of_node = self._sort_nodes(waits, records)
         self._op_info = {t[0]: t for t in self.op_nodes}  # node -> its op_nodes entry
-        # views an op takes before it runs: those its in-place layout change would alter
-        by_name = {n.name: n for n in self.graph.nodes}
-        self._views_before: dict[torch.fx.Node, list[torch.fx.Node]] = {}
-        for o in self.graph_ir.ops:
-            names = (o.meta or {}).get("views_before")
-            if names and o.name in by_name:
-                self._views_before[by_name[o.name]] = [by_name[v] for v in names]
+        self._views_before = self._views_taken_before()
         # what each op reads, directly or through lazy views (the views included)
         reached = {n: list(dict.fromkeys(
             _reached(n, self.lazy) + [a for v in self._views_before.get(n, ())
@@ -274,11 +258,71 @@ class MultiStreamExecutor(torch.fx.Interpreter):
             if reads:
                 self.cross[n] = reads
         self._plan_frees(reached)
-        # faster bindings validated on first use: node -> (binding, the check it must pass)
+        self._plan_fast_bindings()
+
+    def _events_by_op(self) -> tuple[dict[str, list[int]], dict[str, list[int]]]:
+        """(op -> events it waits on, op -> events recorded after it), as indices into the
+        plan's events; the end-join events go to ``end_waits``."""
+        waits: dict[str, list[int]] = {}
+        records: dict[str, list[int]] = {}
+        self.end_waits: list[int] = []
+        for k, e in enumerate(self.plan.events):
+            records.setdefault(e.record_after, []).append(k)
+            if e.wait_before is None:
+                self.end_waits.append(k)
+            else:
+                waits.setdefault(e.wait_before, []).append(k)
+        return waits, records
+
+    def _sort_nodes(self, waits: dict[str, list[int]],
+                    records: dict[str, list[int]]) -> dict[torch.fx.Node, int | None]:
+        """Sort the FX nodes into placeholders, the output, ops (``op_nodes``: node, stream
+        id, op name, waits, records) and lazy nodes; returns each node's stream (None for
+        placeholders and attributes, a lazy node's op's stream)."""
+        rn = self.runnable
+        assignment = self.plan.assignment
+        self.op_nodes: list[tuple] = []  # (node, stream id, op name, waits, records)
+        self.lazy: set[torch.fx.Node] = set()
+        self.placeholders: list[torch.fx.Node] = []
+        self.output_node: torch.fx.Node | None = None
+        stream_of_node: dict[torch.fx.Node, int | None] = {}
+        for n in self.graph.nodes:
+            if n.op == "output":
+                self.output_node = n
+                continue
+            if n.op == "placeholder":
+                self.placeholders.append(n)
+                stream_of_node[n] = None
+                continue
+            if n.op != "get_attr" and rn.node_kind.get(n.name) == "op":
+                s = assignment[n.name]
+                self.op_nodes.append((n, s, n.name, waits.get(n.name, []),
+                                      records.get(n.name, [])))
+                stream_of_node[n] = s
+                continue
+            self.lazy.add(n)  # an attribute, a folded view, an assert
+            op = rn.node_op.get(n.name) if n.op != "get_attr" else None
+            stream_of_node[n] = assignment.get(op) if op else None
+        return stream_of_node
+
+    def _views_taken_before(self) -> dict[torch.fx.Node, list[torch.fx.Node]]:
+        """Views an op takes before it runs: those its in-place layout change would alter
+        (the graph op's ``meta["views_before"]``)."""
+        by_name = {n.name: n for n in self.graph.nodes}
+        out: dict[torch.fx.Node, list[torch.fx.Node]] = {}
+        for o in self.graph_ir.ops:
+            names = (o.meta or {}).get("views_before")
+            if names and o.name in by_name:
+                out[by_name[o.name]] = [by_name[v] for v in names]
+        return out
+
+    def _plan_fast_bindings(self) -> None:
+        """Faster bindings, validated on first use: node -> (binding, the check it must
+        pass). An op that draws random numbers keeps its own call: the binding's
+        first-call check would draw twice (an attention at dropout_p=0 draws nothing and
+        keeps the binding)."""
         self._fast: dict[torch.fx.Node, Any] = {}
         self._fast_pending: dict[torch.fx.Node, tuple[Any, Any]] = {}
-        # an op that draws random numbers keeps its own call: the binding's first-call check
-        # would draw twice (an attention at dropout_p=0 draws nothing and keeps the binding)
         self._draws = random_draws(self.graph_ir)  # (also named by _random_hint)
         draws = set(self._draws)
         for n, *_rest in self.op_nodes:
@@ -303,8 +347,7 @@ class MultiStreamExecutor(torch.fx.Interpreter):
 
         Why: eager mode frees an intermediate after its last use, and so does
         ``torch.fx.Interpreter``; holding all of them to the end of the call multiplies
-        the activation memory (llama_stack small: 60.5 MiB of op outputs against an eager
-        live peak of 4.5 MiB; one 7B-shaped layer at prefill: 1.97 GiB against 0.58 GiB).
+        the activation memory.
         Across streams, "last" is the last reader to finish, whatever stream it ran on;
         on devices a cross-stream read is ``record_stream``-ed, so the caching allocator
         does not reuse the block before that read has run."""
@@ -339,48 +382,52 @@ class MultiStreamExecutor(torch.fx.Interpreter):
     def _ensure_backend(self) -> None:
         if self.backend is not None:
             return
-        from .cpu import CpuBackend, set_intra_op_threads
+        from .cpu import set_intra_op_threads
 
         spec = self._backend_spec
-        cpu = spec == "cpu" or isinstance(spec, CpuBackend)  # a caller's instance too
-        if cpu:
+        caps = backend_capabilities(spec) if isinstance(spec, str) else capabilities_of(spec)
+        if caps.host_threads:
             main_threads = torch.get_num_threads()
             set_intra_op_threads(self.intra_op_threads)
         self.backend = get_backend(spec) if isinstance(spec, str) else spec
+        self.caps = capabilities_of(self.backend)
         self.streams = {s: self.backend.stream(str(s)) for s in self.stream_ids}
         # how run_node hands an op over: without a result handle where the stream can
         # (_exec stores the value itself), else through the protocol's submit
-        self._issue = {s: getattr(st, "launch", None) or st.submit
+        self._issue = {s: st.launch if caps.launch else st.submit
                        for s, st in self.streams.items()}
-        if cpu:
-            # each worker fixes its torch thread count at its first parallel call, and
-            # turns autograd off for good: grad mode is per thread, and the caller's
-            # no_grad does not reach the workers (they built autograd graphs for every op
-            # whose input came from a weight, and kept its saved tensors alive)
-            n = len(self.streams)
-            works = [st.submit(_worker_init,
-                               stream_cpus(k, n, self.intra_op_threads) if self.pin else None,
-                               name="init")
-                     for k, st in enumerate(self.streams.values())]
-            for w in works:
-                w.result()
-            # stream 0 runs on the calling thread (run): pinned there, while it runs
-            self._here_cpus = stream_cpus(0, n, self.intra_op_threads) if self.pin else None
+        if caps.host_threads:
+            self._start_workers()
             set_intra_op_threads(main_threads)
-            for st in self.streams.values():
-                st.recorder.ops.clear()
+
+    def _start_workers(self) -> None:
+        """Each host worker fixes its torch thread count at its first parallel call, and
+        turns autograd off for good: grad mode is per thread, and the caller's no_grad
+        does not reach the workers (they would build autograd graphs for every op whose
+        input came from a weight, and keep its saved tensors alive)."""
+        n = len(self.streams)
+        works = [st.submit(_worker_init,
+                           stream_cpus(k, n, self.intra_op_threads) if self.pin else None,
+                           name="init")
+                 for k, st in enumerate(self.streams.values())]
+        for w in works:
+            w.result()
+        # stream 0 runs on the calling thread (run): pinned there, while it runs
+        self._here_cpus = stream_cpus(0, n, self.intra_op_threads) if self.pin else None
+        self.backend.clear_records()
 
     @property
     def host_streams(self) -> bool:
         """True when streams are host worker threads (values appear asynchronously)."""
         self._ensure_backend()
-        return bool(getattr(self.backend, "host_synchronous", False))
+        return bool(self.backend.host_synchronous)
 
     def close(self) -> None:
         """Stop the stream workers (a later call starts fresh ones)."""
         if self.backend is not None:
             self.backend.close()
         self.backend, self.streams, self._issue = None, {}, {}
+        self.caps = Capabilities()
 
     def __enter__(self) -> "MultiStreamExecutor":
         return self
@@ -398,57 +445,28 @@ class MultiStreamExecutor(torch.fx.Interpreter):
     def run(self, *inputs: Any, initial_env: Any = None, enable_io_processing: bool = True) -> Any:
         """One multi-stream call; returns the module's outputs."""
         self._ensure_backend()
-        host = bool(getattr(self.backend, "host_synchronous", False))
         self.env = {}
         for node, value in zip(self.placeholders, self.runnable.bind(inputs)):
             self.env[node] = value
-        for st in self.streams.values():
-            rec = getattr(st, "recorder", None)
-            if rec is not None:
-                rec.ops.clear()
-                rec.waits.clear()
+        caps = self.caps
+        if caps.own_records:
+            self.backend.clear_records()
         try:  # a device backend is in its run mode from begin(): close() ends it
-            if hasattr(self.backend, "begin"):
+            if caps.run_brackets:
                 self.backend.begin([self.streams[s] for s in self.stream_ids])
             self._events = [self.backend.event() for _ in self.plan.events]
         except BaseException:
             self.close()
             raise
         self._left = dict(self._uses)
-        # a CPU stream's worker could not run before the issue loop ends anyway (this
+        # a host stream's worker could not run before the issue loop ends anyway (this
         # thread holds the GIL), so each gets its whole program in one hand-off; on an
         # error below, close() releases what is still held
-        held = [st for st in self.streams.values() if hasattr(st, "hold")]
+        held = list(self.streams.values()) if caps.holds_streams else []
         for st in held:
             st.hold()
         try:
-            for item in self._issue_order():
-                self.run_node(item[0])
-            main = self.streams[0]
-            for k in self.end_waits:
-                main.wait_event(self._events[k])
-            if host:
-                # stream 0's program runs on this thread (cpu backend): no hand-off, no
-                # sleep until the other streams end, and it uses this thread's OpenMP team
-                # (a worker's threaded op wakes a second team through the kernel); the
-                # others go to their workers first, so they start while this one computes
-                here = main if hasattr(main, "run_here") else None
-                for st in held:
-                    if st is not here:
-                        st.release()
-                if here is not None:
-                    self._run_main_here(here)
-                else:
-                    main.synchronize()
-                out = self._outputs()
-                for s in self.stream_ids[1:]:
-                    self.streams[s].synchronize()
-            else:
-                # the caller's stream current again and joined to main first: what the
-                # outputs launch (input and buffer write-backs) is ordered after the run
-                if hasattr(self.backend, "end"):
-                    self.backend.end(main)
-                out = self._outputs()
+            out = self._issue_and_join(held)
         except StreamError as exc:
             self.close()  # a stream error is sticky: start fresh workers next call
             if isinstance(exc.cause, MissingSyncError):
@@ -458,6 +476,36 @@ class MultiStreamExecutor(torch.fx.Interpreter):
             self.close()
             raise
         self._last_timeline = None
+        return out
+
+    def _issue_and_join(self, held: list[Any]) -> Any:
+        """Issue every op, join the streams on stream 0 and return the outputs."""
+        for item in self._issue_order():
+            self.run_node(item[0])
+        main = self.streams[0]
+        for k in self.end_waits:
+            main.wait_event(self._events[k])
+        if not self.backend.host_synchronous:
+            # the caller's stream current again and joined to main first: what the
+            # outputs launch (input and buffer write-backs) is ordered after the run
+            if self.caps.run_brackets:
+                self.backend.end(main)
+            return self._outputs()
+        # stream 0's program runs on this thread (host streams that can be held): no
+        # hand-off, no sleep until the other streams end, and it uses this thread's
+        # OpenMP team (a worker's threaded op wakes a second team through the kernel);
+        # the others go to their workers first, so they start while this one computes
+        here = main if self.caps.holds_streams else None
+        for st in held:
+            if st is not here:
+                st.release()
+        if here is not None:
+            self._run_main_here(here)
+        else:
+            main.synchronize()
+        out = self._outputs()
+        for s in self.stream_ids[1:]:
+            self.streams[s].synchronize()
         return out
 
     def _run_main_here(self, main: Any) -> None:
@@ -506,16 +554,15 @@ class MultiStreamExecutor(torch.fx.Interpreter):
             us = self._rng.random() * j.max_delay_us
             # a device backend delays the op on its stream (a host sleep there only delays
             # the launch, and a missing wait would stay hidden behind the queue)
-            delay = getattr(self.backend, "delay", None)
-            if delay is not None:
-                delay(us)
+            if self.caps.device_delay:
+                self.backend.delay(us)
             else:
                 time.sleep(us * 1e-6)
         for v in self._views_before.get(n, ()):
             self._value(v)
         args = map_arg(n.args, self._value)
         kwargs = map_arg(n.kwargs, self._value)
-        if n in self.cross and hasattr(self.backend, "record_stream"):
+        if n in self.cross and self.caps.record_stream:
             stream = self.streams[self._op_info[n][1]]
             for a in self.cross[n]:
                 self.backend.record_stream(self.env.get(a), stream)
@@ -622,7 +669,7 @@ class MultiStreamExecutor(torch.fx.Interpreter):
         # (every input: the eager reference may write one the traced program does not)
         with self.kept_state(inputs, every_input=True) as restore:
             # random draws (torch.rand, training dropout) start alike too
-            device = getattr(self.backend, "name", "cpu")
+            device = self.caps.rng_device
             rng = _rng_state(device)
             expected = _clone(self.reference(*inputs))
             for i in range(runs):
@@ -718,9 +765,8 @@ def _torch_binding(target: Any) -> Any:
     """The ``torch.*`` python binding of a pure (non-mutating) aten OpOverload, or None.
 
     The ``torch.*`` bindings release the GIL while they compute; calling an ``OpOverload``
-    does not (measured: two threads of 1.6 ms matmuls ran 1.81x faster than serial
-    through ``torch.mm``, 1.08x through ``torch.ops.aten.mm.default``), so without them
-    two cpu streams cannot overlap. Kept only when the first call is bitwise identical."""
+    does not hold it released for the whole op, so without them two cpu streams cannot
+    overlap. Kept only when the first call is bitwise identical."""
     if _aten_kind(target) != "pure":
         return None
     name = target.overloadpacket.__name__
@@ -733,8 +779,7 @@ def _torch_binding(target: Any) -> Any:
 
 def _view_binding(target: Any) -> Any:
     """The ``torch.*`` function, else the ``Tensor`` method, of an aten view op, or None:
-    about a third of the ``OpOverload`` call's cost (0.8-1.1 us against 2.1-2.8 us for
-    view/transpose here). Kept only when the first call returns the same view of the same
+    a fraction of the ``OpOverload`` call's cost. Kept only when the first call returns the same view of the same
     memory (:func:`_same_views`): a later in-place write through the view (a cache update)
     must land where the original's would."""
     if _aten_kind(target) != "view":
@@ -776,14 +821,10 @@ def stream_cpus(k: int, streams: int, threads: int) -> set[int] | None:
     to: its own slice of the cores this process may use. None with one stream, or when
     the streams' threads do not fit (then the OS shares the cores out).
 
-    Why: on a 2-core VM, two one-thread stream workers woken together by the issuing
-    thread (before stream 0 ran on the calling thread) were often queued on the same
-    core, and the second stream started only when the first one's whole program had run
-    (two_chains small: 37 of 40 calls started one stream 0.2-1.2 ms late, 2,407 us median
-    wall; the same calls pinned: none late,
-    1,629 us). Not the default: multi-stream walls of the tiny zoo models measured
-    alternately with single stream came out 1.3-2x slower pinned, also when pinned only
-    until each worker's first op (docs/benchmarks-run.md section 9)."""
+    Why: on a small machine, two one-thread stream workers woken together by the issuing
+    thread can be queued on the same core, and the second stream then starts only when
+    the first one's whole program has run. Not the default: pinned workers can also come
+    out slower, when the OS would have balanced them better (docs/benchmarks-run.md)."""
     try:
         cpus = sorted(os.sched_getaffinity(0))
     except (AttributeError, OSError):
@@ -834,15 +875,15 @@ def _written_placeholders(graph: torch.fx.Graph) -> set[str]:
     return out
 
 
-def _rng_state(device: str) -> tuple[torch.Tensor, Any]:
+def _rng_state(device: str | None) -> tuple[torch.Tensor, Any]:
     """The host's random generator state, and the device's (all its devices) when the
-    streams run on cuda or npu (never initialised for a cpu run)."""
-    mod = getattr(torch, device, None) if device in ("cuda", "npu") else None
+    streams run on one (``Capabilities.rng_device``: never initialised for a host run)."""
+    mod = getattr(torch, device, None) if device else None
     dev = mod.get_rng_state_all() if mod is not None and mod.is_available() else None
     return torch.get_rng_state(), dev
 
 
-def _set_rng_state(state: tuple[torch.Tensor, Any], device: str) -> None:
+def _set_rng_state(state: tuple[torch.Tensor, Any], device: str | None) -> None:
     host, dev = state
     torch.set_rng_state(host)
     if dev is not None:
@@ -927,5 +968,5 @@ def _reached(n: torch.fx.Node, lazy: set) -> list[torch.fx.Node]:
     return out
 
 
-__all__ = ["Comparison", "Jitter", "MissingSyncError", "MultiStreamExecutor", "compare",
-           "default_threads"]
+__all__ = ["Comparison", "ExecutorOptions", "Jitter", "MissingSyncError", "MultiStreamExecutor",
+           "compare", "default_threads"]

@@ -196,6 +196,7 @@ class _SideBySide:
     def __init__(self, module: Any, inputs: tuple, plan: Plan, settings: MeasureSettings,
                  runnable: Any, executor: Any) -> None:
         from ..graph.torch_import import import_runnable
+        from .backend import backend_capabilities
         from .executor import _cores, default_threads
 
         self.module, self.inputs, self.plan, self.settings = module, inputs, plan, settings
@@ -203,9 +204,11 @@ class _SideBySide:
         self.runnable = runnable or import_runnable(module, inputs)
         self.streams = len(set(plan.assignment.values()) | {0})
         self.multi_threads = settings.multi_threads or default_threads(self.streams, self.cores)
-        self.device = settings.backend != "cpu"
+        caps = backend_capabilities(settings.backend)
+        # a device's streams run asynchronously and share no thread team with the host
+        self.device = not caps.host_threads
         # a device backend without its timing events: one instance per executor
-        self.quiet = not settings.timelines and _has_timing_events(settings.backend)
+        self.quiet = not settings.timelines and caps.timing_events
         self.own_executor = executor is None
         self.multi = executor or self._executor(plan, self.multi_threads)
         self.single = None
@@ -241,8 +244,7 @@ class _SideBySide:
         return call_model(self.module, a)
 
     def sync(self) -> None:
-        if self.device and self.multi.backend is not None \
-                and hasattr(self.multi.backend, "synchronize"):
+        if self.device and self.multi.backend is not None:
             self.multi.backend.synchronize()
 
     def call(self, fn: Callable[..., Any]) -> None:
@@ -279,7 +281,7 @@ class _SideBySide:
         from .cpu import set_intra_op_threads, team_spin_s
 
         s = self.settings
-        rewarm = s.rewarm and not self.device  # a device's streams share no thread team
+        rewarm = s.rewarm and not self.device
         settle_s = team_spin_s(self.cores) if rewarm else 0.0
         with self.multi.kept_state(self.inputs, state=False, every_input=True), \
                 self.multi.kept_state(self.inputs, state=False) as self.fresh_inputs:
@@ -334,12 +336,6 @@ class _SideBySide:
         if e_tls:
             m.single_timeline = e_tls[_median_index(e_walls)]
         return m
-
-
-def _has_timing_events(backend: str) -> bool:
-    from .backend import TIMED_DEVICES
-
-    return backend in TIMED_DEVICES
 
 
 def analyse(m: Measurement, doc: Any = None, candidate: str | None = None) -> dict:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..timeline.model import Timeline
-from .backend import STREAM_KINDS
+from .backend import STREAM_KINDS, BackendBase
 from .cpu import LaneRecorder, build_timeline
 
 
@@ -94,8 +94,9 @@ class NullStream:
         return True
 
 
-class NullBackend:
-    """Records commands; ``op_cost_ns`` is each op's duration in the replayed timeline."""
+class NullBackend(BackendBase):
+    """Records commands; ``op_cost_ns`` is each op's duration in the replayed timeline.
+    Declares no capabilities beyond the core protocol."""
 
     name = "null"
     host_synchronous = False
@@ -156,9 +157,3 @@ class NullBackend:
 
     def close(self) -> None:
         return None
-
-    def __enter__(self) -> "NullBackend":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
