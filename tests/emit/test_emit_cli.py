@@ -13,7 +13,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from parastream.cli import main  # noqa: E402
-from parastream.emit.cli import emit_plan  # noqa: E402
+from parastream.workflow.emit import emit as emit_plan  # noqa: E402
 from parastream.errors import InputError  # noqa: E402
 from parastream.graph.torch_import import import_module  # noqa: E402
 from parastream.graph.zoo import ZOO  # noqa: E402
@@ -75,13 +75,13 @@ def test_c2_vector_cores_follow_the_plan_device(plan_file, tmp_path):
     doc["device"] = "ascend910b"
     p = tmp_path / "ascend910b.json"
     p.write_text(json.dumps(doc))
-    assert "limit_core_num(6, 12)" in emit_plan(str(p), "torchair", level="op").source
+    assert "limit_core_num(6, 12)" in emit_plan(str(p), target="torchair", level="op").source
     # the first Ascend 910 is not among the products TorchAir documents limit_core_num for:
     # the limit is not emitted, and the file and a warning say why
     doc["device"] = "ascend910"
     p = tmp_path / "ascend910.json"
     p.write_text(json.dumps(doc))
-    e = emit_plan(str(p), "torchair", level="op")
+    e = emit_plan(str(p), target="torchair", level="op")
     assert "limit_core_num(" not in e.source and "are not applied" in e.source
     assert any("not emitted for ascend910" in w for w in e.warnings)
 
@@ -128,7 +128,7 @@ def test_bad_inputs_are_one_line(plan_file, tmp_path, capsys):
         main(["emit", str(plan_file), "--target", "rocm"])
     assert exc.value.code == 2
     with pytest.raises(InputError):
-        emit_plan(str(plan_file), "cuda", candidate="nope")
+        emit_plan(str(plan_file), target="cuda", candidate="nope")
 
 
 def test_command_line_end_to_end(tmp_path, capsys):

@@ -202,7 +202,7 @@ def test_streams_are_made_lazily_one_set_per_device(cases):
 
 
 def test_a_plan_that_cuts_inside_a_call_falls_back_to_the_op_level_forward(tmp_path):
-    from parastream.emit.cli import emit_plan
+    from parastream.workflow.emit import emit as emit_plan
     from parastream.errors import InputError
     from parastream.plan.io import PlanDoc, dumps
 
@@ -221,12 +221,12 @@ def test_a_plan_that_cuts_inside_a_call_falls_back_to_the_op_level_forward(tmp_p
                   candidates=[plan], source={"model": "moe_layer", "scale": "tiny"})
     path = tmp_path / "plan.json"
     path.write_bytes(dumps(doc))
-    e = emit_plan(str(path), "cuda")
+    e = emit_plan(str(path), target="cuda")
     assert e.level == "op" and "LEVEL = 'op'" in e.source
     assert "no module-level patch, because the plan cuts inside the call of " \
            "mlp.shared_experts" in " ".join(e.source.split())
     with pytest.raises(InputError, match="no module-level patch: the plan cuts inside"):
-        emit_plan(str(path), "cuda", level="module")
+        emit_plan(str(path), target="cuda", level="module")
 
 
 def test_the_diff_applies_with_patch_p1_and_runs_bitwise(cases, tmp_path):

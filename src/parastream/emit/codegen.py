@@ -426,54 +426,73 @@ def bad_class_name(name: str, label: str = "class name") -> str | None:
     return None
 
 
+@dataclass(frozen=True)
+class DocNotes:
+    """What the generated module's docstring says beyond the plan: the model's name
+    (default: the plan source's model) and why the forward is op-level (a module-level
+    patch was refused; default: it was requested)."""
+
+    model_name: str | None = None
+    level_note: str | None = None
+
+
+@dataclass(frozen=True)
+class _Settings:
+    """How one module is written (see :func:`emit`)."""
+
+    source: dict
+    device_name: str | None = None
+    class_name: str = DEFAULT_CLASS
+    vector_per_cube: float = DEFAULT_VECTOR_PER_CUBE
+    notes: DocNotes = DocNotes()
+
+
 def emit(traced: Traced, plan: Plan, target: str, *, source: dict | None = None,
-         model_name: str | None = None, device_name: str | None = None,
-         class_name: str = DEFAULT_CLASS,
+         device_name: str | None = None, class_name: str = DEFAULT_CLASS,
          vector_per_cube: float = DEFAULT_VECTOR_PER_CUBE,
-         level_note: str | None = None) -> Emitted:
+         notes: DocNotes | None = None) -> Emitted:
     """The Python module applying ``plan`` to the traced model on ``target``.
 
     ``source`` ({"model", "scale", "phase"}) lets the generated file rebuild the model for
-    its self-check (``python generated.py``); ``vector_per_cube`` gives the vector-core count
-    of a C2 limit that names only ``aicore_num`` (0 on parts without separate vector cores).
+    its self-check (``python generated.py``); ``device_name`` (a device profile) decides
+    whether the plan's core limits may be emitted; ``vector_per_cube`` gives the
+    vector-core count of a C2 limit that names only ``aicore_num`` (0 on parts without
+    separate vector cores); ``notes`` adds to the module's docstring.
     """
     if target not in TARGETS:
         raise EmitError(f"unknown target {target!r} (expected one of {', '.join(TARGETS)})")
     bad = bad_class_name(class_name)
     if bad:
         raise EmitError(bad)
-    em = _Emitter(traced, plan, target, source or {}, model_name, device_name, class_name,
-                  vector_per_cube)
-    em.level_note = level_note
-    return em.run()
+    settings = _Settings(source or {}, device_name, class_name, vector_per_cube,
+                         notes or DocNotes())
+    return _Emitter(traced, plan, target, settings).run()
 
 
 def node_streams(traced: Traced, plan: Plan) -> tuple[dict[str, int | None], set[str]]:
     """Each traced node's stream as the op-level rules give it (a folded view runs on its
     base producer's stream; None: no device work of its own) and the nodes that launch
     work (the plan's ops and real ops it does not name)."""
-    em = _Emitter(traced, plan, "cuda", {}, None, None, DEFAULT_CLASS, DEFAULT_VECTOR_PER_CUBE)
+    em = _Emitter(traced, plan, "cuda", _Settings({}))
     em._analyse()
     return dict(em.stream), set(plan.assignment) | set(em.unplanned)
 
 
 class _Emitter:
-    def __init__(self, traced: Traced, plan: Plan, target: str, source: dict,
-                 model_name: str | None, device_name: str | None, class_name: str,
-                 vector_per_cube: float) -> None:
+    def __init__(self, traced: Traced, plan: Plan, target: str, settings: _Settings) -> None:
         self.t = traced
         self.plan = plan
         self.target = target
-        self.source = source
-        self.model_name = model_name or source.get("model") or "model"
-        self.device_name = device_name
-        self.class_name = class_name
-        self.vpc = vector_per_cube
+        self.source = settings.source
+        self.model_name = settings.notes.model_name or self.source.get("model") or "model"
+        self.device_name = settings.device_name
+        self.class_name = settings.class_name
+        self.vpc = settings.vector_per_cube
+        self.level_note = settings.notes.level_note
         self.nodes = [n for n in traced.nodes() if not _is_assert(n)]
         self.names = _Names(self.nodes)
         self.by_name = {n.name: n for n in self.nodes}
         self.api_name = {"torchair": "torchair", "npugraph_ex": "npu", "cuda": "cuda"}[target]
-        self.level_note: str | None = None
 
     # ------------------------------------------------------------------ analysis
     def _analyse(self) -> None:
@@ -1293,4 +1312,4 @@ def _tuple_literal(items: Sequence) -> str:
     return "(\n" + "\n".join(f"    {x!r}," for x in items) + "\n)"
 
 
-__all__ = ["EmitError", "Emitted", "Traced", "build_model", "emit", "trace", "TARGETS"]
+__all__ = ["DocNotes", "EmitError", "Emitted", "Traced", "build_model", "emit", "trace", "TARGETS"]

@@ -59,6 +59,25 @@ def core_limit(device: str | None) -> CoreLimit:
     return CoreLimit(facts.torchair, facts.npugraph_ex, facts.min_torch_npu, facts.source)
 
 
+def vector_per_cube(device: str | None, default: float = 2.0) -> float:
+    """Vector cores per AI core for a C2 limit that names only ``aicore_num``: from
+    ``device``'s profile (0 on Ascend parts whose cube and vector units are coupled, as
+    on the first 910), else ``default`` (Atlas A2/A3's 2) when there is no NPU profile."""
+    if not device or device == "?":
+        return default
+    try:
+        from ..device.profile import load_profile
+
+        prof = load_profile(device)
+    except Exception:
+        return default
+    if prof.kind != "npu":
+        return default
+    if prof.cores.cube == prof.cores.vector:
+        return 0.0
+    return prof.cores.vector / max(1, prof.cores.cube)
+
+
 #: API the generated code calls -> the release that documents it (for the import check)
 def required_apis(target: str, limits: bool) -> dict[str, str]:
     """``{dotted name under the API object: minimum release}`` a generated file calls."""
@@ -76,4 +95,4 @@ def required_apis(target: str, limits: bool) -> dict[str, str]:
     return {}
 
 
-__all__ = ["CoreLimit", "UNKNOWN", "core_limit", "required_apis"]
+__all__ = ["CoreLimit", "UNKNOWN", "core_limit", "required_apis", "vector_per_cube"]
