@@ -1,4 +1,4 @@
-"""A deterministic discrete-event model of a device's hardware stream scheduler (seed 000).
+"""A deterministic discrete-event model of a device's hardware stream scheduler.
 
 - The host issues tasks in program order, one launch overhead apart (a plan can be
   host-bound).
@@ -15,20 +15,18 @@
 - Waiting for an event blocks only that queue; the time a head task waited for an event
   becomes an EVENT_WAIT interval on its stream. A task whose wait blocked is looked at again
   only ``wake_us`` after the event (a CPU worker thread's wake-up; 0 on devices): it takes
-  no cores and no host lock while its worker sleeps.
-- With a host lock (CPU streams: Python's interpreter lock), a task starts only when the
-  lock is free as well, and holds it for its first ``host_us``; the others wait for it.
-  With ``lock_wake_us`` a task also needs the lock when it ends (to hand over its result);
-  one that finds it taken at its end or at its start goes on ``lock_wake_us`` after the
-  release (its worker thread sleeps on the lock and is woken by the OS). At its start
-  or its end it may find the lock taken again then and wait again (a woken thread does
-  not get Python's lock ahead of a running one that takes it first), and at its end it
-  gives its cores back while it sleeps.
+  no cores and no other resource while its worker sleeps.
+- Anything else a task needs is a resource plugged into the engine
+  (:mod:`parastream.sim.resource`): the CPU streams' host lock
+  (:mod:`parastream.sim.hostlock`) is one, plugged in when ``Device.host_lock`` is set.
 - Optional seeded jitter scales each task's duration.
 
-The loop is a hand-rolled heap keyed by (time, sequence), as in SimPy, without its
-per-event generator overhead; the host's issue is an event only for a task that reaches the
-head of an empty queue, since every queue's FIFO is fixed by program order. The result is a :class:`parastream.timeline.Timeline`, so
+The core is a heap of events keyed by (time, sequence), as SimPy's is, without its
+per-event generator overhead: each step takes the next event (the host issues a task that
+heads an empty queue, a task completes, or a resource's or a sleeping worker's signal
+fires) and then dispatches the queues it may have made ready. The host's issue is an event
+only for a task that reaches the head of an empty queue, since every queue's FIFO is fixed
+by program order. The result is a :class:`parastream.timeline.Timeline`, so
 ``parastream analyze`` reads a simulated run like a captured one.
 """
 
@@ -37,59 +35,26 @@ from __future__ import annotations
 import array
 import heapq
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
+from typing import Sequence
 
 import numpy as np
 
-from ..timeline.model import KIND_COMPUTE, DeviceInfo, Interner, Timeline, core_code, make_timeline
+from ..timeline.model import DeviceInfo, Interner, Timeline, core_code, make_timeline
 from ..timeline.nogc import gc_paused
+from .hostlock import host_lock_for
+from .resource import Resource, ResourceFactory
+from .tasks import Device, Task
+
+__all__ = ["POOL_CODE", "Device", "Result", "Schedule", "Task", "build_timeline", "busy_cores",
+           "simulate"]
 
 # pool codes: 0 = no cores (DMA, comm, host), 1 = cube / SM / CPU cores, 2 = vector
 POOL_CODE = {"cube": 1, "vector": 2}
 
-
-@dataclass(slots=True)
-class Task:
-    """One op as the device sees it."""
-
-    name: str
-    stream: int
-    dur_us: float
-    pool: str = "cube"  # "cube" | "vector" | "none" (DMA, comm, host: no cores)
-    block_dim: int = 1
-    memory_bound: bool = False
-    waits: list[int] = field(default_factory=list)  # task indices whose completion it waits for
-    type: str = ""
-    kind: int = KIND_COMPUTE
-    #: microseconds at the task's start that need the host lock (``Device.host_lock``)
-    host_us: float = 0.0
-
-
-@dataclass
-class Device:
-    """What the engine needs of a device profile."""
-
-    name: str
-    cube_cores: int
-    vector_cores: int
-    hw_queues: int
-    launch_us: float
-    sweep_us: float
-    #: memory-bound tasks that run at full speed at once (``DeviceProfile.memory_streams``)
-    memory_streams: float = 1.0
-    #: one lock that every task holds for its first ``host_us``: the Python interpreter
-    #: lock of the CPU stream backend, whose worker threads run each op's Python part
-    #: (the executor's dispatch, torch's argument parsing) one at a time
-    host_lock: bool = False
-    #: a task whose wait blocked starts this long after the event it waited for (a CPU
-    #: stream's worker sleeps on the event and is woken by the OS)
-    wake_us: float = 0.0
-    #: with the host lock, a task needs it at its end too (a CPU worker takes Python's
-    #: interpreter lock back to hand over the op's result): one that finds it taken, or
-    #: that could not start for it, goes on this long after the lock's release (its worker
-    #: sleeps on the lock). 0: no such wait, and a blocked start goes on at the release
-    lock_wake_us: float = 0.0
+#: a waiting interval: (task, start us, end us, the waited-on task that came last)
+WaitInterval = tuple[int, float, float, int]
 
 
 @dataclass
@@ -101,14 +66,21 @@ class Result:
 
 
 def simulate(tasks: list[Task], device: Device, *, jitter: float = 0.0, seed: int = 0,
-             name: str = "simulated", shared_pool: bool = False) -> Result:
+             name: str = "simulated", shared_pool: bool = False,
+             resource: ResourceFactory | None = None) -> Result:
     """Run ``tasks`` (in issue order) on ``device``; deterministic for a given seed.
 
     ``shared_pool``: cube and vector work compete for the same cores (GPUs, CPUs, coupled
-    Ascend parts).
+    Ascend parts). ``resource``: what tasks need besides cores, built for this run from
+    the tasks (default: the device's host lock, :func:`parastream.sim.hostlock.host_lock_for`,
+    or none).
     """
+    factory = resource or host_lock_for(device)
     with gc_paused():  # millions of small tuples
-        return _simulate(tasks, device, jitter, seed, name, shared_pool)
+        sim = _Sim(tasks, device, jitter, seed, shared_pool,
+                   factory(tasks) if factory else None)
+        sim.run()
+        return sim.result(tasks, device, name)
 
 
 def _rr_distance(rr: int, q_count: int, q: int) -> int:
@@ -117,279 +89,348 @@ def _rr_distance(rr: int, q_count: int, q: int) -> int:
 
 def _rr_order(queues: set[int], rr: int, q_count: int) -> tuple[int, ...] | list[int]:
     """``queues`` in round-robin order from ``rr``, as a copy (the caller may clear the
-    set); most sets hold no queue or one, so sorting happens only when it matters (a
-    partial, not a closure: ``rr`` stays a fast local of the loop)."""
+    set); most sets hold no queue or one, so sorting happens only when it matters."""
     if len(queues) > 1:
         return sorted(queues, key=partial(_rr_distance, rr, q_count))
     return tuple(queues)
 
 
-def _simulate(tasks: list[Task], device: Device, jitter: float, seed: int, name: str,
-              shared_pool: bool) -> Result:
-    n = len(tasks)
-    q_count = max(1, device.hw_queues)
-    head = [0] * q_count
-    running = [False] * q_count  # the queue's head task has been dispatched
-    free = [0, device.cube_cores, device.vector_cores]  # indexed by pool code
+def _durations(tasks: list[Task], jitter: float, seed: int) -> list[float]:
+    """Each task's duration, scaled by the seeded jitter."""
     dur_of = [t.dur_us for t in tasks]
     if jitter:
         rng = random.Random(seed)
         dur_of = [d * (1.0 + jitter * (2 * rng.random() - 1)) for d in dur_of]
-    mem_bound = [t.memory_bound for t in tasks]
-    code = POOL_CODE
+    return dur_of
+
+
+def _pools(tasks: list[Task], device: Device,
+           shared_pool: bool) -> tuple[list[int], np.ndarray, list[int]]:
+    """Each task's pool code (as a list and an array) and the cores it needs of it: its
+    block dim capped at the pool, at least 1; 0 for tasks without cores."""
+    n = len(tasks)
     if shared_pool:
-        pool_of = [1 if t.pool in code else 0 for t in tasks]
+        pool_of = [1 if t.pool in POOL_CODE else 0 for t in tasks]
     else:
-        pool_of = [code.get(t.pool, 0) for t in tasks]
+        pool_of = [POOL_CODE.get(t.pool, 0) for t in tasks]
     pools = np.array(pool_of, np.int8) if n else np.zeros(0, np.int8)
-    pool_cap = np.array(free, np.int64)[pools]
+    pool_cap = np.array([0, device.cube_cores, device.vector_cores], np.int64)[pools]
     blocks = np.array([t.block_dim for t in tasks], np.int64) if n else np.zeros(0, np.int64)
     need = np.where(pool_cap > 0, np.clip(np.minimum(blocks, pool_cap), 1, None), 0).tolist()
+    return pool_of, pools, need
+
+
+def _queues(tasks: list[Task], q_count: int) -> tuple[np.ndarray, list[int], list[list[int]]]:
+    """The tasks' stream column, each task's queue and each queue's FIFO (program order).
+
+    Queues go by rank among the streams in use, not by id: ids are labels."""
+    n = len(tasks)
     streams = np.array([t.stream for t in tasks], np.int64) if n else np.zeros(0, np.int64)
-    # by rank among the streams in use, not by id: ids are labels (a hand-edited plan on
-    # streams 0 and 4 was serialised on one queue of 4 by s mod 4)
     q_arr = (np.unique(streams, return_inverse=True)[1].reshape(-1) % q_count
              if n else streams)
-    queue_of = q_arr.tolist()
-    # The host issues tasks in program order, so every queue's FIFO is known up front; a task
-    # has been issued at time t when index * launch <= t.
     q_split = np.cumsum(np.bincount(q_arr, minlength=q_count))[:-1]
     queues = [x.tolist() for x in np.split(np.argsort(q_arr, kind="stable"), q_split)]
-    pending = [0] * n  # waits not yet satisfied
-    waiters: list[list[int] | None] = [None] * n  # tasks waiting for task i
+    return streams, q_arr.tolist(), queues
+
+
+def _wait_graph(tasks: list[Task]) -> tuple[list[int], list[list[int] | None]]:
+    """Each task's count of unsatisfied waits and, per task, the tasks waiting for it."""
+    n = len(tasks)
+    pending = [0] * n
+    waiters: list[list[int] | None] = [None] * n
     for i, ws in enumerate([t.waits for t in tasks]):
-        if ws:
-            pending[i] = len(ws)
-            for w in ws:
-                lst = waiters[w]
-                if lst is None:
-                    waiters[w] = [i]
-                else:
-                    lst.append(i)
-    # C doubles, not float objects: the result arrays are then views, not 2M scattered boxes
-    done_at = array.array("d", bytes(8 * n))
-    start_at = array.array("d", bytes(8 * n))
-    waiting_since = [-1.0] * n  # when a head task started waiting for an event
-    wait_iv: list[tuple[int, float, float, int]] = []  # (task, start, end, waited-on task)
-    last_done: list[int] = [-1] * n  # the wait that was satisfied last
-    # memory-bound tasks in flight, with remaining work in full-bandwidth microseconds
-    mem_left: dict[int, float] = {}
-    mem_mark = 0.0
-    expect = [0] * n  # the sequence number of a task's live completion entry (older = stale)
-    heap: list[tuple[float, int, int]] = []  # (time, seq, task)
-    seq = 0
-    rr = 0  # round-robin start: the queue after the last one that dispatched
-    blocked: list[set[int]] = [set(), set(), set()]  # per pool: queues whose head lacks cores
-    sweep_us = device.sweep_us
-    wake_us = device.wake_us
-    push = heapq.heappush
+        if not ws:
+            continue
+        pending[i] = len(ws)
+        for w in ws:
+            lst = waiters[w]
+            if lst is None:
+                waiters[w] = [i]
+            else:
+                lst.append(i)
+    return pending, waiters
 
-    mem_streams = max(1.0, device.memory_streams)
 
-    def settle_mem(t: float) -> None:
-        nonlocal mem_mark
+class _Sim:
+    """One run's state and its steps: :meth:`step` takes the next event (issue, complete
+    or signal) and :meth:`dispatch` starts the head tasks of the queues it names.
+
+    Heap entries are ``(time, seq, code)``: ``code >= 0`` completes task ``code``;
+    ``~j`` with ``j < n`` is the resource's signal about task ``j``; ``~(n + q)`` looks at
+    queue ``q``'s head again (a woken worker). ``seq`` breaks ties in scheduling order."""
+
+    def __init__(self, tasks: list[Task], device: Device, jitter: float, seed: int,
+                 shared_pool: bool, resource: Resource | None) -> None:
+        n = self.n = len(tasks)
+        q_count = self.q_count = max(1, device.hw_queues)
+        self.head = [0] * q_count
+        self.running = [False] * q_count  # the queue's head task has been dispatched
+        self.free = [0, device.cube_cores, device.vector_cores]  # indexed by pool code
+        self.dur_of = _durations(tasks, jitter, seed)
+        self.mem_bound = [t.memory_bound for t in tasks]
+        self.pool_of, self.pools, self.need = _pools(tasks, device, shared_pool)
+        self.streams, self.queue_of, self.queues = _queues(tasks, q_count)
+        self.pending, self.waiters = _wait_graph(tasks)
+        # C doubles, not float objects: the result arrays are then views, not boxes
+        self.done_at = array.array("d", bytes(8 * n))
+        self.start_at = array.array("d", bytes(8 * n))
+        self.waiting_since = [-1.0] * n  # when a head task started waiting for an event
+        self.wait_iv: list[WaitInterval] = []
+        self.last_done = [-1] * n  # the wait that was satisfied last
+        # memory-bound tasks in flight, with remaining work in full-bandwidth microseconds
+        self.mem_left: dict[int, float] = {}
+        self.mem_mark = 0.0
+        self.mem_streams = max(1.0, device.memory_streams)
+        self.has_mem = any(self.mem_bound)
+        self.expect = [0] * n  # the seq of a task's live completion entry (older = stale)
+        self.heap: list[tuple[float, int, int]] = []
+        self.seq = 0
+        self.rr = 0  # round-robin start: the queue after the last one that dispatched
+        self.blocked: list[set[int]] = [set(), set(), set()]  # per pool: heads lacking cores
+        self.cores_back = [False] * n  # a held completion already gave its cores back
+        self.retry_at_of = [-1.0] * q_count  # when a queue's woken head is next looked at
+        self.sweep_us = device.sweep_us
+        self.wake_us = device.wake_us
+        self.launch = device.launch_us
+        self.resource = resource
+        # tasks at the head of their queue the host has not issued yet, by index (= issue time)
+        self.wake = [qq[0] for qq in self.queues if qq]
+        heapq.heapify(self.wake)
+        self.now = 0.0
+
+    # -- the event core -------------------------------------------------------------
+
+    def run(self) -> None:
+        """Steps until no event is left; RuntimeError when a wait can never be satisfied."""
+        step, dispatch = self.step, self.dispatch
+        while True:
+            qs = step()
+            if qs is None:
+                return
+            if qs:
+                dispatch(qs, self.now)
+
+    def step(self) -> Sequence[int] | None:
+        """Take the next event (issues that come no later than the next completion go
+        first) and return the queues that may have become ready; None when done."""
+        wake, heap = self.wake, self.heap
+        if wake and (not heap or wake[0] * self.launch <= heap[0][0]):
+            i = heapq.heappop(wake)
+            self.now = i * self.launch
+            return (self.queue_of[i],)
+        if not heap:
+            if any(h < len(qq) for h, qq in zip(self.head, self.queues)):
+                raise RuntimeError("simulation stalled: a wait can never be satisfied")
+            return None
+        t, sq, code = heapq.heappop(heap)
+        self.now = t
+        if code >= 0:
+            return self.complete(code, sq, t)
+        j = ~code
+        if j >= self.n:  # a woken worker is ready: sweep its queue again
+            return (j - self.n,)
+        return self.resource.signal(self, j, t)
+
+    def _push(self, t: float, code: int) -> int:
+        self.seq += 1
+        heapq.heappush(self.heap, (t, self.seq, code))
+        return self.seq
+
+    # the engine's side of the resource hooks (:class:`parastream.sim.resource.Core`)
+
+    def signal_at(self, t: float, task: int) -> None:
+        self._push(t, ~task)
+
+    def complete_at(self, t: float, task: int) -> None:
+        self.seq += 1
+        self.expect[task] = self.seq
+        heapq.heappush(self.heap, (t, self.seq, task))
+
+    def retry_at(self, t: float, queue: int) -> None:
+        self._push(t, ~(self.n + queue))
+
+    def in_rr_order(self, queues: set[int]) -> Sequence[int]:
+        return _rr_order(queues, self.rr, self.q_count)
+
+    # -- memory bandwidth sharing ---------------------------------------------------
+
+    def settle_mem(self, t: float) -> None:
+        """Charge the memory-bound tasks in flight their share of the time since the last
+        change of shares."""
+        mem_left = self.mem_left
         if mem_left:
-            d = (t - mem_mark) * min(1.0, mem_streams / len(mem_left))
+            d = (t - self.mem_mark) * min(1.0, self.mem_streams / len(mem_left))
             for k in mem_left:
                 mem_left[k] -= d
-        mem_mark = t
+        self.mem_mark = t
 
-    def reschedule_mem(t: float, seq: int) -> int:
-        slow = max(1.0, len(mem_left) / mem_streams)  # each task's stretch at this share
-        for k, left in mem_left.items():
-            seq += 1
-            expect[k] = seq
-            push(heap, (t + (left if left > 0 else 0.0) * slow, seq, k))
-        return seq
+    def reschedule_mem(self, t: float) -> None:
+        """New completion entries for the memory-bound tasks in flight at the new shares
+        (older entries go stale)."""
+        slow = max(1.0, len(self.mem_left) / self.mem_streams)  # each task's stretch
+        for k, left in self.mem_left.items():
+            self.complete_at(t + (left if left > 0 else 0.0) * slow, k)
 
-    host_of = [t.host_us for t in tasks] if device.host_lock else [0.0] * n
-    lock_busy = False
-    lock_holder = -1  # the task holding it (a task never waits for its own release)
-    lock_blocked: set[int] = set()  # queues whose head waits for the host lock
-    # a CPU op's worker takes the lock again when its kernel ends (to hand over the result):
-    # finished tasks that found it taken, and whether a task already waited so
-    lock_wake_us = device.lock_wake_us if device.host_lock else 0.0
-    done_blocked: list[int] = []
-    deferred = [False] * n
-    retry_at = [-1.0] * q_count  # when a queue's woken head is next looked at
-    launch = device.launch_us
-    # tasks at the head of their queue that the host has not issued yet, by index (= issue time)
-    wake = [qq[0] for qq in queues if qq]
-    heapq.heapify(wake)
-    has_mem = any(mem_bound)
-    pop = heapq.heappop
-    # One event per iteration: the host issues a task that heads its queue (issues that come
-    # no later than the next completion go first), or a task completes; then the queues that
-    # may have become ready are swept. Tasks issued behind others need no event of their own.
-    # The sweep is inlined: it runs at least once per task, and a call per sweep costs more
-    # than the rest of it.
-    while True:
-        if wake and (not heap or wake[0] * launch <= heap[0][0]):
-            i = pop(wake)
-            t = i * launch
-            qs = (queue_of[i],)
+    # -- complete ---------------------------------------------------------------------
+
+    def complete(self, i: int, sq: int, t: float) -> Sequence[int]:
+        """Task ``i``'s kernel ends at ``t``: it completes, unless its entry is stale or
+        the resource holds its completion (then its cores go back now)."""
+        if self.has_mem:
+            if sq != self.expect[i]:
+                return ()  # superseded when bandwidth shares changed
+            if i in self.mem_left:
+                self.settle_mem(t)
+                del self.mem_left[i]
+                self.reschedule_mem(t)
+        res = self.resource
+        if res is not None and res.holds_completion(i):
+            return self._cores_back_early(i)
+        return self._finish(i, t)
+
+    def _cores_back_early(self, i: int) -> Sequence[int]:
+        """A held task's kernel is done: its cores go back once, to whoever waits."""
+        if self.cores_back[i]:
+            return ()
+        self.cores_back[i] = True
+        p = self.pool_of[i]
+        if not p:
+            return ()
+        self.free[p] += self.need[i]
+        if not self.blocked[p]:
+            return ()
+        return _rr_order(self.blocked[p], self.rr, self.q_count)
+
+    def _finish(self, i: int, t: float) -> Sequence[int]:
+        """Task ``i`` completes at ``t``: its queue's next task heads it, its cores go
+        back, its event is recorded for its waiters."""
+        self.done_at[i] = t
+        qi = self.queue_of[i]
+        h = self.head[qi] + 1  # the head is the task that just finished (FIFO per queue)
+        self.head[qi] = h
+        self.running[qi] = False
+        qq = self.queues[qi]
+        if h < len(qq) and qq[h] * self.launch > t:
+            heapq.heappush(self.wake, qq[h])
+        p = self.pool_of[i]
+        if p and not self.cores_back[i]:
+            self.free[p] += self.need[i]
+            bc = self.blocked[p]
         else:
-            if not heap:
-                if any(h < len(qq) for h, qq in zip(head, queues)):
-                    raise RuntimeError("simulation stalled: a wait can never be satisfied")
-                break
-            t, sq, i = pop(heap)
-            if i < 0:
-                j = ~i
-                if j >= n:  # a woken worker is ready: sweep its queue again
-                    qs = (j - n,)
-                else:  # task j released the host lock: sweep the queues waiting for it
-                    lock_busy = False
-                    lock_holder = -1
-                    for k in done_blocked:  # finished kernels waiting to return
-                        seq += 1
-                        expect[k] = seq
-                        push(heap, (t + lock_wake_us, seq, k))
-                    done_blocked.clear()
-                    qs = _rr_order(lock_blocked, rr, q_count)
-                    lock_blocked.clear()
-                    if lock_wake_us and qs:
-                        # their workers sleep on the lock: each is looked at again one
-                        # wake-up later (and may find it taken again by then)
-                        for qw in qs:
-                            seq += 1
-                            push(heap, (t + lock_wake_us, seq, ~(n + qw)))
-                        qs = ()
-            else:
-                if has_mem:
-                    if sq != expect[i]:
-                        continue  # superseded when bandwidth shares changed
-                    if i in mem_left:
-                        settle_mem(t)
-                        del mem_left[i]
-                        seq = reschedule_mem(t, seq)
-                if lock_busy and lock_holder != i and lock_wake_us and host_of[i]:
-                    # its worker needs the lock back to hand over the result, and another
-                    # stream's task holds it: it sleeps until the release and one wake-up,
-                    # and again if by then the lock is taken again (a woken waiter does not
-                    # get Python's lock ahead of a running thread that takes it first)
-                    done_blocked.append(i)
-                    if deferred[i]:
-                        continue  # its cores went back when it first slept
-                    deferred[i] = True
-                    # its kernel is done: its cores go back now, to whoever waits for them
-                    p = pool_of[i]
-                    if not p:
-                        continue
-                    free[p] += need[i]
-                    if not blocked[p]:
-                        continue
-                    qs = _rr_order(blocked[p], rr, q_count)
-                else:
-                    done_at[i] = t
-                    p = pool_of[i]
-                    qi = queue_of[i]
-                    h = head[qi] + 1  # the head is the task that just finished (FIFO per queue)
-                    head[qi] = h
-                    running[qi] = False
-                    qq = queues[qi]
-                    if h < len(qq) and qq[h] * launch > t:
-                        push(wake, qq[h])
-                    wl = waiters[i]
-                    if p and not deferred[i]:  # (a deferred task gave its cores back)
-                        free[p] += need[i]
-                        bc = blocked[p]
-                    else:
-                        bc = None
-                    if not bc and (not wl or len(wl) == 1):
-                        if not wl:
-                            qs = (qi,)
-                        else:  # the common wait: one task released, at most two queues to sweep
-                            w = wl[0]
-                            pending[w] -= 1
-                            last_done[w] = i
-                            qw = queue_of[w]
-                            if qw == qi:
-                                qs = (qi,)
-                            elif (qi - rr) % q_count < (qw - rr) % q_count:
-                                qs = (qi, qw)
-                            else:
-                                qs = (qw, qi)
-                    else:
-                        check = {qi}
-                        for w in wl or ():
-                            pending[w] -= 1
-                            last_done[w] = i
-                            check.add(queue_of[w])
-                        if bc:
-                            check |= bc
-                        qs = _rr_order(check, rr, q_count)
+            bc = None
+        return self._record(i, qi, bc)
+
+    def _record(self, i: int, qi: int, bc: set[int] | None) -> Sequence[int]:
+        """Satisfy the waits on task ``i``; the queues to sweep: ``qi``, its waiters' and
+        ``bc`` (queues blocked on the cores it returned), in round-robin order."""
+        wl = self.waiters[i]
+        if not bc and (not wl or len(wl) == 1):
+            if not wl:
+                return (qi,)
+            # the common wait: one task released, at most two queues to sweep
+            w = wl[0]
+            self.pending[w] -= 1
+            self.last_done[w] = i
+            qw = self.queue_of[w]
+            if qw == qi:
+                return (qi,)
+            rr, q_count = self.rr, self.q_count
+            return (qi, qw) if (qi - rr) % q_count < (qw - rr) % q_count else (qw, qi)
+        check = {qi}
+        for w in wl or ():
+            self.pending[w] -= 1
+            self.last_done[w] = i
+            check.add(self.queue_of[w])
+        if bc:
+            check |= bc
+        return _rr_order(check, self.rr, self.q_count)
+
+    # -- dispatch ----------------------------------------------------------------------
+
+    def dispatch(self, qs: Sequence[int], t: float) -> None:
+        """Start each of ``qs``'s head tasks at ``t`` whose events are recorded and whose
+        cores and resource are free."""
         for qi in qs:
-            # start queue qi's head task at t if its events are recorded and its cores free
-            qq = queues[qi]
-            h = head[qi]
-            if running[qi] or h >= len(qq):
+            qq = self.queues[qi]
+            h = self.head[qi]
+            if self.running[qi] or h >= len(qq):
                 continue
             i = qq[h]
-            if i * launch > t:
+            if i * self.launch > t:
                 continue  # not issued yet: its wake-up comes
-            if pending[i]:
-                if waiting_since[i] < 0:
-                    waiting_since[i] = t
+            if self.pending[i]:
+                if self.waiting_since[i] < 0:
+                    self.waiting_since[i] = t
                 continue
-            ws = waiting_since[i]
-            if ws >= 0:
-                last = last_done[i]
-                awaited_end = done_at[last]
-            if ws >= 0 and wake_us:
-                # a wait that blocked: the worker runs again one wake-up after the event,
-                # and takes no cores and no lock before that
-                ready = awaited_end + wake_us
-                if awaited_end > ws and t < ready:
-                    if retry_at[qi] != ready:
-                        retry_at[qi] = ready
-                        seq += 1
-                        push(heap, (ready, seq, ~(n + qi)))
-                    continue
-            p = pool_of[i]
-            if p:
-                k = need[i]
-                if k > free[p]:
-                    blocked[p].add(qi)
-                    continue
-            hu = host_of[i]
-            if hu and lock_busy:
-                lock_blocked.add(qi)
-                continue
-            if p:
-                bp = blocked[p]
-                if bp:
-                    bp.discard(qi)
-                free[p] -= k
-            begin = t + sweep_us
-            if ws >= 0 and awaited_end > ws:
-                # the wait lasts until the last awaited event, not until cores were free
-                wait_iv.append((i, ws, awaited_end, last))
-            running[qi] = True
-            start_at[i] = begin
-            dur = dur_of[i]
-            if hu:
-                lock_busy = True
-                lock_holder = i
-                seq += 1
-                push(heap, (begin + min(hu, dur), seq, ~i))
-            seq += 1
-            if has_mem and mem_bound[i] and dur > 0:
-                # the sweep is folded into the shared work so memory bookkeeping stays at t
-                settle_mem(t)
-                mem_left[i] = dur + sweep_us
-                seq = reschedule_mem(t, seq)
-            else:
-                if has_mem:
-                    expect[i] = seq
-                push(heap, (begin + dur, seq, i))
-            rr = qi + 1 if qi + 1 < q_count else 0
+            self._try_start(qi, i, t)
 
-    start = np.frombuffer(start_at, np.float64) if n else np.zeros(0)
-    done = np.frombuffer(done_at, np.float64) if n else np.zeros(0)
-    tl = build_timeline(tasks, start, done, pools, need, wait_iv, device, name, streams)
-    wall = float(done.max()) if n else 0.0
-    return Result(tl, wall, busy_cores(start, done, pools, need), n)
+    def _try_start(self, qi: int, i: int, t: float) -> None:
+        """Start head task ``i`` of queue ``qi`` at ``t`` unless its worker still sleeps,
+        its cores are taken or the resource blocks it."""
+        ws = self.waiting_since[i]
+        awaited_end = self.done_at[self.last_done[i]] if ws >= 0 else 0.0
+        if ws >= 0 and self.wake_us and self._asleep(qi, ws, awaited_end, t):
+            return
+        p = self.pool_of[i]
+        if p and self.need[i] > self.free[p]:
+            self.blocked[p].add(qi)
+            return
+        res = self.resource
+        if res is not None and res.blocks(i, qi):
+            return
+        if p:
+            bp = self.blocked[p]
+            if bp:
+                bp.discard(qi)
+            self.free[p] -= self.need[i]
+        if ws >= 0 and awaited_end > ws:
+            # the wait lasts until the last awaited event, not until cores were free
+            self.wait_iv.append((i, ws, awaited_end, self.last_done[i]))
+        self._start(qi, i, t)
+
+    def _asleep(self, qi: int, ws: float, awaited_end: float, t: float) -> bool:
+        """A wait that blocked: the worker runs again one wake-up after the event and
+        takes no cores and no resource before that (its queue is looked at again then)."""
+        ready = awaited_end + self.wake_us
+        if awaited_end > ws and t < ready:
+            if self.retry_at_of[qi] != ready:
+                self.retry_at_of[qi] = ready
+                self.retry_at(ready, qi)
+            return True
+        return False
+
+    def _start(self, qi: int, i: int, t: float) -> None:
+        """Task ``i`` starts one sweep after ``t``; its completion is scheduled (a
+        memory-bound one's at its share of the bandwidth)."""
+        begin = t + self.sweep_us
+        self.running[qi] = True
+        self.start_at[i] = begin
+        dur = self.dur_of[i]
+        if self.resource is not None:
+            self.resource.take(self, i, begin, dur)
+        self.seq += 1
+        if self.has_mem and self.mem_bound[i] and dur > 0:
+            # the sweep is folded into the shared work so memory bookkeeping stays at t
+            self.settle_mem(t)
+            self.mem_left[i] = dur + self.sweep_us
+            self.reschedule_mem(t)
+        else:
+            if self.has_mem:
+                self.expect[i] = self.seq
+            heapq.heappush(self.heap, (begin + dur, self.seq, i))
+        self.rr = qi + 1 if qi + 1 < self.q_count else 0
+
+    # -- result -----------------------------------------------------------------------
+
+    def result(self, tasks: list[Task], device: Device, name: str) -> Result:
+        """The run as a :class:`Result`."""
+        n = self.n
+        start = np.frombuffer(self.start_at, np.float64) if n else np.zeros(0)
+        done = np.frombuffer(self.done_at, np.float64) if n else np.zeros(0)
+        sched = Schedule(start, done, self.pools, self.need, self.wait_iv, self.streams)
+        tl = build_timeline(tasks, sched, device, name)
+        wall = float(done.max()) if n else 0.0
+        return Result(tl, wall, busy_cores(start, done, self.pools, self.need), n)
 
 
 def busy_cores(start: np.ndarray, done: np.ndarray, pools: np.ndarray,
@@ -400,26 +441,60 @@ def busy_cores(start: np.ndarray, done: np.ndarray, pools: np.ndarray,
     return {name: float(work[pools == code].sum()) for name, code in POOL_CODE.items()}
 
 
-def build_timeline(tasks: list[Task], start_at: list[float], done_at: list[float],
-                   pools: np.ndarray, need: list[int],
-                   wait_iv: list[tuple[int, float, float, int]], device: Device,
-                   name: str, stream: np.ndarray | None = None) -> Timeline:
-    """The simulated run as a Timeline (shared with the SimPy oracle, so both give the same
-    output); ``pools`` holds each task's pool code (0 none, 1 cube, 2 vector); times in us
-    become integer ns; ``stream`` is the tasks' stream column when the caller has it."""
-    n = len(tasks)
-    if stream is None:
-        stream = np.array([t.stream for t in tasks], np.int64) if n else np.zeros(0, np.int64)
-    if n and stream.min() >= 0 and stream.max() < 1 << 16:
+@dataclass(frozen=True)
+class Schedule:
+    """What a simulation decided for its tasks (in issue order): the engine's and the
+    SimPy oracle's shared output, turned into a Timeline by :func:`build_timeline`."""
+
+    start_us: Sequence[float]
+    done_us: Sequence[float]
+    #: each task's pool code (0 none, 1 cube, 2 vector)
+    pools: np.ndarray
+    #: the cores each task held
+    need: list[int]
+    waits: list[WaitInterval]
+    #: the tasks' stream column when the caller has it (else read from the tasks)
+    stream: np.ndarray | None = None
+
+
+def _stream_codes(stream: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct stream ids, sorted, and each task's index among them."""
+    if len(stream) and stream.min() >= 0 and stream.max() < 1 << 16:
         # few small stream ids: a lookup table instead of sorting a million ids
         stream_ids = np.flatnonzero(np.bincount(stream))
         lut = np.zeros(int(stream_ids[-1]) + 1, np.int32)
         lut[stream_ids] = np.arange(len(stream_ids), dtype=np.int32)
-        s_code = lut[stream]
-    else:
-        stream_ids = np.unique(stream)
-        s_code = np.searchsorted(stream_ids, stream).astype(np.int32)
-    pools = np.asarray(pools, np.int64)
+        return stream_ids, lut[stream]
+    stream_ids = np.unique(stream)
+    return stream_ids, np.searchsorted(stream_ids, stream).astype(np.int32)
+
+
+def _wait_columns(waits: list[WaitInterval], s_code: np.ndarray,
+                  wait_name: int) -> dict[str, np.ndarray] | None:
+    """The EVENT_WAIT intervals as the timeline's wait columns."""
+    if not waits:
+        return None
+    iv = np.array(waits, np.float64)  # (task, start, end, waited-on task)
+    task = iv[:, 0].astype(np.int64)
+    on = iv[:, 3].astype(np.int64)
+    return dict(
+        wait_stream=s_code[task],
+        wait_on=np.where(on >= 0, s_code[np.maximum(on, 0)], -1).astype(np.int32),
+        wait_start_ns=np.rint(iv[:, 1] * 1000).astype(np.int64),
+        wait_end_ns=np.rint(iv[:, 2] * 1000).astype(np.int64),
+        wait_name=np.full(len(waits), wait_name, np.int32))
+
+
+def build_timeline(tasks: list[Task], schedule: Schedule, device: Device,
+                   name: str) -> Timeline:
+    """The simulated run as a Timeline (shared with the SimPy oracle, so both give the same
+    output); times in us become integer ns."""
+    n = len(tasks)
+    stream = schedule.stream
+    if stream is None:
+        stream = np.array([t.stream for t in tasks], np.int64) if n else np.zeros(0, np.int64)
+    stream_ids, s_code = _stream_codes(stream)
+    pools = np.asarray(schedule.pools, np.int64)
     pool_cap = np.array([0, device.cube_cores, device.vector_cores], np.int64)[pools]
     core_of = np.array([0, core_code("AI_CORE"), core_code("AI_VECTOR_CORE")], np.int8)
     types = Interner()
@@ -429,24 +504,13 @@ def build_timeline(tasks: list[Task], start_at: list[float], done_at: list[float
         name=np.arange(n, dtype=np.int32),
         type=np.array([type_code[x] if x in type_code else type_code.setdefault(x, types.code(x))
                        for x in [t.type for t in tasks]], np.int32),
-        start_ns=np.rint(np.array(start_at, np.float64) * 1000).astype(np.int64),
-        end_ns=np.rint(np.array(done_at, np.float64) * 1000).astype(np.int64),
+        start_ns=np.rint(np.array(schedule.start_us, np.float64) * 1000).astype(np.int64),
+        end_ns=np.rint(np.array(schedule.done_us, np.float64) * 1000).astype(np.int64),
         kind=np.array([t.kind for t in tasks], np.int8),
         core=core_of[pools],
-        block_dim=np.where(pool_cap > 0, np.array(need, np.int64), -1).astype(np.int32),
+        block_dim=np.where(pool_cap > 0, np.array(schedule.need, np.int64), -1).astype(np.int32),
         mix_block_dim=np.full(n, -1, np.int32), step=np.full(n, -1, np.int32))
-    wait_name = n
-    waits = None
-    if wait_iv:
-        iv = np.array(wait_iv, np.float64)  # (task, start, end, waited-on task)
-        task = iv[:, 0].astype(np.int64)
-        on = iv[:, 3].astype(np.int64)
-        waits = dict(
-            wait_stream=s_code[task],
-            wait_on=np.where(on >= 0, s_code[np.maximum(on, 0)], -1).astype(np.int32),
-            wait_start_ns=np.rint(iv[:, 1] * 1000).astype(np.int64),
-            wait_end_ns=np.rint(iv[:, 2] * 1000).astype(np.int64),
-            wait_name=np.full(len(wait_iv), wait_name, np.int32))
+    waits = _wait_columns(schedule.waits, s_code, n)
     dev = DeviceInfo(name=device.name, ai_core_num=device.cube_cores,
                      vector_core_num=device.vector_cores)
     return make_timeline(name, "simulated", [str(s) for s in stream_ids.tolist()],

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .engine import POOL_CODE, Device, Result, Task, build_timeline, busy_cores
+from .engine import POOL_CODE, Device, Result, Schedule, Task, build_timeline, busy_cores
 
 
 def simpy_model(tasks: list[Task], dev: Device) -> dict[str, tuple[float, float]]:
@@ -67,6 +67,6 @@ def simpy_simulate(tasks: list[Task], dev: Device, name: str = "simpy") -> Resul
         env.process(worker(q))
     env.run()
     pools = np.array(pool_of, np.int8)
-    tl = build_timeline(tasks, start_at, done_at, pools, need, wait_iv, dev, name)
+    tl = build_timeline(tasks, Schedule(start_at, done_at, pools, need, wait_iv), dev, name)
     return Result(tl, max(done_at) if n else 0.0,
                   busy_cores(np.array(start_at), np.array(done_at), pools, need), n)
