@@ -2,14 +2,15 @@
 
 Also emulates GE's auto-reorder: a cheap precompute that consumes a side
 output on the main stream is issued ahead of the main dominator, so the main stream's FIFO
-blocks on the side stream — the seed's false parallelism.
+blocks on the side stream: parallelism the plan promises and the run does not get.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Any, Iterable
 
 import msgspec
 import numpy as np
@@ -56,7 +57,8 @@ def device_of(profile: DeviceProfile, mode: str = "eager") -> Device:
                   else profile.scheduler_sweep_us,
                   memory_streams=profile.memory_streams,
                   # CPU streams are Python threads: each task's host part (dispatch, folded
-                  # views) holds the interpreter lock; a device's host work overlaps
+                  # views) holds the interpreter lock, the resource the engine plugs in
+                  # for it (:mod:`parastream.sim.hostlock`); a device's host work overlaps
                   host_lock=profile.kind == "cpu",
                   wake_us=profile.event_wake_us,
                   # a worker sleeping on the interpreter lock is woken like one sleeping on
@@ -282,16 +284,32 @@ class SimRun:
     reorder: Reorder | None = None
 
 
-def simulate_plan(graph: Graph, plan: Plan, profile: DeviceProfile, *, ge: bool = False,
-                  mode: str | None = None, jitter: float = 0.0, seed: int = 0,
-                  costs: dict[str, OpCost] | None = None,
-                  order: list[str] | None = None) -> SimRun:
-    """Simulate one plan in ``mode`` (:data:`MODES`; default ``graph`` with ``ge``, else
-    ``eager``); ``ge=True`` first applies GE's reorder (:func:`ge_reorder`) to the issue
-    order, a graph-mode compiler pass. Pass ``costs`` and the graph's validated ``order``
-    when simulating many plans of one graph. InputError when the profile cannot simulate
-    the mode (:func:`require_mode`)."""
-    mode = mode or ("graph" if ge else "eager")
+@dataclass(frozen=True)
+class SimOptions:
+    """How :func:`simulate_plan` simulates a plan."""
+
+    #: :data:`MODES`; None: ``graph`` with ``ge``, else ``eager``
+    mode: str | None = None
+    #: apply GE's reorder (:func:`ge_reorder`) to the issue order first
+    ge: bool = False
+    #: relative duration jitter, seeded by ``seed``
+    jitter: float = 0.0
+    seed: int = 0
+
+
+def simulate_plan(graph: Graph, plan: Plan, profile: DeviceProfile,
+                  options: SimOptions | None = None, *, costs: dict[str, OpCost] | None = None,
+                  order: list[str] | None = None, **overrides: Any) -> SimRun:
+    """Simulate one plan with ``options`` (:class:`SimOptions`; keyword ``overrides`` such
+    as ``mode="graph"`` or ``ge=True`` replace its fields): in ``mode`` (:data:`MODES`;
+    default ``graph`` with ``ge``, else ``eager``); ``ge=True`` first applies GE's reorder
+    (:func:`ge_reorder`) to the issue order, a graph-mode compiler pass. Pass ``costs`` and
+    the graph's validated ``order`` when simulating many plans of one graph. InputError
+    when the profile cannot simulate the mode (:func:`require_mode`); TypeError for an
+    unknown override."""
+    opts = dataclasses.replace(options or SimOptions(), **overrides)
+    ge = opts.ge
+    mode = opts.mode or ("graph" if ge else "eager")
     require_mode(profile, mode)
     order = order or validate(graph)
     if costs is None:
@@ -304,7 +322,7 @@ def simulate_plan(graph: Graph, plan: Plan, profile: DeviceProfile, *, ge: bool 
         order = reorder.order
     tasks = tasks_for(graph, plan, profile, costs=costs, order=order,
                       extra_waits=reorder.waits if reorder else None)
-    res = simulate(tasks, device_of(profile, mode), jitter=jitter, seed=seed,
+    res = simulate(tasks, device_of(profile, mode), jitter=opts.jitter, seed=opts.seed,
                    name=f"{graph.name}: {plan.name} ({sim_label(profile)})",
                    shared_pool=profile.shared_cores)
     # a CPU executor's fixed cost per forward call (setup, rejoin; more with every extra
