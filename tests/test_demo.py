@@ -171,3 +171,34 @@ def test_device_cuda_without_a_gpu_is_a_one_line_error_and_leaves_no_folder(tmp_
                         str(out), "--no-progress"], capture_output=True, text=True)
     assert r.returncode == 2 and "no cuda device" in r.stderr
     assert "Traceback" not in r.stderr and not out.exists()
+
+
+def test_a_scale_without_weights_is_refused_at_once_in_one_line(tmp_path):
+    """--scale 7b: the zoo's models there live on the meta device; the demo says so before
+    anything is imported, calibrated or printed (no malloc line, no progress step)."""
+    out = tmp_path / "demo7b"
+    r = subprocess.run([sys.executable, "-m", "parastream", "demo", "--scale", "7b", "--out",
+                        str(out), "--no-progress"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2 and r.stdout == ""
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("parastream: --scale 7b: ")
+    assert "meta device" in lines[0] and "--scale tiny or small" in lines[0]
+    assert not out.exists()
+
+
+def test_a_model_file_points_to_run(tmp_path):
+    """The demo runs the zoo's models; a model of one's own is planned, run and measured by
+    'parastream run FILE:factory --auto', which the one-line refusal names."""
+    f = tmp_path / "mine.py"
+    f.write_text("import torch\n"
+                 "def make():\n"
+                 "    return torch.nn.Linear(4, 4), (torch.randn(2, 4),)\n")
+    out = tmp_path / "demo"
+    spec = f"{f}:make"
+    r = subprocess.run([sys.executable, "-m", "parastream", "demo", "--model", spec, "--out",
+                        str(out), "--no-progress"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2 and r.stdout == "" and "Traceback" not in r.stderr
+    assert r.stderr.strip().splitlines() == [
+        f"parastream: {spec}: not a built-in demo model (the demo runs the zoo's models); to "
+        f"plan, run and measure your own: parastream run {spec} --auto"]
+    assert not out.exists()
