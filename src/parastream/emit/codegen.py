@@ -184,22 +184,8 @@ def _from_export(ep: Any, module: Any, device: Any) -> Traced:
     ph: dict[str, tuple[str, Any]] = {}
     user = 0
     for spec in sig.input_specs:
-        kind = spec.kind.name
-        name = spec.arg.name
-        if kind == "PARAMETER":
-            ph[name] = ("param", spec.target)
-        elif kind == "BUFFER":
-            ph[name] = ("buffer", spec.target)
-        elif kind == "CONSTANT_TENSOR":
-            if _has_tensor_attr(module, spec.target):
-                ph[name] = ("attr", spec.target)
-            else:
-                ph[name] = ("value", ep.constants[spec.target])
-        elif kind == "USER_INPUT":
-            ph[name] = ("input", user)
-            user += 1
-        else:
-            raise EmitError(f"unsupported export input {name!r} of kind {kind}")
+        ph[spec.arg.name] = _export_input(ep, module, spec, user)
+        user += ph[spec.arg.name][0] == "input"
     by_name = {n.name: n for n in ep.graph.nodes}
     outputs: list[Any] = []
     mutations: list[tuple[str, Any, Any]] = []
@@ -218,6 +204,23 @@ def _from_export(ep: Any, module: Any, device: Any) -> Traced:
             raise EmitError(f"unsupported export output of kind {kind}")
     return Traced("torch.export", ep.graph, ph, outputs, out_spec=ep.call_spec.out_spec,
                   mutations=mutations, device=device)
+
+
+def _export_input(ep: Any, module: Any, spec: Any, user: int) -> tuple[str, Any]:
+    """What an export input is, as :attr:`Traced.placeholders` records it (``user``: the
+    index the next user input has)."""
+    kind = spec.kind.name
+    if kind == "PARAMETER":
+        return ("param", spec.target)
+    if kind == "BUFFER":
+        return ("buffer", spec.target)
+    if kind == "CONSTANT_TENSOR":
+        if _has_tensor_attr(module, spec.target):
+            return ("attr", spec.target)
+        return ("value", ep.constants[spec.target])
+    if kind == "USER_INPUT":
+        return ("input", user)
+    raise EmitError(f"unsupported export input {spec.arg.name!r} of kind {kind}")
 
 
 def _from_fx(module: Any, inputs: tuple, device: Any) -> Traced:
@@ -753,8 +756,31 @@ class _Emitter:
                        list(self.warnings))
 
     def forward_body(self, first_input: Any) -> list[str]:
+        """The generated ``forward``: the switch test, the inputs and weights, the target's
+        streams and fork, every node in program order in its stream's block with the
+        plan's waits and records, the joins, the mutations export moved out, the return."""
         w = _Writer()
-        t = self.target
+        self.forward_inputs(w, first_input)
+        hoisted = self.hoist_constants(w)
+        self.stream_prelude(w)
+        blocks = _Blocks(self, w)
+        recorded_to: set[tuple[str, int]] = set()
+        for n in self.nodes:
+            if n.op in ("placeholder", "output") or n.name in hoisted:
+                continue
+            s = self.stream[n.name]
+            blocks.switch(s if s is not None else blocks.cur if blocks.cur is not None else 0)
+            self.issue(w, blocks, n, recorded_to)
+        # ---- joins at the end of the origin stream
+        blocks.switch(0)
+        out_exprs = self.join(w, blocks.depth)
+        self.write_mutations(w, blocks.depth)
+        w(blocks.depth, f"return {out_exprs}")
+        return w.lines
+
+    def forward_inputs(self, w: _Writer, first_input: Any) -> None:
+        """The switch test, the call's inputs (checked against the traced call), the
+        device of the first one, and the weights, buffers and constants."""
         w(1, "def forward(self, *args, **kwargs):")
         w(2, "if not self.enabled:")
         w(3, "return self.original(*args, **kwargs)  # the original single-stream path")
@@ -782,10 +808,13 @@ class _Emitter:
                 w(2, f"{var} = _get(m, {what!r})")
             else:
                 w(2, f"{var} = {self.tensor_literal(what)}")
-        # nodes of no plan op that read only weights and constants (a constant tensor made
-        # in forward: lift_fresh_copy, a real copy the importer folds): before the fork,
-        # so every stream's readers are ordered after them. Left where they stand, one
-        # was emitted inside an open side-stream block and read on stream 0 with no event
+
+    def hoist_constants(self, w: _Writer) -> set[str]:
+        """Nodes of no plan op that read only weights and constants (a constant tensor made
+        in forward: lift_fresh_copy, a real copy the importer folds), written before the
+        fork so every stream's readers are ordered after them (left where they stand, one
+        would run inside an open side-stream block and be read on stream 0 with no
+        event). Returns their names."""
         hoisted: set[str] = set()
         for n in self.nodes:
             if (n.op in ("placeholder", "output") or n.name in self.plan.assignment
@@ -797,10 +826,14 @@ class _Emitter:
                     for a in args):
                 hoisted.add(n.name)
                 w(2, f"{self.names.var[n.name]} = {self.call(n)}  # constant: before the fork")
-        # ---- target prelude
+        return hoisted
+
+    def stream_prelude(self, w: _Writer) -> None:
+        """The stream API, and for npugraph_ex / cuda the streams and the fork: each side
+        stream starts after the work already queued on the origin stream."""
         api = self.api_name
         w(2, f"{api} = self.api")
-        if t != "torchair":
+        if self.target != "torchair":
             w(2, "record_stream = self.record_stream")
             dev = "_dev" if self.has_dev else "None"
             w(2, f"S = {{0: {api}.current_stream(), **self.side_streams({dev})}}")
@@ -811,46 +844,24 @@ class _Emitter:
                 w(2, "fork.record(S[0])")
                 for s in self.side:
                     w(2, f"fork.wait(S[{s}])")
-        if t == "cuda" and self.limits:
+        if self.target == "cuda" and self.limits:
             w(2, f"# plan core limits {self.limits} have no torch.cuda equivalent: not applied")
-        # ---- body
-        cur: int | None = None       # the stream of the open block (0 = top level)
-        depth = 2
-        recorded_to: set[tuple[str, int]] = set()
 
-        def switch(s: int) -> None:
-            nonlocal cur, depth
-            if s == cur:
-                return
-            head = self.open_block(s)
-            cur = s
-            if head is None:
-                depth = 2
-                return
-            w(2, f"# ---- stream {s}" + (f" (tag s{s})" if t == "torchair" and s else ""))
-            w(2, head)
-            depth = 3
+    def issue(self, w: _Writer, blocks: "_Blocks", n: Any,
+              recorded_to: set[tuple[str, int]]) -> None:
+        """Node ``n`` in the open block: a plan op with its waits before it and its event
+        after it."""
+        s, depth = blocks.cur, blocks.depth
+        planned = n.name in self.plan.assignment
+        if planned:
+            self.before_op(w, depth, n, s, recorded_to)
+        w(depth, f"{self.names.var[n.name]} = {self.call(n)}")
+        self.subst = {}  # a waited tensor is read by the waiting op only
+        if planned and n.name in self.records:
+            self.after_op(w, depth, n, s)
 
-        for n in self.nodes:
-            if n.op in ("placeholder", "output") or n.name in hoisted:
-                continue
-            s = self.stream[n.name]
-            if s is None:
-                s = cur if cur is not None else 0
-            if cur is None or s != cur:
-                switch(s)
-            planned = n.name in self.plan.assignment
-            if planned:
-                self.before_op(w, depth, n, s, recorded_to)
-            w(depth, f"{self.names.var[n.name]} = {self.call(n)}")
-            self.subst = {}  # a waited tensor is read by the waiting op only
-            if planned and n.name in self.records:
-                self.after_op(w, depth, n, s)
-        # ---- joins at the end of the origin stream
-        if cur != 0:
-            switch(0)
-        out_exprs = self.join(w, depth)
-        # ---- buffer / input mutations export moved out of the graph
+    def write_mutations(self, w: _Writer, depth: int) -> None:
+        """The buffer and input writes export moved out of the graph."""
         for kind, target, node in self.t.mutations:
             src = self.render(node)
             if kind == "buffer":
@@ -858,8 +869,6 @@ class _Emitter:
             else:
                 ph = self.names.var.get(target, target)
                 w(depth, f"{ph}.copy_({src})")
-        w(depth, f"return {out_exprs}")
-        return w.lines
 
     def before_op(self, w: _Writer, depth: int, n: Any, s: int,
                   recorded_to: set[tuple[str, int]]) -> None:
@@ -1003,20 +1012,23 @@ class _Emitter:
 
     # ------------------------------------------------------------------ module text
     def module_header(self) -> list[str]:
+        """The module's text above the forward: docstring, imports, the plan as constants,
+        the run-time helpers and the class head."""
+        lines = [_wrap_doc(x) for x in self.module_doc()]
+        lines += self.module_constants()
+        lines += ["", "", *_SWITCH_LINES, "", "", "def _streams_api():", *self.api_function(),
+                  *_CALL_CHECK_LINES]
+        if self.target != "torchair":
+            lines[-1:-1] = _RECORD_STREAM_LINES
+        if self.resolves:
+            lines += _RESOLVE_LINES
+        lines += self.class_head()
+        lines.append("")
+        return lines
+
+    def module_doc(self) -> list[str]:
+        """The module docstring's lines (unwrapped), quotes included."""
         plan, t = self.plan, self.target
-        counts: dict[int, list[str]] = {}
-        for op, s in plan.assignment.items():
-            counts.setdefault(s, []).append(op)
-        api_doc = {
-            "torchair": "TorchAir GE graph mode (torch.compile with torchair's npu backend, "
-                        "max-autotune): torchair.scope.npu_stream_switch / npu_wait_tensor / "
-                        "limit_core_num",
-            "npugraph_ex": "npugraph_ex / aclgraph (torch.compile(backend=\"npugraph_ex\") or "
-                           "eager torch_npu): torch.npu.Stream / stream / Event / "
-                           "Tensor.record_stream / npugraph_ex.scope.limit_core_num",
-            "cuda": "CUDA (eager or CUDA graphs): torch.cuda.Stream / stream / Event / "
-                    "Tensor.record_stream",
-        }[t]
         src = self.source
         where = ", ".join(f"{k} {src[k]}" for k in ("scale", "phase") if src.get(k))
         doc = [
@@ -1024,7 +1036,7 @@ class _Emitter:
             + (f" ({where})" if where else "") + f": plan candidate {plan.name!r}"
             + (f" for {self.device_name}" if self.device_name else "") + ".",
             "",
-            f"Target: {api_doc}.",
+            f"Target: {_API_DOC[t]}.",
             f"Generated by `parastream emit --target {t}`; regenerate it from the plan rather "
             "than editing it.",
             "",
@@ -1038,19 +1050,7 @@ class _Emitter:
             "checks it that way (needs parastream).",
             "",
             f"Algorithm {plan.algorithm}, strength {plan.strength}, {len(plan.events)} event(s).",
-        ]
-        for s in sorted(counts):
-            ops = counts[s]
-            label = "origin (the caller's current stream)" if s == 0 else (
-                f'tag "s{s}"' if t == "torchair" else "side stream")
-            lim = f", core limit {self.limits[s]}" if s in self.limits else ""
-            doc.append(f"Stream {s}: {len(ops)} op(s), {label}{lim}: "
-                       f"{', '.join(ops[:4])}{', ...' if len(ops) > 4 else ''}")
-        for i in range(min(len(plan.events), 40)):
-            doc.append("Event " + self.event_comment(i))
-        if len(plan.events) > 40:
-            doc.append(f"... and {len(plan.events) - 40} more events")
-        doc += [
+            *self.doc_streams_and_events(),
             "Nodes the plan does not name (folded views, getitem) run on the stream of the op "
             "that produced the tensor they view; views of inputs and weights run where they "
             "stand.",
@@ -1067,8 +1067,34 @@ class _Emitter:
         doc = [doc[0]] + [_doc_safe(x) for x in doc[1:]]
         doc[0] = '"""' + _doc_safe(doc[0][3:])
         doc.append('"""')
-        lines = [_wrap_doc(x) for x in doc]
-        lines += [
+        return doc
+
+    def doc_streams_and_events(self) -> list[str]:
+        """One docstring line per stream (its ops, the first four) and per event (40 at
+        most)."""
+        plan = self.plan
+        ops_on: dict[int, list[str]] = {}
+        for op, s in plan.assignment.items():
+            ops_on.setdefault(s, []).append(op)
+        doc = []
+        for s in sorted(ops_on):
+            ops = ops_on[s]
+            label = "origin (the caller's current stream)" if s == 0 else (
+                f'tag "s{s}"' if self.target == "torchair" else "side stream")
+            lim = f", core limit {self.limits[s]}" if s in self.limits else ""
+            doc.append(f"Stream {s}: {len(ops)} op(s), {label}{lim}: "
+                       f"{', '.join(ops[:4])}{', ...' if len(ops) > 4 else ''}")
+        for i in range(min(len(plan.events), 40)):
+            doc.append("Event " + self.event_comment(i))
+        if len(plan.events) > 40:
+            doc.append(f"... and {len(plan.events) - 40} more events")
+        return doc
+
+    def module_constants(self) -> list[str]:
+        """The imports and the module's constants: the plan, the traced call, the API the
+        module needs."""
+        plan, t = self.plan, self.target
+        return [
             "",
             *(["import collections"] if "collections.OrderedDict(" in self.body_text else []),
             "import functools",
@@ -1103,95 +1129,10 @@ class _Emitter:
             "traced with (leaf index -> (which, shape, dtype))",
             f"TRACED_CALL = {self.call_literal()}",
         ]
-        lines += [
-            "",
-            "",
-            "def switch_on() -> bool:",
-            '    """True when the environment variable SWITCH turns the multi-stream path on."""',
-            '    return os.environ.get(SWITCH, "").strip().lower() in ("1", "true", "yes", "on")',
-            "",
-            "",
-            "ENABLED = switch_on()",
-            "",
-            "",
-            "def _streams_api():",
-            *self.api_function(),
-            "",
-            "",
-            "def _check_needs(api, label):",
-            '    """api, once it has every name this module calls; else one line naming the',
-            '    release that documents the missing one."""',
-            "    for name, version in NEEDS.items():",
-            "        if functools.reduce(lambda o, p: getattr(o, p, None), name.split('.'), api) is None:",
-            '            raise ImportError(f"{label}.{name} is missing: this module needs {version} "',
-            '                              f"or newer (or unset {SWITCH} for the original path)")',
-            "    return api",
-            "",
-            "",
-            "def _get(root, fqn):",
-            "    return functools.reduce(getattr, fqn.split(\".\"), root)",
-            "",
-            "",
-            "_TRACED_SPEC = pytree.treespec_loads(TRACED_CALL[2]) if TRACED_CALL else None",
-            "",
-            "",
-            "def _traced_call(args, kwargs):",
-            '    """The call\'s leaves, when the call is shaped as the traced one was; else an error',
-            '    naming the difference (the original path, switch off, takes any call)."""',
-            "    if TRACED_CALL is None:",
-            "        return pytree.tree_leaves((args, kwargs))",
-            "    n_args, keywords, _, constants, tensors = TRACED_CALL",
-            "    if len(args) != n_args or sorted(kwargs) != sorted(keywords):",
-            '        raise TypeError(f"{CLASS_NAME} was generated for a call with {n_args} positional "',
-            '                        f"argument(s) and keywords {sorted(keywords)}; this call has "',
-            '                        f"{len(args)} and {sorted(kwargs)}: generate it again for this "',
-            '                        f"call, or unset {SWITCH} for the original path")',
-            "    leaves, spec = pytree.tree_flatten((tuple(args), {k: kwargs[k] for k in keywords}))",
-            "    if spec != _TRACED_SPEC:",
-            '        raise TypeError(f"{CLASS_NAME} was generated for arguments structured as the traced "',
-            '                        "call\'s, and this call\'s differ (a tuple or list argument of "',
-            '                        f"another length or kind): generate it again for this call, or "',
-            '                        f"unset {SWITCH} for the original path")',
-            "    for i, (what, value) in constants.items():",
-            "        got = leaves[i]",
-            "        if type(got) is not type(value) or got != value:",
-            '            shown = (f"a tensor of shape {tuple(got.shape)}" if isinstance(got, torch.Tensor)',
-            "                     else repr(got))",
-            '            raise ValueError(f"{what} is {shown}, but {CLASS_NAME} was generated with "',
-            '                             f"{value!r} built into its graph: generate it again for "',
-            '                             f"this value, or unset {SWITCH} for the original path")',
-            "    for i, (what, shape, dtype) in tensors.items():",
-            "        got = leaves[i]",
-            "        if (not isinstance(got, torch.Tensor) or tuple(got.shape) != shape",
-            "                or str(got.dtype) != dtype):",
-            '            shown = (f"{tuple(got.shape)} {got.dtype}" if isinstance(got, torch.Tensor)',
-            "                     else repr(got))",
-            '            raise ValueError(f"{what} is {shown}, but {CLASS_NAME} was traced with "',
-            '                             f"{shape} {dtype} (its graph is specialised to the shapes): "',
-            '                             f"generate it again for this shape, or unset {SWITCH} for "',
-            '                             "the original path")',
-            "    return leaves",
-            "",
-        ]
-        if t != "torchair":
-            lines[-1:-1] = [
-                "",
-                "",
-                "def _tensor_record_stream(t, s):",
-                '    """t.record_stream(s): the caching allocator keeps t\'s memory until the work '
-                'queued on s is done."""',
-                "    t.record_stream(s)",
-            ]
-        if self.resolves:
-            lines += [
-                "",
-                "def _resolve(module, name):",
-                "    import importlib",
-                "",
-                "    return getattr(importlib.import_module(module), name)",
-                "",
-            ]
-        lines += [
+
+    def class_head(self) -> list[str]:
+        """The generated class up to its forward: the switch, the API, the side streams."""
+        lines = [
             "",
             f"class {self.class_name}(torch.nn.Module):",
             '    """The plan applied to a model; the original forward when the switch is off."""',
@@ -1202,26 +1143,14 @@ class _Emitter:
             "        self.enabled = ENABLED if enabled is None else bool(enabled)",
             "        self.api = None",
             *(["        self.streams = {}",
-               "        self.record_stream = _tensor_record_stream"] if t != "torchair" else []),
+               "        self.record_stream = _tensor_record_stream"]
+              if self.target != "torchair" else []),
             "        if not self.enabled:",
             "            return",
             "        self.api = _streams_api() if api is None else api",
         ]
-        if t != "torchair":
-            lines += [
-                "        if getattr(self.api, \"PARASTREAM_STANDIN\", False):  # CPU tensors "
-                "cannot record_stream",
-                "            self.record_stream = self.api.record_stream",
-                "",
-                "    def side_streams(self, device):",
-                '        """The side streams of ``device``, made on their first use there (one set',
-                '        per device; a wrapper built before set_device(rank) still gets its own)."""',
-                "        if device not in self.streams:",
-                "            with self.api.device(device):",
-                "                self.streams[device] = {s: self.api.Stream() for s in SIDE_STREAMS}",
-                "        return self.streams[device]",
-            ]
-        lines.append("")
+        if self.target != "torchair":
+            lines += _SIDE_STREAMS_LINES
         return lines
 
     def call_literal(self) -> str:
@@ -1233,29 +1162,14 @@ class _Emitter:
         return f"({n}, {tuple(keys)!r}, {spec!r}, {consts!r}, {tensors!r})"
 
     def api_function(self) -> list[str]:
+        """The body of the generated ``_streams_api``: the target's stream API, imported
+        when the switch is on."""
         if self.target == "torchair":
-            return [
-                '    """torchair (GE graph mode); needs torch_npu and torchair."""',
-                "    try:",
-                "        import torch_npu  # noqa: F401",
-                "        import torchair",
-                "    except ImportError as exc:",
-                '        raise ImportError(f"{SWITCH} is on but torchair is not installed "',
-                '                          f"({exc}); "',
-                '                          f"unset {SWITCH} for the original path") from exc',
-                "    return _check_needs(torchair, 'torchair')",
-            ]
+            return _api_import("torchair (GE graph mode); needs torch_npu and torchair.",
+                               ("torch_npu  # noqa: F401", "torchair"), "torchair", "torchair")
         if self.target == "npugraph_ex":
-            return [
-                '    """torch.npu, as registered by torch_npu."""',
-                "    try:",
-                "        import torch_npu  # noqa: F401",
-                "    except ImportError as exc:",
-                '        raise ImportError(f"{SWITCH} is on but torch_npu is not installed "',
-                '                          f"({exc}); "',
-                '                          f"unset {SWITCH} for the original path") from exc',
-                "    return _check_needs(torch.npu, 'torch.npu')",
-            ]
+            return _api_import("torch.npu, as registered by torch_npu.",
+                               ("torch_npu  # noqa: F401",), "torch_npu", "torch.npu")
         return [
             '    """torch.cuda."""',
             "    if not torch.cuda.is_available():",
@@ -1282,6 +1196,164 @@ class _Emitter:
             "",
             "    sys.exit(self_check(sys.modules[__name__]))",
         ]
+
+
+#: the docstring's account of each target's API
+_API_DOC = {
+    "torchair": "TorchAir GE graph mode (torch.compile with torchair's npu backend, "
+                "max-autotune): torchair.scope.npu_stream_switch / npu_wait_tensor / "
+                "limit_core_num",
+    "npugraph_ex": "npugraph_ex / aclgraph (torch.compile(backend=\"npugraph_ex\") or "
+                   "eager torch_npu): torch.npu.Stream / stream / Event / "
+                   "Tensor.record_stream / npugraph_ex.scope.limit_core_num",
+    "cuda": "CUDA (eager or CUDA graphs): torch.cuda.Stream / stream / Event / "
+            "Tensor.record_stream",
+}
+
+#: the generated module's switch, read once at import
+_SWITCH_LINES = [
+    "def switch_on() -> bool:",
+    '    """True when the environment variable SWITCH turns the multi-stream path on."""',
+    '    return os.environ.get(SWITCH, "").strip().lower() in ("1", "true", "yes", "on")',
+    "",
+    "",
+    "ENABLED = switch_on()",
+]
+
+#: the generated module's API check, attribute lookup and traced-call check
+_CALL_CHECK_LINES = [
+    "",
+    "",
+    "def _check_needs(api, label):",
+    '    """api, once it has every name this module calls; else one line naming the',
+    '    release that documents the missing one."""',
+    "    for name, version in NEEDS.items():",
+    "        if functools.reduce(lambda o, p: getattr(o, p, None), name.split('.'), api) is None:",
+    '            raise ImportError(f"{label}.{name} is missing: this module needs {version} "',
+    '                              f"or newer (or unset {SWITCH} for the original path)")',
+    "    return api",
+    "",
+    "",
+    "def _get(root, fqn):",
+    "    return functools.reduce(getattr, fqn.split(\".\"), root)",
+    "",
+    "",
+    "_TRACED_SPEC = pytree.treespec_loads(TRACED_CALL[2]) if TRACED_CALL else None",
+    "",
+    "",
+    "def _traced_call(args, kwargs):",
+    '    """The call\'s leaves, when the call is shaped as the traced one was; else an error',
+    '    naming the difference (the original path, switch off, takes any call)."""',
+    "    if TRACED_CALL is None:",
+    "        return pytree.tree_leaves((args, kwargs))",
+    "    n_args, keywords, _, constants, tensors = TRACED_CALL",
+    "    if len(args) != n_args or sorted(kwargs) != sorted(keywords):",
+    '        raise TypeError(f"{CLASS_NAME} was generated for a call with {n_args} positional "',
+    '                        f"argument(s) and keywords {sorted(keywords)}; this call has "',
+    '                        f"{len(args)} and {sorted(kwargs)}: generate it again for this "',
+    '                        f"call, or unset {SWITCH} for the original path")',
+    "    leaves, spec = pytree.tree_flatten((tuple(args), {k: kwargs[k] for k in keywords}))",
+    "    if spec != _TRACED_SPEC:",
+    '        raise TypeError(f"{CLASS_NAME} was generated for arguments structured as the traced "',
+    '                        "call\'s, and this call\'s differ (a tuple or list argument of "',
+    '                        f"another length or kind): generate it again for this call, or "',
+    '                        f"unset {SWITCH} for the original path")',
+    "    for i, (what, value) in constants.items():",
+    "        got = leaves[i]",
+    "        if type(got) is not type(value) or got != value:",
+    '            shown = (f"a tensor of shape {tuple(got.shape)}" if isinstance(got, torch.Tensor)',
+    "                     else repr(got))",
+    '            raise ValueError(f"{what} is {shown}, but {CLASS_NAME} was generated with "',
+    '                             f"{value!r} built into its graph: generate it again for "',
+    '                             f"this value, or unset {SWITCH} for the original path")',
+    "    for i, (what, shape, dtype) in tensors.items():",
+    "        got = leaves[i]",
+    "        if (not isinstance(got, torch.Tensor) or tuple(got.shape) != shape",
+    "                or str(got.dtype) != dtype):",
+    '            shown = (f"{tuple(got.shape)} {got.dtype}" if isinstance(got, torch.Tensor)',
+    "                     else repr(got))",
+    '            raise ValueError(f"{what} is {shown}, but {CLASS_NAME} was traced with "',
+    '                             f"{shape} {dtype} (its graph is specialised to the shapes): "',
+    '                             f"generate it again for this shape, or unset {SWITCH} for "',
+    '                             "the original path")',
+    "    return leaves",
+    "",
+]
+
+#: npugraph_ex / cuda: record_stream through a function the stand-ins can replace
+_RECORD_STREAM_LINES = [
+    "",
+    "",
+    "def _tensor_record_stream(t, s):",
+    '    """t.record_stream(s): the caching allocator keeps t\'s memory until the work '
+    'queued on s is done."""',
+    "    t.record_stream(s)",
+]
+
+#: a callable the trace names by module and qualified name
+_RESOLVE_LINES = [
+    "",
+    "def _resolve(module, name):",
+    "    import importlib",
+    "",
+    "    return getattr(importlib.import_module(module), name)",
+    "",
+]
+
+#: npugraph_ex / cuda: the stand-in's record_stream, and side streams made per device
+_SIDE_STREAMS_LINES = [
+    "        if getattr(self.api, \"PARASTREAM_STANDIN\", False):  # CPU tensors "
+    "cannot record_stream",
+    "            self.record_stream = self.api.record_stream",
+    "",
+    "    def side_streams(self, device):",
+    '        """The side streams of ``device``, made on their first use there (one set',
+    '        per device; a wrapper built before set_device(rank) still gets its own)."""',
+    "        if device not in self.streams:",
+    "            with self.api.device(device):",
+    "                self.streams[device] = {s: self.api.Stream() for s in SIDE_STREAMS}",
+    "        return self.streams[device]",
+]
+
+
+class _Blocks:
+    """The stream block open in the forward being written: its stream (None before the
+    first node) and the depth its lines are written at."""
+
+    def __init__(self, em: "_Emitter", w: _Writer) -> None:
+        self.em, self.w = em, w
+        self.cur: int | None = None
+        self.depth = 2
+
+    def switch(self, s: int) -> None:
+        """Open the block of stream ``s`` unless it is the open one (stream 0 without a
+        core limit is the top level)."""
+        if s == self.cur:
+            return
+        head = self.em.open_block(s)
+        self.cur = s
+        if head is None:
+            self.depth = 2
+            return
+        tag = f" (tag s{s})" if self.em.target == "torchair" and s else ""
+        self.w(2, f"# ---- stream {s}{tag}")
+        self.w(2, head)
+        self.depth = 3
+
+
+def _api_import(doc: str, imports: Sequence[str], package: str, api: str) -> list[str]:
+    """The body of the generated ``_streams_api`` of an Ascend target: import ``imports``
+    (one line naming ``package`` and the switch when that fails) and check ``api``."""
+    return [
+        f'    """{doc}"""',
+        "    try:",
+        *[f"        import {m}" for m in imports],
+        "    except ImportError as exc:",
+        f'        raise ImportError(f"{{SWITCH}} is on but {package} is not installed "',
+        '                          f"({exc}); "',
+        '                          f"unset {SWITCH} for the original path") from exc',
+        f"    return _check_needs({api}, {api!r})",
+    ]
 
 
 def _doc_safe(text: str) -> str:
