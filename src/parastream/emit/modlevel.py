@@ -93,6 +93,56 @@ class Site:
 
 
 # ----------------------------------------------------------------------------- analysis
+@dataclass
+class _Forward:
+    """The host's forward as written: its class, function, file, first line, source lines,
+    syntax tree and top-level statements (docstring left out)."""
+
+    owner: type
+    fn: Any
+    file: str
+    first: int
+    src_lines: list[str]
+    fdef: ast.FunctionDef
+    body: list[ast.stmt]
+
+    @property
+    def off(self) -> int:
+        """Line offset from the parsed forward's lines to the file's."""
+        return self.first - 1
+
+    def stmt_of(self, n: Any) -> int:
+        """The top-level statement of the forward that issued traced node ``n`` (from the
+        node's stack trace)."""
+        last = self.first + len(self.src_lines) - 1
+        spans = [(s.lineno + self.off, s.end_lineno + self.off) for s in self.body]
+        for f, line in _frames(n):
+            if f != self.file or not self.first <= line <= last:
+                continue
+            for i, (lo, hi) in enumerate(spans):
+                if lo <= line <= hi:
+                    return i
+        raise NotModuleLevel(f"op {n.name} cannot be placed in {self.owner.__qualname__}"
+                             ".forward (no line of it in the trace)")
+
+
+@dataclass
+class _Cut:
+    """What cutting the host's statements into units of issue reads and updates."""
+
+    fwd: _Forward
+    host: Any
+    rel: int                     # length of the host's path prefix in a submodule path
+    calls: dict[str, dict]       # call-instance key -> {path, stmt, ops, streams}
+    direct: dict[int, dict[int, str]]   # statement -> {stream: first op issued in it}
+    names: set[str]              # names the forward uses (fresh names avoid them)
+    tensors: set[str]
+    tuples: set[str]
+    tensor_calls: dict[str, bool]   # call-instance key -> returns a tuple of tensors
+    op_stmt: dict[str, int]      # op -> the unit that issues it
+    assignment: dict[str, int]   # the plan's op -> stream
+
+
 def analyse(traced: Any, plan: Any, root: Any, inputs: tuple, graph: Any,
             stream_of: dict[str, int | None], real: set[str],
             vector_per_cube: float = 2.0) -> Site:
@@ -105,6 +155,33 @@ def analyse(traced: Any, plan: Any, root: Any, inputs: tuple, graph: Any,
     nodes = [n for n in traced.graph.nodes if n.op == "call_function"
              and not str(getattr(n.target, "__name__", "")).startswith("_assert")]
     stacks = {n.name: _stack(n) for n in nodes}
+    prefix = _host_prefix(nodes, stacks, stream_of, plan, graph)
+    path = prefix[-1][1]
+    host = root.get_submodule(path) if path else root
+    fwd = _host_forward(host, path)
+    calls, direct = _units(nodes, stacks, prefix, stream_of, real, fwd)
+    op_stmt = {n.name: fwd.stmt_of(n) for n in nodes if _under(stacks[n.name], prefix)}
+    tensors, tuples, args, tensor_calls = _capture(root, inputs, host, fwd.fn, calls, path)
+    cut = _Cut(fwd, host, len(path) + 1 if path else 0, calls, direct,
+               _all_names(fwd.fdef) | set(args), tensors, tuples, tensor_calls, op_stmt,
+               plan.assignment)
+    stmts = _statements(cut)
+    if not stmts or not stmts[-1].is_return:
+        raise NotModuleLevel(f"{fwd.owner.__qualname__}.forward does not end in a return")
+    _deps(stmts, graph, traced, op_stmt_map(stmts))
+    order = schedule(stmts)
+    side_streams = tuple(sorted({s.stream for s in stmts if s.stream not in (None, 0)}))
+    limits = _limits(plan, vector_per_cube)
+    return Site(path, host, fwd.owner, fwd.file, fwd.first, fwd.src_lines, fwd.fdef, stmts,
+                order, tensors, tuples, args, side_streams, limits,
+                {k: v for k, v in plan.assignment.items()})
+
+
+def _host_prefix(nodes: list[Any], stacks: dict[str, list[tuple[str, str]]],
+                 stream_of: dict[str, int | None], plan: Any, graph: Any
+                 ) -> list[tuple[str, str]]:
+    """The module-call stack every side-stream op and every op reading one share: its last
+    entry is the host, the innermost call whose forward forks and joins the streams."""
     side = [n for n in nodes if stream_of.get(n.name) not in (None, 0)]
     if not side:
         raise NotModuleLevel("the plan runs everything on one stream")
@@ -119,10 +196,12 @@ def analyse(traced: Any, plan: Any, root: Any, inputs: tuple, graph: Any,
     for e in graph.edges:
         if a.get(e.src, 0) != 0 and a.get(e.dst, 0) != a.get(e.src, 0):
             inside.add(e.dst)
-    prefix = _common([stacks.get(x, [("", "")]) for x in inside])
-    depth = len(prefix) - 1
-    path = prefix[-1][1]
-    host = root.get_submodule(path) if path else root
+    return _common([stacks.get(x, [("", "")]) for x in inside])
+
+
+def _host_forward(host: Any, path: str) -> _Forward:
+    """The forward ``host``'s class defines, read and parsed; refused when it is torch's
+    own, has no readable source, or is not a plain function with one return at its end."""
     owner = next((k for k in type(host).__mro__ if "forward" in vars(k)), None)
     if owner is None or owner.__module__.split(".")[0] == "torch":
         raise NotModuleLevel(f"the branches meet in {type(host).__name__} "
@@ -147,28 +226,29 @@ def analyse(traced: Any, plan: Any, root: Any, inputs: tuple, graph: Any,
                                                  for x in ast.walk(s)):
             raise NotModuleLevel(f"{owner.__qualname__}.forward returns from inside a block "
                                  f"(line {s.lineno + first - 1}): the join needs one return")
-    off = first - 1
-    spans = [(s.lineno + off, s.end_lineno + off) for s in body]
-    last = first + len(src_lines) - 1
+    return _Forward(owner, fn, file, first, src_lines, fdef, body)
 
-    def stmt_of(n: Any) -> int:
-        for f, line in _frames(n):
-            if f == file and first <= line <= last:
-                for i, (lo, hi) in enumerate(spans):
-                    if lo <= line <= hi:
-                        return i
-        raise NotModuleLevel(f"op {n.name} cannot be placed in {owner.__qualname__}.forward "
-                             "(no line of it in the trace)")
 
-    # units: each op of the host's forward is in a submodule call or directly in a statement
-    calls: dict[str, dict] = {}       # call-instance key -> {path, stmt, ops, streams}
-    direct: dict[int, dict[int, str]] = {}   # statement -> {stream: first op}
+def _under(stack: list[tuple[str, str]], prefix: list[tuple[str, str]]) -> bool:
+    """Whether a node's module-call stack runs through the host's call."""
+    return [k for k, _ in stack[:len(prefix)]] == [k for k, _ in prefix]
+
+
+def _units(nodes: list[Any], stacks: dict[str, list[tuple[str, str]]],
+           prefix: list[tuple[str, str]], stream_of: dict[str, int | None], real: set[str],
+           fwd: _Forward) -> tuple[dict[str, dict], dict[int, dict[int, str]]]:
+    """Each op of the host's forward is in a submodule call or directly in a statement:
+    the calls (``{key: {path, stmt, ops, streams}}``) and the streams each statement's
+    direct ops run on; refused when the plan puts one call's ops on two streams."""
+    depth = len(prefix) - 1
+    calls: dict[str, dict] = {}
+    direct: dict[int, dict[int, str]] = {}
     for n in nodes:
         st = stacks[n.name]
-        if [k for k, _ in st[:depth + 1]] != [k for k, _ in prefix]:
+        if not _under(st, prefix):
             continue
         s = stream_of.get(n.name) if n.name in real else None
-        i = stmt_of(n)
+        i = fwd.stmt_of(n)
         if len(st) > depth + 1:
             key, p = st[depth + 1]
             c = calls.setdefault(key, {"path": p, "stmt": i, "ops": [], "streams": {}})
@@ -177,51 +257,47 @@ def analyse(traced: Any, plan: Any, root: Any, inputs: tuple, graph: Any,
                 c["streams"].setdefault(s, n.name)
         elif s is not None:
             direct.setdefault(i, {}).setdefault(s, n.name)
-    for key, c in calls.items():
+    for c in calls.values():
         if len(c["streams"]) > 1:
             where = ", ".join(f"{op} on stream {s}" for s, op in sorted(c["streams"].items()))
             raise NotModuleLevel(f"the plan cuts inside the call of {c['path']} ({where})")
-    op_stmt = {}
-    for n in nodes:
-        st = stacks[n.name]
-        if [k for k, _ in st[:depth + 1]] == [k for k, _ in prefix]:
-            op_stmt[n.name] = stmt_of(n)
-    tensors, tuples, args, tensor_calls = _capture(root, inputs, host, fn, calls, path)
-    rel = len(path) + 1 if path else 0
+    return calls, direct
+
+
+def _statements(cut: _Cut) -> list[Stmt]:
+    """The forward's statements as units of issue: one on a single stream as written, one
+    that mixes streams split into its hoisted submodule calls and the rest."""
+    fwd = cut.fwd
     stmts: list[Stmt] = []
-    names = _all_names(fdef) | set(args)
-    for i, s in enumerate(body):
-        my_calls = {k: c for k, c in calls.items() if c["stmt"] == i}
-        dstreams = direct.get(i, {})
+    for i, s in enumerate(fwd.body):
+        my_calls = {k: c for k, c in cut.calls.items() if c["stmt"] == i}
+        dstreams = cut.direct.get(i, {})
         streams = set(dstreams) | {next(iter(c["streams"])) for c in my_calls.values()
                                    if c["streams"]}
-        ops = [x for x, j in op_stmt.items() if j == i and x in a]
         if len(streams) <= 1:
-            st = Stmt(len(stmts), _text(src_lines, s, body, i, first), next(iter(streams), None))
-            _names(s, st)
-            st.ops = ops
-            st.calls = [c["path"][rel:] for c in my_calls.values()]
-            st.barrier = not isinstance(s, (ast.Assign, ast.AnnAssign, ast.AugAssign,
-                                            ast.Expr, ast.Return)) or (
-                isinstance(s, ast.Expr) and not ops)
-            st.is_return = isinstance(s, ast.Return)
-            stmts.append(st)
+            stmts.append(_whole(cut, i, my_calls, next(iter(streams), None), len(stmts)))
             continue
         if len(dstreams) > 1:
             where = ", ".join(f"{op} on stream {k}" for k, op in sorted(dstreams.items()))
             raise NotModuleLevel(f"the plan cuts inside the statement on line "
-                                 f"{s.lineno + off} of {file} ({where})")
-        stmts += _split(s, my_calls, rel, host, dstreams, names, len(stmts), tensors,
-                        tuples, tensor_calls, i, op_stmt, a, off, file)
-    if not stmts or not stmts[-1].is_return:
-        raise NotModuleLevel(f"{owner.__qualname__}.forward does not end in a return")
-    _deps(stmts, graph, traced, op_stmt_map(stmts))
-    order = schedule(stmts)
-    side_streams = tuple(sorted({s.stream for s in stmts if s.stream not in (None, 0)}))
-    limits = _limits(plan, vector_per_cube)
-    return Site(path, host, owner, file, first, src_lines, fdef, stmts, order, tensors, tuples,
-                args,
-                side_streams, limits, {k: v for k, v in a.items()})
+                                 f"{s.lineno + fwd.off} of {fwd.file} ({where})")
+        stmts += _split(cut, i, my_calls, dstreams, len(stmts))
+    return stmts
+
+
+def _whole(cut: _Cut, i: int, my_calls: dict, stream: int | None, idx: int) -> Stmt:
+    """Statement ``i`` of the forward, on one stream, as written."""
+    fwd = cut.fwd
+    s = fwd.body[i]
+    st = Stmt(idx, _text(fwd.src_lines, s, fwd.body, i, fwd.first), stream)
+    _names(s, st)
+    st.ops = [x for x, j in cut.op_stmt.items() if j == i and x in cut.assignment]
+    st.calls = [c["path"][cut.rel:] for c in my_calls.values()]
+    st.barrier = not isinstance(s, (ast.Assign, ast.AnnAssign, ast.AugAssign,
+                                    ast.Expr, ast.Return)) or (
+        isinstance(s, ast.Expr) and not st.ops)
+    st.is_return = isinstance(s, ast.Return)
+    return st
 
 
 def op_stmt_map(stmts: list[Stmt]) -> dict[str, int]:
@@ -258,10 +334,6 @@ def _common(stacks: list[list[tuple[str, str]]]) -> list[tuple[str, str]]:
 def _frames(n: Any) -> list[tuple[str, int]]:
     return [(m.group(1), int(m.group(2)))
             for m in _FRAME.finditer(n.meta.get("stack_trace") or "")]
-
-
-def _is_real(n: Any, stream_of: dict) -> bool:
-    return stream_of.get(n.name) is not None
 
 
 def _is_docstring(s: ast.stmt) -> bool:
@@ -308,22 +380,28 @@ def _self_path(func: ast.AST, loop: dict[str, str]) -> str | None:
     """``self.a.b`` -> ``a.b``; ``self.a[0]`` -> ``a.0``; a loop name bound by an unrolled
     comprehension -> its path; else None."""
     parts: list[str] = []
-    while True:
-        if isinstance(func, ast.Attribute):
-            parts.append(func.attr)
-            func = func.value
-        elif isinstance(func, ast.Subscript) and isinstance(func.slice, ast.Constant) and \
-                isinstance(func.slice.value, int):
-            parts.append(str(func.slice.value))
-            func = func.value
-        elif isinstance(func, ast.Name):
-            if func.id == "self":
-                return ".".join(reversed(parts)) if parts else None
-            if func.id in loop:
-                return ".".join([loop[func.id]] + list(reversed(parts)))
+    while isinstance(func, (ast.Attribute, ast.Subscript)):
+        step = _path_step(func)
+        if step is None:
             return None
-        else:
-            return None
+        parts.append(step)
+        func = func.value
+    if not isinstance(func, ast.Name):
+        return None
+    if func.id == "self":
+        return ".".join(reversed(parts)) if parts else None
+    if func.id in loop:
+        return ".".join([loop[func.id]] + list(reversed(parts)))
+    return None
+
+
+def _path_step(node: ast.Attribute | ast.Subscript) -> str | None:
+    """One step of a submodule path: an attribute's name, or an integer index."""
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    if isinstance(node.slice, ast.Constant) and isinstance(node.slice.value, int):
+        return str(node.slice.value)
+    return None
 
 
 class _Unroll(ast.NodeTransformer):
@@ -411,48 +489,51 @@ def _fresh(base: str, taken: set[str]) -> str:
     return name
 
 
-def _split(s: ast.stmt, my_calls: dict, rel: int, host: Any, dstreams: dict, names: set,
-           base: int, tensors: set[str], tuples: set[str], tensor_calls: dict[str, bool],
-           i: int, op_stmt: dict,
-           a: dict, off: int, file: str) -> list[Stmt]:
-    """A statement that mixes streams, as its hoisted submodule calls and the rest."""
-    node = _Unroll(host).visit(copy.deepcopy(s))
+def _split(cut: _Cut, i: int, my_calls: dict, dstreams: dict, base: int) -> list[Stmt]:
+    """Statement ``i``, which mixes streams, as its hoisted submodule calls (each its own
+    unit, numbered from ``base``) and the rest."""
+    s = cut.fwd.body[i]
+    node = _Unroll(cut.host).visit(copy.deepcopy(s))
     ast.fix_missing_locations(node)
     want: dict[str, list[str]] = {}
     for key, c in sorted(my_calls.items(), key=lambda kv: _instance(kv[0])):
-        want.setdefault(c["path"][rel:], []).append(key)
-    h = _Hoist(want, names)
+        want.setdefault(c["path"][cut.rel:], []).append(key)
+    h = _Hoist(want, cut.names)
     node = h.visit(node)
     left = [p for p, keys in h.want.items() if keys]
     if left:
-        raise NotModuleLevel(f"the call of {left[0]} on line {s.lineno + off} of {file} "
-                             "cannot be found in its statement to move it to its stream")
-    out = []
-    for var, key, call in h.out:
-        c = my_calls[key]
-        st = Stmt(base + len(out), [f"        {var} = {ast.unparse(call)}"],
-                  next(iter(c["streams"]), None))
-        _names(call, st)
-        st.writes.add(var)
-        st.ops = [x for x in c["ops"] if x in a]
-        st.calls = [c["path"][rel:]]
-        for op in c["ops"]:
-            op_stmt[op] = st.idx
-        out.append(st)
-        if key in tensor_calls:
-            tensors.add(var)
-            if tensor_calls[key]:
-                tuples.add(var)
+        raise NotModuleLevel(f"the call of {left[0]} on line {s.lineno + cut.fwd.off} of "
+                             f"{cut.fwd.file} cannot be found in its statement to move it to "
+                             "its stream")
+    out = [_hoisted(cut, my_calls[key], key, var, call, base + k)
+           for k, (var, key, call) in enumerate(h.out)]
     rest = Stmt(base + len(out), _reindent(ast.unparse(node).split("\n")),
                 next(iter(dstreams), None))
     _names(node, rest)
-    rest.ops = [x for x, j in op_stmt.items() if j == i and x in a
+    rest.ops = [x for x, j in cut.op_stmt.items() if j == i and x in cut.assignment
                 and not any(x in c["ops"] for c in my_calls.values())]
     rest.is_return = isinstance(s, ast.Return)
     for op in rest.ops:
-        op_stmt[op] = rest.idx
+        cut.op_stmt[op] = rest.idx
     out.append(rest)
     return out
+
+
+def _hoisted(cut: _Cut, c: dict, key: str, var: str, call: ast.Call, idx: int) -> Stmt:
+    """A submodule call hoisted out of its statement into ``var``: a unit of its own on the
+    call's stream."""
+    st = Stmt(idx, [f"        {var} = {ast.unparse(call)}"], next(iter(c["streams"]), None))
+    _names(call, st)
+    st.writes.add(var)
+    st.ops = [x for x in c["ops"] if x in cut.assignment]
+    st.calls = [c["path"][cut.rel:]]
+    for op in c["ops"]:
+        cut.op_stmt[op] = st.idx
+    if key in cut.tensor_calls:
+        cut.tensors.add(var)
+        if cut.tensor_calls[key]:
+            cut.tuples.add(var)
+    return st
 
 
 def _instance(key: str) -> int:
@@ -475,7 +556,26 @@ def _capture(root: Any, inputs: tuple, host: Any, fn: Any, calls: dict, path: st
         if event == "return" and frame.f_code is code and frame.f_locals.get("self") is host:
             found.update(frame.f_locals)
 
-    rel = len(path) + 1 if path else 0
+    hooks = _call_hooks(host, calls, len(path) + 1 if path else 0, tensor_calls)
+    old = sys.getprofile()
+    sys.setprofile(prof)
+    try:
+        _run_once(root, inputs)
+    finally:
+        sys.setprofile(old)
+        for hk in hooks:
+            hk.remove()
+    args = [p for p in inspect.signature(fn).parameters if p != "self"]
+    held = {k: v for k, v in found.items() if k != "self" and _is_tensorish(v)}
+    return (set(held), {k for k, v in held.items() if not isinstance(v, torch.Tensor)}, args,
+            tensor_calls)
+
+
+def _call_hooks(host: Any, calls: dict, rel: int, tensor_calls: dict[str, bool]) -> list[Any]:
+    """Forward hooks on the host's called submodules noting, per call instance, whether it
+    returns a tensor (False) or a tuple of them (True) in ``tensor_calls``."""
+    import torch
+
     hooks = []
     for key, c in calls.items():
         try:
@@ -487,27 +587,21 @@ def _capture(root: Any, inputs: tuple, host: Any, fn: Any, calls: dict, path: st
             if _is_tensorish(out):
                 tensor_calls[key] = not isinstance(out, torch.Tensor)
         hooks.append(sub.register_forward_hook(hook))
-    old = sys.getprofile()
-    sys.setprofile(prof)
-    try:
-        with torch.no_grad():
-            import copy as _copy
+    return hooks
 
-            saved = {k: v.clone() for k, v in root.state_dict(keep_vars=True).items()
-                     if isinstance(v, torch.Tensor)}
-            root(*_copy.deepcopy(inputs))
-            with torch.no_grad():  # the run may have written buffers: put them back
-                for k, v in root.state_dict(keep_vars=True).items():
-                    if k in saved:
-                        v.copy_(saved[k])
-    finally:
-        sys.setprofile(old)
-        for hk in hooks:
-            hk.remove()
-    args = [p for p in inspect.signature(fn).parameters if p != "self"]
-    held = {k: v for k, v in found.items() if k != "self" and _is_tensorish(v)}
-    return (set(held), {k for k, v in held.items() if not isinstance(v, torch.Tensor)}, args,
-            tensor_calls)
+
+def _run_once(root: Any, inputs: tuple) -> None:
+    """One forward of ``root`` on a copy of ``inputs`` without autograd, its buffers put
+    back afterwards (the run may write them)."""
+    import torch
+
+    with torch.no_grad():
+        saved = {k: v.clone() for k, v in root.state_dict(keep_vars=True).items()
+                 if isinstance(v, torch.Tensor)}
+        root(*copy.deepcopy(inputs))
+        for k, v in root.state_dict(keep_vars=True).items():
+            if k in saved:
+                v.copy_(saved[k])
 
 
 def _is_tensorish(v: Any) -> bool:
@@ -706,9 +800,6 @@ def _api_block(target: str, limits: bool) -> list[str]:
                   "name.split('.'), API) is None:",
                   f"            raise ImportError(f'{mod}.{{name}} is missing: needs {{release}} "
                   "(or unset {SWITCH})')"]
-        lines[3:3] = ["    API = " + mod] if False else []
-        lines = lines[:3 if target == "torchair" else 2] + lines[3 if target == "torchair"
-                                                                   else 2:]
         lines = [ln.replace("name.split('.'), API)", f"name.split('.'), {mod})")
                  for ln in lines]
     return lines + tail
@@ -733,38 +824,47 @@ def _call_args(fdef: ast.FunctionDef) -> str:
 
 def _body(site: Site, target: str, device_name: str | None
           ) -> tuple[list[str], dict[str, int], list[str], dict[int, tuple[int, int]]]:
-    """The multi-stream forward's body after the switch test (8-space indent)."""
-    out: list[str] = []
+    """The multi-stream forward's body after the switch test (8-space indent), its counts
+    of waits, records and record_stream calls, warnings, and the core limits emitted."""
     warnings: list[str] = []
-    counts = {"waits": 0, "records": 0, "rs": 0}
     facts = core_limit(device_name)
     limits = dict(site.limits)
     if limits and not facts.allows(target):
         warnings.append(f"core limits {limits} not emitted: {facts.source}")
         limits = {}
-    stmts = {s.idx: s for s in site.stmts}
+    w = _BodyWriter(site, target, limits)
+    w.prelude()
+    sync = _sync(site, w.stmts, w.pos, w.ta)
+    for i in site.order:
+        w.statement(i, sync)
+    out = w.out
+    if not w.ta and w.counts["rs"] == 0:
+        out = [ln for ln in out if not ln.startswith("        rs = getattr(")]
+    if target == "cuda" and site.limits:
+        out.insert(1, f"        # plan core limits {site.limits} have no torch.cuda equivalent")
+    return out, w.counts, warnings, limits
+
+
+@dataclass
+class _Sync:
+    """Where the patch synchronises its streams: the statements each statement waits for,
+    the event recorded after a statement, the side streams joined before the return and
+    each one's last statement."""
+
+    waits_before: dict[int, list[int]]
+    ev_name: dict[int, str]
+    joins: list[int]
+    last_of: dict[int, int]
+
+
+def _sync(site: Site, stmts: dict[int, Stmt], pos: dict[int, int], ta: bool) -> _Sync:
+    """The waits and events the issue order needs: vector clocks over it (``known[t][u]``:
+    stream t knows u's work up to there); a statement waits for a dependency on another
+    stream its stream does not know of yet."""
     order = site.order
-    pos = {i: k for k, i in enumerate(order)}
-    first_arg = next((x for x in site.args if x in site.tensors), None)
-    ta = target == "torchair"
-    api = "tng" if ta else "api"
-    out.append(f"        {api} = self.api or API")
-    if not ta:
-        dev = f"{first_arg}.device" if first_arg else "None"
-        out += ["        rs = getattr(api, 'record_stream', torch.Tensor.record_stream)",
-                f"        if (key := (id(api), {dev})) not in _STREAMS:  # one set per device",
-                f"            with api.device({dev}):",
-                "                _STREAMS[key] = {s: api.Stream() for s in SIDE_STREAMS}",
-                "        S = {0: api.current_stream(), **_STREAMS[key]}",
-                "        fork = S[0].record_event()  # side streams start after the caller's work",
-                "        " + "; ".join(f"fork.wait(S[{s}])" for s in site.side)]
-        counts["records"] += 1
-    # which waits each statement needs, and which statements need an event after them:
-    # vector clocks over the issue order (known[t][u]: stream t knows u's work up to there)
     need_event: set[int] = set()
     plan_waits: list[tuple[int, int]] = []   # (from stmt, to stmt)
     snap: dict[int, dict[int, int]] = {}
-    # pass 1: find the waits each statement needs
     known = {s: {t: -1 for t in (0,) + site.side} for s in (0,) + site.side}
     if not ta:
         for s in site.side:
@@ -776,13 +876,12 @@ def _body(site: Site, target: str, device_name: str | None
             continue
         for d in sorted(st.deps, key=lambda d: -pos[d]):
             u = stmts[d]
-            if u.stream in (None, t):
+            if u.stream in (None, t) or known[t][u.stream] >= pos[d] + 1:
                 continue
-            if known[t][u.stream] < pos[d] + 1:
-                plan_waits.append((d, i))
-                need_event.add(d)
-                for x, v in snap[d].items():
-                    known[t][x] = max(known[t][x], v)
+            plan_waits.append((d, i))
+            need_event.add(d)
+            for x, v in snap[d].items():
+                known[t][x] = max(known[t][x], v)
         known[t][t] = k + 1
         snap[i] = dict(known[t])
     joins = [s for s in site.side if known[0][s] < max((pos[i] + 1 for i in order
@@ -790,77 +889,124 @@ def _body(site: Site, target: str, device_name: str | None
     last_of = {s: max((i for i in order if stmts[i].stream == s), key=lambda i: pos[i])
                for s in site.side}
     if not ta:
-        for s in joins:
-            need_event.add(last_of[s])
+        need_event.update(last_of[s] for s in joins)
     ev_name = {i: f"e{n}" for n, i in enumerate(sorted(need_event, key=lambda i: pos[i]))}
     waits_before: dict[int, list[int]] = {}
     for d, i in plan_waits:
         waits_before.setdefault(i, []).append(d)
-    recorded: set[tuple[str, int]] = set()
-    cur: int | None = 0
-    ind = "        "
+    return _Sync(waits_before, ev_name, joins, last_of)
 
-    def open_block(s: int) -> None:
-        nonlocal cur, ind
-        if s == cur:
+
+class _BodyWriter:
+    """The multi-stream forward's body being written: its lines, the open stream block and
+    its indent, the counts of waits, records and record_stream calls."""
+
+    def __init__(self, site: Site, target: str, limits: dict[int, tuple[int, int]]) -> None:
+        self.site, self.target, self.limits = site, target, limits
+        self.ta = target == "torchair"
+        self.out: list[str] = []
+        self.counts = {"waits": 0, "records": 0, "rs": 0}
+        self.recorded: set[tuple[str, int]] = set()
+        self.cur: int | None = 0
+        self.ind = "        "
+        self.stmts = {s.idx: s for s in site.stmts}
+        self.pos = {i: k for k, i in enumerate(site.order)}
+
+    def prelude(self) -> None:
+        """The stream API; for npugraph_ex / cuda the side streams of the first input's
+        device (one set per device) and the fork from the caller's stream."""
+        site = self.site
+        api = "tng" if self.ta else "api"
+        self.out.append(f"        {api} = self.api or API")
+        if self.ta:
             return
-        cur = s
+        first_arg = next((x for x in site.args if x in site.tensors), None)
+        dev = f"{first_arg}.device" if first_arg else "None"
+        self.out += [
+            "        rs = getattr(api, 'record_stream', torch.Tensor.record_stream)",
+            f"        if (key := (id(api), {dev})) not in _STREAMS:  # one set per device",
+            f"            with api.device({dev}):",
+            "                _STREAMS[key] = {s: api.Stream() for s in SIDE_STREAMS}",
+            "        S = {0: api.current_stream(), **_STREAMS[key]}",
+            "        fork = S[0].record_event()  # side streams start after the caller's work",
+            "        " + "; ".join(f"fork.wait(S[{s}])" for s in site.side)]
+        self.counts["records"] += 1
+
+    def open_block(self, s: int) -> None:
+        """Open stream ``s``'s block (with its core limit) unless it is the open one."""
+        if s == self.cur:
+            return
+        self.cur = s
         parts = []
         if s != 0:
-            parts.append(f'tng.scope.npu_stream_switch("s{s}", 0)' if ta
+            parts.append(f'tng.scope.npu_stream_switch("s{s}", 0)' if self.ta
                          else f"api.stream(S[{s}])")
-        if s in limits and target != "cuda":
-            parts.append(f"tng.scope.limit_core_num{limits[s]}" if ta
-                         else f"api.npugraph_ex.scope.limit_core_num{limits[s]}")
+        if s in self.limits and self.target != "cuda":
+            parts.append(f"tng.scope.limit_core_num{self.limits[s]}" if self.ta
+                         else f"api.npugraph_ex.scope.limit_core_num{self.limits[s]}")
         if parts:
-            out.append(f"        with {', '.join(parts)}:")
-            ind = "            "
+            self.out.append(f"        with {', '.join(parts)}:")
+            self.ind = "            "
         else:
-            ind = "        "
+            self.ind = "        "
 
-    for i in order:
-        st = stmts[i]
+    def statement(self, i: int, sync: _Sync) -> None:
+        """Statement ``i`` in its stream's block: its waits, the joins before the return,
+        record_stream of what it reads from another stream, its lines, its event."""
+        st = self.stmts[i]
         # host-only statements (shapes, names) read no stream: at the top level
         s = 0 if st.stream is None or st.is_return else st.stream
-        open_block(s)
-        for d in waits_before.get(i, []):
-            u = stmts[d]
-            if ta:
-                line = _wait_tensor(st, u, site, ind)
-                out.append(line)
-                counts["waits"] += line.lstrip().startswith(("#",)) is False
-            else:
-                out.append(f"{ind}{ev_name[d]}.wait(S[{s}])  # after {_what(u)}")
-                counts["waits"] += 1
-        if st.is_return and not ta:
-            for j in joins:
-                out.append(f"{ind}{ev_name[last_of[j]]}.wait(S[0])  # join stream {j}")
-                counts["waits"] += 1
-        if not ta and st.stream is not None:
-            for n in sorted(st.reads & site.tensors):
-                h = _maker(n, i, stmts, order, pos, site)
-                if h is None or h == s or (n, s) in recorded or (
-                        n in site.args and not _rebound(n, site)):
-                    continue  # an argument the forward keeps: freed after the join
-                recorded.add((n, s))
-                out.append(_rs_line(ind, n, s, f"made on stream {h}", site))
-                counts["rs"] += 1
-        if st.is_return and not ta:
-            for n in sorted(st.reads & site.tensors):
-                h = _maker(n, i, stmts, order, pos, site)
-                if h not in (None, 0) and (n, 0) not in recorded:
-                    recorded.add((n, 0))
-                    out.append(_rs_line(ind, n, 0, f"returned; made on stream {h}", site))
-                    counts["rs"] += 1
-        out += [ind + ln[8:] if ln else "" for ln in st.lines]
-        if i in ev_name and not ta:
-            out.append(f"{ind}{ev_name[i]} = S[{s}].record_event()")
-            counts["records"] += 1
-    if not ta and counts["rs"] == 0:
-        out = [ln for ln in out if not ln.startswith("        rs = getattr(")]
-    if target == "cuda" and site.limits:
-        out.insert(1, f"        # plan core limits {site.limits} have no torch.cuda equivalent")
-    return out, counts, warnings, limits
+        self.open_block(s)
+        for d in sync.waits_before.get(i, []):
+            self.wait(st, d, s, sync)
+        if st.is_return and not self.ta:
+            for j in sync.joins:
+                self.out.append(f"{self.ind}{sync.ev_name[sync.last_of[j]]}.wait(S[0])  "
+                                f"# join stream {j}")
+                self.counts["waits"] += 1
+        if not self.ta and st.stream is not None:
+            self.record_reads(st, i, s)
+        if st.is_return and not self.ta:
+            self.record_returned(st, i)
+        self.out += [self.ind + ln[8:] if ln else "" for ln in st.lines]
+        if i in sync.ev_name and not self.ta:
+            self.out.append(f"{self.ind}{sync.ev_name[i]} = S[{s}].record_event()")
+            self.counts["records"] += 1
+
+    def wait(self, st: Stmt, d: int, s: int, sync: _Sync) -> None:
+        """Statement ``st`` on stream ``s`` waits for statement ``d``."""
+        u = self.stmts[d]
+        if self.ta:
+            line = _wait_tensor(st, u, self.site, self.ind)
+            self.out.append(line)
+            self.counts["waits"] += line.lstrip().startswith(("#",)) is False
+        else:
+            self.out.append(f"{self.ind}{sync.ev_name[d]}.wait(S[{s}])  # after {_what(u)}")
+            self.counts["waits"] += 1
+
+    def record_reads(self, st: Stmt, i: int, s: int) -> None:
+        """record_stream to ``s`` of each tensor ``st`` reads that another stream made
+        (not an argument the forward keeps: that is freed after the join)."""
+        site = self.site
+        for n in sorted(st.reads & site.tensors):
+            h = _maker(n, i, self.stmts, site.order, self.pos, site)
+            if h is None or h == s or (n, s) in self.recorded or (
+                    n in site.args and not _rebound(n, site)):
+                continue
+            self.recorded.add((n, s))
+            self.out.append(_rs_line(self.ind, n, s, f"made on stream {h}", site))
+            self.counts["rs"] += 1
+
+    def record_returned(self, st: Stmt, i: int) -> None:
+        """record_stream to the origin stream of each returned tensor a side stream made."""
+        site = self.site
+        for n in sorted(st.reads & site.tensors):
+            h = _maker(n, i, self.stmts, site.order, self.pos, site)
+            if h not in (None, 0) and (n, 0) not in self.recorded:
+                self.recorded.add((n, 0))
+                self.out.append(_rs_line(self.ind, n, 0, f"returned; made on stream {h}",
+                                         site))
+                self.counts["rs"] += 1
 
 
 def _rebound(name: str, site: Site) -> bool:
@@ -897,8 +1043,6 @@ def _wait_tensor(st: Stmt, u: Stmt, site: Site, ind: str) -> str:
     if not made or not pick:
         return f"{ind}# {_what(u)} -> {_what(st)}: no tensor to npu_wait_tensor on"
     x, dep = pick[0], made[0]
-    if any(isinstance(v, tuple) for v in ()):  # pragma: no cover
-        pass
     return f"{ind}{x} = tng.scope.npu_wait_tensor({x}, {dep})  # after {_what(u)}"
 
 
