@@ -125,8 +125,9 @@ class Capabilities:
     stream. ``record_stream``: tensors read on another stream must be told so.
     ``device_delay``: ``delay(us)`` holds back the stream's device work, not only the
     launch. ``timing_events``: a timeline costs two events per op, which the factory's
-    ``record_timeline=False`` turns off. ``rng_device``: the torch device module whose
-    random generators a bitwise check saves and restores (``"cuda"``, ``"npu"``)."""
+    ``record_timeline=False`` turns off. ``torch_device``: the torch device type its
+    streams run on (``"cuda"``, ``"npu"``; None on the host): the module a timer
+    synchronises and whose random generators a bitwise check saves and restores."""
 
     host_threads: bool = False
     holds_streams: bool = False
@@ -136,7 +137,7 @@ class Capabilities:
     record_stream: bool = False
     device_delay: bool = False
     timing_events: bool = False
-    rng_device: str | None = None
+    torch_device: str | None = None
 
 
 @runtime_checkable

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import os
 import threading
 import time
 from collections import deque
@@ -167,12 +168,18 @@ class LaneRecorder:
             self.waits.append((start_ns, end_ns, on, name))
 
 
+def cpu_count() -> int:
+    """CPUs this process may run on (the affinity mask, not the whole machine)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
 @functools.lru_cache(maxsize=1)
 def cpu_name() -> str:
     """How a timeline captured on the cpu backend names its device: the CPU's model (from
     /proc/cpuinfo where there is one) and the cores this process may use."""
-    from ..graph.calibrate import cpu_count
-
     model = ""
     try:
         with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:

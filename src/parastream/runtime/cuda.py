@@ -170,7 +170,7 @@ class DeviceStream:
         return bool(self.raw.query())
 
 
-#: what a cuda or npu backend declares (its ``rng_device`` is its device type)
+#: what a cuda or npu backend declares (its ``torch_device`` is its device type)
 DEVICE_CAPABILITIES = Capabilities(run_brackets=True, record_stream=True, device_delay=True,
                                    timing_events=True)
 
@@ -185,7 +185,7 @@ class DeviceBackend(BackendBase):
     def __init__(self, device_type: str = "cuda", device: Any = None,
                  record_timeline: bool = True, mod: Any = None) -> None:
         self.name = device_type
-        self.capabilities = replace(DEVICE_CAPABILITIES, rng_device=device_type)
+        self.capabilities = replace(DEVICE_CAPABILITIES, torch_device=device_type)
         self.mod = mod if mod is not None else device_module(device_type)
         self.device = device
         self.record_timeline = record_timeline
@@ -308,14 +308,14 @@ class DeviceBackend(BackendBase):
 
 
 class CudaBackend(DeviceBackend):
-    capabilities = replace(DEVICE_CAPABILITIES, rng_device="cuda")
+    capabilities = replace(DEVICE_CAPABILITIES, torch_device="cuda")
 
     def __init__(self, device: Any = None, record_timeline: bool = True, mod: Any = None) -> None:
         super().__init__("cuda", device, record_timeline, mod)
 
 
 class NpuBackend(DeviceBackend):
-    capabilities = replace(DEVICE_CAPABILITIES, rng_device="npu")
+    capabilities = replace(DEVICE_CAPABILITIES, torch_device="npu")
 
     def __init__(self, device: Any = None, record_timeline: bool = True, mod: Any = None) -> None:
         super().__init__("npu", device, record_timeline, mod)

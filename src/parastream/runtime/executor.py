@@ -140,8 +140,8 @@ def default_threads(streams: int, cores: int | None = None) -> int:
 
 
 def _cores() -> int:
-    """CPUs this process may run on (:func:`parastream.graph.calibrate.cpu_count`)."""
-    from ..graph.calibrate import cpu_count
+    """CPUs this process may run on (:func:`parastream.runtime.cpu.cpu_count`)."""
+    from .cpu import cpu_count
 
     return cpu_count()
 
@@ -669,7 +669,7 @@ class MultiStreamExecutor(torch.fx.Interpreter):
         # (every input: the eager reference may write one the traced program does not)
         with self.kept_state(inputs, every_input=True) as restore:
             # random draws (torch.rand, training dropout) start alike too
-            device = self.caps.rng_device
+            device = self.caps.torch_device
             rng = _rng_state(device)
             expected = _clone(self.reference(*inputs))
             for i in range(runs):
@@ -877,7 +877,7 @@ def _written_placeholders(graph: torch.fx.Graph) -> set[str]:
 
 def _rng_state(device: str | None) -> tuple[torch.Tensor, Any]:
     """The host's random generator state, and the device's (all its devices) when the
-    streams run on one (``Capabilities.rng_device``: never initialised for a host run)."""
+    streams run on one (``Capabilities.torch_device``: never initialised for a host run)."""
     mod = getattr(torch, device, None) if device else None
     dev = mod.get_rng_state_all() if mod is not None and mod.is_available() else None
     return torch.get_rng_state(), dev

@@ -10,7 +10,7 @@ import msgspec
 import pytest
 
 from parastream.device.profile import load_profile, loads_profile
-from parastream.runtime.device_calibrate import calibrate_device, shipped_base
+from parastream.calibrate.device import calibrate_device, shipped_base
 
 
 def test_shipped_base_from_the_name_torch_reports():
@@ -22,7 +22,7 @@ def test_shipped_base_from_the_name_torch_reports():
 
 def test_a_calibration_is_named_after_the_device_not_the_fallback():
     from parastream.device.profile import is_shipped
-    from parastream.runtime.device_calibrate import profile_stem
+    from parastream.calibrate.device import profile_stem
 
     assert profile_stem("NVIDIA H200") == "h200"
     assert profile_stem("NVIDIA H100 80GB HBM3") == "h100"

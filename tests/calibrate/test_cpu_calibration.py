@@ -14,7 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from parastream.device.cost import op_rate_key, rate_variant
-from parastream.graph import calibrate as cal
+from parastream.calibrate import cpu as cal
+from parastream.calibrate import host, op_rates, profile, timing
 
 
 def test_measurements_are_positive():
@@ -24,10 +25,10 @@ def test_measurements_are_positive():
     assert 0 < cal.measure_task_overhead(50) < 100_000
     assert 0 < cal.measure_call_overhead(1000) < 100
     assert cal.measure_sweep(2, 100) > 0
-    assert cal.cpu_count() >= 1
+    assert host.cpu_count() >= 1
     rates, streams, cache = cal.measure_dram(4, 0.02)
     assert rates["linear"] > 0 and rates["add"] > 0
-    assert 1.0 <= streams <= cal.cpu_count() and cache >= 0
+    assert 1.0 <= streams <= host.cpu_count() and cache >= 0
 
 
 def test_cli_quick_writes_a_loadable_profile(tmp_path):
@@ -42,11 +43,11 @@ def test_cli_quick_writes_a_loadable_profile(tmp_path):
     assert json.loads(r.stdout) == doc                # printed and written
     assert doc["schema"] == "parastream.device/1" and doc["kind"] == "cpu"
     assert doc["name"] == "ci-cpu"
-    assert doc["cores"]["cube"] == cal.cpu_count()
+    assert doc["cores"]["cube"] == host.cpu_count()
     assert doc["peak_tflops"]["cube"]["fp32"] > 0 and doc["memory_bandwidth_gbps"] > 0
     assert doc["launch_overhead_us"] > 0
     # with torch: measured op rates and the cpu backend's own costs (what run/demo predict with)
-    assert set(doc["op_rates"]) == set(cal._op_cases())
+    assert set(doc["op_rates"]) == set(op_rates._op_cases())
     assert doc["run_overhead_us"] >= 0 and "executor" in doc["sources"]["launch_overhead_us"]
     assert "intercept" in doc["sources"]["run_overhead_us"]
     # the streams' own costs, and the memory system's, for the simulator
@@ -147,7 +148,7 @@ def test_median_profile_keeps_each_figure_median_and_states_the_spread():
     runs = [_measured(base, 6.5, 66.0, [[80.0, 0.1], [120.0, 0.1]]),
             _measured(base, 2.6, 52.0, [[79.0, 0.07], [110.0, 0.09]]),
             _measured(base, 2.9, 45.0, [[75.0, 0.075], [120.0, 0.091]])]
-    merged = cal.median_profile(runs)
+    merged = profile.median_profile(runs)
     assert merged["launch_overhead_us"] == 2.9 and merged["event_wake_us"] == 52.0
     assert merged["run_overhead_us"] == 12.9
     assert merged["cache_bytes"] == 2900 and isinstance(merged["cache_bytes"], int)
@@ -162,10 +163,10 @@ def test_median_profile_keeps_each_figure_median_and_states_the_spread():
     assert "calibration 3's" in merged["sources"]["repeat"]
     assert "median of 3 calibrations" in merged["description"] and "2.9 us per op" in merged[
         "description"]
-    cal.dumps(merged)  # a valid profile
-    assert cal.median_profile(runs[:1]) is runs[0]
+    profile.dumps(merged)  # a valid profile
+    assert profile.median_profile(runs[:1]) is runs[0]
     with pytest.raises(ValueError):
-        cal.median_profile([])
+        profile.median_profile([])
 
 
 def test_median_profile_takes_the_common_length_of_cold_curves():
@@ -173,10 +174,10 @@ def test_median_profile_takes_the_common_length_of_cold_curves():
     runs = [_measured(base, 3.0, 50.0, []),  # idles came out of order: no curve
             _measured(base, 3.1, 50.0, [[80.0, 0.1], [120.0, 0.2]]),
             _measured(base, 3.2, 50.0, [[90.0, 0.3], [130.0, 0.4]])]
-    assert cal.median_profile(runs)["cold_curve"] == [[85.0, 0.2], [125.0, 0.3]]
+    assert profile.median_profile(runs)["cold_curve"] == [[85.0, 0.2], [125.0, 0.3]]
     # most calibrations found idling costs nothing: the curve of the one that did goes too
     runs[2] = _measured(base, 3.2, 50.0, [])
-    merged = cal.median_profile(runs)
+    merged = profile.median_profile(runs)
     assert merged["cold_after_us"] == 0 and merged["cold_curve"] == []
 
 
@@ -185,7 +186,7 @@ def test_median_profile_takes_the_common_length_of_cold_curves():
 def test_median_profile_figures_lie_between_the_calibrations(factors):
     base = _measured(_shipped_cpu(), 3.0, 50.0, [[80.0, 0.1], [120.0, 0.2]])
     runs = [_scaled(base, f) for f in factors]
-    merged = cal.median_profile(runs)
+    merged = profile.median_profile(runs)
     leaves = [dict(_leaves(r)) for r in runs]
     for path, value in _leaves(merged):
         if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -197,7 +198,7 @@ def test_median_profile_figures_lie_between_the_calibrations(factors):
         first = dict(_leaves(runs[0]))
         assert all(v == pytest.approx(first[p], rel=1e-3) for p, v in _leaves(merged)
                    if isinstance(v, float))
-    cal.dumps(merged)
+    profile.dumps(merged)
 
 
 def test_cli_unwritable_output_is_an_input_error(tmp_path):
@@ -210,20 +211,20 @@ def test_cli_unwritable_output_is_an_input_error(tmp_path):
 
 
 def test_fit_recovers_a_line_and_clamps_its_fixed_part():
-    fixed, rate = cal._fit((1e6, 12.0), (1e8, 1002.0))  # t = 2 + work / 100e3
+    fixed, rate = op_rates._fit((1e6, 12.0), (1e8, 1002.0))  # t = 2 + work / 100e3
     assert abs(fixed - 2.0) < 1e-6 and abs(rate - 100.0) < 1e-6
-    fixed, rate = cal._fit((1e6, 5.0), (1e8, 4.0))       # noise: the big one ran faster
+    fixed, rate = op_rates._fit((1e6, 5.0), (1e8, 4.0))       # noise: the big one ran faster
     assert fixed == 0.0 and rate > 0
-    fixed, _ = cal._fit((1e6, 1.0), (1e8, 1000.0))       # the line crosses below zero
+    fixed, _ = op_rates._fit((1e6, 1.0), (1e8, 1000.0))       # the line crosses below zero
     assert fixed == 0.0
     # a knee's low line when its lower case timed slower than its middle one: flat at
     # about the middle case's time, not through the origin (a tiny op would cost ~0)
     from parastream.device.profile import OpRate
 
-    fixed, rate = cal._fit((8e3, 2.5), (5e5, 2.0), flat=True)
+    fixed, rate = op_rates._fit((8e3, 2.5), (5e5, 2.0), flat=True)
     low = OpRate("bytes", fixed, fixed, rate, rate)
     assert 1.9 < low.duration_us(8e3, 1, 2) < low.duration_us(5e5, 1, 2) + 1e-9 <= 2.0 + 1e-9
-    assert cal._fit((1e6, 12.0), (1e8, 1002.0), flat=True) == cal._fit((1e6, 12.0), (1e8, 1002.0))
+    assert op_rates._fit((1e6, 12.0), (1e8, 1002.0), flat=True) == op_rates._fit((1e6, 12.0), (1e8, 1002.0))
 
 
 def _imported(fn, name: str, op_type: str):
@@ -250,7 +251,7 @@ def test_op_case_work_is_counted_like_the_importer_counts_it():
     import pytest
 
     pytest.importorskip("torch")
-    cases = cal._op_cases()
+    cases = op_rates._op_cases()
     for name, (metric, case) in cases.items():
         for large in (False, True):
             fn, work, read = case(large)
@@ -267,8 +268,8 @@ def test_third_cases_are_counted_like_the_importer_counts_them():
     import pytest
 
     pytest.importorskip("torch")
-    cases = cal._op_cases()
-    for name, (fn, work, read) in cal._third_cases().items():
+    cases = op_rates._op_cases()
+    for name, (fn, work, read) in op_rates._third_cases().items():
         metric, case = cases[name]
         op = _imported(fn, name, name.partition(".")[0])
         assert _counted(op, metric) == pytest.approx(work, rel=1e-6)
@@ -291,15 +292,15 @@ def test_ops_are_timed_where_the_executor_runs_them():
     import pytest
 
     torch = pytest.importorskip("torch")
-    cores = cal.cpu_count()
+    cores = host.cpu_count()
     before = torch.get_num_threads()
-    here = cal._on_executor_thread(
+    here = timing._on_executor_thread(
         lambda: (threading.get_ident(), torch.get_num_threads(), torch.is_grad_enabled()),
         cores)
     assert here == (threading.get_ident(), cores, False)
     assert torch.get_num_threads() == before
     if cores > 1:
-        ident, n, _ = cal._on_executor_thread(
+        ident, n, _ = timing._on_executor_thread(
             lambda: (threading.get_ident(), torch.get_num_threads(), 0), 1)
         assert ident != threading.get_ident() and n == 1
 
@@ -308,15 +309,15 @@ def test_op_rates_are_measured_for_every_case():
     import pytest
 
     pytest.importorskip("torch")
-    rates = cal.measure_op_rates(quick=True)
-    assert set(rates) == set(cal._op_cases())
+    rates = op_rates.measure_op_rates(quick=True)
+    assert set(rates) == set(op_rates._op_cases())
     for name, r in rates.items():
         assert r["rate_1"] > 0 and r["rate_all"] > 0
         assert r["fixed_1_us"] >= 0 and r["fixed_all_us"] >= 0
         # a third case gives a knee at the middle of the three sizes, a low line below it
-        third = cal._third_cases().get(name)
+        third = op_rates._third_cases().get(name)
         if third:
-            works = sorted([third[1]] + [cal._op_cases()[name][1](big)[1]
+            works = sorted([third[1]] + [op_rates._op_cases()[name][1](big)[1]
                                          for big in (False, True)])
             assert r["knee_work"] == pytest.approx(works[1], rel=1e-3)
             assert r["low_rate_1"] > 0 and r["low_rate_all"] > 0
@@ -327,31 +328,31 @@ def test_op_rates_are_measured_for_every_case():
 def test_cold_ramp_passes_through_half_the_longest_idles_extra():
     import pytest
 
-    ms = cal.IDLE_MS
+    ms = op_rates.IDLE_MS
     # extra growing linearly with idle time: half of the last is at half the longest idle
-    assert cal.cold_ramp_us(ms, [10.0 * t for t in ms]) == pytest.approx(2e3 * ms[-1] / 2)
+    assert op_rates.cold_ramp_us(ms, [10.0 * t for t in ms]) == pytest.approx(2e3 * ms[-1] / 2)
     # a step from 0 to 100 us between 0.5 and 1 ms: half way at 0.75 ms
     step = [0.0 if t < 1.0 else 100.0 for t in ms]
-    assert cal.cold_ramp_us(ms, step) == pytest.approx(1500.0)
+    assert op_rates.cold_ramp_us(ms, step) == pytest.approx(1500.0)
     # no measurable cost of idling (or a faster op after idling): no ramp
-    assert cal.cold_ramp_us(ms, [0.5] * len(ms)) == 0.0
-    assert cal.cold_ramp_us(ms, [-3.0] * len(ms)) == 0.0
+    assert op_rates.cold_ramp_us(ms, [0.5] * len(ms)) == 0.0
+    assert op_rates.cold_ramp_us(ms, [-3.0] * len(ms)) == 0.0
 
 
 def test_cold_after_is_measured_and_op_rates_carry_cold_costs():
     import pytest
 
     pytest.importorskip("torch")
-    after, curve = cal.measure_cold(reps=3)
-    assert 0.0 <= after <= 2e3 * cal.IDLE_MS[-1]
+    after, curve = op_rates.measure_cold(reps=3)
+    assert 0.0 <= after <= 2e3 * op_rates.IDLE_MS[-1]
     # the curve: one point per short idle (or none when idling cost nothing), idles
     # ascending from about the nominal ones, shares non-decreasing within 0..1
-    assert len(curve) in (0, len(cal.SHORT_IDLE_MS))
+    assert len(curve) in (0, len(op_rates.SHORT_IDLE_MS))
     idles, shares = [i for i, _ in curve], [s for _, s in curve]
     assert idles == sorted(idles) and shares == sorted(shares)
     assert all(0.0 <= s <= 1.0 for s in shares)
-    assert all(i >= 1e3 * ms for i, ms in zip(idles, cal.SHORT_IDLE_MS))
-    for r in cal.measure_op_rates(quick=True).values():
+    assert all(i >= 1e3 * ms for i, ms in zip(idles, op_rates.SHORT_IDLE_MS))
+    for r in op_rates.measure_op_rates(quick=True).values():
         assert r["cold_1_us"] >= 0 and r["cold_all_us"] >= 0
 
 
@@ -360,26 +361,24 @@ def test_cold_line_splits_the_extra_into_code_and_data():
 
     # extra 20 us reading 1 MB and 120 us reading 11 MB: 10 us per MB (100 GB/s) on top
     # of 10 us at no bytes
-    fixed, gbps = cal.cold_line(1e6, 11e6, 20.0, 120.0)
+    fixed, gbps = op_rates.cold_line(1e6, 11e6, 20.0, 120.0)
     assert fixed == pytest.approx(10.0) and gbps == pytest.approx(100.0)
     # an extra that does not grow with the bytes is all code: the small size's
-    assert cal.cold_line(1e6, 11e6, 30.0, 25.0) == (30.0, 0.0)
+    assert op_rates.cold_line(1e6, 11e6, 30.0, 25.0) == (30.0, 0.0)
 
 
 def test_a_busy_machine_is_named_before_calibrating(monkeypatch):
-    from parastream.graph import calibrate as cal
-
     def others(*counts):
         it = iter(counts)
         return lambda: next(it)
 
-    monkeypatch.setattr(cal, "_others_running", others(2, 3, 2))
-    note = cal.busy_note(2, samples=3)
+    monkeypatch.setattr(host, "_others_running", others(2, 3, 2))
+    note = host.busy_note(2, samples=3)
     assert note is not None and "2 other task(s) are running on 2 core(s)" in note
-    monkeypatch.setattr(cal, "_others_running", others(0, 2, 0))  # the median: quiet
-    assert cal.busy_note(2, samples=3) is None
-    monkeypatch.setattr(cal, "_others_running", others(None))     # no /proc here
-    assert cal.busy_note(2, samples=3) is None
+    monkeypatch.setattr(host, "_others_running", others(0, 2, 0))  # the median: quiet
+    assert host.busy_note(2, samples=3) is None
+    monkeypatch.setattr(host, "_others_running", others(None))     # no /proc here
+    assert host.busy_note(2, samples=3) is None
 
 
 def test_others_running_leaves_out_this_process_own_threads(monkeypatch):
@@ -390,7 +389,7 @@ def test_others_running_leaves_out_this_process_own_threads(monkeypatch):
 
     import pytest
 
-    from parastream.graph.calibrate import _others_running
+    from parastream.calibrate.host import _others_running
 
     if not os.path.isdir("/proc/self/task"):
         pytest.skip("no /proc here")
@@ -420,7 +419,7 @@ def test_busy_watch_names_work_that_runs_during_the_calibration():
     import sys
     import time
 
-    from parastream.graph.calibrate import BusyWatch, _others_running
+    from parastream.calibrate.host import BusyWatch, _others_running
 
     if _others_running() is None:
         import pytest
@@ -450,7 +449,7 @@ def test_cli_keeps_a_busy_warning_in_the_profile(tmp_path, monkeypatch, capsys):
     import argparse
 
     from parastream.graph import cli_zoo
-    from parastream.runtime import overhead
+    from parastream.calibrate import overhead
 
     def fake(quick, name, warn):  # one calibration that found the machine busy
         warn("other tasks took at least half the 2 core(s) during 60% of the calibration")
@@ -470,6 +469,6 @@ def test_cli_keeps_a_busy_warning_in_the_profile(tmp_path, monkeypatch, capsys):
 def test_median_profile_takes_the_majoritys_yes_or_no():
     base = _shipped_cpu()
     runs = [dict(base, parallel_gemv=v) for v in (True, False, True)]
-    assert cal.median_profile(runs)["parallel_gemv"] is True
+    assert profile.median_profile(runs)["parallel_gemv"] is True
     runs = [dict(base, parallel_gemv=v) for v in (False, True, False)]
-    assert cal.median_profile(runs)["parallel_gemv"] is False
+    assert profile.median_profile(runs)["parallel_gemv"] is False
