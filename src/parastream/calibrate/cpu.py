@@ -211,7 +211,7 @@ def _gemv_rate_on_this_thread(w: Any, x: Any, budget_s: float, start: Any) -> fl
 
 
 #: a GEMV this much faster on all cores than on one is spread over the threads by torch
-#: (1.25-1.93x on a VM where it was; 1.0 where it ran on the calling thread)
+#: (about 1.0 where it runs on the calling thread)
 PARALLEL_GEMV_AT = 1.15
 
 

@@ -42,8 +42,7 @@ def busy_note(cores: int, samples: int = 5) -> str | None:
     """A warning when other work is running now: the median count of runnable tasks that
     are not this process's threads (:func:`_others_running`, sampled ``samples`` times
     20 ms apart) at least half the cores. A calibration then fits lines through
-    descheduled runs (a busy 2-core VM gave ``linear`` a 16 ms fixed cost on all cores,
-    against 3-7 us when quiet). None when quiet, or where there is no ``/proc/loadavg``.
+    descheduled runs (a fixed cost many times the quiet one). None when quiet, or where there is no ``/proc/loadavg``.
     (Not the load average: it lags a minute behind, and would name a build that just
     ended.)"""
     counts = []
@@ -66,9 +65,8 @@ class BusyWatch:
     (:func:`_others_running`, every ``every_s`` on a daemon thread): :meth:`note` then
     warns when they took at least half the cores for over a quarter of the samples.
     :func:`busy_note` looks once, before; work that starts during a calibration spoils it
-    as much (a calibration while a test suite ran gave linear the same rate on all cores
-    as on one, 104 against 101 GFLOP/s, 172-194 when quiet, and over-predicted
-    llama_layer small by 44%)."""
+    as much (a matmul rate on all cores no better than on one, and predictions off
+    accordingly)."""
 
     def __init__(self, cores: int, every_s: float = 0.2) -> None:
         self.cores, self.every_s = cores, every_s

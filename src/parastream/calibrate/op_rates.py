@@ -172,9 +172,8 @@ def _op_cases() -> dict[str, tuple[str, Callable[[bool], _Case]]]:
     cases start above torch's intra-op grain (32Ki output elements): below it
     torch runs them on the calling thread, which the cost model costs on the one-thread
     line (:func:`parastream.device.cost.runs_serial`); a line through one serial and one
-    multi-threaded point put the thread team's fixed cost (30-60 us on a stream worker
-    with the main thread's team alive) into the rate, and made a 64Ki-element op 5x too
-    cheap."""
+    multi-threaded point would put the thread team's fixed cost into the rate, and make
+    a mid-sized op several times too cheap."""
     return {"linear": ("flops", _case_linear), "linear.few_rows": ("flops", _case_few_rows),
             "conv2d": ("flops", _case_conv2d),
             "conv2d.channels_last": ("flops", partial(_case_conv2d, channels_last=True)),
@@ -197,13 +196,13 @@ def _third_cases() -> dict[str, _Case]:
     cases (``OpRate.knee_work``): name -> (the call, its work, the bytes it reads).
 
     - ``conv2d`` in the middle: a convolution of 1.2 MFLOP (the zoo's tiny ones are
-      0.3-1.2) ran at 25 GFLOP/s on one thread here, a fifth of the large case's rate,
-      and the line through the small and large cases put it at half its time. The
+      0.3-1.2) runs at a fraction of the large case's rate on one thread, and the line
+      through the small and large cases puts it well under its time. The
       same convolution on channels-last data for ``conv2d.channels_last``.
     - the element-wise, copy and softmax types below their small case, at 1Ki elements:
       their two cases are above torch's intra-op grain, and the line through them crosses
-      zero anywhere from 1.5 to 4 us (one calibration to the next), while a relu of 1Ki
-      floats took 0.5-1 us of its own inside a model."""
+      zero at a fixed cost that moves from one calibration to the next, while a tiny
+      element-wise op costs its own time inside a model."""
     import torch
     import torch.nn.functional as F
 
@@ -266,7 +265,7 @@ def measure_op_rates(quick: bool = False, rounds: int = 1) -> dict[str, dict]:
     The ops run where the CPU stream backend runs them (:func:`_on_executor_thread`): on all
     cores on the calling thread, on one thread on a worker thread that set its own
     intra-op thread count. That matters: a multi-threaded op called from a thread other
-    than the main one pays for waking its thread team each time (tens of us here, 5-6x an
+    than the main one pays for waking its thread team each time (several times an
     element-wise op's own time). Every case is timed at two sizes and both thread counts,
     the median of a short burst, the median of ``rounds`` rounds; the line through the two
     sizes gives the fixed per-call cost and the rate. An op type with a third case
@@ -275,9 +274,9 @@ def measure_op_rates(quick: bool = False, rounds: int = 1) -> dict[str, dict]:
 
     The state is the executor's: the main thread's own thread team is alive first (it is
     in every ``parastream run``, whose single-stream reference runs there). Bursts catch
-    a thread team spinning now and then (a 64Ki-element add's fixed cost on a worker came
-    out 0 us in one full calibration and 46 us in the next), which the lowest round would
-    then keep; the median of the rounds does not."""
+    a thread team spinning now and then (a fixed cost of nothing in one calibration and
+    tens of microseconds in the next), which the lowest round would then keep; the median
+    of the rounds does not."""
     import importlib.util
 
     if importlib.util.find_spec("torch") is None:
@@ -390,15 +389,14 @@ def measure_cold(reps: int = 9,
     :data:`IDLE_MS` (as in a model, other ops run between two of one type), the median of
     ``reps`` each, with the median idle really spent. Each curve gives the idle at which
     the op pays half its extra after the longest idle (:func:`cold_ramp_us`);
-    ``cold_after_us`` is the median over targets and thread counts. (A Python spin that
-    runs no other op gives a ramp 2-5x longer on the development VM: other ops evict
-    more.)
+    ``cold_after_us`` is the median over targets and thread counts. (Not a Python spin
+    that runs no other op: other ops evict more, and its ramp comes out longer.)
 
     The filler's small cases take a millisecond each, so those idles really last 0.5 ms
     and more. The curve's points come from the same op after :data:`SHORT_IDLE_MS` of the
     other families' tiny cases only: its extra there over its extra after the longest
     idle, the median over targets and thread counts at each idle, made non-decreasing
-    (on the development VM 5-20% at 0.05-0.5 ms, where the proportional ramp gave 1-8%)."""
+    (a ramp proportional to the idle under-states these short idles)."""
     import importlib.util
 
     if importlib.util.find_spec("torch") is None:

@@ -64,8 +64,8 @@ def repeat_spread(profiles: Sequence[dict], merged: dict) -> list[str]:
     """What moved between several calibrations of one machine, one line each: the headline
     figures as ``median (min-max)``, and the op rates' fixed costs on all cores as the
     median over op types of their spread (max - min over the median), with the widest.
-    On a shared VM these move by 2x between calibrations minutes apart, which bounds
-    how close any prediction from one calibration can come (docs/benchmarks-run.md)."""
+    On a shared machine these can move by 2x between calibrations minutes apart, which
+    bounds how close any prediction from one calibration can come."""
     lines = []
     for what, path, unit in SPREAD_FIGURES:
         got = [v for v in (_at(p, path) for p in profiles) if isinstance(v, (int, float))]
@@ -93,8 +93,8 @@ def median_profile(profiles: Sequence[dict]) -> dict:
     texts (sources, and the side figures they quote) are those of the calibration whose
     per-op figure is nearest the median; a ``repeat`` source names the count and the spread
     (:func:`repeat_spread`), and the description gives the medians. One calibration can
-    land in a slow spell of a shared VM (its executor figure 2.5x the others' minutes
-    later); the median of three does not follow one such spell."""
+    land in a slow spell of a shared machine; the median of three does not follow one
+    such spell."""
     if not profiles:
         raise ValueError("median_profile needs at least one profile")
     if len(profiles) == 1:

@@ -58,8 +58,8 @@ def set_intra_op_threads(n: int) -> int:
     return n
 
 
-#: when a thread's CPU time cannot be read (not Linux): this 2-vCPU VM's measured 8-10 ms
-#: with headroom (libgomp's default spin count, ~300k pause loops)
+#: when a thread's CPU time cannot be read (not Linux): libgomp's default spin (~300k
+#: pause loops) on a small machine, with headroom
 TEAM_SPIN_FALLBACK_S = 0.015
 #: the longest spin :func:`team_spin_s` reports: libiomp's default spin (KMP_BLOCKTIME)
 #: is 200 ms; a team told never to sleep (OMP_WAIT_POLICY=active) is cut here
@@ -335,8 +335,8 @@ class CpuStream:
 
         A worker already idle (its queue empty, nothing running) has run it all: the call
         returns at once instead of queueing a recording, which would wake the sleeping
-        worker and then the caller, two OS wake-ups (74-84 us per call on this 2-vCPU VM
-        at the end of a multi-stream call whose side stream had finished long before)."""
+        worker and then the caller, two OS wake-ups at the end of a multi-stream call
+        whose side stream had finished long before."""
         self.release()
         with self._cond:
             idle = not self._queue and not self._running and not self._here

@@ -3,12 +3,10 @@
 Why: glibc's malloc gives big freed blocks back to the OS (blocks over its mmap threshold
 are unmapped on free, and a heap whose free top grows past the trim threshold is shrunk),
 so the next call of a model maps the same memory again and touches every page of it
-afresh: one page fault per 4 KiB, each zeroing its page. On the development VM,
-side by side in fresh processes, inference_pipeline at small scale faulted 7,400 times a
-call and ran 1.27x slower than with freed memory kept (no faults; 1.35x on the executor),
-llama_layer 1,000 times and 1.04x (docs/benchmarks-run.md section 14). Which calls fault depends
-on the allocator's history (glibc raises its mmap threshold as blocks are freed, so the
-same model faulted 656 times a call in one process and never in another), so no profile
+afresh: one page fault per 4 KiB, each zeroing its page, a cost a model with large
+intermediates pays on every call. Which calls fault depends on the allocator's history
+(glibc raises its mmap threshold as blocks are freed, so the same model can fault on
+every call in one process and never in another), so no profile
 can predict it, and a side-by-side comparison pays it on whichever side it falls. CPU
 inference deployments avoid it the same way (a tuned allocator, or these settings);
 ``parastream run``, ``demo`` and ``calibrate`` keep freed memory by default (``--malloc

@@ -376,7 +376,7 @@ def start_lags_us(tl: Timeline, plan: Plan) -> dict[str, float]:
     start and its start. "Could" is the run's first op anywhere, or later the end of the
     ops whose events that first op waits for (the plan's events); the stream that starts
     first lags 0. A lag well above a worker's wake-up is a worker that was runnable but
-    not running (docs/benchmarks-run.md section 9: the OS put two workers on one core)."""
+    not running (the OS put two workers on one core)."""
     if len(tl) == 0:
         return {}
     t0 = int(tl.start_ns.min())

@@ -12,10 +12,9 @@ any plan gives, but a disturbed baseline: never recommended. Among those left, t
 one wins; the current candidate (the plan file's recommendation, or the simulator's pick)
 is kept when it is within ``margin`` of the winner. A win measured while other tasks took
 half the cores for at least :data:`BUSY_REFUSE` of the measurement (on the cpu backend,
-sampled for 2 s or more: ``run_candidates``' ``busy_share``) is not recommended: on
-a 2-core VM a busy neighbour stalled the single-stream model's OpenMP team (72-80 ms
-against about 20 ms quiet) while the one-thread streams ran on, and the demo said "use
-matching: 3.40x". Every decision comes with the numbers: medians, speedup, predicted wall,
+sampled for 2 s or more: ``run_candidates``' ``busy_share``) is not recommended: on a
+small machine a busy neighbour can stall the single-stream model's OpenMP team several
+times over while the one-thread streams run on, a speedup no plan gives. Every decision comes with the numbers: medians, speedup, predicted wall,
 overlap verdicts and the triage verdict.
 """
 
@@ -40,11 +39,23 @@ BUSY_MIN_SAMPLES = 10
 
 
 def busy_evidence(share: float, samples: int, device: str) -> float:
-    """The busy share :func:`recommend` weighs: ``share`` on a CPU sampled at least
-    :data:`BUSY_MIN_SAMPLES` times, else 0. Only the CPU's OpenMP teams stall under a busy
-    neighbour, and a few samples are no evidence (on a quiet 2-core VM 3 of 74 and 7 of 60
-    samples read busy: on 2 cores one runnable task is half of them)."""
-    return share if device == "cpu" and samples >= BUSY_MIN_SAMPLES else 0.0
+    """The busy share :func:`recommend` weighs: ``share`` on a backend whose streams are
+    host threads (``Capabilities.host_threads``) sampled at least :data:`BUSY_MIN_SAMPLES`
+    times, else 0. Only host threads' OpenMP teams stall under a busy neighbour, and a few
+    samples are no evidence (on 2 cores one runnable task is already half of them, so a
+    quiet machine reads busy now and then)."""
+    return share if _host_threads(device) and samples >= BUSY_MIN_SAMPLES else 0.0
+
+
+def _host_threads(device: str) -> bool:
+    """Whether backend ``device`` runs its streams on host threads (False for a name no
+    backend is registered under)."""
+    from .backend import backend_capabilities
+
+    try:
+        return backend_capabilities(device).host_threads
+    except ValueError:
+        return False
 
 
 @dataclass
@@ -193,7 +204,7 @@ def recommend(results: list[CandidateResult], current: str | None = None,
     rounds = [r.single_median_us for r in results if r.single_median_us]
     if floor and rounds and max(rounds) > BASELINE_SPREAD * floor:
         why = ("another process, or an OpenMP thread team stalled on a descheduled thread"
-               if device == "cpu" else "another process on the host, or the host's own noise")
+               if _host_threads(device) else "another process on the host, or the host's own noise")
         evidence.append(f"the single-stream model measured {floor:,.0f} to {max(rounds):,.0f} us "
                         f"in this run: the machine was disturbed ({why}); every candidate "
                         f"is compared with the fastest, {floor:,.0f} us")
