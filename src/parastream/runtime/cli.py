@@ -23,7 +23,8 @@ from ..workflow.run import trace_file as _trace_file  # noqa: F401
 from . import malloc
 
 
-def add_parser(sub) -> None:
+def add_parser(sub: Any) -> None:
+    """Add the ``run`` subcommand."""
     from ..cliargs import add_command, candidate_arg, json_arg, model_arg, shape_args
 
     p = add_command(sub, "run", help="run a model's multi-stream plan on real streams and "
@@ -68,7 +69,7 @@ def add_parser(sub) -> None:
     json_arg(p, "the result")
     p.add_argument("--pin", action="store_true", help="cpu: pin each stream's worker to its "
                    "own cores when they fit (no late stream starts from the OS placing two "
-                   "workers on one core; slower for tiny ops: docs/benchmarks-run.md section 9)")
+                   "workers on one core; slower for tiny ops)")
     p.add_argument("--side-by-side-only", dest="best_settings", action="store_false",
                    help="on cpu, skip measuring each side again in a process of its own in its "
                    "best OpenMP setting (single stream with threads spinning, streams with them "
@@ -182,8 +183,7 @@ def _print(out: Any, result: Any) -> None:
                           f"stream started its first op {lag['threshold_us']:,.0f} us or more "
                           f"after it could (median of those {lag['late_median_us']:,.0f} us): "
                           "most likely the OS queued two stream workers on one core. --pin "
-                          "gives each its own (slower for tiny ops; docs/benchmarks-run.md "
-                          "section 9)", markup=False)
+                          "gives each its own (slower for tiny ops)", markup=False)
     rec = result.recommendation
     word = {"keep": "KEEP", "change": "CHANGE CANDIDATE", "single": "STAY SINGLE-STREAM"}[rec.action]
     console.print(f"recommendation: {word} - {rec.summary}", markup=False)
