@@ -96,9 +96,8 @@ def rate_variant(meta: dict | None, op: Any = None) -> str | None:
     :data:`FEW_ROWS` rows on its left (:func:`left_rows`); None for the plain rate.
 
     Why ``few_rows``: on CPU such a product runs far below the FLOP rate of bigger ones
-    (a 512x512 weight, one thread, on the development VM: 25-30 GFLOP/s at 2 to 4 rows,
-    44 at 8, 63-75 at 16, 89 at 64; about one pass over the weight per row), so the line
-    through 16- and 256-row cases put a batch-2 decode linear at a third of its time."""
+    (about one pass over the weight per row), so a line through bigger cases would put a
+    batch-2 decode linear well under its time."""
     meta = meta or {}
     if meta.get("memory_format"):
         if meta["memory_format"] == "channels_last" and op is not None \
@@ -127,8 +126,7 @@ def short_inner_broadcast(op: Any) -> bool:
     broadcast along its channels, height or width (a per-channel mean or scale, a mask),
     over fewer than :data:`SHORT_INNER` channels: an image normalisation. On NHWC data
     the channels are the innermost dim, so the broadcast leaves TensorIterator only a
-    3-element inner loop (14x the time of the same sub on NCHW data on the development
-    VM; with 64 channels 1.2x)."""
+    3-element inner loop, many times the time of the same op on NCHW data."""
     ins = [t for t in (op.inputs or ()) if t.shape]
     if len(ins) < 2 or len(ins[0].shape) != 4 or not 0 < ins[0].shape[1] < SHORT_INNER:
         return False
@@ -224,6 +222,13 @@ class OpCost(msgspec.Struct, frozen=True, gc=False):
     spreads_traffic: bool = False
 
 
+def runs_on_host(profile: DeviceProfile) -> bool:
+    """Whether ``profile``'s ops run as host kernels (a CPU profile): then no minimum
+    kernel time, the executor's folded views and per-op cost inside each op, measured op
+    rates and cold costs apply. The one place the cost model asks a profile's kind."""
+    return profile.kind == "cpu"
+
+
 def _elements(tensors: Any) -> int:
     n = 0
     for t in tensors or ():
@@ -262,7 +267,7 @@ def _core_time(profile: DeviceProfile, compute_full: float, memory_full: float, 
     frac = blocks / cores
     compute_t = compute_full * profile.speedup_on(cores) / profile.speedup_on(blocks)
     memory_t = memory_full / min(1.0, SATURATION * frac)
-    dur = max(compute_t, memory_t, 0.0 if profile.kind == "cpu" else MIN_KERNEL_US)
+    dur = max(compute_t, memory_t, 0.0 if runs_on_host(profile) else MIN_KERNEL_US)
     bound = "memory" if memory_t >= compute_t and memory_t > 0 else "compute"
     return dur, bound
 
@@ -281,10 +286,9 @@ def views_us(op: Any, profile: DeviceProfile) -> float:
     by the importer), at the profile's ``view_us``: it computes them inside the op's
     interval. CPU profiles only (a device runs views on the host while kernels queue).
 
-    Why: llama_layer tiny ran 16 of them a call at 2-14 us each (about 96 us, a quarter
-    of its ops' estimated time), which no op rate holds (docs/benchmarks-run.md
-    section 11)."""
-    if profile.kind != "cpu" or not profile.view_us:
+    Why: a small model's folded views can add up to a large share of its ops' time,
+    which no op rate holds."""
+    if not runs_on_host(profile) or not profile.view_us:
         return 0.0
     return profile.view_us * int((op.meta or {}).get("views", 0) or 0)
 
@@ -308,8 +312,8 @@ def left_rows(op: Any) -> int:
 def is_matrix_vector(op: Any) -> bool:
     """A matmul-like op with one row on its left (``mv``, or ``linear``/``mm``/``matmul``/
     ``addmm`` on a single token): CPU torch runs it as a GEMV, on the calling thread
-    whatever its intra-op thread count on some machines (a 2048x8192 GEMV: 3.2 ms on 1
-    thread and on 2), over all of them on others (``DeviceProfile.parallel_gemv``)."""
+    whatever its intra-op thread count on some machines, over all of them on others
+    (``DeviceProfile.parallel_gemv``)."""
     return left_rows(op) == 1
 
 
@@ -325,9 +329,7 @@ def runs_serial(op: Any, key: str, profile: DeviceProfile | None = None) -> bool
     """True when CPU torch runs this op on the calling thread whatever its intra-op thread
     count: a matrix-vector product (:func:`is_matrix_vector`), or an element-wise op, copy
     or concatenation under the grain size. Such an op neither pays the thread team's fixed
-    cost (it dominates small ops on a stream worker: a 64Ki-element ``neg`` took 6 us
-    serially and 32-65 us on two threads there; a tiny linear's team cost 54-82 us, while
-    in-model GEMVs took 12-40 us) nor holds the other cores. A GEMV runs serially unless
+    cost (it dominates small ops on a stream worker) nor holds the other cores. A GEMV runs serially unless
     ``profile`` says this machine's torch spreads it (``parallel_gemv``)."""
     if is_matrix_vector(op):
         return not (profile is not None and profile.parallel_gemv)
@@ -387,7 +389,7 @@ def estimate(op: Any, profile: DeviceProfile, max_cores: int | None = None) -> O
     the op may use at most that many cores of its unit (core limiting)."""
     meta = op.meta or {}
     traffic = float((op.bytes_read or 0) + (op.bytes_written or 0))
-    on_host = profile.kind == "cpu"
+    on_host = runs_on_host(profile)
     resource = op.resource
     measured = meta.get("dur_us") is not None
     # the views it computes first: a measured duration holds them already
@@ -503,12 +505,11 @@ def cold_us(cost: OpCost, profile: DeviceProfile, idle_us: float,
     cold GB/s. An op at its DRAM floor pays the code part only: it is costed as reading
     from DRAM already.
 
-    Why: on the development VM a 4 KiB rms_norm took 11 us back to back and 150 us in
-    turn with other ops, and a 512x512 linear right after another ran 1.25x its
-    calibrated time, its weight last read a call before (docs/benchmarks-run.md section
-    10). A measured cost already holds all this: 0 then."""
+    Why: a small op run in turn with other ops can take many times its back-to-back
+    time, and a linear whose weight was last read a call before runs slower than its
+    calibrated time. A measured cost already holds all this: 0 then."""
     rate = profile.op_rates.get(cost.rate_key) if cost.rate_key else None
-    if rate is None or cost.measured or profile.kind != "cpu":
+    if rate is None or cost.measured or not runs_on_host(profile):
         return 0.0
     cores = profile.unit_cores("cube")
     threads = max(1, cost.threads)
@@ -521,7 +522,7 @@ def cold_us(cost: OpCost, profile: DeviceProfile, idle_us: float,
 
 def has_cold(profile: DeviceProfile) -> bool:
     """True for a CPU profile whose op rates carry cold costs (:func:`cold_us`)."""
-    return profile.kind == "cpu" and any(
+    return runs_on_host(profile) and any(
         r.cold_1_us or r.cold_all_us or r.cold_gbps_1 or r.cold_gbps_all
         for r in profile.op_rates.values())
 
@@ -625,7 +626,7 @@ def cold_idles(ops: Mapping[str, Any], costs: Mapping[str, OpCost], order: list[
     """(:func:`idle_by_type`, :func:`cold_data_shares`) on the one-stream timeline of
     ``costs``. Laid out without the cold costs, so the gaps come out shorter than the
     calibration's (the time other ops really took, cold included); laying it out again
-    with them moved the predictions by 0-3% (docs/benchmarks-run.md section 10)."""
+    with them moves the predictions only slightly."""
     timeline = _one_stream(costs, order, profile.run_overhead_us)  # laid out once for both
     return (idle_by_type(ops, costs, order, timeline=timeline),
             cold_data_shares(ops, costs, order, profile, timeline=timeline))
