@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 import statistics
+from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
@@ -20,8 +21,6 @@ from . import intervals as iv
 from .comm import comm_comp_overlap_pct, comm_exposed_ns
 from .contention import core_contention, occupancy_known
 from .model import Timeline
-from collections import Counter
-
 from .overlap import FALSE_AT, PointTable, empty_counts, point_table
 from .streams import StreamStats, stream_stats
 
@@ -32,7 +31,11 @@ FILE_LEVEL_META = ("hta_comm_comp_overlap_pct",)
 
 @dataclass
 class Options:
-    """What the user can steer (all optional)."""
+    """What the user can steer (all optional): the main stream by id (default: the
+    compute stream with the most busy time), side ops and dominator candidates by name
+    regex, the idle gap in microseconds that separates side windows, how many leading
+    captures are cold, core counts overriding the source's, how many points to list,
+    and whether a file with steps is split into one capture per step."""
 
     main_stream: str | None = None
     side_regex: str | None = None
@@ -69,15 +72,52 @@ def analyze_capture(tl: Timeline, opts: Options | None = None, label: str | None
                          f"{', '.join(tl.streams)})")
     stats = stream_stats(tl, opts.main_stream)
     main = next((s for s in stats if s.role == "main"), None)
-    for s in stats:
-        if s.corrupt_overlaps:
-            warnings.append(f"corrupt data: {s.corrupt_overlaps} op(s) on stream {s.id} overlap "
-                            f"an earlier op on the same stream (not counted as parallelism)")
-    all_busy = iv.union(tl.start_ns, tl.end_ns)
-    first = int(tl.start_ns.min()) if len(tl) else t0
-    last = int(tl.end_ns.max()) if len(tl) else t0
-    wall = last - first
-    union_len = iv.length(all_busy)
+    warnings += _corrupt_warnings(stats)
+    busy = _busy_figures(tl, stats, warnings)
+    points = _points_part(tl, stats, main, opts, warnings)
+    contention, cores_note = _contention(tl, stats, opts)
+    if cores_note:
+        warnings.append(cores_note)
+    return {
+        "source": tl.source,
+        "format": tl.format,
+        "label": label or capture_name(tl),
+        "t0_ns": int(t0),
+        "wall_us": busy["wall_us"],
+        "busy_union_us": busy["busy_union_us"],
+        "parallelism": busy["parallelism"],
+        "ops": len(tl),
+        "device": {"name": tl.device.name, "ai_core_num": opts.cores or tl.device.ai_core_num,
+                   "vector_core_num": opts.vector_cores or tl.device.vector_core_num,
+                   "sm_count": tl.device.sm_count},
+        "meta": {k: v for k, v in tl.meta.items()
+                 if isinstance(v, (str, int, float, bool)) and k not in FILE_LEVEL_META},
+        "streams": [_stream_dict(s, t0) for s in stats],
+        "overlaps": _overlaps(main, stats),
+        **points,
+        "comm_comp_overlap_pct": _round(comm_comp_overlap_pct(tl)),
+        "comm_exposed_us": _exposed(comm_exposed_ns(tl)),
+        "ascend_reference": ascend_reference(tl),
+        "concurrency_us": busy["concurrency_us"],
+        "contention": contention,
+        "op_stats": op_stats(tl),
+        "warnings": warnings,
+    }
+
+
+def _corrupt_warnings(stats: list[StreamStats]) -> list[str]:
+    """One warning per stream whose ops overlap each other (corrupt data)."""
+    return [f"corrupt data: {s.corrupt_overlaps} op(s) on stream {s.id} overlap "
+            f"an earlier op on the same stream (not counted as parallelism)"
+            for s in stats if s.corrupt_overlaps]
+
+
+def _busy_figures(tl: Timeline, stats: list[StreamStats], warnings: list[str]) -> dict:
+    """Wall time, busy union, parallelism (summed stream busy time over the union; 1.0
+    when nothing is busy) and time at each concurrency level."""
+    first = int(tl.start_ns.min()) if len(tl) else tl.t0_ns
+    last = int(tl.end_ns.max()) if len(tl) else tl.t0_ns
+    union_len = iv.length(iv.union(tl.start_ns, tl.end_ns))
     sum_busy = sum(s.busy_ns for s in stats)
     # no busy time at all (every op of zero duration): nothing ran side by side, so serial
     parallelism = sum_busy / union_len if union_len else 1.0
@@ -85,16 +125,30 @@ def analyze_capture(tl: Timeline, opts: Options | None = None, label: str | None
         warnings.append(f"all {len(tl)} ops have zero duration: no overlap can be measured "
                         "(a trace of launches only, or durations lost in export)")
     hist = iv.concurrency_histogram([s.busy for s in stats], first, last)
+    return {"wall_us": us(last - first), "busy_union_us": us(union_len),
+            "parallelism": round(parallelism, 6),
+            "concurrency_us": {str(k): us(v) for k, v in hist.items()}}
 
-    overlaps = []
-    if main is not None:
-        for s in stats:
-            if s is main:
-                continue
-            inter = iv.intersection_length(main.busy, s.busy)
-            overlaps.append({"main": main.id, "side": s.id, "intersection_us": us(inter),
-                             "hidden_frac": round(inter / s.busy_ns, 6) if s.busy_ns else 0.0})
 
+def _overlaps(main: StreamStats | None, stats: list[StreamStats]) -> list[dict]:
+    """How much of each side stream's busy time the main stream's busy time covers."""
+    if main is None:
+        return []
+    out = []
+    for s in stats:
+        if s is main:
+            continue
+        inter = iv.intersection_length(main.busy, s.busy)
+        out.append({"main": main.id, "side": s.id, "intersection_us": us(inter),
+                    "hidden_frac": round(inter / s.busy_ns, 6) if s.busy_ns else 0.0})
+    return out
+
+
+def _points_part(tl: Timeline, stats: list[StreamStats], main: StreamStats | None,
+                 opts: Options, warnings: list[str]) -> dict:
+    """The parallel points of a capture: those listed (``opts.max_points``), their total,
+    verdict counts, median overlap_pct and the most common barriers. No main stream, no
+    points."""
     points = None
     if main is not None:
         gap = None if opts.window_gap_us is None else int(round(opts.window_gap_us * 1000))
@@ -110,44 +164,24 @@ def analyze_capture(tl: Timeline, opts: Options | None = None, label: str | None
                         f"window spans its dominator, but its ops overlapped main-stream work "
                         f"for at most {FALSE_AT:.0%} of their busy time (counted as false)")
     shown = _pick_points(points, opts.max_points) if points is not None else []
-    barriers: Counter = Counter()
-    if points is not None:
-        for k in np.flatnonzero(points.barrier >= 0)[:5000]:
-            barriers["+".join(tl.op_name(i) for i in points.barrier_ops(int(k)))] += 1
-
-    contention, cores_note = _contention(tl, stats, opts)
-    if cores_note:
-        warnings.append(cores_note)
-
+    t0 = tl.t0_ns
     return {
-        "source": tl.source,
-        "format": tl.format,
-        "label": label or capture_name(tl),
-        "t0_ns": int(t0),
-        "wall_us": us(wall),
-        "busy_union_us": us(union_len),
-        "parallelism": round(parallelism, 6),
-        "ops": len(tl),
-        "device": {"name": tl.device.name, "ai_core_num": opts.cores or tl.device.ai_core_num,
-                   "vector_core_num": opts.vector_cores or tl.device.vector_core_num,
-                   "sm_count": tl.device.sm_count},
-        "meta": {k: v for k, v in tl.meta.items()
-                 if isinstance(v, (str, int, float, bool)) and k not in FILE_LEVEL_META},
-        "streams": [_stream_dict(s, t0) for s in stats],
-        "overlaps": overlaps,
         "parallel_points": [_point_dict(tl, points.point(k), t0) for k in shown],
         "parallel_points_total": n_points,
         "verdict_counts": verdicts,
         "overlap_pct_median": round(float(np.median(points.pct)), 6) if n_points else None,
-        "barriers": dict(barriers.most_common(10)),
-        "comm_comp_overlap_pct": _round(comm_comp_overlap_pct(tl)),
-        "comm_exposed_us": _exposed(comm_exposed_ns(tl)),
-        "ascend_reference": ascend_reference(tl),
-        "concurrency_us": {str(k): us(v) for k, v in hist.items()},
-        "contention": contention,
-        "op_stats": op_stats(tl),
-        "warnings": warnings,
+        "barriers": _barrier_counts(tl, points),
     }
+
+
+def _barrier_counts(tl: Timeline, points: PointTable | None) -> dict[str, int]:
+    """The ten most common barriers (op names joined by "+") among the first 5000 points
+    that have one."""
+    barriers: Counter = Counter()
+    if points is not None:
+        for k in np.flatnonzero(points.barrier >= 0)[:5000]:
+            barriers["+".join(tl.op_name(i) for i in points.barrier_ops(int(k)))] += 1
+    return dict(barriers.most_common(10))
 
 
 #: op types whose growth is a known multi-stream long tail (the triage's 3c case)

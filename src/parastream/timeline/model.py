@@ -204,6 +204,21 @@ class Timeline:
         return out
 
 
+@dataclass(frozen=True)
+class OpAttrs:
+    """An op's facts besides its stream, name and times (see :class:`Timeline` for the
+    columns): -1 / "" / None where the source does not say."""
+
+    type: str = ""
+    kind: int = KIND_COMPUTE
+    core: int = 0
+    block_dim: int = -1
+    mix_block_dim: int = -1
+    step: int = -1
+    shapes: str | None = None
+    sm_share: float | None = None
+
+
 class TimelineBuilder:
     """Collects ops and waits row by row (readers of small or irregular sources) or as
     whole columns (vectorised readers), then builds a sorted, validated :class:`Timeline`.
@@ -224,16 +239,17 @@ class TimelineBuilder:
         self.warnings: list[str] = []
         self.meta: dict = {}
 
-    def add_op(self, stream: str, name: str, start_ns: int, end_ns: int, *, type: str = "",
-               kind: int = KIND_COMPUTE, core: int = 0, block_dim: int = -1,
-               mix_block_dim: int = -1, step: int = -1, shapes: str | None = None,
-               sm_share: float | None = None) -> None:
-        self._sm_share.append(float("nan") if sm_share is None else float(sm_share))
-        self._rows.append((self.streams.code(stream), self.names.code(name), self.types.code(type),
-                           start_ns, end_ns, kind, core, block_dim, mix_block_dim, step))
-        if shapes is not None:
+    def add_op(self, stream: str, name: str, start_ns: int, end_ns: int, **attrs) -> None:
+        """Add one op; ``attrs`` are the fields of :class:`OpAttrs` (type, kind, core,
+        block dims, step, shapes, SM share), each defaulting to "unknown"."""
+        a = OpAttrs(**attrs)
+        self._sm_share.append(float("nan") if a.sm_share is None else float(a.sm_share))
+        self._rows.append((self.streams.code(stream), self.names.code(name),
+                           self.types.code(a.type), start_ns, end_ns, a.kind, a.core,
+                           a.block_dim, a.mix_block_dim, a.step))
+        if a.shapes is not None:
             self._has_shapes = True
-        self._shapes.append(shapes or "")
+        self._shapes.append(a.shapes or "")
 
     def add_wait(self, stream: str, start_ns: int, end_ns: int, *, on_stream: str | None = None,
                  name: str = "wait") -> None:
@@ -266,17 +282,41 @@ class TimelineBuilder:
                              device=self.device, warnings=self.warnings, meta=self.meta)
 
 
+@dataclass(frozen=True)
+class CaptureFacts:
+    """What a capture carries besides its op and wait columns: input shapes per op (in
+    the ops' given order), the device, warnings met while reading, and free-form facts."""
+
+    shapes: "np.ndarray | list[str] | None" = None
+    device: DeviceInfo | None = None
+    warnings: list[str] | None = None
+    meta: dict | None = None
+
+
 def make_timeline(source: str, fmt: str, streams: Sequence[str], names: Sequence[str],
-                  types: Sequence[str], ops: dict, waits: dict | None = None, *,
-                  shapes: "np.ndarray | list[str] | None" = None, device: DeviceInfo | None = None,
-                  warnings: list[str] | None = None, meta: dict | None = None) -> Timeline:
-    """Validate and sort columns into a :class:`Timeline`.
+                  types: Sequence[str], ops: dict, waits: dict | None = None,
+                  **facts) -> Timeline:
+    """Validate and sort columns into a :class:`Timeline`; ``facts`` are the fields of
+    :class:`CaptureFacts` (shapes, device, warnings, meta).
 
     Ops with a negative duration are dropped with a warning (a zero-length op is kept:
     profilers emit them for tiny tasks). Ops are sorted by (start, end, stream) so every
-    metric can rely on start order.
+    metric can rely on start order; waits by start, negative ones dropped likewise.
     """
-    warnings = list(warnings or [])
+    f = CaptureFacts(**facts)
+    warnings = list(f.warnings or [])
+    idx, cols = _sorted_ops(source, ops, warnings)
+    shapes = None if f.shapes is None else np.asarray(f.shapes, dtype=object)[idx]
+    w_cols = _sorted_waits(waits or {}, warnings)
+    return Timeline(source=source, format=fmt, streams=list(streams), names=list(names),
+                    types=list(types), shapes=shapes, device=f.device or DeviceInfo(),
+                    warnings=warnings, meta=dict(f.meta or {}), **cols, **w_cols)
+
+
+def _sorted_ops(source: str, ops: dict, warnings: list[str]) -> tuple[np.ndarray, dict]:
+    """The op columns without negative-duration ops, in (start, end, stream) order, and
+    the row order taken from ``ops``; optional columns that know nothing become None.
+    Raises InputError when no op is left."""
     start = np.asarray(ops["start_ns"], np.int64)
     end = np.asarray(ops["end_ns"], np.int64)
     bad = end < start
@@ -295,19 +335,18 @@ def make_timeline(source: str, fmt: str, streams: Sequence[str], names: Sequence
         cols["launch_ns"] = None
     if cols.get("sm_share") is not None and not np.isfinite(cols["sm_share"]).any():
         cols["sm_share"] = None
-    if shapes is not None:
-        shapes = np.asarray(shapes, dtype=object)[idx]
-    waits = waits or {}
-    w_cols = {}
-    if waits and len(waits.get("wait_start_ns", ())):
-        ws = np.asarray(waits["wait_start_ns"], np.int64)
-        we = np.asarray(waits["wait_end_ns"], np.int64)
-        wk = we >= ws
-        if (~wk).any():
-            warnings.append(f"skipped {int((~wk).sum())} wait(s) with a negative duration")
-        wo = np.argsort(ws[wk], kind="stable")
-        w_idx = np.flatnonzero(wk)[wo]
-        w_cols = {k: np.asarray(v)[w_idx] for k, v in waits.items()}
-    return Timeline(source=source, format=fmt, streams=list(streams), names=list(names),
-                    types=list(types), shapes=shapes, device=device or DeviceInfo(),
-                    warnings=warnings, meta=dict(meta or {}), **cols, **w_cols)
+    return idx, cols
+
+
+def _sorted_waits(waits: dict, warnings: list[str]) -> dict:
+    """The wait columns without negative-duration waits, in start order (stable)."""
+    if not waits or not len(waits.get("wait_start_ns", ())):
+        return {}
+    ws = np.asarray(waits["wait_start_ns"], np.int64)
+    we = np.asarray(waits["wait_end_ns"], np.int64)
+    wk = we >= ws
+    if (~wk).any():
+        warnings.append(f"skipped {int((~wk).sum())} wait(s) with a negative duration")
+    wo = np.argsort(ws[wk], kind="stable")
+    w_idx = np.flatnonzero(wk)[wo]
+    return {k: np.asarray(v)[w_idx] for k, v in waits.items()}

@@ -90,11 +90,17 @@ def _pairs(s: str) -> dict[int, int]:
         elif ch == ">" and stack and s[stack[-1]] == "<":
             out[stack.pop()] = i
         elif ch == ")":
-            opens = [k for k, j in enumerate(stack) if s[j] == "("]
-            if opens:
-                out[stack[opens[-1]]] = i
-                del stack[opens[-1]:]
+            _close_paren(s, i, stack, out)
     return out
+
+
+def _close_paren(s: str, i: int, stack: list[int], out: dict[int, int]) -> None:
+    """Pair the ``)`` at ``i`` with the innermost open ``(`` (in ``out``), dropping it and
+    the ``<`` left open after it from ``stack``; a ``)`` with no ``(`` open is literal."""
+    opens = [k for k, j in enumerate(stack) if s[j] == "("]
+    if opens:
+        out[stack[opens[-1]]] = i
+        del stack[opens[-1]:]
 
 
 def _collapse(s: str, lo: int, hi: int, pairs: dict[int, int]) -> str:

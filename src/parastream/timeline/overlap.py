@@ -323,6 +323,21 @@ def _name_mask(tl: Timeline, pattern: str) -> np.ndarray:
     return value_flags(tl.names, re.compile(pattern).search)[tl.name]
 
 
+@dataclass
+class _Main:
+    """The main stream as the points see it: its ops (side ops picked by name left out),
+    their busy union and running max end, and the dominator candidates among them."""
+
+    idx: np.ndarray
+    start: np.ndarray
+    union: iv.Union_
+    runmax: np.ndarray
+    cand: np.ndarray
+    cand_start: np.ndarray
+    cand_end: np.ndarray
+    rmq: "_RangeArgmax | None"
+
+
 def point_table(tl: Timeline, main_code: int, side_codes: list[int], *,
                 side_regex: str | None = None, dominator_regex: str | None = None,
                 window_gap_ns: int | None = None) -> PointTable:
@@ -333,33 +348,58 @@ def point_table(tl: Timeline, main_code: int, side_codes: list[int], *,
     ops by name instead (on any stream, so side work that never left the main stream
     shows up as a false point); ``dominator_regex`` restricts the dominator candidates.
     """
-    main_idx = tl.stream_ops(main_code)
-    side_sel = None
-    if side_regex:
-        side_sel = _name_mask(tl, side_regex)
-        # side work left on the main stream is what is measured, never what hides it: it
-        # is no dominator candidate, no part of main's busy time and no barrier
-        main_idx = main_idx[~side_sel[main_idx]]
-    main_s, main_e = tl.start_ns[main_idx], tl.end_ns[main_idx]
-    main_union = iv.union(main_s, main_e)
-    main_runmax = np.maximum.accumulate(main_e) if main_e.size else main_e
-    cand = main_idx
-    if dominator_regex:
-        cand = main_idx[_name_mask(tl, dominator_regex)[main_idx]]
-    cs, ce = tl.start_ns[cand], tl.end_ns[cand]
-    rmq = _RangeArgmax(ce - cs) if cs.size else None
+    side_sel = _name_mask(tl, side_regex) if side_regex else None
+    main = _main_stream(tl, main_code, side_sel, dominator_regex)
+    labels, c = _side_windows(tl, _side_groups(tl, side_codes, side_sel), main, window_gap_ns)
+    lo, hi, dom = c["lo"], c["hi"], c["dom"].astype(np.int64)
+    ov, pct = _dominator_overlap(tl, lo, hi, dom)
+    hidden = c["hidden"]
+    busy_pct = np.where(c["busy"] > 0, hidden / np.where(c["busy"] > 0, c["busy"], 1), 0.0)
+    code = np.where(pct >= TRUE_AT, 0, np.where(pct <= FALSE_AT, 2, 1)).astype(np.int8)
+    # the envelope is not evidence alone: no concurrent busy time, no (partial) overlap
+    code[(code != 2) & (busy_pct <= FALSE_AT)] = 3
+    return PointTable(labels=labels, label=c["label"].astype(np.int32), lo=lo, hi=hi,
+                      ops=c["ops"], busy=c["busy"], hidden=hidden, dom=dom, overlap=ov,
+                      pct=pct, verdict=code, barrier=_barriers(main, hi, code),
+                      main_idx=main.idx)
 
-    groups: list[tuple[str, np.ndarray]] = []
+
+def _main_stream(tl: Timeline, main_code: int, side_sel: np.ndarray | None,
+                 dominator_regex: str | None) -> _Main:
+    """The main stream's ops and dominator candidates. Side work left on the main stream
+    (``side_sel``) is what is measured, never what hides it: it is no dominator candidate,
+    no part of main's busy time and no barrier."""
+    idx = tl.stream_ops(main_code)
     if side_sel is not None:
-        for s in np.unique(tl.stream[side_sel]):
-            groups.append((tl.streams[int(s)], np.flatnonzero(side_sel & (tl.stream == s))))
-    else:
-        for s in side_codes:
-            groups.append((tl.streams[s], tl.stream_ops(s)))
+        idx = idx[~side_sel[idx]]
+    start, end = tl.start_ns[idx], tl.end_ns[idx]
+    cand = idx
+    if dominator_regex:
+        cand = idx[_name_mask(tl, dominator_regex)[idx]]
+    cs, ce = tl.start_ns[cand], tl.end_ns[cand]
+    return _Main(idx=idx, start=start, union=iv.union(start, end),
+                 runmax=np.maximum.accumulate(end) if end.size else end, cand=cand,
+                 cand_start=cs, cand_end=ce, rmq=_RangeArgmax(ce - cs) if cs.size else None)
 
+
+def _side_groups(tl: Timeline, side_codes: list[int], side_sel: np.ndarray | None
+                 ) -> list[tuple[str, np.ndarray]]:
+    """(side stream label, its side op indices): every op of each side stream, or the ops
+    picked by name, grouped by their stream."""
+    if side_sel is None:
+        return [(tl.streams[s], tl.stream_ops(s)) for s in side_codes]
+    return [(tl.streams[int(s)], np.flatnonzero(side_sel & (tl.stream == s)))
+            for s in np.unique(tl.stream[side_sel])]
+
+
+def _side_windows(tl: Timeline, groups: list[tuple[str, np.ndarray]], main: _Main,
+                  window_gap_ns: int | None) -> tuple[list[str], dict[str, np.ndarray]]:
+    """Each side stream's windows, concatenated over streams: label code, bounds, op
+    count, busy time, the part of it main covered, and the dominator (op index or -1)."""
     cols: dict[str, list[np.ndarray]] = {k: [] for k in
                                          ("label", "lo", "hi", "ops", "busy", "hidden", "dom")}
     labels: list[str] = []
+    cand = main.cand
     for label, idx in groups:
         if idx.size == 0:
             continue
@@ -369,22 +409,26 @@ def point_table(tl: Timeline, main_code: int, side_codes: list[int], *,
             busy = (t, t)
         gap = window_gap_ns if window_gap_ns is not None else default_window_gap(tl.dur_ns[idx])
         lo, hi, first_block = windows_of(busy, gap)
-        doms = find_dominators(cs, ce, lo, hi, rmq)
+        doms = find_dominators(main.cand_start, main.cand_end, lo, hi, main.rmq)
         # busy time per window and the part of it main covers (prefix sums over main's union)
-        win_busy = np.add.reduceat(busy[1] - busy[0], first_block)
-        cover = _covered_before(main_union, busy[1]) - _covered_before(main_union, busy[0])
-        op_start = tl.start_ns[idx]
-        cols["ops"].append(np.diff(np.searchsorted(op_start, np.append(lo, np.iinfo(np.int64).max),
-                                                   side="left")))
+        cover = _covered_before(main.union, busy[1]) - _covered_before(main.union, busy[0])
+        ends = np.append(lo, np.iinfo(np.int64).max)
+        cols["ops"].append(np.diff(np.searchsorted(tl.start_ns[idx], ends, side="left")))
         cols["label"].append(np.full(lo.size, len(labels), np.int32))
         labels.append(label)
         cols["lo"].append(lo)
         cols["hi"].append(hi)
-        cols["busy"].append(win_busy)
+        cols["busy"].append(np.add.reduceat(busy[1] - busy[0], first_block))
         cols["hidden"].append(np.add.reduceat(cover, first_block))
         cols["dom"].append(np.where(doms >= 0, cand[np.clip(doms, 0, None)] if cand.size else -1, -1))
-    c = {k: (np.concatenate(v) if v else np.zeros(0, np.int64)) for k, v in cols.items()}
-    lo, hi, dom = c["lo"], c["hi"], c["dom"].astype(np.int64)
+    return labels, {k: (np.concatenate(v) if v else np.zeros(0, np.int64))
+                    for k, v in cols.items()}
+
+
+def _dominator_overlap(tl: Timeline, lo: np.ndarray, hi: np.ndarray, dom: np.ndarray
+                       ) -> tuple[np.ndarray, np.ndarray]:
+    """(overlap ns, overlap_pct) of each side window [lo, hi] with its dominator op (0
+    where it has none or either has no length)."""
     has = dom >= 0
     d = np.clip(dom, 0, None)
     ds = np.where(has, tl.start_ns[d] if len(tl) else 0, 0)
@@ -392,23 +436,22 @@ def point_table(tl: Timeline, main_code: int, side_codes: list[int], *,
     ov = np.where(has, np.maximum(0, np.minimum(hi, de) - np.maximum(lo, ds)), 0)
     denom = np.minimum(hi - lo, de - ds)
     pct = np.where(has & (denom > 0), ov / np.where(denom > 0, denom, 1), 0.0)
-    hidden = c["hidden"]
-    busy_pct = np.where(c["busy"] > 0, hidden / np.where(c["busy"] > 0, c["busy"], 1), 0.0)
-    code = np.where(pct >= TRUE_AT, 0, np.where(pct <= FALSE_AT, 2, 1)).astype(np.int8)
-    # the envelope is not evidence alone: no concurrent busy time, no (partial) overlap
-    code[(code != 2) & (busy_pct <= FALSE_AT)] = 3
-    # barrier of false points: the first main op starting at (or within the slack after)
-    # the side window's end while main was idle then
-    barrier = np.full(lo.size, -1, np.int64)
-    if main_idx.size and lo.size:
+    return ov, pct
+
+
+def _barriers(main: _Main, hi: np.ndarray, code: np.ndarray) -> np.ndarray:
+    """The barrier of each false point (op index, -1 for none): the first main op starting
+    at (or within :data:`BARRIER_SLACK_NS` after) the side window's end while main was
+    idle then."""
+    barrier = np.full(hi.size, -1, np.int64)
+    main_s = main.start
+    if main.idx.size and hi.size:
         j = np.searchsorted(main_s, hi, side="left")
         jj = np.clip(j, 0, main_s.size - 1)
-        idle = (j == 0) | (main_runmax[np.clip(j - 1, 0, None)] <= hi)
+        idle = (j == 0) | (main.runmax[np.clip(j - 1, 0, None)] <= hi)
         ok = (code >= 2) & (j < main_s.size) & (main_s[jj] - hi <= BARRIER_SLACK_NS) & idle
-        barrier[ok] = main_idx[jj[ok]]
-    return PointTable(labels=labels, label=c["label"].astype(np.int32), lo=lo, hi=hi,
-                      ops=c["ops"], busy=c["busy"], hidden=hidden, dom=dom, overlap=ov,
-                      pct=pct, verdict=code, barrier=barrier, main_idx=main_idx)
+        barrier[ok] = main.idx[jj[ok]]
+    return barrier
 
 
 def _covered_before(u: iv.Union_, t: np.ndarray) -> np.ndarray:

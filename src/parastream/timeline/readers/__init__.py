@@ -162,12 +162,6 @@ def _read_spooled(path: str) -> Timeline:
     import dataclasses
     import tempfile
 
-    def read(src, n: int) -> bytes:  # (a buffered read waits for n bytes or the end)
-        try:
-            return src.read(n)
-        except OSError as exc:
-            raise InputError(path, f"cannot read: {exc.strerror or exc}") from None
-
     with tempfile.TemporaryDirectory(prefix="parastream-") as folder:
         tmp = os.path.join(folder, "input")
         try:
@@ -175,25 +169,10 @@ def _read_spooled(path: str) -> Timeline:
         except OSError as exc:
             raise InputError(path, f"cannot read: {exc.strerror or exc}") from None
         with src:
-            first = read(src, HEAD_BYTES)
-            head: bytes | None = first
-            if first[:2] == GZIP_MAGIC:
-                try:
-                    head = zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(first, HEAD_BYTES)
-                except zlib.error:
-                    head = None
-                # nothing decompressed (a cut or broken gzip): the file's own read says why
-                head = head or None
+            first = _read_pipe(src, HEAD_BYTES, path)
+            head = _pipe_head(first)
             mod = reader_for(head, path) if head is not None else None
-            try:
-                with open(tmp, "wb") as dst:
-                    chunk = first
-                    while chunk:
-                        dst.write(chunk)
-                        chunk = read(src, 1 << 20)
-            except OSError as exc:
-                raise InputError(path, "cannot copy the pipe to a temporary file: "
-                                       f"{exc.strerror or exc}") from None
+            _spool(src, first, tmp, path)
         try:
             tl = (mod or sniff_format(tmp)).read(tmp)
         except InputError as exc:
@@ -201,3 +180,36 @@ def _read_spooled(path: str) -> Timeline:
                              exc.reason.replace(tmp, path)) from None
     return dataclasses.replace(tl, source=path,
                                warnings=[w.replace(tmp, path) for w in tl.warnings])
+
+
+def _read_pipe(src, n: int, path: str) -> bytes:
+    """Up to ``n`` bytes of the pipe (a buffered read waits for n bytes or the end)."""
+    try:
+        return src.read(n)
+    except OSError as exc:
+        raise InputError(path, f"cannot read: {exc.strerror or exc}") from None
+
+
+def _pipe_head(first: bytes) -> bytes | None:
+    """The decompressed start of a pipe's first bytes; None when a gzip start yields
+    nothing (a cut or broken gzip: the file's own read then says why)."""
+    if first[:2] != GZIP_MAGIC:
+        return first
+    try:
+        head = zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(first, HEAD_BYTES)
+    except zlib.error:
+        return None
+    return head or None
+
+
+def _spool(src, first: bytes, tmp: str, path: str) -> None:
+    """Copy the pipe, starting with the ``first`` bytes already read, into ``tmp``."""
+    try:
+        with open(tmp, "wb") as dst:
+            chunk = first
+            while chunk:
+                dst.write(chunk)
+                chunk = _read_pipe(src, 1 << 20, path)
+    except OSError as exc:
+        raise InputError(path, "cannot copy the pipe to a temporary file: "
+                               f"{exc.strerror or exc}") from None
