@@ -6,21 +6,15 @@ Bad input ends with one line ``parastream: <file>: <reason>`` on stderr and exit
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import os
 import sys
-from importlib import resources
 from typing import Sequence
 
 from . import __version__
 from .errors import InputError
+from .workflow.analyze import default_trace  # noqa: F401  (the sample trace, for tests)
 
 EXIT_BAD_INPUT = 2
-
-
-def default_trace() -> str:
-    """The real trace shipped with the package (3 CUDA streams, Stream Wait Events)."""
-    return str(resources.files("parastream") / "data" / "cuda_event_sync_multi_stream.json.gz")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -118,98 +112,31 @@ def _load_commands(module: str, sub) -> None:
 
 
 def cmd_analyze(args: argparse.Namespace) -> int:
+    """Analyse the traces (:func:`parastream.workflow.analyze.analyze`), render the report
+    in ``--format`` and write the HTML and Perfetto files asked for."""
     from .report.atomic import check_outputs, write_atomic
-    from .timeline import analyze as an
-    from .timeline.ranks import analyze_paths
+    from .workflow.analyze import analyze
 
     # before reading any trace: no output is lost to a typo, and no trace to its report
     check_outputs({"-o/--output": args.output, "--html": args.html,
                    "--perfetto": args.perfetto},
                   [*(args.paths or []), args.baseline, args.plan])
-    if args.baseline and any(os.path.realpath(args.baseline) == os.path.realpath(p)
-                             for p in args.paths or []):
-        raise InputError(args.baseline, "--baseline is one of the traces analysed: compare "
-                                        "against a single-stream capture of the same model")
-    for flag, v in (("--cold", args.cold), ("--max-points", args.max_points),
-                    ("-j/--jobs", args.jobs)):
-        if v < 0:
-            raise InputError(None, f"{flag} must not be negative, got {v}")
-    paths = args.paths or [default_trace()]
-    opts = an.Options(main_stream=args.main_stream, side_regex=args.side,
-                      dominator_regex=args.dominator, window_gap_us=args.window_gap,
-                      cold=args.cold, cores=args.cores, vector_cores=args.vector_cores,
-                      max_points=args.max_points, split_steps=not args.no_steps)
-    for flag, v in (("--cores", args.cores), ("--vector-cores", args.vector_cores)):
-        if v is not None and v <= 0:
-            raise InputError(None, f"{flag} must be positive")
-    if args.window_gap is not None and not 0 <= args.window_gap < float("inf"):
-        raise InputError(None, "--window-gap must be a finite, non-negative number of "
-                               "microseconds")
-    if args.candidate and not args.plan:
-        raise InputError(None, "--candidate picks the candidate of --plan FILE to check")
-    plan_doc = None
-    if args.plan:
-        from .plan.io import load_doc
-
-        plan_doc, _ = load_doc(args.plan, args.candidate)  # an unknown --candidate fails now
-    need_timelines = bool(args.html or args.perfetto or plan_doc)
-    from .report.text import progress
-
-    with progress(not args.no_progress) as prog:
-        doc, timelines = analyze_paths(paths, opts, jobs=args.jobs, keep_timelines=need_timelines,
-                                       progress=prog, strict=args.strict)
-        if args.baseline:
-            from .timeline.triage import triage
-
-            # --main-stream names a stream of the traces analysed; the single-stream
-            # baseline's stream ids are its own (its main is its busiest compute stream)
-            base_opts = dataclasses.replace(opts, main_stream=None)
-            base_doc, _ = analyze_paths([args.baseline], base_opts, jobs=1, progress=prog)
-            doc["triage"] = triage(base_doc, doc)
-            doc["baseline"] = {"source": args.baseline, "summary": base_doc["summary"]}
-
-    _warn_broken(doc)
-    if plan_doc is not None:
-        from .plan.verify import verify
-
-        for cap, tl in zip(doc["captures"], timelines):  # each its own candidate (verify)
-            cap["plan_check"] = verify(tl, plan_doc, args.candidate)
-        checks = [c["plan_check"] for c in doc["captures"]]
-        if checks and all(c["ops_found"] == 0 and c["ops_planned"] for c in checks):
-            raise InputError(args.plan, f"none of the {checks[0]['ops_planned']} ops of "
-                                        f"candidate {checks[0]['candidate']!r} is in the trace: "
-                                        "the plan is for another model, or the trace names ops "
-                                        "otherwise")
-    if args.format == "json":
-        from .graph.render import render_json
-
-        out = render_json(doc, indent=2)
-    elif args.format == "md":
-        from .report.markdown import render_markdown
-
-        out = render_markdown(doc, names=args.names, summary_only=args.summary)
-    else:
-        from .report.text import render_text
-
-        tty = args.output is None and sys.stdout.isatty()
-        out = render_text(doc, width=max(120, _term_width()) if tty else 170, color=tty,
-                          names=args.names, summary_only=args.summary)
+    result = analyze(args.paths, baseline=args.baseline, plan=args.plan,
+                     candidate=args.candidate, main_stream=args.main_stream,
+                     side_regex=args.side, dominator_regex=args.dominator,
+                     window_gap_us=args.window_gap, cold=args.cold, cores=args.cores,
+                     vector_cores=args.vector_cores, max_points=args.max_points,
+                     split_steps=not args.no_steps, strict=args.strict, jobs=args.jobs,
+                     timelines=bool(args.html or args.perfetto),
+                     progress=not args.no_progress, warn=_say)
+    doc = result.to_dict()
+    out = _render_analysis(doc, args)
     if args.html:
-        from .report.html import write_html
-
-        caps = list(zip(timelines, doc["captures"]))
-        # the per-rank rows too: the page showed only the medians across ranks
-        extra = {"triage": doc["triage"]} if "triage" in doc else {}
-        if "ranks" in doc:  # (the summary's own "ranks" is their count)
-            extra["per_rank"] = doc["ranks"]
-        if doc.get("broken"):
-            extra["broken"] = doc["broken"]
-        write_html(args.html, caps, doc["summary"] | extra, names=args.names,
-                   title="parastream analyze: " + ", ".join(os.path.basename(p.rstrip("/")) for p in paths))
+        _write_html(args.html, result, doc, args.names)
     if args.perfetto:
         from .report.perfetto import write_perfetto
 
-        write_perfetto(args.perfetto, timelines, doc["captures"])
+        write_perfetto(args.perfetto, list(result.timelines), doc["captures"])
     if args.output:
         write_atomic(args.output, out)
     else:
@@ -220,15 +147,42 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     return 0
 
 
-def _warn_broken(doc: dict) -> None:
-    """One stderr line per folder member that could not be read, then the count analysed."""
-    broken = doc.get("broken") or []
-    for b in broken:
-        print(f"parastream: warning: {b['source']}: {b['error']} (skipped)", file=sys.stderr)
-    if broken:
-        s = doc["summary"]
-        print(f"parastream: warning: {s['units_analysed']} of {s['units']} analysed "
-              "(--strict makes a broken member an error)", file=sys.stderr)
+def _say(line: str) -> None:
+    print(line, file=sys.stderr)
+
+
+def _render_analysis(doc: dict, args: argparse.Namespace) -> str:
+    """The analysis document in ``args.format``: JSON, Markdown or text (as wide as the
+    terminal, in colour, when stdout is one)."""
+    if args.format == "json":
+        from .graph.render import render_json
+
+        return render_json(doc, indent=2)
+    if args.format == "md":
+        from .report.markdown import render_markdown
+
+        return render_markdown(doc, names=args.names, summary_only=args.summary)
+    from .report.text import render_text
+
+    tty = args.output is None and sys.stdout.isatty()
+    return render_text(doc, width=max(120, _term_width()) if tty else 170, color=tty,
+                       names=args.names, summary_only=args.summary)
+
+
+def _write_html(path: str, result, doc: dict, names: str) -> None:
+    """The self-contained HTML report: each capture with its timeline, and the summary
+    with the triage, the per-rank rows and the broken members when there are any."""
+    from .report.html import write_html
+
+    caps = list(zip(result.timelines, doc["captures"]))
+    extra = {"triage": doc["triage"]} if "triage" in doc else {}
+    if "ranks" in doc:  # (the summary's own "ranks" is their count)
+        extra["per_rank"] = doc["ranks"]
+    if doc.get("broken"):
+        extra["broken"] = doc["broken"]
+    title = ", ".join(os.path.basename(p.rstrip("/")) for p in result.paths)
+    write_html(path, caps, doc["summary"] | extra, names=names,
+               title="parastream analyze: " + title)
 
 
 def _term_width() -> int:

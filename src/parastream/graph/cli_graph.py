@@ -11,9 +11,6 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..errors import InputError
-from .models import is_graph_file, load_graph
-
 FORMATS = ("text", "json", "md", "mermaid")
 
 
@@ -40,38 +37,25 @@ def add_parser(subparsers) -> None:
 
 
 def cmd_graph(args: argparse.Namespace) -> int:
-    from ..device.profile import load_profile, warn_if_noted
+    """Decompose ``args.model`` (:func:`parastream.workflow.graph.graph`) and write the
+    analysis in ``--format``."""
     from ..report.atomic import check_outputs, spec_paths
-    from .headroom import analyze_graph
-    from .render import (analysis_document, render_json, render_md, render_mermaid,
-                         render_text)
+    from ..workflow.graph import graph
+    from .render import render_json, render_md, render_mermaid, render_text
 
     check_outputs({"-o/--output": args.output}, spec_paths(args.model, args.device))
-    profile = load_profile(args.device)
-    warn_if_noted(profile)
-    if (args.scale or args.phase) and is_graph_file(args.model):
-        raise InputError(args.model, "--scale and --phase pick a zoo model's shapes; a "
-                                     "graph file has its own")
-    g = load_graph(args.model, scale=args.scale or "small", phase=args.phase,
-                   device=args.device)
-    if not g.ops:  # its analysis is written (an empty DAG), but nothing in it can run apart
-        print(f"parastream: {args.model}: the graph has no ops (the forward returns its "
-              "input or no tensor): nothing to plan", file=sys.stderr)
-    a = analyze_graph(g, profile)
-    source = args.model
-    # what the graph was built at (a zoo model's first phase when none was asked for; a
-    # graph file's own meta: a docs audit saw "scale: small, phase: -" for a decode fragment)
-    scale, phase = g.meta.get("scale"), g.meta.get("phase")
+    result = graph(args.model, scale=args.scale, phase=args.phase, device=args.device)
+    a, g, profile = result.analysis, result.graph, result.profile
     if args.format == "json":
-        out = render_json(analysis_document(a, g, profile, source=source, scale=scale,
-                                            phase=phase))
+        out = render_json(result.to_dict())
     elif args.format == "md":
-        out = render_md(a, g, profile, source=source, scale=scale, phase=phase)
+        out = render_md(a, g, profile, source=result.source, scale=result.scale,
+                        phase=result.phase)
     elif args.format == "mermaid":
         out = render_mermaid(a)
     else:
         # the device in the first line, as plan and simulate say it
-        out = render_text(a, g, profile, source=f"{source}, device {profile.name}")
+        out = render_text(a, g, profile, source=f"{result.source}, device {profile.name}")
     if args.output:
         from ..report.atomic import write_atomic
 
@@ -80,5 +64,3 @@ def cmd_graph(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(out)
     return 0
-
-

@@ -56,10 +56,16 @@ def with_recommendation(doc: PlanDoc, name: str) -> PlanDoc:
     return msgspec.structs.replace(doc, recommended=name)
 
 
-def dumps(doc: PlanDoc) -> bytes:
+def to_builtins(doc: PlanDoc) -> dict:
+    """``doc`` as plain builtins, its ``schema`` first (what a plan file holds)."""
     body = msgspec.to_builtins(doc)
     body.pop("schema", None)
-    return msgspec.json.format(msgspec.json.encode({"schema": SCHEMA, **body}), indent=1)
+    return {"schema": SCHEMA, **body}
+
+
+def dumps(doc: PlanDoc) -> bytes:
+    """The plan file's bytes: :func:`to_builtins` as indented JSON."""
+    return msgspec.json.format(msgspec.json.encode(to_builtins(doc)), indent=1)
 
 
 def plan_shaped(raw: dict) -> bool:

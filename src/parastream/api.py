@@ -1,0 +1,27 @@
+"""The library API: each command of the ``parastream`` CLI as a function that takes plain
+arguments and returns a typed result, whose ``to_dict()`` is the document the command's
+``--json`` writes.
+
+    import parastream as ps
+
+    a = ps.analyze("trace.json.gz")              # Analysis: a.summary["verdict_counts"]
+    g = ps.graph("llama_layer", scale="tiny")    # GraphResult: g.analysis.bound_speedup ...
+    p = ps.plan("llama_layer", scale="tiny")     # PlanResult: p.recommended, p.to_json()
+    s = ps.simulate("llama_layer", scale="tiny", streams=[1, 2])   # Simulation: s.rows
+
+Importing this module imports no torch: only building a zoo model or a ``file.py:factory``
+does. Bad input raises :class:`parastream.errors.InputError` (one line: the file and the
+problem).
+"""
+
+from __future__ import annotations
+
+from .errors import InputError
+from .workflow.analyze import Analysis, AnalyzeOptions, analyze
+from .workflow.graph import GraphResult, graph
+from .workflow.plan import PlanResult, plan
+from .workflow.simulate import ShapeSweep, SimulateOptions, Simulation, simulate
+
+__all__ = ["Analysis", "AnalyzeOptions", "GraphResult", "InputError", "PlanResult",
+           "ShapeSweep", "SimulateOptions", "Simulation", "analyze", "graph", "plan",
+           "simulate"]
