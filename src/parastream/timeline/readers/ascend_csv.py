@@ -2,8 +2,8 @@
 
 Both files hold one row per device task with the same facts under different column
 names; the header decides which one a file is. Reading is columnar end to end (pyarrow
-CSV, only the needed columns, all as text; numpy for the rest) so a million-row file
-loads in about a second and a half. Epoch start times are parsed from their decimal text
+CSV, only the needed columns, all as text; numpy for the rest): no Python work per
+row. Epoch start times are parsed from their decimal text
 into exact integer nanoseconds, never through a float64.
 
 Communication is what the file says it is, never the busiest stream: a row is
@@ -217,6 +217,50 @@ def _read_table(path: str, include: list[str]) -> pa.Table:
 def read(path: str | os.PathLike[str]) -> Timeline:
     """Read a ``kernel_details.csv`` or ``op_summary_*.csv`` into a :class:`Timeline`."""
     path = os.fspath(path)
+    fields = _header(path)
+    fmt = _which(fields) or KERNEL_DETAILS
+    cols = _columns(path, fields, fmt)
+    table = _read_table(path, sorted(set(cols.values())))
+    warnings: list[str] = []
+    meta: dict = {}
+    if table.num_rows == 0:
+        raise InputError(path, "no usable rows (the file has a header and no data)")
+    table = _one_device(table, cols, warnings, meta)
+    table, start_ns, dur_ns = _timed_rows(path, table, cols, warnings)
+    n = table.num_rows
+
+    def col(key: str):
+        return table[cols[key]] if key in cols else None
+
+    stream_txt = _trim(col("stream"))
+    no_stream = pc.fill_null(pc.equal(pc.utf8_upper(stream_txt), "N/A"), True)
+    stream_codes, streams = _encode(pc.if_else(no_stream, COMM_LANE, stream_txt))
+    no_stream = np.asarray(no_stream.to_numpy(zero_copy_only=False), bool)
+    name_codes, names = _encode(pc.fill_null(_trim(col("name")), ""))
+    type_codes, types = _encode_or_blank(col("type"), n)
+    core_codes, cores = _encode_or_blank(col("core"), n)
+    comm = (value_flags(cores, is_hccl_task_type)[core_codes]
+            | value_flags(types, is_hccl_task_type)[type_codes]
+            | value_flags(names, _is_comm_name)[name_codes] | no_stream)
+    comm |= _on_hccl_stream(stream_codes, len(streams), comm)
+    kind, core = _kind_and_core((type_codes, types), (core_codes, cores), comm)
+    ops = dict(stream=stream_codes, name=name_codes, type=type_codes, start_ns=start_ns,
+               end_ns=start_ns + dur_ns, kind=kind, core=core,
+               block_dim=_int_column(col("block"), n), mix_block_dim=_int_column(col("mix"), n),
+               step=_int_column(col("step"), n))
+    shapes = None
+    if "shapes" in cols:
+        shapes = pc.fill_null(_trim(col("shapes")), "").to_numpy(zero_copy_only=False)
+    small = comm & ~no_stream & ~value_flags(names, is_collective_name)[name_codes]
+    if small.any():
+        ops, shapes = _fold_small_tasks(ops, shapes, small, comm & ~small, names, types, meta)
+    return make_timeline(path, fmt, streams, names, types, ops, shapes=shapes,
+                         device=DeviceInfo(), warnings=warnings, meta=meta)
+
+
+def _header(path: str) -> list[str]:
+    """The header cells of the file; InputError when it is unreadable, not UTF-8 or has
+    no header."""
     try:
         with open(path, "rb") as f:
             head = f.read(_HEADER_MAX)
@@ -232,7 +276,12 @@ def read(path: str | os.PathLike[str]) -> Timeline:
     fields = _header_fields(head)
     if not fields:
         raise InputError(path, "empty file or no CSV header")
-    fmt = _which(fields) or KERNEL_DETAILS
+    return fields
+
+
+def _columns(path: str, fields: list[str], fmt: str) -> dict[str, str]:
+    """Logical column -> header cell for ``fmt``; InputError naming the required columns
+    the header lacks."""
     spec = _OP_SUMMARY_COLS if fmt == OP_SUMMARY else _KERNEL_DETAILS_COLS
     cols = _resolve(fields, spec)
     missing = [spec[k][0] for k in _REQUIRED if k not in cols]
@@ -241,84 +290,71 @@ def read(path: str | os.PathLike[str]) -> Timeline:
                 "trace_view.json or the capture folder instead" if "stream" not in cols else "")
         raise InputError(path, f"missing column(s): {', '.join(missing)} "
                                f"(read as {fmt}; the header has {len(fields)} columns{hint})")
-    table = _read_table(path, sorted(set(cols.values())))
-    warnings: list[str] = []
-    meta: dict = {}
-    if table.num_rows == 0:
-        raise InputError(path, "no usable rows (the file has a header and no data)")
+    return cols
 
-    # one capture is one device: keep the most common Device_id
-    if "device" in cols:
-        dev = _trim(table[cols["device"]])
-        counts = pc.value_counts(pc.drop_null(dev)).to_pylist()
-        if counts:
-            counts.sort(key=lambda c: (-c["counts"], str(c["values"])))
-            keep = counts[0]["values"]
-            meta["device_id"] = int(keep) if str(keep).lstrip("-").isdigit() else keep
-            if len(counts) > 1:
-                others = ", ".join(f"{c['values']} ({c['counts']} rows)" for c in counts[1:])
-                warnings.append(f"the file holds several devices; kept device {keep} "
-                                f"({counts[0]['counts']} rows), skipped device(s) {others}")
-                mask = pc.fill_null(pc.equal(dev, keep), True)
-                table = table.filter(mask)
+
+def _one_device(table: pa.Table, cols: dict[str, str], warnings: list[str], meta: dict
+                ) -> pa.Table:
+    """One capture is one device: the rows of the most common ``Device_id`` (and those
+    without one), with a warning naming the devices skipped."""
+    if "device" not in cols:
+        return table
+    dev = _trim(table[cols["device"]])
+    counts = pc.value_counts(pc.drop_null(dev)).to_pylist()
+    if not counts:
+        return table
+    counts.sort(key=lambda c: (-c["counts"], str(c["values"])))
+    keep = counts[0]["values"]
+    meta["device_id"] = int(keep) if str(keep).lstrip("-").isdigit() else keep
+    if len(counts) > 1:
+        others = ", ".join(f"{c['values']} ({c['counts']} rows)" for c in counts[1:])
+        warnings.append(f"the file holds several devices; kept device {keep} "
+                        f"({counts[0]['counts']} rows), skipped device(s) {others}")
+        table = table.filter(pc.fill_null(pc.equal(dev, keep), True))
+    return table
+
+
+def _timed_rows(path: str, table: pa.Table, cols: dict[str, str], warnings: list[str]
+                ) -> tuple[pa.Table, np.ndarray, np.ndarray]:
+    """The rows with a parseable start and a non-negative duration, and those times in
+    ns; InputError when no row has them."""
     n = table.num_rows
-
-    def col(key: str):
-        return table[cols[key]] if key in cols else None
-
-    start_ns, ok_start = us_column_to_ns(col("start"))
-    dur_ns, ok_dur = us_column_to_ns(col("dur"))
+    start_ns, ok_start = us_column_to_ns(table[cols["start"]])
+    dur_ns, ok_dur = us_column_to_ns(table[cols["dur"]])
     ok = ok_start & ok_dur & (dur_ns >= 0)
     n_ok = int(ok.sum())
     if n_ok == 0:
         raise InputError(path, f"no usable rows (none of {n} row(s) has a parseable start time "
                                "and a non-negative duration)")
-    skipped = n - n_ok
-    if skipped:
-        warnings.append(f"skipped {skipped} row(s) with a missing, NaN or negative duration "
+    if n_ok < n:
+        warnings.append(f"skipped {n - n_ok} row(s) with a missing, NaN or negative duration "
                         "or an unparseable start time")
         # drop them before the text columns are encoded, so no table holds unused values
         table = table.filter(pa.array(ok))
-        start_ns, dur_ns, n = start_ns[ok], dur_ns[ok], n_ok
+        start_ns, dur_ns = start_ns[ok], dur_ns[ok]
+    return table, start_ns, dur_ns
 
-    stream_txt = _trim(col("stream"))
-    no_stream = pc.fill_null(pc.equal(pc.utf8_upper(stream_txt), "N/A"), True)
-    stream_codes, streams = _encode(pc.if_else(no_stream, COMM_LANE, stream_txt))
-    no_stream = np.asarray(no_stream.to_numpy(zero_copy_only=False), bool)
-    name_codes, names = _encode(pc.fill_null(_trim(col("name")), ""))
-    if "type" in cols:
-        type_codes, types = _encode(pc.fill_null(_trim(col("type")), ""))
-    else:
-        type_codes, types = np.zeros(n, np.int32), [""]
-    if "core" in cols:
-        core_codes, cores = _encode(pc.fill_null(_trim(col("core")), ""))
-    else:
-        core_codes, cores = np.zeros(n, np.int32), [""]
 
-    # kind and core from the (few) distinct values, then gathered per row
-    core = np.array([core_code(c) for c in cores], np.int8)[core_codes]
-    comm = (value_flags(cores, is_hccl_task_type)[core_codes]
-            | value_flags(types, is_hccl_task_type)[type_codes]
-            | value_flags(names, _is_comm_name)[name_codes] | no_stream)
-    comm |= _on_hccl_stream(stream_codes, len(streams), comm)
-    memset = (value_flags(types, lambda v: "MEMSET" in v.upper())[type_codes]
-              | value_flags(cores, lambda v: "MEMSET" in v.upper())[core_codes])
-    memcpy = (value_flags(types, _is_memcpy)[type_codes] | value_flags(cores, _is_memcpy)[core_codes])
-    kind = np.full(n, KIND_COMPUTE, np.int8)
+def _encode_or_blank(col, n: int) -> tuple[np.ndarray, list[str]]:
+    """A text column dictionary-encoded, or every row "" when the file lacks it."""
+    if col is None:
+        return np.zeros(n, np.int32), [""]
+    return _encode(pc.fill_null(_trim(col), ""))
+
+
+def _kind_and_core(types: tuple[np.ndarray, list[str]], cores: tuple[np.ndarray, list[str]],
+                   comm: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per row: op kind and core code, from the (few) distinct type and core values; a
+    communication row without a known core runs on HCCL."""
+    (type_codes, type_txt), (core_codes, core_txt) = types, cores
+    core = np.array([core_code(c) for c in core_txt], np.int8)[core_codes]
+    memset = (value_flags(type_txt, lambda v: "MEMSET" in v.upper())[type_codes]
+              | value_flags(core_txt, lambda v: "MEMSET" in v.upper())[core_codes])
+    memcpy = (value_flags(type_txt, _is_memcpy)[type_codes]
+              | value_flags(core_txt, _is_memcpy)[core_codes])
+    kind = np.full(len(comm), KIND_COMPUTE, np.int8)
     kind[memcpy] = KIND_MEMCPY
     kind[memset] = KIND_MEMSET
     kind[comm] = KIND_COMM
     core[comm & (core == 0)] = core_code("HCCL")
-
-    ops = dict(stream=stream_codes, name=name_codes, type=type_codes, start_ns=start_ns,
-               end_ns=start_ns + dur_ns, kind=kind, core=core,
-               block_dim=_int_column(col("block"), n), mix_block_dim=_int_column(col("mix"), n),
-               step=_int_column(col("step"), n))
-    shapes = None
-    if "shapes" in cols:
-        shapes = pc.fill_null(_trim(col("shapes")), "").to_numpy(zero_copy_only=False)
-    small = comm & ~no_stream & ~value_flags(names, is_collective_name)[name_codes]
-    if small.any():
-        ops, shapes = _fold_small_tasks(ops, shapes, small, comm & ~small, names, types, meta)
-    return make_timeline(path, fmt, streams, names, types, ops, shapes=shapes,
-                         device=DeviceInfo(), warnings=warnings, meta=meta)
+    return kind, core

@@ -35,7 +35,9 @@ from __future__ import annotations
 
 import os
 import sqlite3
+from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -198,6 +200,89 @@ def _read(con: sqlite3.Connection, path: str) -> Timeline:
                                "database; expected ascend_pytorch_profiler_*.db or msprof_*.db)")
     strings = _strings(con, tables)
     task = _Cols(con, "TASK")
+    query = _task_query(con, tables, task, path)
+    cols = list(zip(*con.execute(query.sql)))
+    if not cols:
+        raise InputError(path, "no usable rows (the TASK table is empty)")
+    rows = _TaskRows(*cols)
+    warnings: list[str] = []
+    meta: dict = {}
+    keep, chosen = _one_device(_ints(rows.dev), warnings, meta)
+    start, end = _ints(rows.start), _ints(rows.end)
+    bad_time = keep & ((start < 0) | (end < 0))
+    if bad_time.any():
+        warnings.append(f"skipped {int(bad_time.sum())} task(s) without a start or end time")
+        keep &= ~bad_time
+    roles = _roles(rows, strings, keep)
+    # whole collectives, when the database has them, replace their small tasks
+    comm_rows = _comm_ops(con, tables, strings, chosen, query.t_gid, task)
+    if comm_rows:
+        if (keep & roles.comm_small).any():
+            meta["ascend_hccl_tasks_folded"] = int((keep & roles.comm_small).sum())
+        roles.comm_small = np.zeros(len(keep), bool)
+    idx = np.flatnonzero(keep & (roles.compute | roles.comm_small | roles.dma))
+    widx = np.flatnonzero(keep & roles.is_wait)
+    if not len(idx) and not comm_rows:
+        raise InputError(path, "no usable rows (no TASK row has compute or communication "
+                               f"info; {len(widx)} wait(s) alone leave nothing to analyse)")
+    ops, waits, labels, names, types = _op_columns(rows, strings, roles, (idx, widx),
+                                                   (start, end), comm_rows)
+    ops["step"] = _steps(con, tables, ops["start_ns"])
+    shapes = None
+    if query.has_shapes:
+        sc, stxt = _codes(rows.ci_shapes, strings)
+        per_op = np.array(stxt + [""], dtype=object)[np.where(roles.compute[idx], sc[idx],
+                                                              len(stxt))]
+        shapes = per_op.tolist() + [""] * len(comm_rows)
+    if not comm_rows and (roles.src == 1).sum() > 1:
+        ops, shapes = _merge_small_tasks(ops, shapes, rows, roles, idx, (names, types), meta)
+    device = DeviceInfo(name=_npu_name(con, tables, chosen))
+    return make_timeline(path, FORMAT, labels, names, types, ops, waits, shapes=shapes,
+                         device=device, warnings=warnings, meta=meta)
+
+
+class _TaskRows(NamedTuple):
+    """The TASK query's columns (one tuple each, a value per task): the task's own, then
+    its compute info (``has_ci`` and ``ci_*``), then its communication info (``has_cm``,
+    ``cm_*``); ``linked``: its connection id is a whole collective's."""
+
+    start: tuple
+    end: tuple
+    stream: tuple
+    dev: tuple
+    ttype: tuple
+    conn: tuple
+    linked: tuple
+    has_ci: tuple
+    ci_name: tuple
+    ci_optype: tuple
+    ci_ttype: tuple
+    ci_block: tuple
+    ci_mix: tuple
+    ci_shapes: tuple
+    has_cm: tuple
+    cm_name: tuple
+    cm_ttype: tuple
+    cm_opid: tuple
+
+
+@dataclass
+class _Query:
+    """The TASK query, the TASK column that joins the info tables (None without one), and
+    whether the compute info has input shapes."""
+
+    sql: str
+    t_gid: str | None
+    has_shapes: bool
+
+
+def _num(expr: str) -> str:
+    return f"COALESCE({expr}, -1)"
+
+
+def _task_query(con: sqlite3.Connection, tables: set[str], task: _Cols, path: str) -> _Query:
+    """The one query over TASK, joined with its compute and communication info, whose
+    columns are those of :class:`_TaskRows`; InputError when TASK lacks a time or stream."""
     t_start, t_end = task.pick("startNs", "start"), task.pick("endNs", "end")
     t_stream = task.pick("streamId", "stream")
     missing = [n for n, c in (("startNs", t_start), ("endNs", t_end), ("streamId", t_stream))
@@ -205,16 +290,10 @@ def _read(con: sqlite3.Connection, path: str) -> Timeline:
     if missing:
         raise InputError(path, f"TASK table lacks column(s): {', '.join(missing)}")
     t_gid = task.pick("globalTaskId", "correlationId")
-    warnings: list[str] = []
-    meta: dict = {}
-
-    def num(expr: str) -> str:
-        return f"COALESCE({expr}, -1)"
-
     t_conn = task.pick("connectionId")
-    select = [num(f't."{t_start}"'), num(f't."{t_end}"'), num(f't."{t_stream}"'),
-              num(task.expr("t", "deviceId", "deviceld")), num(task.expr("t", "taskType")),
-              num(f't."{t_conn}"' if t_conn else "NULL")]
+    select = [_num(f't."{t_start}"'), _num(f't."{t_end}"'), _num(f't."{t_stream}"'),
+              _num(task.expr("t", "deviceId", "deviceld")), _num(task.expr("t", "taskType")),
+              _num(f't."{t_conn}"' if t_conn else "NULL")]
     co = _Cols(con, "COMMUNICATION_OP") if "COMMUNICATION_OP" in tables else None
     co_conn = co.pick("connectionId") if co else None
     if t_conn and co_conn:  # the collective that launched the task
@@ -222,113 +301,117 @@ def _read(con: sqlite3.Connection, path: str) -> Timeline:
                       f'WHERE "{co_conn}" IS NOT NULL)')
     else:
         select.append("0")
-    joins = []
+    joins: list[str] = []
+    has_shapes = _join_compute_info(con, tables, t_gid, select, joins)
+    _join_comm_info(con, tables, t_gid, select, joins)
+    return _Query(f"SELECT {', '.join(select)} FROM TASK t {' '.join(joins)}", t_gid,
+                  has_shapes)
+
+
+def _join_compute_info(con: sqlite3.Connection, tables: set[str], t_gid: str | None,
+                       select: list[str], joins: list[str]) -> bool:
+    """Add COMPUTE_TASK_INFO's columns to the query (constants without the table);
+    whether it has input shapes."""
     ci = _Cols(con, "COMPUTE_TASK_INFO") if "COMPUTE_TASK_INFO" in tables and t_gid else None
     ci_key = ci.pick("globalTaskId", "correlationId") if ci else None
-    if ci_key:
-        joins.append(f'LEFT JOIN COMPUTE_TASK_INFO c ON c."{ci_key}" = t."{t_gid}"')
-        select += [f'c."{ci_key}" IS NOT NULL', num(ci.expr("c", "name", "opName")),
-                   num(ci.expr("c", "opType")), num(ci.expr("c", "taskType")),
-                   num(ci.expr("c", "blockNum", "blockDim")),
-                   num(ci.expr("c", "mixBlockNum", "mixBlockDim")),
-                   num(ci.expr("c", "inputShapes"))]
-        has_shapes = ci.pick("inputShapes") is not None
-    else:
-        select += ["0"] + ["-1"] * 6
-        has_shapes = False
+    if not ci_key:
+        select.extend(["0"] + ["-1"] * 6)
+        return False
+    joins.append(f'LEFT JOIN COMPUTE_TASK_INFO c ON c."{ci_key}" = t."{t_gid}"')
+    select.extend([f'c."{ci_key}" IS NOT NULL', _num(ci.expr("c", "name", "opName")),
+                   _num(ci.expr("c", "opType")), _num(ci.expr("c", "taskType")),
+                   _num(ci.expr("c", "blockNum", "blockDim")),
+                   _num(ci.expr("c", "mixBlockNum", "mixBlockDim")),
+                   _num(ci.expr("c", "inputShapes"))])
+    return ci.pick("inputShapes") is not None
+
+
+def _join_comm_info(con: sqlite3.Connection, tables: set[str], t_gid: str | None,
+                    select: list[str], joins: list[str]) -> None:
+    """Add COMMUNICATION_TASK_INFO's columns to the query (one row per task: the smallest
+    name, task type and op id of its rows), constants without the table."""
     cm = (_Cols(con, "COMMUNICATION_TASK_INFO")
           if "COMMUNICATION_TASK_INFO" in tables and t_gid else None)
-    if cm is not None and cm.pick("globalTaskId"):
-        joins.append('LEFT JOIN (SELECT "{k}" AS gid, MIN({n}) AS name, MIN({tt}) AS ttype, '
-                     'MIN({op}) AS opid FROM COMMUNICATION_TASK_INFO GROUP BY "{k}") m '
-                     'ON m.gid = t."{g}"'.format(
-                         k=cm.pick("globalTaskId"), n=cm.expr("COMMUNICATION_TASK_INFO", "name"),
-                         tt=cm.expr("COMMUNICATION_TASK_INFO", "taskType"),
-                         op=cm.expr("COMMUNICATION_TASK_INFO", "opId"), g=t_gid))
-        select += ["m.gid IS NOT NULL", num("m.name"), num("m.ttype"), num("m.opid")]
-    else:
-        select += ["0", "-1", "-1", "-1"]
-    cur = con.execute(f"SELECT {', '.join(select)} FROM TASK t {' '.join(joins)}")
-    cols = list(zip(*cur))
-    if not cols:
-        raise InputError(path, "no usable rows (the TASK table is empty)")
-    (start_raw, end_raw, stream_raw, dev_raw, ttype_raw, conn_raw, linked_raw, has_ci_raw,
-     ci_name, ci_optype, ci_ttype, ci_block, ci_mix, ci_shapes, has_cm_raw, cm_name, cm_ttype,
-     cm_opid) = cols
-    n = len(start_raw)
+    if cm is None or not cm.pick("globalTaskId"):
+        select.extend(["0", "-1", "-1", "-1"])
+        return
+    joins.append('LEFT JOIN (SELECT "{k}" AS gid, MIN({n}) AS name, MIN({tt}) AS ttype, '
+                 'MIN({op}) AS opid FROM COMMUNICATION_TASK_INFO GROUP BY "{k}") m '
+                 'ON m.gid = t."{g}"'.format(
+                     k=cm.pick("globalTaskId"), n=cm.expr("COMMUNICATION_TASK_INFO", "name"),
+                     tt=cm.expr("COMMUNICATION_TASK_INFO", "taskType"),
+                     op=cm.expr("COMMUNICATION_TASK_INFO", "opId"), g=t_gid))
+    select.extend(["m.gid IS NOT NULL", _num("m.name"), _num("m.ttype"), _num("m.opid")])
 
-    # one capture is one device
-    dev = _ints(dev_raw)
-    keep = np.ones(n, bool)
-    chosen = None
-    if (dev >= 0).any():
-        chosen, uniq, counts = _most_common(dev[dev >= 0])
-        meta["device_id"] = chosen
-        if len(uniq) > 1:
-            others = ", ".join(f"{u} ({c} tasks)" for u, c in zip(uniq[1:], counts[1:]))
-            warnings.append(f"the database holds several devices; kept device {chosen} "
-                            f"({counts[0]} tasks), skipped device(s) {others}")
-            keep &= (dev == chosen) | (dev < 0)
 
-    start, end = _ints(start_raw), _ints(end_raw)
-    bad_time = keep & ((start < 0) | (end < 0))
-    if bad_time.any():
-        warnings.append(f"skipped {int(bad_time.sum())} task(s) without a start or end time")
-        keep &= ~bad_time
+def _one_device(dev: np.ndarray, warnings: list[str], meta: dict
+                ) -> tuple[np.ndarray, int | None]:
+    """One capture is one device: per task whether it is kept (the most common device,
+    and tasks without one), and that device (None when no task names one)."""
+    keep = np.ones(len(dev), bool)
+    if not (dev >= 0).any():
+        return keep, None
+    chosen, uniq, counts = _most_common(dev[dev >= 0])
+    meta["device_id"] = chosen
+    if len(uniq) > 1:
+        others = ", ".join(f"{u} ({c} tasks)" for u, c in zip(uniq[1:], counts[1:]))
+        warnings.append(f"the database holds several devices; kept device {chosen} "
+                        f"({counts[0]} tasks), skipped device(s) {others}")
+        keep &= (dev == chosen) | (dev < 0)
+    return keep, chosen
 
-    # string columns: codes per row, flags per distinct value
-    tt_codes, tt_txt = _codes(ttype_raw, strings)
-    cit_codes, cit_txt = _codes(ci_ttype, strings)
+
+@dataclass
+class _Roles:
+    """What each task is (bool per task): a wait, compute (it has compute info), one of
+    HCCL's small tasks, or a copy; ``tt``/``cit`` are the task type and compute-info task
+    type as (codes, texts); ``src``, set once the ops are chosen, is per op where its
+    name comes from (0 compute info, 1 communication info, 2 task type)."""
+
+    is_wait: np.ndarray
+    has_ci: np.ndarray
+    has_cm: np.ndarray
+    compute: np.ndarray
+    comm_small: np.ndarray
+    dma: np.ndarray
+    tt: tuple[np.ndarray, list[str]]
+    cit: tuple[np.ndarray, list[str]]
+    src: np.ndarray | None = None
+
+
+def _roles(rows: _TaskRows, strings: dict, keep: np.ndarray) -> _Roles:
+    """Classify the tasks (see the module's docstring): string columns as codes per task,
+    their flags computed once per distinct value."""
+    tt_codes, tt_txt = _codes(rows.ttype, strings)
+    cit_codes, cit_txt = _codes(rows.ci_ttype, strings)
     tt_up = [t.upper() for t in tt_txt]
     is_wait = value_flags(tt_up, lambda t: "EVENT_WAIT" in t)[tt_codes]
     is_dma = value_flags(tt_up, lambda t: "SDMA" in t or "MEMCPY" in t or "PCIE_DMA" in t)[tt_codes]
     is_marker = value_flags(tt_up, lambda t: t.startswith(_MARKERS))[tt_codes]
-    has_ci = _ints(has_ci_raw) > 0
-    has_cm = _ints(has_cm_raw) > 0
+    has_ci = _ints(rows.has_ci) > 0
+    has_cm = _ints(rows.has_cm) > 0
     ci_hccl = has_ci & value_flags(cit_txt, is_hccl_task_type)[cit_codes]
-    tied = ((has_cm | ci_hccl | (_ints(linked_raw) > 0)
+    tied = ((has_cm | ci_hccl | (_ints(rows.linked) > 0)
              | value_flags(tt_txt, is_hccl_task_type)[tt_codes]) & ~is_wait)
-    stream = _ints(stream_raw)
     work = keep & ~is_wait & ~is_marker
-    comm_small = tied | (work & _on_hccl_stream(stream, tied & keep,
+    comm_small = tied | (work & _on_hccl_stream(_ints(rows.stream), tied & keep,
                                                 work & ~tied & (has_ci | is_dma)))
-    compute = has_ci & ~comm_small & ~is_wait
-    dma = is_dma & ~has_ci & ~comm_small & ~is_wait
+    return _Roles(is_wait=is_wait, has_ci=has_ci, has_cm=has_cm,
+                  compute=has_ci & ~comm_small & ~is_wait, comm_small=comm_small,
+                  dma=is_dma & ~has_ci & ~comm_small & ~is_wait,
+                  tt=(tt_codes, tt_txt), cit=(cit_codes, cit_txt))
 
-    # whole collectives, when the database has them, replace their small tasks
-    comm_rows = _comm_ops(con, tables, strings, chosen, t_gid, task)
-    if comm_rows:
-        if (keep & comm_small).any():
-            meta["ascend_hccl_tasks_folded"] = int((keep & comm_small).sum())
-        comm_small = np.zeros(n, bool)
-    idx = np.flatnonzero(keep & (compute | comm_small | dma))
-    widx = np.flatnonzero(keep & is_wait)
-    if not len(idx) and not comm_rows:
-        raise InputError(path, "no usable rows (no TASK row has compute or communication "
-                               f"info; {len(widx)} wait(s) alone leave nothing to analyse)")
 
-    # name / type / core per op: compute info, else communication info, else the task type
-    src = np.where(compute[idx], 0, np.where(comm_small[idx], 1, 2))
-    name_c, name_txt = _pick3(src, [_codes(ci_name, strings), _codes(cm_name, strings),
-                                    (tt_codes, tt_txt)], idx, has_cm[idx], has_ci[idx])
-    type_c, type_txt = _pick3(src, [_codes(ci_optype, strings), _codes(cm_ttype, strings),
-                                    (tt_codes, tt_txt)], idx, has_cm[idx], has_ci[idx])
-    core_ci = np.array([core_code(t) for t in cit_txt], np.int8)[cit_codes[idx]]
-    core_tt = np.array([core_code(t) for t in tt_txt], np.int8)[tt_codes[idx]]
-    core = np.where(core_ci > 0, core_ci, core_tt).astype(np.int8)
-    core[src == 1] = core_code("HCCL")
-    core[src == 2] = core_code("DMA")
-    kind = np.full(len(idx), KIND_COMPUTE, np.int8)
-    memset = (value_flags(name_txt, lambda t: "MEMSET" in t.upper())[name_c]
-              | value_flags(type_txt, lambda t: "MEMSET" in t.upper())[type_c])
-    memcpy = (value_flags(name_txt, lambda t: "MEMCPY" in t.upper() or "MEMCOPY" in t.upper())[name_c]
-              | value_flags(type_txt, lambda t: "MEMCPY" in t.upper() or "MEMCOPY" in t.upper())[type_c])
-    kind[memcpy] = KIND_MEMCPY
-    kind[memset] = KIND_MEMSET
-    kind[src == 2] = KIND_MEMCPY
-    kind[src == 1] = KIND_COMM
-
-    # lanes: stream ids as text, whole collectives on the comm lane
+def _op_columns(rows: _TaskRows, strings: dict, roles: _Roles,
+                picked: tuple[np.ndarray, np.ndarray], times: tuple[np.ndarray, np.ndarray],
+                comm_rows: list[tuple[str, str, int, int]]):
+    """The op and wait columns (steps aside) of the picked tasks (``picked``: op and wait
+    task indices) followed by the whole collectives, and their lane, name and type texts.
+    Lanes are stream ids as text, whole collectives on the comm lane."""
+    idx, widx = picked
+    start, end = times
+    stream = _ints(rows.stream)
+    (name_c, name_txt), (type_c, type_txt), kind, core = _op_labels(rows, strings, roles, idx)
     used = np.unique(np.concatenate([stream[idx], stream[widx]]))
     labels = [str(int(v)) for v in used]
     op_lane = np.searchsorted(used, stream[idx]).astype(np.int32)
@@ -337,23 +420,14 @@ def _read(con: sqlite3.Connection, path: str) -> Timeline:
     if n_comm:
         labels.append(COMM_LANE)
         op_lane = np.concatenate([op_lane, np.full(n_comm, len(labels) - 1, np.int32)])
-
     # names: op names, whole-collective names, wait names, interned together
+    tt_codes, tt_txt = roles.tt
     wait_u, wait_c = np.unique(tt_codes[widx], return_inverse=True)
     wait_txt = [tt_txt[u] or "EVENT_WAIT" for u in wait_u.tolist()]
-    names, (name_c, comm_name_c, wait_c) = _merge(
+    names, (name_c, comm_name_c, wait_c) = _merge_used(
         [(name_c, name_txt), _intern([r[0] for r in comm_rows], {}), (wait_c, wait_txt)])
-    types, (type_c, comm_type_c) = _merge(
+    types, (type_c, comm_type_c) = _merge_used(
         [(type_c, type_txt), _intern([r[1] for r in comm_rows], {})])
-    # keep only the texts some op or wait uses
-    all_names = np.concatenate([name_c, comm_name_c, wait_c]).astype(np.int32)
-    all_names, names = _drop_unused(all_names, names)
-    n_ops = len(name_c)
-    name_c, comm_name_c, wait_c = (all_names[:n_ops], all_names[n_ops:n_ops + n_comm],
-                                   all_names[n_ops + n_comm:])
-    all_types, types = _drop_unused(np.concatenate([type_c, comm_type_c]).astype(np.int32), types)
-    type_c, comm_type_c = all_types[:n_ops], all_types[n_ops:]
-
     ops = dict(
         stream=op_lane, name=np.concatenate([name_c, comm_name_c]),
         type=np.concatenate([type_c, comm_type_c]),
@@ -361,28 +435,67 @@ def _read(con: sqlite3.Connection, path: str) -> Timeline:
         end_ns=np.concatenate([end[idx], np.array([r[3] for r in comm_rows], np.int64)]),
         kind=np.concatenate([kind, np.full(n_comm, KIND_COMM, np.int8)]),
         core=np.concatenate([core, np.full(n_comm, core_code("HCCL"), np.int8)]),
-        block_dim=_dims(ci_block, idx, n_comm), mix_block_dim=_dims(ci_mix, idx, n_comm),
+        block_dim=_dims(rows.ci_block, idx, n_comm), mix_block_dim=_dims(rows.ci_mix, idx, n_comm),
     )
-    ops["step"] = _steps(con, tables, ops["start_ns"])
     waits = dict(wait_stream=wait_lane, wait_on=np.full(len(widx), -1, np.int32),
                  wait_start_ns=start[widx], wait_end_ns=end[widx], wait_name=wait_c)
-    shapes = None
-    if has_shapes:
-        sc, stxt = _codes(ci_shapes, strings)
-        per_op = np.array(stxt + [""], dtype=object)[np.where(compute[idx], sc[idx], len(stxt))]
-        shapes = per_op.tolist() + [""] * n_comm
-    if not n_comm and (src == 1).sum() > 1:
-        # no whole collectives: each one's small tasks become one op
-        opid, conn = _ints(cm_opid)[idx], _ints(conn_raw)[idx]
-        key = np.where(opid >= 0, opid, np.where(conn >= 0, conn + (1 << 40), -1))
-        ops, kept, merged = merge_collectives(ops, src == 1, key, names, types)
-        if merged:
-            meta["ascend_hccl_tasks_merged"] = merged
-            if shapes is not None:
-                shapes = [sh for sh, k in zip(shapes, kept) if k]
-    device = DeviceInfo(name=_npu_name(con, tables, chosen))
-    return make_timeline(path, FORMAT, labels, names, types, ops, waits, shapes=shapes,
-                         device=device, warnings=warnings, meta=meta)
+    return ops, waits, labels, names, types
+
+
+def _op_labels(rows: _TaskRows, strings: dict, roles: _Roles, idx: np.ndarray):
+    """Per op (task ``idx``): (name codes, texts), (type codes, texts), kind and core,
+    from its compute info, else its communication info, else its task type. Sets
+    ``roles.src``."""
+    tt = roles.tt
+    has_cm, has_ci = roles.has_cm[idx], roles.has_ci[idx]
+    src = np.where(roles.compute[idx], 0, np.where(roles.comm_small[idx], 1, 2))
+    roles.src = src
+    name_c, name_txt = _pick3(src, [_codes(rows.ci_name, strings), _codes(rows.cm_name, strings),
+                                    tt], idx, has_cm, has_ci)
+    type_c, type_txt = _pick3(src, [_codes(rows.ci_optype, strings),
+                                    _codes(rows.cm_ttype, strings), tt], idx, has_cm, has_ci)
+    cit_codes, cit_txt = roles.cit
+    core_ci = np.array([core_code(t) for t in cit_txt], np.int8)[cit_codes[idx]]
+    core_tt = np.array([core_code(t) for t in tt[1]], np.int8)[tt[0][idx]]
+    core = np.where(core_ci > 0, core_ci, core_tt).astype(np.int8)
+    core[src == 1] = core_code("HCCL")
+    core[src == 2] = core_code("DMA")
+    kind = np.full(len(idx), KIND_COMPUTE, np.int8)
+    memset = (value_flags(name_txt, lambda t: "MEMSET" in t.upper())[name_c]
+              | value_flags(type_txt, lambda t: "MEMSET" in t.upper())[type_c])
+    memcpy = (value_flags(name_txt, _is_memcpy)[name_c] | value_flags(type_txt, _is_memcpy)[type_c])
+    kind[memcpy] = KIND_MEMCPY
+    kind[memset] = KIND_MEMSET
+    kind[src == 2] = KIND_MEMCPY
+    kind[src == 1] = KIND_COMM
+    return (name_c, name_txt), (type_c, type_txt), kind, core
+
+
+def _is_memcpy(t: str) -> bool:
+    return "MEMCPY" in t.upper() or "MEMCOPY" in t.upper()
+
+
+def _merge_used(parts: list[tuple[np.ndarray, list[str]]]
+                ) -> tuple[list[str], list[np.ndarray]]:
+    """:func:`_merge`, keeping only the texts some code uses (after rows were skipped)."""
+    texts, codes = _merge(parts)
+    sizes = np.cumsum([len(c) for c in codes])[:-1]
+    used, texts = _drop_unused(np.concatenate(codes).astype(np.int32), texts)
+    return texts, np.split(used, sizes)
+
+
+def _merge_small_tasks(ops: dict, shapes: list[str] | None, rows: _TaskRows, roles: _Roles,
+                       idx: np.ndarray, texts: tuple[list[str], list[str]], meta: dict):
+    """No whole collectives: each one's small tasks (same op id, else connection id)
+    become one op; returns the new columns and shapes."""
+    opid, conn = _ints(rows.cm_opid)[idx], _ints(rows.conn)[idx]
+    key = np.where(opid >= 0, opid, np.where(conn >= 0, conn + (1 << 40), -1))
+    ops, kept, merged = merge_collectives(ops, roles.src == 1, key, *texts)
+    if merged:
+        meta["ascend_hccl_tasks_merged"] = merged
+        if shapes is not None:
+            shapes = [sh for sh, k in zip(shapes, kept) if k]
+    return ops, shapes
 
 
 def _on_hccl_stream(stream: np.ndarray, tied: np.ndarray, other: np.ndarray) -> np.ndarray:

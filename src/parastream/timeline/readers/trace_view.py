@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import os
 from collections import Counter
+from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
@@ -257,8 +258,59 @@ def read(path: str | os.PathLike[str]) -> Timeline:
     """Read a torch_npu ``trace_view.json`` (plain or gzip) into a :class:`Timeline`."""
     path = os.fspath(path)
     events = _decode(path, read_all(path))
+    procs = _processes(events)
+    rows = _collect_rows(events, procs)
+    start, ok_s = us_column_to_ns(pa.array(rows.ts, pa.string()))
+    length, ok_d = us_column_to_ns(pa.array(rows.dur, pa.string()))
+    good = ok_s & ok_d & (length >= 0)
+    warnings: list[str] = []
+    meta: dict = {}
+    keep_pid = _busiest_hardware(procs.hw, rows.x_count, warnings)
+    _claim_hccl_streams(rows.rows, _HCCL)
+    take = _take(rows.rows, good, length, keep_pid)
+    _refuse_empty(path, take, procs.hw)
+    if take.bad_times:
+        warnings.append(f"skipped {take.bad_times} task(s) with an unparseable or negative time")
+    if take.folded:
+        meta["ascend_hccl_tasks_folded"] = take.folded
+    if rows.markers:
+        meta["ascend_marker_tasks"] = rows.markers
+    if take.overlap:
+        meta["ascend_overlap_analysis"] = take.overlap
+    ops, waits, (streams, names, types) = _columns(rows.rows, take, start, length)
+    ops = _merge_hw_comm(ops, rows.rows, take.op, names, types, meta)
+    tl = make_timeline(path, FORMAT, streams, names, types, ops, waits, warnings=warnings,
+                       meta=meta)
+    if take.overlap:
+        st = from_overlap_analysis(path, take.overlap)
+        if st is not None:
+            attach(tl, st)
+    return tl
 
-    # metadata: which pid is which process, what each thread is called
+
+#: core code of HCCL's tasks
+_HCCL = core_code("HCCL")
+
+
+@dataclass
+class _Processes:
+    """What the metadata events say: each thread's name, which pids are the hardware,
+    HCCL and overlap-analysis processes, HCCL's threads of whole collectives, and what
+    the HCCL process says about the hardware tasks of its collectives (see
+    :func:`_comm_links`)."""
+
+    thread: dict[tuple[Any, Any], str]
+    hw: set
+    comm: set
+    overlap: set
+    comm_op_threads: set
+    comm_with_op_threads: set
+    conns: set[str]
+    planes: set[tuple[str, str]]
+
+
+def _processes(events: list) -> _Processes:
+    """The process and thread names of the ``M`` events, and what they make of each pid."""
     proc: dict[Any, str] = {}
     thread: dict[tuple[Any, Any], str] = {}
     for ev in events:
@@ -270,26 +322,44 @@ def read(path: str | os.PathLike[str]) -> Timeline:
                 proc[ev.pid] = str(label)
             else:
                 thread[(ev.pid, ev.tid)] = str(label)
-
-    hw_pids = {p for p, n in proc.items() if n.strip() == HARDWARE_PROCESS}
-    comm_pids = {p for p, n in proc.items()
-                 if n.strip().upper() in _COMM_PROCESSES or "HCCL" in n.upper()}
-    overlap_pids = {p for p, n in proc.items() if n.strip() == OVERLAP_PROCESS}
+    comm = {p for p, n in proc.items()
+            if n.strip().upper() in _COMM_PROCESSES or "HCCL" in n.upper()}
     comm_op_threads = {key for key, n in thread.items()
-                       if key[0] in comm_pids and "communication" in n.lower()}
-    comm_pids_with_op_threads = {key[0] for key in comm_op_threads}
-    comm_conns, plane_tasks = _comm_links(events, comm_pids, comm_op_threads)
+                       if key[0] in comm and "communication" in n.lower()}
+    conns, planes = _comm_links(events, comm, comm_op_threads)
+    return _Processes(thread=thread,
+                      hw={p for p, n in proc.items() if n.strip() == HARDWARE_PROCESS},
+                      comm=comm,
+                      overlap={p for p, n in proc.items() if n.strip() == OVERLAP_PROCESS},
+                      comm_op_threads=comm_op_threads,
+                      comm_with_op_threads={key[0] for key in comm_op_threads},
+                      conns=conns, planes=planes)
 
-    # one row per kept event; times stay text until one vectorised exact parse at the end
-    # (role, pid, lane, name, type, kind, core, block, mix, conn, task type)
-    rows: list[tuple] = []
-    ts: list[str | None] = []
-    dur: list[str | None] = []
-    x_count: Counter = Counter()
-    markers = 0
-    hccl = core_code("HCCL")
+
+@dataclass
+class _Rows:
+    """One row per kept event, (role, pid, lane, name, type, kind, core, block, mix, conn,
+    task type), with its ts and dur still as text (one vectorised exact parse follows);
+    ``x_count`` counts the task events of each hardware pid, ``markers`` those dropped as
+    markers."""
+
+    rows: list[tuple]
+    ts: list[str | None]
+    dur: list[str | None]
+    x_count: Counter
+    markers: int
+
+
+def _collect_rows(events: list, procs: _Processes) -> _Rows:
+    """The rows of the hardware tasks, whole collectives and overlap-analysis slices, in
+    file order; tasks are classified once per distinct (name, task type, op type, linked)."""
+    out = _Rows([], [], [], Counter(), 0)
+    rows, ts, dur, x_count = out.rows, out.ts, out.dur, out.x_count
+    hw_pids, comm_pids, overlap_pids = procs.hw, procs.comm, procs.overlap
+    comm_conns, plane_tasks, thread = procs.conns, procs.planes, procs.thread
+    hccl = _HCCL
     lanes: dict[tuple, str] = {}
-    classes: dict[tuple, tuple] = {}  # (name, task type, op type) -> _classify(...)
+    classes: dict[tuple, tuple] = {}  # (name, task type, op type[, linked]) -> _classify(...)
     for ev in events:
         if ev.ph != "X":
             continue
@@ -315,14 +385,14 @@ def read(path: str | os.PathLike[str]) -> Timeline:
             if c is None:
                 c = classes[ck] = _classify(nm, a, hccl, linked=len(ck) > 3)
             if c[0] == "marker":
-                markers += 1
+                out.markers += 1
                 continue
             block = _int(a.block_dim if a.block_dim is not None else a.block_num)
             mix = _int(a.mix_block_dim if a.mix_block_dim is not None else a.mix_block_num)
             rows.append((c[0], pid, lane, c[1], c[2], c[3], c[4], block, mix, conn,
                          a.task_type))
         elif pid in comm_pids:
-            if pid in comm_pids_with_op_threads and (pid, ev.tid) not in comm_op_threads:
+            if pid in procs.comm_with_op_threads and (pid, ev.tid) not in procs.comm_op_threads:
                 continue  # a Plane thread: HCCL's small tasks inside the whole ops
             rows.append(("comm", pid, COMM_LANE, str(ev.name), str(_args(ev).op_type or ""),
                          KIND_COMM, hccl, -1, -1, None, None))
@@ -334,60 +404,75 @@ def read(path: str | os.PathLike[str]) -> Timeline:
         ts.append(t if type(t) is str else _text(t))
         d = ev.dur
         dur.append(d if type(d) is str else ("0" if d is None else _text(d)))
+    return out
 
-    start, ok_s = us_column_to_ns(pa.array(ts, pa.string()))
-    length, ok_d = us_column_to_ns(pa.array(dur, pa.string()))
-    good = ok_s & ok_d & (length >= 0)
-    warnings: list[str] = []
-    meta: dict = {}
 
-    # a capture is one device: with several hardware processes keep the busiest
-    keep_pid = None
-    if len(hw_pids) > 1 and x_count:
-        keep_pid = max(x_count, key=lambda p: (x_count[p], str(p)))
-        dropped = [f"pid {p}" for p in sorted(hw_pids, key=str) if p != keep_pid]
-        warnings.append(f"several '{HARDWARE_PROCESS}' processes; kept pid {keep_pid}, "
-                        f"skipped {', '.join(dropped)}")
-    _claim_hccl_streams(rows, hccl)
-    roles = [r[0] for r in rows]
-    has_comm_ops = "comm" in roles
-    take_op: list[int] = []
-    take_wait: list[int] = []
-    overlap: dict[str, int] = {}
-    bad_times = folded = 0
+def _busiest_hardware(hw_pids: set, x_count: Counter, warnings: list[str]) -> Any:
+    """A capture is one device: with several hardware processes, the pid with the most
+    tasks (named in a warning); None when there is one."""
+    if len(hw_pids) <= 1 or not x_count:
+        return None
+    keep_pid = max(x_count, key=lambda p: (x_count[p], str(p)))
+    dropped = [f"pid {p}" for p in sorted(hw_pids, key=str) if p != keep_pid]
+    warnings.append(f"several '{HARDWARE_PROCESS}' processes; kept pid {keep_pid}, "
+                    f"skipped {', '.join(dropped)}")
+    return keep_pid
+
+
+@dataclass
+class _Taken:
+    """Which rows become ops and waits (row indices, file order), the overlap-analysis
+    totals (ns per slice name), rows skipped for their times, and HCCL hardware tasks
+    folded into whole collectives."""
+
+    op: list[int] = field(default_factory=list)
+    wait: list[int] = field(default_factory=list)
+    overlap: dict[str, int] = field(default_factory=dict)
+    bad_times: int = 0
+    folded: int = 0
+
+
+def _take(rows: list[tuple], good: np.ndarray, length: np.ndarray, keep_pid: Any) -> _Taken:
+    """Sort the rows into ops, waits and overlap slices: only the kept hardware pid's
+    tasks; HCCL's hardware tasks folded away when the file has whole collectives."""
+    take = _Taken()
+    has_comm_ops = any(r[0] == "comm" for r in rows)
     for i, r in enumerate(rows):
         role = r[0]
         if role == "overlap":
             if good[i]:
-                overlap[r[3]] = overlap.get(r[3], 0) + int(length[i])
+                take.overlap[r[3]] = take.overlap.get(r[3], 0) + int(length[i])
             continue
         if keep_pid is not None and role != "comm" and r[1] != keep_pid:
             continue
         if role == "hw_comm" and has_comm_ops:
-            folded += 1
+            take.folded += 1
             continue
         if not good[i]:
-            bad_times += 1
+            take.bad_times += 1
             continue
-        (take_wait if role == "wait" else take_op).append(i)
+        (take.wait if role == "wait" else take.op).append(i)
+    return take
 
-    if not take_op and take_wait:
+
+def _refuse_empty(path: str, take: _Taken, hw_pids: set) -> None:
+    """InputError when no row is an op: waits alone, or no hardware tasks at all."""
+    if take.op:
+        return
+    if take.wait:
         # waits alone show no work to overlap (the Kineto and CSV readers refuse this too)
-        raise InputError(path, f"only wait tasks ({len(take_wait)}), no compute, copy or "
+        raise InputError(path, f"only wait tasks ({len(take.wait)}), no compute, copy or "
                                f"communication task: nothing to analyse")
-    if not take_op:
-        where = (f"no task events in the '{HARDWARE_PROCESS}' process" if hw_pids
-                 else f"no '{HARDWARE_PROCESS}' process")
-        raise InputError(path, f"no device tasks ({where}; is this a CPU-only trace?)")
-    if bad_times:
-        warnings.append(f"skipped {bad_times} task(s) with an unparseable or negative time")
-    if folded:
-        meta["ascend_hccl_tasks_folded"] = folded
-    if markers:
-        meta["ascend_marker_tasks"] = markers
-    if overlap:
-        meta["ascend_overlap_analysis"] = overlap
+    where = (f"no task events in the '{HARDWARE_PROCESS}' process" if hw_pids
+             else f"no '{HARDWARE_PROCESS}' process")
+    raise InputError(path, f"no device tasks ({where}; is this a CPU-only trace?)")
 
+
+def _columns(rows: list[tuple], take: _Taken, start: np.ndarray, length: np.ndarray
+             ) -> tuple[dict, dict, tuple[list[str], list[str], list[str]]]:
+    """The op and wait columns of the taken rows, and the stream, name and type texts
+    their codes index (lanes and names of ops first, then of waits)."""
+    take_op, take_wait = take.op, take.wait
     oi = np.array(take_op, np.int64)
     wi = np.array(take_wait, np.int64)
     lane_codes, streams = _intern([rows[i][2] for i in take_op] + [rows[i][2] for i in take_wait])
@@ -405,21 +490,24 @@ def read(path: str | os.PathLike[str]) -> Timeline:
     waits = dict(wait_stream=lane_codes[n_op:], wait_on=np.full(len(wi), -1, np.int32),
                  wait_start_ns=start[wi], wait_end_ns=start[wi] + length[wi],
                  wait_name=name_codes[n_op:])
+    return ops, waits, (streams, names, types)
+
+
+def _merge_hw_comm(ops: dict, rows: list[tuple], take_op: list[int], names: list[str],
+                   types: list[str], meta: dict) -> dict:
+    """Without whole collectives, HCCL's hardware tasks of one collective (same
+    connection id, else overlapping on one stream) merged into one op."""
+    n_op = len(take_op)
     hw = np.fromiter((rows[i][0] == "hw_comm" for i in take_op), bool, n_op)
-    if hw.sum() > 1:
-        conn_codes, conn_txt = _intern([_key(rows[i][9]) or "" if hw[k] else ""
-                                        for k, i in enumerate(take_op)])
-        key = np.where(np.array([t == "" for t in conn_txt], bool)[conn_codes], -1, conn_codes)
-        ops, _, merged = merge_collectives(ops, hw, key, names, types)
-        if merged:
-            meta["ascend_hccl_tasks_merged"] = merged
-    tl = make_timeline(path, FORMAT, streams, names, types, ops, waits, warnings=warnings,
-                       meta=meta)
-    if overlap:
-        st = from_overlap_analysis(path, overlap)
-        if st is not None:
-            attach(tl, st)
-    return tl
+    if hw.sum() <= 1:
+        return ops
+    conn_codes, conn_txt = _intern([_key(rows[i][9]) or "" if hw[k] else ""
+                                    for k, i in enumerate(take_op)])
+    key = np.where(np.array([t == "" for t in conn_txt], bool)[conn_codes], -1, conn_codes)
+    ops, _, merged = merge_collectives(ops, hw, key, names, types)
+    if merged:
+        meta["ascend_hccl_tasks_merged"] = merged
+    return ops
 
 
 def _claim_hccl_streams(rows: list[tuple], hccl: int) -> None:
