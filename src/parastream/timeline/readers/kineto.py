@@ -23,6 +23,7 @@ looked at, and never refuses a file.
 from __future__ import annotations
 
 import gc
+import math
 import multiprocessing as mp
 import re
 from collections import Counter
@@ -420,116 +421,167 @@ def _scan(events: list[_Event], odd: dict | None = None) -> dict:
 
     Runs in worker processes for big traces, so it returns plain lists and arrays."""
     odd = {} if odd is None else odd
-    no_ph = ranges = mtia_host = 0
+    routed = _route(events)
+    dev = _device_columns(routed.device, odd)
+    l_corr, l_ts, mtia_host = _launches(routed.launch)
+    f_id, f_ts = [], []
+    for e in routed.flows:
+        if (e.cat == "ac2g" or e.cat == "async_cpu_to_gpu") and e.id is not None:
+            f_id.append(_as_int(e.id))
+            f_ts.append(e.ts)
+    steps = [(int(m.group(1)), bytes(e.ts), e.dur) for e in routed.steps
+             if (m := _STEP.match(e.name))]
+    d_ts = dev.pop("ts")
+    # HTA rounds timestamps only when pandas holds them as floats
+    float_ts = any(b"." in bytes(t) or b"e" in bytes(t) for t in d_ts[:1000])
+    ts, ok1 = _times_ns(d_ts)
+    dur, ok2 = _dur_ns(dev.pop("dur"))
+    lts, lok = _times_ns(l_ts)
+    fts, fok = _times_ns(f_ts)
+    return {
+        "count": len(events), **dev, "ts": ts, "dur": dur, "ok": ok1 & ok2,
+        "l_corr": _int64(l_corr)[lok], "l_ts": lts[lok],
+        "f_id": _int64(f_id)[fok], "f_ts": fts[fok], "steps": steps, "float_ts": float_ts,
+        "odd": odd, "no_ph": routed.no_ph, "ranges": len(routed.ranges),
+        "mtia_host": mtia_host,
+    }
+
+
+class _Routed:
+    """The events the scan reads, by what it makes of them, each list in file order:
+    device work and stream syncs (their order decides the interning of names, streams and
+    waits), host launch calls, flow starts, range-profiler counters and ProfilerStep
+    spans; ``no_ph`` counts events without a phase."""
+
+    def __init__(self) -> None:
+        self.device: list[_Event] = []
+        self.launch: list[_Event] = []
+        self.flows: list[_Event] = []
+        self.ranges: list[_Event] = []
+        self.steps: list[_Event] = []
+        self.no_ph = 0
+
+
+def _route(events: list[_Event]) -> _Routed:
+    """Sort the events into :class:`_Routed`'s lists: one dict lookup per event."""
+    r = _Routed()
+    routes = {cat: r.device for cat in (*_CAT_INDEX, MTIA_CAT, "cuda_sync")}
+    routes.update({cat: r.launch for cat in ("cuda_runtime", "cuda_driver", "mtia_runtime")})
+    routes[PROFILER_RANGE_CAT] = r.ranges
+    steps, flows = r.steps, r.flows
+    no_ph = 0
+    for e in events:
+        ph = e.ph
+        if ph == "X":
+            bucket = routes.get(e.cat)
+            if bucket is not None:
+                bucket.append(e)
+            elif e.name.startswith("ProfilerStep#"):
+                steps.append(e)
+        elif ph == "s":
+            flows.append(e)
+        elif not ph:
+            no_ph += 1
+    r.no_ph = no_ph
+    return r
+
+
+#: category -> index into _CATS for the device loop; stream syncs (cuda_sync) are -1
+_DEVICE_INDEX = {**_CAT_INDEX, MTIA_CAT: _MTIA_INDEX, "cuda_sync": -1}
+
+
+def _device_columns(events: list[_Event], odd: dict) -> dict:
+    """The columns of device work (name, category, stream and device codes into the
+    tables of distinct values, raw ts, dur, grid blocks, correlation, occupancy, warps per
+    SM), and the stream waits and host-sync counts met among ``events`` (see
+    :func:`_sync_event`). Streams and devices fall back to the tid and pid."""
     names: dict = {}
     stream_labels: dict = {}
     device_labels: dict = {}
     d_name, d_cat, d_stream, d_dev, d_ts, d_dur, d_block, d_corr = ([] for _ in range(8))
     d_occ, d_warps = [], []  # NaN where the kernel records none
     nan = float("nan")
-    l_corr, l_ts, f_id, f_ts = [], [], [], []
-    waits, steps = [], []
+    waits: list[tuple] = []
     syncs: Counter = Counter()
-    cat_index = _CAT_INDEX
+    index, mtia, prod = _DEVICE_INDEX, _MTIA_INDEX, math.prod
     for e in events:
-        ph = e.ph
-        if ph == "X":
-            cat = e.cat
-            k = cat_index.get(cat)
-            if k is None and cat == MTIA_CAT:
-                nm = e.name
-                if nm == MTIA_WAIT:
-                    waits.append(_wait(e))
-                elif nm != MTIA_RECORD:
-                    k = _MTIA_INDEX
-            if k is not None:
-                a = e.args
-                nm = e.name
-                nc = names.get(nm)
-                if nc is None:
-                    nc = names[nm] = len(names)
-                d_name.append(nc)
-                d_cat.append(k)
-                if a is not None:
-                    st = a.stream if a.stream is not None else ("tid", e.tid)
-                    dv = a.device if a.device is not None else ("pid", e.pid)
-                    g = a.grid
-                    if g and g.__class__ is list:
-                        prod = 1
-                        for x in g:
-                            prod *= x
-                        d_block.append(prod)
-                    else:
-                        if g:  # text (as a Triton launch's): no block count
-                            _note(odd, "args.grid", g)
-                        d_block.append(-1)
-                    c = a.correlation
-                    d_corr.append(c if isinstance(c, int) else _as_int(c))
-                    o, w = a.occupancy, a.warps_per_sm
-                    d_occ.append(nan if o is None else o)
-                    d_warps.append(nan if w is None else w)
-                else:
-                    st, dv = ("tid", e.tid), ("pid", e.pid)
-                    d_block.append(-1)
-                    d_corr.append(-1)
-                    d_occ.append(nan)
-                    d_warps.append(nan)
-                sc = stream_labels.get(st)
-                if sc is None:
-                    sc = stream_labels[st] = len(stream_labels)
-                d_stream.append(sc)
-                dc = device_labels.get(dv)
-                if dc is None:
-                    dc = device_labels[dv] = len(device_labels)
-                d_dev.append(dc)
-                d_ts.append(e.ts)
-                d_dur.append(e.dur)
-            elif cat == "cuda_runtime" or cat == "cuda_driver":
-                a = e.args
-                if a is not None and a.correlation is not None:
-                    l_corr.append(_as_int(a.correlation))
-                    l_ts.append(e.ts)
-            elif cat == "cuda_sync":
-                if e.name == "Stream Wait Event":
-                    waits.append(_wait(e))
-                else:
-                    syncs[e.name] += 1
-            elif cat == "mtia_runtime":
-                mtia_host += 1
-                a = e.args
-                if a is not None and a.correlation is not None:
-                    l_corr.append(_as_int(a.correlation))
-                    l_ts.append(e.ts)
-            elif cat == PROFILER_RANGE_CAT:
-                ranges += 1
-            elif e.name.startswith("ProfilerStep#"):
-                m = _STEP.match(e.name)
-                if m:
-                    steps.append((int(m.group(1)), bytes(e.ts), e.dur))
-        elif ph == "s" and (e.cat == "ac2g" or e.cat == "async_cpu_to_gpu") and e.id is not None:
-            f_id.append(_as_int(e.id))
-            f_ts.append(e.ts)
-        elif not ph:
-            no_ph += 1
-    # HTA rounds timestamps only when pandas holds them as floats
-    float_ts = any(b"." in bytes(t) or b"e" in bytes(t) for t in d_ts[:1000])
-    ts, ok1 = _times_ns(d_ts)
-    dur, ok2 = _dur_ns(d_dur)
-    lts, lok = _times_ns(l_ts)
-    fts, fok = _times_ns(f_ts)
-    return {
-        "count": len(events), "names": list(names), "stream_labels": list(stream_labels),
-        "device_labels": list(device_labels),
-        "name": np.array(d_name, np.int32), "cat": np.array(d_cat, np.int8),
-        "stream": np.array(d_stream, np.int32), "dev": np.array(d_dev, np.int32),
-        "ts": ts, "dur": dur, "ok": ok1 & ok2, "block": _int64(d_block),
-        "corr": _int64(d_corr),
-        "occ": np.array(d_occ, np.float64), "warps": np.array(d_warps, np.float64),
-        "l_corr": _int64(l_corr)[lok], "l_ts": lts[lok],
-        "f_id": _int64(f_id)[fok], "f_ts": fts[fok],
-        "waits": waits, "steps": steps, "syncs": dict(syncs), "float_ts": float_ts,
-        "odd": odd, "no_ph": no_ph, "ranges": ranges, "mtia_host": mtia_host,
-    }
+        k = index[e.cat]
+        nm = e.name
+        if k < 0 or (k == mtia and (nm == MTIA_WAIT or nm == MTIA_RECORD)):
+            _sync_event(e, waits, syncs)
+            continue
+        nc = names.get(nm)
+        if nc is None:
+            nc = names[nm] = len(names)
+        d_name.append(nc)
+        d_cat.append(k)
+        a = e.args
+        if a is not None:
+            st = a.stream if a.stream is not None else ("tid", e.tid)
+            dv = a.device if a.device is not None else ("pid", e.pid)
+            g = a.grid
+            if g and g.__class__ is list:
+                d_block.append(prod(g))
+            else:
+                if g:  # text (as a Triton launch's): no block count
+                    _note(odd, "args.grid", g)
+                d_block.append(-1)
+            c = a.correlation
+            d_corr.append(c if isinstance(c, int) else _as_int(c))
+            o, w = a.occupancy, a.warps_per_sm
+            d_occ.append(nan if o is None else o)
+            d_warps.append(nan if w is None else w)
+        else:
+            st, dv = ("tid", e.tid), ("pid", e.pid)
+            d_block.append(-1)
+            d_corr.append(-1)
+            d_occ.append(nan)
+            d_warps.append(nan)
+        sc = stream_labels.get(st)
+        if sc is None:
+            sc = stream_labels[st] = len(stream_labels)
+        d_stream.append(sc)
+        dc = device_labels.get(dv)
+        if dc is None:
+            dc = device_labels[dv] = len(device_labels)
+        d_dev.append(dc)
+        d_ts.append(e.ts)
+        d_dur.append(e.dur)
+    return {"names": list(names), "stream_labels": list(stream_labels),
+            "device_labels": list(device_labels),
+            "name": np.array(d_name, np.int32), "cat": np.array(d_cat, np.int8),
+            "stream": np.array(d_stream, np.int32), "dev": np.array(d_dev, np.int32),
+            "ts": d_ts, "dur": d_dur, "block": _int64(d_block), "corr": _int64(d_corr),
+            "occ": np.array(d_occ, np.float64), "warps": np.array(d_warps, np.float64),
+            "waits": waits, "syncs": dict(syncs)}
+
+
+def _sync_event(e: _Event, waits: list[tuple], syncs: Counter) -> None:
+    """A stream sync among the device events: CUDA's Stream Wait Event and MTIA's
+    event_wait are waits; other cuda_sync events are host syncs, counted by name; MTIA's
+    event_record is a marker and skipped."""
+    if e.cat == "cuda_sync":
+        if e.name == "Stream Wait Event":
+            waits.append(_wait(e))
+        else:
+            syncs[e.name] += 1
+    elif e.name == MTIA_WAIT:
+        waits.append(_wait(e))
+
+
+def _launches(events: list[_Event]) -> tuple[list[int], list, int]:
+    """(correlation ids, raw ts) of the host launch calls that have a correlation, and
+    how many MTIA runtime calls there are."""
+    l_corr, l_ts = [], []
+    mtia_host = 0
+    for e in events:
+        if e.cat == "mtia_runtime":
+            mtia_host += 1
+        a = e.args
+        if a is not None and a.correlation is not None:
+            l_corr.append(_as_int(a.correlation))
+            l_ts.append(e.ts)
+    return l_corr, l_ts, mtia_host
 
 
 # Big traces are scanned by forked workers that read the document from this module-level
@@ -633,15 +685,11 @@ def _decode(path: str, data: bytes, warnings: list[str]) -> tuple[list[dict], _H
     pool = None
     _SHARED = data
     try:
-        guess = _EVENTS_KEY.search(data)
-        n_workers = _workers(len(data))
         early = None
-        if guess is not None and n_workers > 1:
-            g_lo = guess.end()  # just after '['
-            early_pieces = [(g_lo + x, g_lo + y) for x, y in _boundaries(memoryview(data)[g_lo:])]
-            if len(early_pieces) > 1:
-                pool = mp.get_context("fork").Pool(n_workers)
-                early = (g_lo, early_pieces, pool.map_async(_scan_piece, early_pieces, chunksize=1))
+        g_lo, pieces, n_workers = _early_pieces(data)
+        if len(pieces) > 1:
+            pool = mp.get_context("fork").Pool(n_workers)
+            early = (g_lo, pieces, pool.map_async(_scan_piece, pieces, chunksize=1))
         try:
             doc = msgspec.json.decode(data, type=_TraceHead)
         except msgspec.ValidationError:
@@ -657,30 +705,51 @@ def _decode(path: str, data: bytes, warnings: list[str]) -> tuple[list[dict], _H
         if off is None:  # not a view: work on a copy of the span
             data, off = bytes(memoryview(raw)), 0
             _SHARED = data
-        inner_lo, inner_hi = off + 1, off + len(memoryview(raw)) - 1
-        if early is not None and early[0] == inner_lo:
-            parts = []
-            for (x, y), r in zip(early[1], early[2].get()):
-                if y <= inner_hi:
-                    parts.append(r)
-                elif x < inner_hi:  # the piece that runs past the array's end
-                    parts.append(_scan_piece((x, inner_hi)))
-        else:
-            pieces = [(inner_lo + x, inner_lo + y) for x, y in
-                      _boundaries(memoryview(data)[inner_lo:inner_hi])]
-            if pool is not None and len(pieces) > 1:
-                parts = pool.map(_scan_piece, pieces, chunksize=1)
-            else:
-                parts = [_scan_piece(x) for x in pieces]
-        if "decode" in parts:
-            # a boundary fell inside a string or a nested object: decode the array whole
-            parts = [_scan(*_decode_events(memoryview(data)[off:inner_hi + 1]))]
-        return parts, head
+        return _scan_array(data, (off, off + len(memoryview(raw))), pool, early), head
     finally:
         _SHARED = None
         if pool is not None:
             pool.terminate()
             pool.join()
+
+
+def _early_pieces(data: bytes) -> tuple[int, list[tuple[int, int]], int]:
+    """For a trace big enough for worker processes: where the events array appears to
+    start (just after its ``[``), the pieces cut from there on, and the worker count;
+    no pieces otherwise."""
+    guess = _EVENTS_KEY.search(data)
+    n_workers = _workers(len(data))
+    if guess is None or n_workers <= 1:
+        return 0, [], n_workers
+    g_lo = guess.end()
+    return g_lo, [(g_lo + x, g_lo + y) for x, y in _boundaries(memoryview(data)[g_lo:])], n_workers
+
+
+def _scan_array(data: bytes, span: tuple[int, int], pool, early) -> list[dict]:
+    """The scanned pieces of the events array at ``data[span[0]:span[1]]`` (brackets
+    included): the early pieces when they started where the array does, else pieces cut
+    now (in the pool when there is one); the whole array at once when a cut fell inside
+    a value."""
+    off, stop = span
+    inner_lo, inner_hi = off + 1, stop - 1
+    if early is not None and early[0] == inner_lo:
+        parts = []
+        for (x, y), r in zip(early[1], early[2].get()):
+            if y <= inner_hi:
+                parts.append(r)
+            elif x < inner_hi:  # the piece that runs past the array's end
+                parts.append(_scan_piece((x, inner_hi)))
+    else:
+        pieces = [(inner_lo + x, inner_lo + y) for x, y in
+                  _boundaries(memoryview(data)[inner_lo:inner_hi])]
+        if pool is not None and len(pieces) > 1:
+            parts = pool.map(_scan_piece, pieces, chunksize=1)
+        else:
+            parts = [_scan_piece(x) for x in pieces]
+    if "decode" in parts:
+        # a boundary fell inside a string or a nested object: decode the array whole
+        parts = [_scan(*_decode_events(memoryview(data)[off:inner_hi + 1]))]
+    return parts
 
 
 def read(path: str) -> Timeline:
@@ -769,6 +838,8 @@ def sm_share(occupancy_pct: np.ndarray, warps_per_sm: np.ndarray, max_threads_pe
 
 
 def _build(path: str, parts: list[dict], trace: _Head, warnings: list[str]) -> Timeline:
+    """The timeline of the scanned pieces: one device (the busiest), kinds and cores,
+    launch times, steps, waits, device facts, and HTA's overlap figure of the file."""
     count = sum(p["count"] for p in parts)
     n_dev = sum(p["name"].size for p in parts)
     if n_dev == 0:
@@ -776,23 +847,49 @@ def _build(path: str, parts: list[dict], trace: _Head, warnings: list[str]) -> T
             raise InputError(path, "empty trace: traceEvents has no events")
         raise InputError(path, _no_device_activity(parts))
     warnings.extend(_decode_warnings(parts))
-    streams, names, devices = Interner(), Interner(), Interner()
+    streams, names = Interner(), Interner()
     name = _merge_codes(parts, "name", "names", names, str)
     stream = _merge_codes(parts, "stream", "stream_labels", streams, _label_text)
-    dev = _merge_codes(parts, "dev", "device_labels", devices, _label_text)
-    cat = np.concatenate([p["cat"] for p in parts])
-    starts = np.concatenate([p["ts"] for p in parts])
-    durs = np.concatenate([p["dur"] for p in parts])
-    usable = np.concatenate([p["ok"] for p in parts])  # every device: HTA pools them
-    ok = usable.copy()  # the analysed device only
-    block = np.concatenate([p["block"] for p in parts])
-    corr = np.concatenate([p["corr"] for p in parts])
-    occ = np.concatenate([p["occ"] for p in parts])
-    warps = np.concatenate([p["warps"] for p in parts])
+    col = {k: np.concatenate([p[k] for p in parts])
+           for k in ("cat", "ts", "dur", "ok", "block", "corr", "occ", "warps", "l_corr", "l_ts")}
+    usable = col["ok"]  # every device: HTA pools them
+    device_id, ok = _one_device(path, parts, usable, warnings)
+    kind, core = _kinds_and_cores(col["cat"], name, names)
+    starts, durs = col["ts"], col["dur"]
+    launch, runtime_launch = _launch_times(parts, col)
+    steps = _Steps(parts)
+    # a kernel belongs to the step in which it was launched (GPU work lags the CPU)
+    step = steps.of(np.where(launch >= 0, launch, starts))
+    waits = _Waits(parts, names, col)
+    hta = _hta_figure(parts, names, np.concatenate([name[usable], waits.name[waits.good]]),
+                      np.concatenate([starts[usable], waits.ts[waits.good]]),
+                      np.concatenate([durs[usable], waits.dur[waits.good]]),
+                      np.concatenate([runtime_launch[usable], waits.launch[waits.good]]),
+                      steps.ids, steps.start[steps.start_ok])
+    ops = dict(stream=stream[ok], name=name[ok], type=col["cat"][ok].astype(np.int32),
+               start_ns=starts[ok], end_ns=(starts + durs)[ok], kind=kind[ok],
+               core=core[ok],
+               block_dim=np.clip(col["block"][ok], -1, np.iinfo(np.int32).max).astype(np.int32),
+               mix_block_dim=np.full(int(ok.sum()), -1, np.int32), step=step[ok],
+               launch_ns=launch[ok])
+    wait_cols = waits.columns(streams)
+    device, share = _device_info(trace, device_id, col["occ"], col["warps"], warnings)
+    ops["sm_share"] = share[ok]
+    meta = _meta(path, trace, device_id, parts)
+    meta["hta_comm_comp_overlap_pct"] = hta
+    return make_timeline(path, FORMAT, streams.values, names.values, Interner(_CATS).values,
+                         ops, wait_cols, device=device, warnings=warnings, meta=meta)
 
-    # One capture is one device: keep the device with the most device events.
+
+def _one_device(path: str, parts: list[dict], usable: np.ndarray, warnings: list[str]
+                ) -> tuple[str, np.ndarray]:
+    """One capture is one device: the device with the most usable ops (one whose ops all
+    lack a time is no capture), and per op whether it is usable and on that device.
+    InputError when no op is usable."""
+    devices = Interner()
+    dev = _merge_codes(parts, "dev", "device_labels", devices, _label_text)
+    ok = usable.copy()
     dev_count = np.bincount(dev, minlength=len(devices.values))
-    # the device with the most usable ops (one whose ops all lack a time is no capture)
     best = int(np.argmax(np.bincount(dev[usable], minlength=len(devices.values))))
     device_id = devices.values[best]
     if (dev_count > 0).sum() > 1:
@@ -801,14 +898,18 @@ def _build(path: str, parts: list[dict], trace: _Head, warnings: list[str]) -> T
                         f"skipped device(s) {', '.join(sorted(others))} "
                         f"({int(dev_count.sum() - dev_count[best])} ops)")
         ok &= dev == best
-    bad_time = ~usable
     if not (ok & usable).any():
-        raise InputError(path, f"none of the trace's {n_dev} device op(s) has a usable ts and "
-                               "dur (numbers, dur not negative)")
-    if bad_time.any():
-        warnings.append(f"skipped {int(bad_time.sum())} device op(s) without a usable ts/dur")
+        raise InputError(path, f"none of the trace's {dev.size} device op(s) has a usable ts "
+                               "and dur (numbers, dur not negative)")
+    if not usable.all():
+        warnings.append(f"skipped {int((~usable).sum())} device op(s) without a usable ts/dur")
+    return device_id, ok
 
-    # kind per (category, name): the comm regex runs once per distinct kernel name
+
+def _kinds_and_cores(cat: np.ndarray, name: np.ndarray, names: Interner
+                     ) -> tuple[np.ndarray, np.ndarray]:
+    """Per op: kind by category, communication kernels by name (the regex runs once per
+    distinct name); core CUDA, MTIA copies DMA and other MTIA commands unknown."""
     kind = _CAT_KIND[cat].copy()
     mtia = cat == _MTIA_INDEX
     kind[(kind == KIND_COMPUTE) & ~mtia & value_flags(names.values, COMM_NAME.search)[name]] = \
@@ -819,64 +920,77 @@ def _build(path: str, parts: list[dict], trace: _Head, warnings: list[str]) -> T
         kind[dma] = KIND_MEMCPY
         core[mtia] = core_code("")
         core[dma] = core_code("DMA")
+    return kind, core
 
-    l_corr = np.concatenate([p["l_corr"] for p in parts])
-    l_ts = np.concatenate([p["l_ts"] for p in parts])
-    launch = _join(corr, l_corr, l_ts)
-    runtime_launch = launch.copy()
+
+def _launch_times(parts: list[dict], col: dict) -> tuple[np.ndarray, np.ndarray]:
+    """Per op, its host launch time (-1 unknown): the runtime call with its correlation
+    id, else the start of its ac2g flow; and the runtime call's alone (HTA's)."""
+    corr = col["corr"]
+    runtime_launch = _join(corr, col["l_corr"], col["l_ts"])
+    launch = runtime_launch.copy()
     missing = launch < 0
     if missing.any():
-        flow = _join(corr[missing], np.concatenate([p["f_id"] for p in parts]),
-                     np.concatenate([p["f_ts"] for p in parts]))
-        launch[missing] = flow
+        launch[missing] = _join(corr[missing], np.concatenate([p["f_id"] for p in parts]),
+                                np.concatenate([p["f_ts"] for p in parts]))
+    return launch, runtime_launch
 
-    steps = [s for p in parts for s in p["steps"]]
-    st_ids = np.array([s for s, _, _ in steps], np.int32)
-    st_start, st_ok = _times_ns([t for _, t, _ in steps])
-    st_dur, st_ok2 = _dur_ns([d for _, _, d in steps])
-    keep = st_ok & st_ok2
-    # a kernel belongs to the step in which it was launched (GPU work lags the CPU)
-    step = window_ids(st_start[keep], (st_start + st_dur)[keep], st_ids[keep],
-                      np.where(launch >= 0, launch, starts))
 
-    # Stream Wait Events: parsed once, for HTA's figure (all of them) and the timeline's waits
-    waits = [w for p in parts for w in p["waits"]]
-    w_name = np.array([names.code(w[2]) for w in waits], np.int32)
-    w_ts, w_ok = _times_ns([w[3] for w in waits])
-    w_dur, w_ok2 = _dur_ns([w[4] for w in waits])
-    w_good = w_ok & w_ok2
-    w_launch = _join(_int64([w[5] for w in waits]), l_corr, l_ts)
-    hta = _hta_figure(parts, names, np.concatenate([name[usable], w_name[w_good]]),
-                      np.concatenate([starts[usable], w_ts[w_good]]),
-                      np.concatenate([durs[usable], w_dur[w_good]]),
-                      np.concatenate([runtime_launch[usable], w_launch[w_good]]),
-                      st_ids, st_start[st_ok])
-    types = Interner(_CATS)
-    n_ok = int(ok.sum())
-    ops = dict(stream=stream[ok], name=name[ok], type=cat[ok].astype(np.int32),
-               start_ns=starts[ok], end_ns=(starts + durs)[ok], kind=kind[ok],
-               core=core[ok],
-               block_dim=np.clip(block[ok], -1, np.iinfo(np.int32).max).astype(np.int32),
-               mix_block_dim=np.full(n_ok, -1, np.int32), step=step[ok], launch_ns=launch[ok])
+class _Steps:
+    """The ProfilerStep#N spans: ids, starts (``start_ok``: parsed) and ends."""
 
-    w_stream = np.full(len(waits), -1, np.int32)
-    w_on = np.full(len(waits), -1, np.int32)
-    for i, w in enumerate(waits):  # interned in file order, as the op lanes were
-        s = stream_label(w[0])
-        if s is None or s == "-1":
-            continue  # a wait on no stream cannot be placed on a lane
-        w_stream[i] = streams.code(s)
-        o = stream_label(w[1])
-        if o is not None and o != "-1":
-            w_on[i] = streams.code(o)
-    wait_cols = None
-    placed = w_stream >= 0
-    if placed.any():
-        wk = placed & w_good
-        wait_cols = dict(wait_stream=w_stream[wk], wait_on=w_on[wk], wait_start_ns=w_ts[wk],
-                         wait_end_ns=(w_ts + w_dur)[wk], wait_name=w_name[wk])
+    def __init__(self, parts: list[dict]) -> None:
+        steps = [s for p in parts for s in p["steps"]]
+        self.ids = np.array([s for s, _, _ in steps], np.int32)
+        self.start, self.start_ok = _times_ns([t for _, t, _ in steps])
+        self.dur, dur_ok = _dur_ns([d for _, _, d in steps])
+        self.keep = self.start_ok & dur_ok
 
-    device = DeviceInfo()
+    def of(self, t: np.ndarray) -> np.ndarray:
+        """The step whose span holds each time, -1 for none."""
+        k = self.keep
+        return window_ids(self.start[k], (self.start + self.dur)[k], self.ids[k], t)
+
+
+class _Waits:
+    """The stream waits of the trace, parsed once for HTA's figure (all of them) and the
+    timeline's waits: name codes, start, duration (``good``: both parsed) and launch."""
+
+    def __init__(self, parts: list[dict], names: Interner, col: dict) -> None:
+        self.rows = [w for p in parts for w in p["waits"]]
+        rows = self.rows
+        self.name = np.array([names.code(w[2]) for w in rows], np.int32)
+        self.ts, ts_ok = _times_ns([w[3] for w in rows])
+        self.dur, dur_ok = _dur_ns([w[4] for w in rows])
+        self.good = ts_ok & dur_ok
+        self.launch = _join(_int64([w[5] for w in rows]), col["l_corr"], col["l_ts"])
+
+    def columns(self, streams: Interner) -> dict | None:
+        """The wait columns of the waits placed on a stream (stream codes interned in file
+        order, after the op lanes); None when no wait names a stream."""
+        n = len(self.rows)
+        w_stream = np.full(n, -1, np.int32)
+        w_on = np.full(n, -1, np.int32)
+        for i, w in enumerate(self.rows):
+            s = stream_label(w[0])
+            if s is None or s == "-1":
+                continue  # a wait on no stream cannot be placed on a lane
+            w_stream[i] = streams.code(s)
+            o = stream_label(w[1])
+            if o is not None and o != "-1":
+                w_on[i] = streams.code(o)
+        placed = w_stream >= 0
+        if not placed.any():
+            return None
+        wk = placed & self.good
+        return dict(wait_stream=w_stream[wk], wait_on=w_on[wk], wait_start_ns=self.ts[wk],
+                    wait_end_ns=(self.ts + self.dur)[wk], wait_name=self.name[wk])
+
+
+def _device_info(trace: _Head, device_id: str, occ: np.ndarray, warps: np.ndarray,
+                 warnings: list[str]) -> tuple[DeviceInfo, np.ndarray]:
+    """The analysed device's name and SM count from deviceProperties (the entry with its
+    id, or the only one), and each kernel's SM share (see :func:`sm_share`)."""
     props = trace.deviceProperties or []
     for p in props:
         if stream_label(p.id) == device_id or len(props) == 1:
@@ -885,36 +999,38 @@ def _build(path: str, parts: list[dict], trace: _Head, warnings: list[str]) -> T
                 warnings.append(f"deviceProperties numSms {sms} ignored (not a plausible "
                                 "multiprocessor count)")
                 sms = None
-            device = DeviceInfo(name=p.name, sm_count=sms)
-            ops["sm_share"] = sm_share(occ, warps, p.maxThreadsPerMultiprocessor,
-                                       p.warpSize)[ok]
-            break
-    if "sm_share" not in ops:
-        ops["sm_share"] = sm_share(occ, warps, None, None)[ok]
+            return (DeviceInfo(name=p.name, sm_count=sms),
+                    sm_share(occ, warps, p.maxThreadsPerMultiprocessor, p.warpSize))
+    return DeviceInfo(), sm_share(occ, warps, None, None)
+
+
+def _meta(path: str, trace: _Head, device_id: str, parts: list[dict]) -> dict:
+    """The capture's facts: device id, trace name, rank, world size and backend from
+    distributedInfo (ranks must be whole numbers: InputError otherwise), host syncs."""
     meta: dict = {"device_id": device_id}
     if isinstance(trace.traceName, str) and trace.traceName:
         meta["trace_name"] = trace.traceName
-    if trace.distributedInfo:
-        for k in ("rank", "world_size", "backend"):
-            if k not in trace.distributedInfo:
-                continue
-            v = trace.distributedInfo[k]
-            if k != "backend" and v is not None and not (isinstance(v, int)
-                                                         and not isinstance(v, bool)):
-                # ranks are sorted and compared across files: a whole number or nothing
-                s = v.strip() if isinstance(v, str) else ""
-                if not (s.isascii() and s.isdigit()):
-                    raise InputError(path, f"distributedInfo.{k} is {v!r}, not a whole number")
-                v = int(s)
-            meta[k] = v
+    dist = trace.distributedInfo or {}
+    for k in ("rank", "world_size", "backend"):
+        if k in dist:
+            meta[k] = dist[k] if k == "backend" else _whole(path, k, dist[k])
     syncs: Counter = Counter()
     for p in parts:
         syncs.update(p["syncs"])
     if syncs:
         meta["host_syncs"] = dict(syncs)
-    meta["hta_comm_comp_overlap_pct"] = hta
-    return make_timeline(path, FORMAT, streams.values, names.values, types.values, ops,
-                         wait_cols, device=device, warnings=warnings, meta=meta)
+    return meta
+
+
+def _whole(path: str, key: str, v: object) -> int | None:
+    """A distributedInfo rank or world size: ranks are sorted and compared across files,
+    so a whole number (text of digits is read) or nothing."""
+    if v is None or (isinstance(v, int) and not isinstance(v, bool)):
+        return v  # type: ignore[return-value]
+    s = v.strip() if isinstance(v, str) else ""
+    if not (s.isascii() and s.isdigit()):
+        raise InputError(path, f"distributedInfo.{key} is {v!r}, not a whole number")
+    return int(s)
 
 
 def _join(keys: np.ndarray, table_keys: np.ndarray, table_vals: np.ndarray) -> np.ndarray:
