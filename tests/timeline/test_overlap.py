@@ -288,8 +288,9 @@ def test_zero_length_side_ops_have_no_busy_time():
 
 
 def test_domain_example_false_point_and_barrier():
-    """The seed's worked example: side window [1615.25, 1634.75] us, dominator in_proj_qkv
-    [1638.00, 1660.75] us, overlap 0 -> false; barrier = Cast+Swish."""
+    """The worked example (examples/make_seed_example.py): side window [1615.25, 1634.75]
+    us, dominator in_proj_qkv [1638.00, 1660.75] us, overlap 0 -> false; barrier =
+    Cast+Swish."""
     b = TimelineBuilder("d", "test")
     b.add_op("main", "prev", 1_600_000, 1_610_000)
     b.add_op("side", "side_pre", 1_615_250, 1_634_750)
@@ -356,7 +357,7 @@ def test_find_dominators_big_enough_rule_for_every_window():
 def test_envelope_spanning_the_dominator_is_not_true():
     """The users' case: a long side window whose ops ran only while main was idle (before
     and after a 20 us kernel) "contains" the kernel: overlap_pct 1.0, yet nothing ran side by
-    side. The seed's overlap_pct stays; the verdict says envelope-only (counted as false)."""
+    side. The envelope's overlap_pct stays; the verdict says envelope-only (counted as false)."""
     b = TimelineBuilder("env", "test")
     b.add_op("side", "hcom_a", 0, 100_000)
     b.add_op("main", "k", 100_000, 120_000)
@@ -379,7 +380,7 @@ def test_verdict_envelope_only_thresholds():
     assert verdict(0.3, 0.0501) == "partial"
     assert verdict(0.6, 0.2) == "true"
     assert verdict(0.04, 0.0) == "false"
-    assert verdict(1.0) == "true"  # busy overlap not given: the seed's verdict
+    assert verdict(1.0) == "true"  # busy overlap not given: the envelope's verdict
 
 
 def _test_traces() -> list[str]:

@@ -1,4 +1,4 @@
-"""The seed's worked example: a false verdict with a Cast+Swish barrier.
+"""The worked example of examples/make_seed_example.py: a false verdict with a Cast+Swish barrier.
 
     side_window [1615.25, 1634.75] us, dominator in_proj_qkv [1638.00, 1660.75] us,
     overlap 0 us, overlap_pct 0 -> false; barrier = ops 55-56 (Cast+Swish)

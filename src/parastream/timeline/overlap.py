@@ -1,6 +1,6 @@
 """Parallel points: side windows, their dominators, overlap_pct, verdicts and barriers.
 
-Definitions follow the seed's timeline overlap check::
+Definitions (a side window against the one main-stream op it should hide behind)::
 
     side_window = [min(side_op.start), max(side_op.end)]
     main_window = [dominator.start, dominator.end]
@@ -10,7 +10,7 @@ Definitions follow the seed's timeline overlap check::
 true parallel >= 0.5, false <= 0.05, partial in between. Because the side window is an
 envelope and the dominator one op, every point also carries ``busy_overlap_pct``: the
 share of the side ops' busy time that some main-stream op covers. ``overlap_pct`` stays
-exactly the seed's figure, but a point whose envelope says true or partial while its side
+exactly the figure defined above, but a point whose envelope says true or partial while its side
 ops never ran beside main work (busy overlap at or below the false threshold) gets the
 verdict ``envelope-only``, counted with the false ones: an idle-gapped side window that
 merely spans the dominator proves nothing.
@@ -38,7 +38,7 @@ BARRIER_SLACK_NS = 5_000
 
 
 def verdict(overlap_pct: float, busy_overlap_pct: float | None = None) -> str:
-    """The seed's verdict for an overlap_pct; ``envelope-only`` when the envelope says true
+    """The verdict for an overlap_pct; ``envelope-only`` when the envelope says true
     or partial but the side ops' busy time overlapped main work at most
     :data:`FALSE_AT` (``busy_overlap_pct`` None: not checked)."""
     if overlap_pct <= FALSE_AT:

@@ -60,8 +60,7 @@ def _plain_us_to_ns(s: pa.ChunkedArray | pa.Array) -> np.ndarray:
 
     The text without its decimal point is one integer ``D`` with ``f`` decimals, so
     ``ns = D * 10**(3-f)``; with more than three decimals the fourth one rounds half up, as
-    in :func:`us_text_to_ns`. Four Arrow kernels and some numpy: ~0.1 s per
-    million values.
+    in :func:`us_text_to_ns`. Four Arrow kernels and some numpy, no Python per value.
     """
     dot = filled_numpy(pc.find_substring(s, "."), -1).astype(np.int64)
     length = filled_numpy(pc.binary_length(s), 0).astype(np.int64)

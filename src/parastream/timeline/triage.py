@@ -1,6 +1,6 @@
 """Baseline triage: why a multi-stream capture is (not) faster than the single-stream one.
 
-Strictly in the seed's order: **3a** the side stream never ran;
+Strictly in this order: **3a** the side stream never ran;
 **3b** false parallelism (ids split, overlap_pct <= 0.05 or parallelism <= 1.05x; find
 the barrier); only then **3c** true overlap without a lower wall (core contention, long
 tails of TransData/BroadcastTo/MemSet, any op > 5x its baseline, host-bound gaps, more
