@@ -1,0 +1,35 @@
+"""``parastream.workflow.pipeline.pipeline``: the pipeline demo as a library call."""
+
+from __future__ import annotations
+
+import pytest
+
+from parastream.errors import InputError
+from parastream.workflow.pipeline import PipelineResult, pipeline
+
+pytest.importorskip("torch")
+pytest.importorskip("PIL")
+
+
+def test_pipeline_returns_the_comparison_and_both_timelines():
+    r = pipeline(items=4, batch=2, replicas={"decode": 2}, depth=2)
+    assert isinstance(r, PipelineResult)
+    doc = r.to_dict()
+    # the document 'parastream pipeline --format json' writes: no timelines in it
+    assert list(doc) == ["device", "items", "images_per_item", "plan", "replicas", "depth",
+                         "ordered", "serial", "pipelined", "speedup", "efficiency",
+                         "bottleneck", "bottleneck_utilization", "outputs_identical",
+                         "in_order"]
+    assert doc["items"] == 4 and doc["images_per_item"] == 2 and doc["depth"] == 2
+    assert doc["replicas"]["decode"] == 2 and doc["outputs_identical"] and doc["in_order"]
+    assert doc["pipelined"]["counts"] == {"completed": 4, "failed": 0, "cancelled": 0}
+    assert len(r.serial_timeline) > 0 and len(r.pipelined_timeline) > 0
+
+
+@pytest.mark.parametrize("kw, msg", [({"items": 0}, "--items must be from 1"),
+                                     ({"batch": 10**6}, "--batch must be from 1"),
+                                     ({"threads": 0}, "--threads must be from 1"),
+                                     ({"depth": 0}, "--depth must be >= 1")])
+def test_sizes_out_of_bounds_are_refused_before_any_work(kw, msg):
+    with pytest.raises(InputError, match=msg):
+        pipeline(**kw)
