@@ -126,7 +126,7 @@ def _call_shape(inputs: tuple, kwargs: dict, constants: bool = True
     trace): also the non-tensor leaves that can be written as literals, each with what it
     is (``argument 1``, ``keyword 'scale'``, ``argument 0[1]`` inside a tuple argument), and
     the tensor leaves' shapes and dtypes, which the graph is specialised to (another
-    shape ran the traced slices and views and gave a wrong result without an error)."""
+    shape would run the traced slices and views and give a wrong result, no error)."""
     import torch
     from torch.utils import _pytree as pytree
 
@@ -420,8 +420,9 @@ class _Writer:
 
 def bad_class_name(name: str, label: str = "class name") -> str | None:
     """Why ``name`` cannot name the generated class, or None: not a Python name, a keyword,
-    or a name the module binds itself (``ENABLED`` shadowed the switch, ``torch`` broke
-    the module at call time). ``label`` names it in the message (``--class-name``)."""
+    or a name the module binds itself (a class named ``ENABLED`` would shadow the switch,
+    one named ``torch`` break the module at call time). ``label`` names it in the message
+    (``--class-name``)."""
     if not name.isidentifier() or keyword.iskeyword(name):
         return f"{label} {name!r} is not a Python name a class can have"
     if name in RESERVED_NAMES:

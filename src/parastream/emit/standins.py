@@ -349,6 +349,29 @@ def run(gen: Any, model: Any, inputs: tuple, kwargs: dict | None = None) -> Run:
     return Run(out, api.recorder, ids, long_lived)
 
 
+#: the calls a generated op-level module may make, per target
+_KINDS = {
+    "torchair": {"switch_enter", "switch_exit", "wait_tensor", "limit_enter", "limit_exit",
+                 "op"},
+    "npugraph_ex": {"stream_create", "device_enter", "stream_enter", "stream_exit",
+                    "event_create", "event_record", "event_wait", "wait_stream",
+                    "record_stream", "limit_enter", "limit_exit", "op"},
+    "cuda": {"stream_create", "device_enter", "stream_enter", "stream_exit", "event_create",
+             "event_record", "event_wait", "wait_stream", "record_stream", "op"},
+}
+#: the calls a module-level patch may make, per target (``host_enter``: the patched
+#: forward began)
+_PATCH_KINDS = {
+    "torchair": {"switch_enter", "switch_exit", "wait_tensor", "limit_enter", "limit_exit",
+                 "op", "host_enter"},
+    "npugraph_ex": {"host_enter", "stream_create", "device_enter", "stream_enter",
+                    "stream_exit", "event_create", "event_record", "event_wait",
+                    "record_stream", "limit_enter", "limit_exit", "op"},
+    "cuda": {"host_enter", "stream_create", "device_enter", "stream_enter", "stream_exit",
+             "event_create", "event_record", "event_wait", "record_stream", "op"},
+}
+
+
 def check(r: Run, gen: Any, graph: Any = None) -> list[str]:
     """Problems with a recorded run of generated module ``gen`` (empty = none).
 
@@ -357,18 +380,7 @@ def check(r: Run, gen: Any, graph: Any = None) -> list[str]:
     problems: list[str] = []
     rec = r.recorder
     target = gen.TARGET
-    allowed = {
-        "torchair": {"switch_enter", "switch_exit", "wait_tensor", "limit_enter", "limit_exit",
-                     "op"},
-        "npugraph_ex": {"stream_create", "device_enter", "stream_enter", "stream_exit", "event_create",
-                        "event_record", "event_wait", "wait_stream", "record_stream",
-                        "limit_enter", "limit_exit", "op"},
-        "cuda": {"stream_create", "device_enter", "stream_enter", "stream_exit", "event_create", "event_record",
-                 "event_wait", "wait_stream", "record_stream", "op"},
-    }[target]
-    odd = sorted({c.kind for c in rec.calls} - allowed)
-    if odd:
-        problems.append(f"calls outside the {target} API: {', '.join(odd)}")
+    problems += _outside_api(rec, _KINDS[target], target)
     ops = [c for c in rec.calls if c.kind == "op"]
     calls = list(gen.CALLS)
     if len(ops) != len(calls) or any(str(c.info["func"]) != op
@@ -450,77 +462,124 @@ def _check_torchair(rec: Recorder, gen: Any, entry: dict, outputs: list) -> list
     return problems
 
 
+class _Replay:
+    """Vector clocks over a recorded run's issue order: each stream's clock, each op's and
+    each recorded event's, each stream's first op, and the streams that waited on a fork
+    before their first op. An event waited before it is recorded is noted in ``problems``."""
+
+    def __init__(self, problems: list[str], fork_from: Any = None) -> None:
+        self.problems = problems
+        self.fork_from = fork_from   # the stream a fork event is recorded on; None: any
+        self.clock: dict[Any, dict[Any, int]] = {}
+        self.ev_clock: dict[int, dict[Any, int]] = {}
+        self.ev_stream: dict[int, Any] = {}
+        self.op_clock: dict[int, dict[Any, int]] = {}
+        self.first_op: dict[Any, int] = {}
+        self.forked: set[Any] = set()
+
+    def step(self, pos: int, c: Call) -> dict[Any, int]:
+        """Advance over call ``c`` at position ``pos``; returns its stream's clock."""
+        s = c.stream
+        clk = self.clock.setdefault(s, {})
+        if c.kind == "op":
+            clk[s] = clk.get(s, 0) + 1
+            self.op_clock[id(c)] = dict(clk)
+            self.first_op.setdefault(s, pos)
+        elif c.kind == "event_record":
+            self.ev_clock[c.info["event"]] = dict(clk)
+            self.ev_stream[c.info["event"]] = s
+        elif c.kind == "event_wait":
+            e = c.info["event"]
+            if not _join_event(clk, self.ev_clock, e, s, self.problems):
+                return clk
+            if self.fork_from in (None, self.ev_stream[e]) and s not in self.first_op:
+                self.forked.add(s)
+        return clk
+
+    def unforked(self, s: Any) -> bool:
+        """Whether side stream ``s`` ran ops without first waiting on the origin stream."""
+        return s in self.first_op and s not in self.forked
+
+
 def _check_streams(r: Run, gen: Any, entry: dict, graph: Any, outputs: list,
                    real: set[str]) -> list[str]:
+    """npugraph_ex / cuda: forks, joins, every cross-stream edge ordered and
+    record_stream-ed, no unordered read, returned side-stream tensors recorded to the
+    origin stream, one wait per plan event."""
     problems: list[str] = []
     rec = r.recorder
     origin = r.stream_ids[0]
     sides = [r.stream_ids[s] for s in gen.SIDE_STREAMS]
-    # vector clocks over the recorded issue order
-    clock: dict[Any, dict[Any, int]] = {}
-    ev_clock: dict[int, dict[Any, int]] = {}
-    ev_stream: dict[int, Any] = {}
-    op_clock: dict[int, dict[Any, int]] = {}
-    forked: set[Any] = set()
-    first_op: dict[Any, int] = {}
+    replay = _Replay(problems, fork_from=origin)
     rs_calls: list[tuple[int, int | None, Any]] = []   # (position, storage, to stream)
     is_real = {id(c) for name, c in entry.items() if name in real}
     last_real: dict[Any, int] = {}   # clock of each stream's last planned op (views are free)
     for pos, c in enumerate(rec.calls):
-        s = c.stream
-        clk = clock.setdefault(s, {})
-        if c.kind == "op":
-            clk[s] = clk.get(s, 0) + 1
-            op_clock[id(c)] = dict(clk)
-            first_op.setdefault(s, pos)
-            if id(c) in is_real:
-                last_real[s] = clk[s]
-        elif c.kind == "event_record":
-            ev_clock[c.info["event"]] = dict(clk)
-            ev_stream[c.info["event"]] = s
-        elif c.kind == "event_wait":
-            e = c.info["event"]
-            if not _join_event(clk, ev_clock, e, s, problems):
-                continue
-            if ev_stream[e] == origin and s not in first_op:
-                forked.add(s)
+        clk = replay.step(pos, c)
+        if c.kind == "op" and id(c) in is_real:
+            last_real[c.stream] = clk[c.stream]
         elif c.kind == "wait_stream":
-            for k, v in clock.setdefault(c.info["other"], {}).items():
-                clk[k] = max(clk.get(k, 0), v)
-            if c.info["other"] == origin and s not in first_op:
-                forked.add(s)
+            _wait_stream(replay, clk, c, origin)
         elif c.kind == "record_stream":
             rs_calls.append((pos, _storage(c.info["tensor"]), c.info["to"]))
     for s in sides:
-        if s in first_op and s not in forked:
+        if replay.unforked(s):
             problems.append(f"side stream {s} runs ops without first waiting on the origin "
                             "stream (no fork)")
         last = last_real.get(s, 0)
-        if last and clock.get(origin, {}).get(s, 0) < last:
+        if last and replay.clock.get(origin, {}).get(s, 0) < last:
             problems.append(f"side stream {s} is not joined into the origin stream at the end")
-    # every cross-stream dependency of the graph is ordered
-    pos_of = {id(c): i for i, c in enumerate(rec.calls)}
     if graph is not None:
-        for e in graph.edges:
-            cu, cv = entry.get(e.src), entry.get(e.dst)
-            if cu is None or cv is None or cu.stream == cv.stream:
-                continue
-            need = op_clock[id(cu)][cu.stream]
-            if op_clock[id(cv)].get(cu.stream, 0) < need:
-                problems.append(f"{e.type} edge {e.src} -> {e.dst} crosses streams "
-                                f"{cu.stream} -> {cv.stream} without an event ordering it")
-            if e.type != "data":
-                continue
-            made = {_storage(t) for t in _outputs_of(cu)} - {None} - r.long_lived
-            read = {_storage(t) for t in cv.info["args"]} & made
-            for st in read:
-                if not any(p < pos_of[id(cv)] and sto == st and to == cv.stream
-                           for p, sto, to in rs_calls):
-                    problems.append(f"{e.src} -> {e.dst}: a tensor made on stream {cu.stream} "
-                                    f"and read on stream {cv.stream} is not record_stream-ed")
-    problems += _unordered_reads(rec, op_clock, r.long_lived)
-    # returned tensors made on a side stream are recorded onto the origin stream
-    producers = _allocating_streams(rec)
+        problems += _edge_problems(r, entry, graph, replay.op_clock, rs_calls)
+    problems += _unordered_reads(rec, replay.op_clock, r.long_lived)
+    problems += _returned_unrecorded(r, outputs, rs_calls, origin)
+    # the plan's events: one record after each recorded op, one wait per event
+    waits = rec.count("event_wait") - (len(sides) if sides else 0)
+    if waits != len(gen.EVENTS):
+        problems.append(f"{waits} event waits for {len(gen.EVENTS)} plan events")
+    return problems
+
+
+def _wait_stream(replay: _Replay, clk: dict, c: Call, origin: Any) -> None:
+    """``wait_stream``: the waiting stream's clock takes the other's maxima (a fork when
+    the other is the origin stream and the waiting one has run nothing yet)."""
+    for k, v in replay.clock.setdefault(c.info["other"], {}).items():
+        clk[k] = max(clk.get(k, 0), v)
+    if c.info["other"] == origin and c.stream not in replay.first_op:
+        replay.forked.add(c.stream)
+
+
+def _edge_problems(r: Run, entry: dict, graph: Any, op_clock: dict[int, dict[Any, int]],
+                   rs_calls: list[tuple[int, int | None, Any]]) -> list[str]:
+    """Every cross-stream edge of the graph ordered by an event, and every tensor a data
+    edge carries across streams record_stream-ed to the reader's stream before the read."""
+    problems: list[str] = []
+    pos_of = {id(c): i for i, c in enumerate(r.recorder.calls)}
+    for e in graph.edges:
+        cu, cv = entry.get(e.src), entry.get(e.dst)
+        if cu is None or cv is None or cu.stream == cv.stream:
+            continue
+        need = op_clock[id(cu)][cu.stream]
+        if op_clock[id(cv)].get(cu.stream, 0) < need:
+            problems.append(f"{e.type} edge {e.src} -> {e.dst} crosses streams "
+                            f"{cu.stream} -> {cv.stream} without an event ordering it")
+        if e.type != "data":
+            continue
+        made = {_storage(t) for t in _outputs_of(cu)} - {None} - r.long_lived
+        for st in {_storage(t) for t in cv.info["args"]} & made:
+            if not any(p < pos_of[id(cv)] and sto == st and to == cv.stream
+                       for p, sto, to in rs_calls):
+                problems.append(f"{e.src} -> {e.dst}: a tensor made on stream {cu.stream} "
+                                f"and read on stream {cv.stream} is not record_stream-ed")
+    return problems
+
+
+def _returned_unrecorded(r: Run, outputs: list, rs_calls: list[tuple[int, int | None, Any]],
+                         origin: Any) -> list[str]:
+    """A returned tensor a side stream allocated and nothing record_stream-ed onto the
+    origin stream."""
+    problems = []
+    producers = _allocating_streams(r.recorder)
     for t in outputs:
         st = _storage(t)
         if st is None or st in r.long_lived:
@@ -529,10 +588,6 @@ def _check_streams(r: Run, gen: Any, entry: dict, graph: Any, outputs: list,
                 sto == st and to == origin for _, sto, to in rs_calls):
             problems.append("a returned tensor made on a side stream is not record_stream-ed "
                             "onto the origin stream")
-    # the plan's events: one record after each recorded op, one wait per event
-    waits = rec.count("event_wait") - (len(sides) if sides else 0)
-    if waits != len(gen.EVENTS):
-        problems.append(f"{waits} event waits for {len(gen.EVENTS)} plan events")
     return problems
 
 
@@ -569,8 +624,8 @@ def _unordered_reads(rec: Recorder, op_clock: dict[int, dict[Any, int]],
     """Every recorded op call, planned or not, that reads memory another stream's op
     wrote with no event ordering the two (vector clocks ``op_clock`` of the issue order).
     The graph's edges cover the plan's ops only; a node the importer folds can still launch
-    a kernel (``lift_fresh_copy`` of a constant made in forward: emitted inside an open
-    side-stream block, read on stream 0 unordered, and the check said "consistent").
+    a kernel (``lift_fresh_copy`` of a constant made in forward, issued inside an open
+    side-stream block and read on stream 0, is caught here and by no edge).
     Views write nothing (their result aliases an input of a call not named ``*_``);
     inputs, weights and buffers (``long_lived``) were written before the call."""
     problems: list[str] = []
@@ -672,79 +727,86 @@ def check_patch(r: PatchRun, gen: Any, expected_streams: dict[str, int] | None =
     fork or not joined back."""
     rec = r.recorder
     target = gen.TARGET
-    problems: list[str] = []
-    allowed = {"torchair": {"switch_enter", "switch_exit", "wait_tensor", "limit_enter",
-                            "limit_exit", "op", "host_enter"},
-               "npugraph_ex": {"host_enter", "stream_create", "device_enter", "stream_enter", "stream_exit",
-                               "event_create", "event_record", "event_wait", "record_stream",
-                               "limit_enter", "limit_exit", "op"},
-               "cuda": {"host_enter", "stream_create", "device_enter", "stream_enter",
-                        "stream_exit", "event_create", "event_record", "event_wait",
-                        "record_stream", "op"}}[target]
+    problems = _outside_api(rec, _PATCH_KINDS[target], target)
+    problems += _unit_streams(r, gen, expected_streams or {})
+    if target == "torchair":
+        return problems
+    replay = _Replay(problems)
+    allocations = _Allocations(r.long_lived, problems)
+    for pos, c in enumerate(rec.calls):
+        replay.step(pos, c)
+        allocations.step(c)
+    problems += _unordered_reads(rec, replay.op_clock, r.long_lived)
+    for s in [s for s in replay.clock if s != ORIGIN]:
+        if replay.unforked(s):
+            problems.append(f"side stream {s} runs ops without first waiting on the origin "
+                            "stream (no fork)")
+        if replay.clock.get(ORIGIN, {}).get(s, 0) < replay.clock[s].get(s, 0):
+            problems.append(f"side stream {s} is not joined into the origin stream at the end")
+    return problems
+
+
+def _outside_api(rec: Recorder, allowed: set[str], target: str) -> list[str]:
+    """A problem naming the recorded calls that are not among ``allowed``, if any."""
     odd = sorted({c.kind for c in rec.calls} - allowed)
-    if odd:
-        problems.append(f"calls outside the {target} API: {', '.join(odd)}")
+    return [f"calls outside the {target} API: {', '.join(odd)}"] if odd else []
+
+
+def _unit_streams(r: PatchRun, gen: Any, expected_streams: dict[str, int]) -> list[str]:
+    """A submodule of the patched module called on another stream than the plan's."""
+    target = gen.TARGET
     ids = {ORIGIN_TAG: 0} if target == "torchair" else {ORIGIN: 0}
     for k, s in enumerate(gen.SIDE_STREAMS):
         ids[f"s{s}" if target == "torchair" else k + 1] = s
+    problems = []
     for name, where in r.units:
-        want = (expected_streams or {}).get(name)
+        want = expected_streams.get(name)
         if want is not None and ids.get(where, where) != want:
             problems.append(f"{name} ran on stream {ids.get(where, where)}, the plan says "
                             f"{want}")
-    if target == "torchair":
-        return problems
-    clock: dict[Any, dict[Any, int]] = {}
-    ev_clock: dict[int, dict[Any, int]] = {}
-    op_clock: dict[int, dict[Any, int]] = {}
-    forked: set[Any] = set()
-    first_op: dict[Any, int] = {}
-    made = {}      # storage -> allocating stream
-    recorded: set[tuple[int, Any]] = set()
-    # the caller's tensors (made before the patched forward began) stay referenced until it
-    # returns, after its join: their memory is not reused before the side streams are done
-    callers: set[int] = set()
-    entered = False
-    for pos, c in enumerate(rec.calls):
-        st = c.stream
-        clk = clock.setdefault(st, {})
-        if c.kind == "host_enter" and not entered:
-            entered = True
-            callers = set(made)
-        if c.kind == "op":
-            clk[st] = clk.get(st, 0) + 1
-            op_clock[id(c)] = dict(clk)
-            first_op.setdefault(st, pos)
-            ins = {_storage(t) for t in c.info["args"]} - {None}
-            for x in ins - r.long_lived - callers:
-                home = made.get(x, st)
-                if home != st and (x, st) not in recorded:
-                    problems.append(f"{c.info['func']} on stream {st} reads a tensor "
-                                    f"allocated on stream {home} that was not record_stream-ed "
-                                    "to it")
-                    recorded.add((x, st))
-            for t in _outputs_of(c):
-                x = _storage(t)
-                if x is not None and x not in ins:
-                    made[x] = st
-        elif c.kind == "event_record":
-            ev_clock[c.info["event"]] = dict(clk)
-        elif c.kind == "event_wait":
-            if not _join_event(clk, ev_clock, c.info["event"], st, problems):
-                continue
-            if st not in first_op:
-                forked.add(st)
-        elif c.kind == "record_stream":
-            recorded.add((_storage(c.info["tensor"]), c.info["to"]))
-    problems += _unordered_reads(rec, op_clock, r.long_lived)
-    sides = [s for s in clock if s != ORIGIN]
-    for s in sides:
-        if s in first_op and s not in forked:
-            problems.append(f"side stream {s} runs ops without first waiting on the origin "
-                            "stream (no fork)")
-        if clock.get(ORIGIN, {}).get(s, 0) < clock[s].get(s, 0):
-            problems.append(f"side stream {s} is not joined into the origin stream at the end")
     return problems
+
+
+class _Allocations:
+    """The stream that allocated each storage and the record_stream calls seen so far, over
+    a recorded patch run: a read on another stream than the allocating one needs a
+    record_stream to the reader first. The caller's tensors (made before the patched
+    forward began) stay referenced until it returns, after its join: their memory is not
+    reused before the side streams are done."""
+
+    def __init__(self, long_lived: set[int], problems: list[str]) -> None:
+        self.long_lived = long_lived
+        self.problems = problems
+        self.made: dict[int, Any] = {}      # storage -> allocating stream
+        self.recorded: set[tuple[int, Any]] = set()
+        self.callers: set[int] = set()
+        self.entered = False
+
+    def step(self, c: Call) -> None:
+        """Take call ``c`` into account."""
+        if c.kind == "host_enter" and not self.entered:
+            self.entered = True
+            self.callers = set(self.made)
+        if c.kind == "op":
+            self.op(c)
+        elif c.kind == "record_stream":
+            self.recorded.add((_storage(c.info["tensor"]), c.info["to"]))
+
+    def op(self, c: Call) -> None:
+        """An op's reads checked against their allocating streams; its new outputs noted."""
+        st = c.stream
+        ins = {_storage(t) for t in c.info["args"]} - {None}
+        for x in ins - self.long_lived - self.callers:
+            home = self.made.get(x, st)
+            if home != st and (x, st) not in self.recorded:
+                self.problems.append(f"{c.info['func']} on stream {st} reads a tensor "
+                                     f"allocated on stream {home} that was not "
+                                     "record_stream-ed to it")
+                self.recorded.add((x, st))
+        for t in _outputs_of(c):
+            x = _storage(t)
+            if x is not None and x not in ins:
+                self.made[x] = st
 
 
 # ----------------------------------------------------------------------------- torch.compile
