@@ -336,8 +336,8 @@ def test_a_call_unlike_the_traced_one_is_refused_not_computed_with_old_constants
         with pytest.raises(TypeError, match=r"a call with 3 positional argument\(s\) and "
                                             r"keywords \[\]; this call has 3 and \['bias'\]"):
             wrapper(x, 3, True, bias=torch.ones(4))
-        # an emit audit: a tensor of another shape ran the traced graph's slices and gave a
-        # wrong result with no error
+        # a tensor of another shape would run the traced graph's slices and give a wrong
+        # result with no error
         assert mod.TRACED_CALL[4] == {0: ("argument 0", (2, 4), "torch.float32")}
         with pytest.raises(ValueError, match=r"argument 0 is \(3, 4\) torch.float32, but "
                                              r"MultiStreamForward was traced with \(2, 4\)"):
@@ -365,8 +365,8 @@ class _ConstantInForward(torch.nn.Module):
 
 @pytest.mark.parametrize("target", ["npugraph_ex", "cuda"])
 def test_a_constant_made_in_forward_is_copied_before_the_fork(target):
-    # an emit audit: the copy was emitted inside the open side-stream block after its
-    # last record and read on stream 0 with no event; the check said "consistent"
+    # left where it stands, the copy would run inside the open side-stream block after
+    # its last record and be read on stream 0 with no event; the check must catch that
     module = _ConstantInForward().eval()
     inputs = (torch.randn(6, 32),)
     graph = import_module(module, inputs, name="constant")
@@ -409,8 +409,8 @@ class _BufferUpdate(torch.nn.Module):
 
 
 def test_torchair_waits_through_an_input_an_in_place_op_does_not_write():
-    # an emit audit: add_(wait_tensor(mul_, dep), ...) wrote the value wait_tensor returned;
-    # TorchAir declares no alias for it, so the buffer update may not reach the buffer
+    # add_(wait_tensor(mul_, dep), ...) would write the value wait_tensor returns; TorchAir
+    # declares no alias for it, so the buffer update might not reach the buffer
     import re
 
     module = _BufferUpdate().eval()

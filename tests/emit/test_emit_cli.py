@@ -228,8 +228,8 @@ def test_self_check_of_a_model_that_writes_its_input_and_a_buffer(tmp_path, caps
 
 
 def test_a_class_name_the_module_uses_itself_is_refused(tmp_path):
-    # an emit audit: --class-name ENABLED shadowed the switch (on whatever the
-    # environment said), torch/pytree/functools broke the module at call time
+    # --class-name ENABLED would shadow the switch (on whatever the environment says),
+    # torch/pytree/functools would break the module at call time
     import ast
 
     from parastream.emit.codegen import RESERVED_NAMES, EmitError, emit, trace
@@ -258,8 +258,8 @@ def test_a_class_name_the_module_uses_itself_is_refused(tmp_path):
 
 
 def test_self_check_of_a_model_on_the_meta_device(tmp_path, capsys):
-    # an emit audit: at 7b (built on the meta device) the self-check died comparing
-    # outputs (NotImplementedError); the calls are checked, the values cannot be
+    # at 7b (built on the meta device) the outputs cannot be compared (NotImplementedError):
+    # the calls are checked, the values are not
     plan = tmp_path / "plan.json"
     assert main(["plan", "moe_layer", "--scale", "7b", "--device", "ascend910b", "--out",
                  str(plan), "--format", "json"]) == 0
@@ -277,7 +277,7 @@ def test_self_check_of_a_model_on_the_meta_device(tmp_path, capsys):
 
 
 def test_a_bad_source_in_a_plan_names_the_plan_file(tmp_path, capsys):
-    # an emit audit: "parastream: unknown scale 'huge'", without the file
+    # the message names the plan file, not only "unknown scale 'huge'"
     plan = tmp_path / "plan.json"
     assert main(["plan", "moe_layer", "--scale", "tiny", "--out", str(plan),
                  "--format", "json"]) == 0
