@@ -38,12 +38,22 @@ def test_import_parastream_imports_no_torch():
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
 
 
-def test_the_api_functions_stay_functions_after_their_subpackages_are_imported():
-    import parastream.graph.ir  # noqa: F401
-    import parastream.plan.io  # noqa: F401
+def test_the_api_functions_stay_functions_after_their_modules_are_imported():
+    import types
 
-    assert ps.plan is ps.api.plan and ps.graph is ps.api.graph
-    assert {"analyze", "graph", "plan", "simulate"} <= set(ps.__all__)
+    import parastream.demo  # noqa: F401
+    import parastream.emit.cli  # noqa: F401
+    import parastream.graph.ir  # noqa: F401
+    import parastream.pipeline.cli  # noqa: F401
+    import parastream.plan.io  # noqa: F401
+    from parastream.cli import _parser
+
+    _parser()  # loads every command module
+    names = ("analyze", "graph", "plan", "simulate", "run", "emit", "demo", "pipeline")
+    for name in names:
+        fn = getattr(ps, name)
+        assert callable(fn) and not isinstance(fn, types.ModuleType), name
+        assert fn is getattr(ps.api, name) and name in ps.__all__
 
 
 def test_analyze_a_real_capture_is_the_cli_json(capsys):
@@ -166,3 +176,16 @@ def test_simulate_bad_options_are_input_errors(zoo):
         ps.simulate("llama_layer", ge=True, mode="eager")
     with pytest.raises(ps.InputError, match="--streams wants stream counts"):
         ps.simulate("llama_layer", streams=[0])
+
+
+def test_emit_a_plan_is_what_the_cli_writes(zoo, tmp_path, capsys):
+    plan_file = tmp_path / "plan.json"
+    plan_file.write_bytes(ps.plan("llama_layer", scale="tiny").to_json())
+    result = ps.emit(str(plan_file), target="cuda", level="op")
+    assert isinstance(result, ps.EmitResult)
+    out = tmp_path / "forward.py"
+    assert main(["emit", str(plan_file), "--target", "cuda", "--level", "op",
+                 "-o", str(out)]) == 0
+    assert out.read_text() == result.source
+    assert result.to_dict()["target"] == "cuda" and result.level == "op"
+    assert result.candidate == json.loads(plan_file.read_text())["recommended"]

@@ -8,9 +8,12 @@ arguments and returns a typed result, whose ``to_dict()`` is the document the co
     g = ps.graph("llama_layer", scale="tiny")    # GraphResult: g.analysis.bound_speedup ...
     p = ps.plan("llama_layer", scale="tiny")     # PlanResult: p.recommended, p.to_json()
     s = ps.simulate("llama_layer", scale="tiny", streams=[1, 2])   # Simulation: s.rows
+    r = ps.run("llama_layer", device="cpu")      # RunResult: measured, needs torch
+    e = ps.emit("plan.json", target="torch_npu") # EmitResult: the generated source
 
-Importing this module imports no torch: only building a zoo model or a ``file.py:factory``
-does. Bad input raises :class:`parastream.errors.InputError` (one line: the file and the
+``demo`` runs the whole loop into a report folder and ``pipeline`` the CPU pipeline
+demonstration. Importing this module imports no torch: only building a zoo model or a
+``file.py:factory``, and running one, does. Bad input raises :class:`parastream.errors.InputError` (one line: the file and the
 problem).
 """
 
@@ -18,10 +21,15 @@ from __future__ import annotations
 
 from .errors import InputError
 from .workflow.analyze import Analysis, AnalyzeOptions, analyze
+from .workflow.demo import DemoResult, DemoSettings, demo
+from .workflow.emit import EmitResult, emit
 from .workflow.graph import GraphResult, graph
+from .workflow.pipeline import PipelineResult, pipeline
 from .workflow.plan import PlanResult, plan
+from .workflow.run import RunResult, RunSettings, run
 from .workflow.simulate import ShapeSweep, SimulateOptions, Simulation, simulate
 
-__all__ = ["Analysis", "AnalyzeOptions", "GraphResult", "InputError", "PlanResult",
-           "ShapeSweep", "SimulateOptions", "Simulation", "analyze", "graph", "plan",
-           "simulate"]
+__all__ = ["Analysis", "AnalyzeOptions", "DemoResult", "DemoSettings", "EmitResult",
+           "GraphResult", "InputError", "PipelineResult", "PlanResult", "RunResult",
+           "RunSettings", "ShapeSweep", "SimulateOptions", "Simulation", "analyze", "demo",
+           "emit", "graph", "pipeline", "plan", "run", "simulate"]

@@ -36,11 +36,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--name", default=None, help="the profile's name (default: cpu-calibrated; "
                    "on cuda the GPU's shipped profile's name with -calibrated, e.g. "
                    "h200-calibrated)")
-    c.add_argument("--quick", action="store_true", help="shorter measurements (10-16 s on a 2-core VM, against 30-35 s)")
+    c.add_argument("--quick", action="store_true", help="shorter, noisier measurements (about a third of the time)")
     c.add_argument("--repeat", type=int, default=1, metavar="N",
                    help="calibrate N times, one after another, and keep the median of each "
                         "figure; prints how much the figures moved between them (default 1; "
-                        "on a shared VM 3 keeps one slow spell out of the profile; at most 10)")
+                        "on a busy machine 3 keep one slow spell out of the profile; at most "
+                        "10)")
     from ..runtime import malloc
 
     malloc.add_argument(c)
@@ -104,8 +105,8 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         raise InputError(None, f"--name {args.name!r} is a shipped profile's name: pick "
                                "another (default cpu-calibrated, or NAME-calibrated on cuda)")
     if not 1 <= args.repeat <= MAX_REPEAT:
-        # each calibration takes 30-35 s here (--quick 10-16): a mistyped count would
-        # hold the machine for an hour before writing anything
+        # each calibration takes about half a minute: a mistyped count would hold the
+        # machine for an hour before writing anything
         raise InputError(None, f"--repeat must be between 1 and {MAX_REPEAT}, got "
                                f"{args.repeat}")
     if not args.output.strip():

@@ -31,8 +31,6 @@ from .graph import GRAPH_SCALE, model_graph, profile_of
 
 #: the whole-graph algorithms planned when none is named
 GLOBAL_ALGORITHMS = ("matching", "critical-path", "resource-split")
-#: the scale a zoo model is planned at when none is given
-PLAN_SCALE = GRAPH_SCALE
 
 
 @dataclass(frozen=True)
@@ -388,7 +386,7 @@ def plan(model: str | Graph, *, scale: str | None = None, phase: str | None = No
         algorithm = algorithm or "manual"
     if algorithm == "manual" and not mapping:
         raise InputError(None, "--algorithm manual needs --mapping")
-    scale = scale or PLAN_SCALE
+    scale = scale or GRAPH_SCALE
     graph = model_graph(model, scale, phase, device)
     where = graph.name if isinstance(model, Graph) else model
     source = {} if isinstance(model, Graph) else {"model": model_source(model), "scale": scale,
