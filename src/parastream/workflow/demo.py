@@ -247,7 +247,7 @@ class _Demo:
         """Modules, parallel points and headroom; the plan's candidates, simulated."""
         from ..graph.headroom import analyze_graph
         from ..graph.render import analysis_document, module_dag, module_mermaid
-        from ..plan.cli import build
+        from .plan import build
 
         s = self.s
         self.step("decomposing the model")

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Iterator
 
 from ..errors import InputError
+from .result import document, extra
 
 #: replicas of one stage at most: each is a worker thread, and thousands exhaust the
 #: process's threads (a traceback after the whole serial run) long before they pay
@@ -44,15 +45,12 @@ class PipelineResult:
     bottleneck_utilization: dict
     outputs_identical: bool
     in_order: bool | None
-    serial_timeline: Any = None
-    pipelined_timeline: Any = None
+    serial_timeline: Any = extra(default=None)
+    pipelined_timeline: Any = extra(default=None)
 
     def to_dict(self) -> dict:
         """The comparison as a JSON-ready dict (no timelines)."""
-        return {k: getattr(self, k) for k in (
-            "device", "items", "images_per_item", "plan", "replicas", "depth", "ordered",
-            "serial", "pipelined", "speedup", "efficiency", "bottleneck",
-            "bottleneck_utilization", "outputs_identical", "in_order")}
+        return document(self)
 
 
 def check_sizes(items: int, batch: int, threads: int, depth: int | None) -> None:

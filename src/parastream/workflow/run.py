@@ -749,7 +749,7 @@ class _Run:
         times (cuda: the single-stream kernels, profiled once for the ranking and the
         triage)."""
         from ..graph.models import model_source
-        from ..plan.cli import build
+        from .plan import build
         from ..plan.model import PlanError
 
         try:
