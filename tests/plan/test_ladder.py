@@ -17,7 +17,7 @@ from parastream.plan.io import PlanDoc
 from parastream.plan.ladder import (core_limit_support, placed_sync_points, stream_sync_events,
                                     supports_core_limits)
 from parastream.plan.lints import reach_sets
-from parastream.plan.report import fragment, render_markdown
+from parastream.report.plan import fragment, render_markdown
 from parastream.plan.stages import cross_stage_points
 
 try:

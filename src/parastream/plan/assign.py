@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import fnmatch
 from collections import deque
-from typing import Callable
+from typing import Callable, Iterator
 
 from ..graph.headroom import critical_path as longest_path
 from ..graph.ir import Graph, validate
@@ -63,53 +63,73 @@ def max_matching(order: list[str], adj: dict[str, list[str]]) -> dict[str, str]:
     match_r: dict[str, str] = {}
     inf = len(order) + 1
     while True:
-        dist: dict[str, int] = {}
-        q: deque[str] = deque()
-        for u in order:
-            if u not in match_l:
-                dist[u] = 0
-                q.append(u)
-        found = False
-        while q:
-            u = q.popleft()
-            for v in adj.get(u, ()):
-                w = match_r.get(v)
-                if w is None:
-                    found = True
-                elif w not in dist:
-                    dist[w] = dist[u] + 1
-                    q.append(w)
+        dist, found = _layers(order, adj, match_l, match_r)
         if not found:
             return match_l
         for u in order:
-            if u in match_l:
-                continue
-            # iterative DFS along layered alternating paths
-            stack = [(u, iter(adj.get(u, ())))]
-            path: list[tuple[str, str]] = []
-            while stack:
-                x, it = stack[-1]
-                advanced = False
-                for v in it:
-                    w = match_r.get(v)
-                    if w is None:
-                        path.append((x, v))
-                        for a, b in path:
-                            match_l[a] = b
-                            match_r[b] = a
-                        stack.clear()
-                        advanced = True
-                        break
-                    if dist.get(w, inf) == dist[x] + 1:
-                        path.append((x, v))
-                        stack.append((w, iter(adj.get(w, ()))))
-                        advanced = True
-                        break
-                if not advanced and stack:
-                    stack.pop()
-                    dist[x] = inf  # dead end for this phase
-                    if path:
-                        path.pop()
+            if u not in match_l:
+                _augment(u, adj, dist, (match_l, match_r), inf)
+
+
+def _layers(order: list[str], adj: dict[str, list[str]], match_l: dict[str, str],
+            match_r: dict[str, str]) -> tuple[dict[str, int], bool]:
+    """One phase's BFS from the free left vertices: each reached left vertex's layer, and
+    whether a free right vertex was reached (an augmenting path exists)."""
+    dist: dict[str, int] = {}
+    q: deque[str] = deque()
+    for u in order:
+        if u not in match_l:
+            dist[u] = 0
+            q.append(u)
+    found = False
+    while q:
+        u = q.popleft()
+        for v in adj.get(u, ()):
+            w = match_r.get(v)
+            if w is None:
+                found = True
+            elif w not in dist:
+                dist[w] = dist[u] + 1
+                q.append(w)
+    return dist, found
+
+
+def _augment(u: str, adj: dict[str, list[str]], dist: dict[str, int],
+             matching: tuple[dict[str, str], dict[str, str]], inf: int) -> None:
+    """Iterative DFS from free ``u`` along layered alternating paths; the first augmenting
+    path found is flipped into ``matching`` (left -> right, right -> left). A dead end is
+    marked ``inf`` for the rest of the phase."""
+    match_l, match_r = matching
+    stack = [(u, iter(adj.get(u, ())))]
+    path: list[tuple[str, str]] = []
+    while stack:
+        x, it = stack[-1]
+        step = _next_edge(x, it, dist, match_r, inf)
+        if step is None:  # dead end for this phase
+            stack.pop()
+            dist[x] = inf
+            if path:
+                path.pop()
+            continue
+        v, w = step
+        path.append((x, v))
+        if w is None:
+            for a, b in path:
+                match_l[a] = b
+                match_r[b] = a
+            return
+        stack.append((w, iter(adj.get(w, ()))))
+
+
+def _next_edge(x: str, it: Iterator[str], dist: dict[str, int], match_r: dict[str, str],
+               inf: int) -> tuple[str, str | None] | None:
+    """The next edge ``x -> v`` of ``it``: to a free ``v`` (``w`` None) or to one matched
+    to ``w`` one layer deeper; None when ``it`` is exhausted."""
+    for v in it:
+        w = match_r.get(v)
+        if w is None or dist.get(w, inf) == dist[x] + 1:
+            return v, w
+    return None
 
 
 def chains(order: list[str], matching: dict[str, str]) -> list[list[str]]:

@@ -26,10 +26,11 @@ producers that are not their stream's tail) and the enable switch.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
+from typing import Any, Callable
 
 import msgspec
-from typing import Callable
 
 from ..graph.ir import Graph, validate
 from ..mdtext import mermaid_label
@@ -339,27 +340,44 @@ def _label(name: str) -> str:
     return mermaid_label(name.replace("[", "(").replace("]", ")"), limit=40)
 
 
-def candidates(graph: Graph, points: list[Point], dur: dict[str, float], *,
-               block_dims: dict[str, int] | None = None, device: DeviceFacts | None = None,
-               max_streams: int | None = None, global_plans: list[Plan] | None = None,
-               wall: Callable[[Plan], float] | None = None, source: str | None = None,
-               ladder: bool = False, order: list[str] | None = None) -> list[Plan]:
-    """All candidates (per parallel point, plus whole-graph plans), estimated, linted,
-    described and ranked by estimated wall time (best first).
+@dataclass(frozen=True)
+class CandidateSettings:
+    """How :func:`candidates` estimates and caps its plans."""
 
-    ``wall`` estimates a plan's wall time (default: the critical-path estimate; the planner
-    passes the simulator) and ``source`` says where the figures come from. With ``ladder``
-    a candidate keeps its C2 core limits only when ``wall`` says they beat plain C1.
-    """
-    device = device or DeviceFacts()
-    cap = max_streams or device.hw_queues
+    #: each op's block dim (sizes C2 core limits); None: no limits sized
+    block_dims: dict[str, int] | None = None
+    #: the device (default: unit costs, no caps)
+    device: DeviceFacts | None = None
+    #: the stream cap (default: the device's hardware queues)
+    max_streams: int | None = None
+    #: a plan's wall time (default: the critical-path estimate; the planner passes the
+    #: simulator) and where the figures come from
+    wall: Callable[[Plan], float] | None = None
+    source: str | None = None
+    #: keep a candidate's C2 core limits only when ``wall`` says they beat plain C1
+    ladder: bool = False
+
+
+def candidates(graph: Graph, points: list[Point], dur: dict[str, float],
+               settings: CandidateSettings | None = None, *,
+               global_plans: list[Plan] | None = None, order: list[str] | None = None,
+               **overrides: Any) -> list[Plan]:
+    """All candidates (per parallel point, plus ``global_plans``), estimated, linted,
+    described and ranked by estimated wall time (best first), under ``settings`` (keyword
+    ``overrides`` such as ``device=...`` or ``ladder=True`` replace its fields; TypeError
+    for an unknown one); ``order``: the graph's validated order."""
+    cfg = dataclasses.replace(settings or CandidateSettings(), **overrides)
+    device = cfg.device or DeviceFacts()
+    cap = cfg.max_streams or device.hw_queues
     order = order or validate(graph)
+    wall, source = cfg.wall, cfg.source
     if wall is None:
         def wall(plan: Plan) -> float:
             return wall_us(graph, plan, dur, launch_us=device.launch_us,
                            hw_queues=device.hw_queues, order=order)
         source = f"critical-path estimate on {device.name}"
-    source = source or f"estimate on {device.name}"
+    scoring = _Scoring(graph, order, dur, device, wall, source or f"estimate on {device.name}",
+                       cfg.block_dims or {}, cfg.ladder)
     plans: list[Plan] = []
     groups: dict[str, list[Point]] = {}
     for p in points:
@@ -370,33 +388,57 @@ def candidates(graph: Graph, points: list[Point], dur: dict[str, float], *,
     plans.extend(global_plans or [])
     by_name = {p.name: p for p in points}
     single = wall(Plan.single(order))
-    limits_ok = supports_core_limits(device.core_limit)
     for plan in plans:
-        point = by_name.get(plan.parallel_point or "")
-        plan.core_limits = core_limits(plan, block_dims or {}, device.cores)[0] \
-            if limits_ok else {}
-        w = wall(plan)
-        if ladder and plan.core_limits:
-            limits, plan.core_limits = plan.core_limits, {}
-            c1 = wall(plan)
-            if c1 <= w:
-                w = c1
-                plan.meta["c2_rejected"] = {"limits": limits, "reason": "did not beat C1"}
-            else:
-                plan.core_limits = limits
-        placed = placed_sync_points(graph, plan, order)
-        plan.strength = strength(plan, placed)
-        c1_wall = wall(msgspec.structs.replace(plan, events=stream_sync_events(graph, plan, order))) \
-            if placed else None
-        plan.estimate = make_estimate(w, single, source)
-        plan.meta["ladder"] = ladder_text(plan, placed, device, w, c1_wall)
-        plan.lints = lint(graph, plan, dur, hw_queues=device.hw_queues,
-                          max_streams=device.max_streams, launch_us=device.launch_us,
-                          speedup=plan.estimate.speedup, order=order)
-        plan.description = describe(graph, plan, point)
-        plan.mermaid = mermaid(graph, plan, order=order)
+        scoring.score(plan, by_name.get(plan.parallel_point or ""), single)
     # ties: the plan that moves less work off stream 0 (fewer cross-stream risks) first
     plans.sort(key=lambda p: (p.estimate.wall_us if p.estimate else 0.0,
                               sum(dur[n] for n, s in p.assignment.items() if s != 0),
                               p.streams, kind_rank(p), p.name))
     return plans
+
+
+@dataclass(frozen=True)
+class _Scoring:
+    """What each candidate is estimated, laddered, linted and described with."""
+
+    graph: Graph
+    order: list[str]
+    dur: dict[str, float]
+    device: DeviceFacts
+    wall: Callable[[Plan], float]
+    source: str
+    block_dims: dict[str, int]
+    ladder: bool
+
+    def score(self, plan: Plan, point: Point | None, single: float) -> None:
+        """Fill ``plan``'s core limits, strength, estimate (against the ``single``-stream
+        wall), ladder text, lints, description and Mermaid DAG."""
+        graph, order, device, wall = self.graph, self.order, self.device, self.wall
+        plan.core_limits = core_limits(plan, self.block_dims, device.cores)[0] \
+            if supports_core_limits(device.core_limit) else {}
+        w = self._laddered_wall(plan)
+        placed = placed_sync_points(graph, plan, order)
+        plan.strength = strength(plan, placed)
+        c1_wall = wall(msgspec.structs.replace(plan, events=stream_sync_events(graph, plan, order))) \
+            if placed else None
+        plan.estimate = make_estimate(w, single, self.source)
+        plan.meta["ladder"] = ladder_text(plan, placed, device, w, c1_wall)
+        plan.lints = lint(graph, plan, self.dur, hw_queues=device.hw_queues,
+                          max_streams=device.max_streams, launch_us=device.launch_us,
+                          speedup=plan.estimate.speedup, order=order)
+        plan.description = describe(graph, plan, point)
+        plan.mermaid = mermaid(graph, plan, order=order)
+
+    def _laddered_wall(self, plan: Plan) -> float:
+        """``plan``'s wall; with the ladder, C2 core limits that do not beat plain C1 are
+        dropped (and recorded in ``meta['c2_rejected']``)."""
+        w = self.wall(plan)
+        if self.ladder and plan.core_limits:
+            limits, plan.core_limits = plan.core_limits, {}
+            c1 = self.wall(plan)
+            if c1 <= w:
+                w = c1
+                plan.meta["c2_rejected"] = {"limits": limits, "reason": "did not beat C1"}
+            else:
+                plan.core_limits = limits
+        return w
