@@ -111,3 +111,38 @@ def test_cli_report_of_the_real_trace_opens_offline(tmp_path):
     proc = chromium(tmp_path, "--virtual-time-budget=5000", "--dump-dom", out.as_uri() + "#selftest")
     assert page_status(proc.stdout) == "ok", proc.stderr[-2000:]
     assert "Uncaught" not in proc.stderr
+
+
+FIT_PROBE = """<script>
+window.addEventListener("load", function () { setTimeout(function () {
+  var W = window.innerWidth, bad = [];
+  var tables = document.querySelectorAll("table");
+  for (var i = 0; i < tables.length; i++) {
+    var wrap = tables[i].closest(".table-wrap");
+    if (!wrap) bad.push("table " + i + " is not in a scrolling wrapper");
+    else if (wrap.getBoundingClientRect().right > W + 0.5) bad.push("table " + i + " is cut");
+  }
+  if (document.documentElement.scrollWidth > W) bad.push("the page scrolls sideways");
+  document.documentElement.setAttribute("data-fit", bad.join("; ") || "ok");
+}, 200); });
+</script>"""
+
+
+def test_wide_tables_fit_a_1400_pixel_window(tmp_path):
+    """Tables wider than the window scroll inside their own wrapper: the page never scrolls
+    sideways and no table is cut, whatever the summary holds (many columns, long values,
+    a long key, a list of unbreakable names)."""
+    tl, a = small_capture(op_name=EVIL)
+    rows = [{f"column_{k}_with_a_long_header": f"value_{k}_" + "x" * 30 for k in range(14)}
+            for _ in range(3)]
+    summary = dict(SUMMARY, demo_rows=rows,
+                   nested={"candidates": rows, "long_list": ["a_long_item_" * 8] * 5})
+    summary["k_" + "long_key_" * 40] = {"inner_" + "y" * 300: rows}
+    out = tmp_path / "wide.html"
+    write_html(out, [(tl, a)], summary, "wide tables")
+    out.write_text(out.read_text().replace("</body>", FIT_PROBE + "</body>"))
+    proc = chromium(tmp_path, "--window-size=1400,1000", "--virtual-time-budget=5000",
+                    "--dump-dom", out.as_uri())
+    m = re.search(r'data-fit="([^"]*)"', proc.stdout)
+    assert m, proc.stderr[-2000:]
+    assert html.unescape(m.group(1)) == "ok"
