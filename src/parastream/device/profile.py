@@ -60,9 +60,9 @@ class OpRate(msgspec.Struct, forbid_unknown_fields=True):
     cold_gbps_1: float = 0.0
     cold_gbps_all: float = 0.0
     #: below this much work (0 = no knee) the op follows a second line, ``low_*``, through
-    #: a third, middle case: a convolution's time is no straight line in its FLOPs (one
-    #: thread here: 14 us at 0.07 MFLOP, 48 us at 1.2, 114 at 4.7, 1,110 at 120), so a
-    #: line through the small and large cases put a 1.2 MFLOP one at half its time
+    #: a third, middle case: a convolution's time is no straight line in its FLOPs (small
+    #: ones pay far more per FLOP than large ones), so one line through the small and large
+    #: cases misprices the middle ones
     knee_work: float = 0.0
     low_fixed_1_us: float = 0.0
     low_fixed_all_us: float = 0.0
@@ -167,8 +167,8 @@ class DeviceProfile(msgspec.Struct, forbid_unknown_fields=True):
     #: op that reads it, which the importer counts in that op's meta (``views``)
     view_us: float = 0.0
     #: how many memory-bound tasks can run at once at their full speed: one core of a CPU
-    #: cannot pull the whole DRAM bandwidth (two pulled 1.5-1.8x one core's on this
-    #: machine), so ``n`` concurrent memory-bound tasks each run at ``min(1, this / n)`` of
+    #: cannot pull the whole DRAM bandwidth (two cores pull more than one, less than
+    #: twice as much), so ``n`` concurrent memory-bound tasks each run at ``min(1, this / n)`` of
     #: their own speed. 1.0 (the default, and right for accelerators, whose memory times
     #: are already at full bandwidth) shares the bandwidth equally.
     memory_streams: float = 1.0
@@ -184,14 +184,14 @@ class DeviceProfile(msgspec.Struct, forbid_unknown_fields=True):
     #: ``[idle_us, share]`` points, idle ascending, share from 0 to 1: interpolated between
     #: them (from 0 at no idle; the last share beyond the last point, ramping on to 1 at
     #: ``cold_after_us``). Empty: the share rises in proportion to the idle up to
-    #: ``cold_after_us``. (Inside a model the idles are 0.05-0.5 ms, where the calibrated
-    #: share was 5-20%, three times the proportional ramp's.)
+    #: ``cold_after_us``. (Inside a model the idles between ops of one type are short,
+    #: where a measured share is usually well above the proportional ramp's.)
     cold_curve: list[list[float]] = []
     #: CPU only: whether torch spreads a matrix-vector product (a batch-1 ``linear``) over
-    #: its intra-op threads on this machine. On the development VM it ran on the calling
-    #: thread whatever the thread count (a 2048x8192 GEMV: 3.2 ms on 1 thread and on 2);
-    #: on another VM a 16000x2048 one took 11.9 ms on 1 and 6.8 on 2, so one stream
-    #: already used both cores and two streams gained nothing. ``calibrate`` measures it.
+    #: its intra-op threads on this CPU. Where it does not, a GEMV runs on the calling
+    #: thread whatever the thread count, and only a second stream puts another core to
+    #: work; where it does, one stream already uses every core and more streams gain
+    #: nothing. ``calibrate`` measures it.
     parallel_gemv: bool = False
     #: graph mode (a captured graph: GE / aclgraph on Ascend, CUDA graphs): the device-side
     #: cost of dispatching one task of the graph, paid on the task's queue before it starts,
@@ -278,31 +278,50 @@ def _too_big(p: DeviceProfile) -> str | None:
 
 
 def _check(p: DeviceProfile, where: str | None) -> DeviceProfile:
-    def bad(reason: str) -> InputError:
-        return InputError(where, f"device profile {p.name!r}: {reason}")
-
+    """``p`` when every figure is in range and sourced; else :class:`InputError` naming
+    ``where`` and the first problem found."""
     if p.schema != SCHEMA:
         raise InputError(where, f"unsupported device profile schema {p.schema!r} "
                                 f"(this parastream reads {SCHEMA})")
+    for check in _PROFILE_CHECKS:
+        problem = check(p)
+        if problem:
+            raise InputError(where, f"device profile {p.name!r}: {problem}")
+    return p
+
+
+def _identity_problem(p: DeviceProfile) -> str | None:
+    """A name, a known kind, and cores of both units."""
     if not p.name.strip():
-        raise bad("name must not be empty (plans and simulated figures are labelled by it)")
+        return "name must not be empty (plans and simulated figures are labelled by it)"
     if p.kind not in KINDS:
-        raise bad(f"kind {p.kind!r} is not one of {', '.join(KINDS)}")
+        return f"kind {p.kind!r} is not one of {', '.join(KINDS)}"
     if p.cores.cube <= 0 or p.cores.vector <= 0:
-        raise bad("cores.cube and cores.vector must be positive")
+        return "cores.cube and cores.vector must be positive"
+    return None
+
+
+def _peak_problem(p: DeviceProfile) -> str | None:
+    """A positive peak for each unit, by known dtypes."""
     for unit in ("cube", "vector"):
         table = p.peak_tflops.get(unit)
         if not table:
-            raise bad(f"peak_tflops.{unit} is missing")
+            return f"peak_tflops.{unit} is missing"
         for dtype, v in table.items():
             if dtype not in DTYPES:
-                raise bad(f"peak_tflops.{unit}: unknown dtype {dtype!r} "
-                          f"(expected one of {', '.join(DTYPES)})")
+                return (f"peak_tflops.{unit}: unknown dtype {dtype!r} "
+                        f"(expected one of {', '.join(DTYPES)})")
             if not v > 0:
-                raise bad(f"peak_tflops.{unit}.{dtype} must be positive")
+                return f"peak_tflops.{unit}.{dtype} must be positive"
+    return None
+
+
+def _size_problem(p: DeviceProfile) -> str | None:
+    """Bandwidth, queues and streams positive; core, queue and stream counts and every
+    time within what parastream models."""
     for key in ("memory_bandwidth_gbps", "hw_queues", "max_streams"):
         if not getattr(p, key) > 0:
-            raise bad(f"{key} must be positive")
+            return f"{key} must be positive"
     # past any real part (an H200 has 132 SMs and 128 hardware queues; a 910B 24 AI cores);
     # the simulator sizes tables by these and the planner tries every stream count up to
     # hw_queues, so an absurd one is a MemoryError or an endless plan, not a result
@@ -311,54 +330,81 @@ def _check(p: DeviceProfile, where: str | None) -> DeviceProfile:
                              ("hw_queues", p.hw_queues, MAX_QUEUES),
                              ("max_streams", p.max_streams, MAX_STREAMS)):
         if value > most:
-            raise bad(f"{key} is {value}, past the {most} this parastream models")
-    big = _too_big(p)
-    if big:
-        raise bad(big)
+            return f"{key} is {value}, past the {most} this parastream models"
+    return _too_big(p)
+
+
+def _efficiency_problem(p: DeviceProfile) -> str | None:
+    """An intra-op efficiency that is a share."""
     if not 0.0 <= p.intra_op_efficiency <= 1.0:
-        raise bad("intra_op_efficiency must be between 0 and 1")
+        return "intra_op_efficiency must be between 0 and 1"
+    return None
+
+
+def _op_rates_problem(p: DeviceProfile) -> str | None:
+    """Every op rate: a known metric, positive rates, fixed and cold times not negative."""
     for key, r in p.op_rates.items():
         if r.metric not in ("flops", "bytes"):
-            raise bad(f"op_rates.{key}.metric must be 'flops' or 'bytes'")
+            return f"op_rates.{key}.metric must be 'flops' or 'bytes'"
         if not (r.rate_1 > 0 and r.rate_all > 0 and r.fixed_1_us >= 0 and r.fixed_all_us >= 0):
-            raise bad(f"op_rates.{key}: rates must be positive and fixed times not negative")
+            return f"op_rates.{key}: rates must be positive and fixed times not negative"
         if not r.knee_work >= 0 or (r.knee_work > 0 and not (
                 r.low_rate_1 > 0 and r.low_rate_all > 0 and r.low_fixed_1_us >= 0
                 and r.low_fixed_all_us >= 0)):
-            raise bad(f"op_rates.{key}: with a knee_work, the low_* rates must be positive "
-                      "and their fixed times not negative")
+            return (f"op_rates.{key}: with a knee_work, the low_* rates must be positive "
+                    "and their fixed times not negative")
         if not (r.dram_gbps >= 0 and r.cold_1_us >= 0 and r.cold_all_us >= 0
                 and r.cold_gbps_1 >= 0 and r.cold_gbps_all >= 0):
-            raise bad(f"op_rates.{key}: dram_gbps and cold times and rates must be zero or "
-                      "positive")
+            return (f"op_rates.{key}: dram_gbps and cold times and rates must be zero or "
+                    "positive")
+    return None
+
+
+def _memory_problem(p: DeviceProfile) -> str | None:
+    """At least one memory stream (on a CPU, no more than its cores); a cache size not
+    negative."""
     if not p.memory_streams >= 1.0:
-        raise bad("memory_streams must be at least 1")
+        return "memory_streams must be at least 1"
     if p.kind == "cpu" and p.memory_streams > max(1, p.cores.cube):
         # each memory stream is a core pulling from DRAM: no more of them than cores
-        raise bad(f"memory_streams ({p.memory_streams:g}) must not exceed the cores "
-                  f"({p.cores.cube})")
+        return (f"memory_streams ({p.memory_streams:g}) must not exceed the cores "
+                f"({p.cores.cube})")
     if p.cache_bytes < 0:
-        raise bad("cache_bytes must be zero or positive")
+        return "cache_bytes must be zero or positive"
+    return None
+
+
+def _overhead_problem(p: DeviceProfile) -> str | None:
+    """Overheads and times not negative; cold-curve points in range, idles ascending."""
     for key in ("launch_overhead_us", "scheduler_sweep_us", "run_overhead_us", "event_wake_us",
                 "stream_overhead_us", "cold_after_us", "view_us", "op_inside_us"):
         if not getattr(p, key) >= 0:
-            raise bad(f"{key} must be zero or positive")
+            return f"{key} must be zero or positive"
     idles = []
     for point in p.cold_curve:
         if len(point) != 2 or not (point[0] >= 0 and 0 <= point[1] <= 1):
-            raise bad("cold_curve: each point must be [idle_us >= 0, share from 0 to 1]")
+            return "cold_curve: each point must be [idle_us >= 0, share from 0 to 1]"
         idles.append(point[0])
     if idles != sorted(idles):
-        raise bad("cold_curve: idles must be in ascending order")
+        return "cold_curve: idles must be in ascending order"
     if p.graph_dispatch_us is not None and not p.graph_dispatch_us >= 0:
-        raise bad("graph_dispatch_us must be zero or positive")
-    # an optional figure, once given, needs its source like the required ones
+        return "graph_dispatch_us must be zero or positive"
+    return None
+
+
+def _sources_problem(p: DeviceProfile) -> str | None:
+    """A source for every required figure, and for an optional one once given."""
     sourced = SOURCED_KEYS + (("graph_dispatch_us",) if p.graph_dispatch_us is not None else ())
     missing = [k for k in sourced if not p.sources.get(k, "").strip()]
     if missing:
-        raise bad(f"no source given for {', '.join(missing)} (every number needs one in "
-                  f"'sources')")
-    return p
+        return (f"no source given for {', '.join(missing)} (every number needs one in "
+                f"'sources')")
+    return None
+
+
+#: the checks of a profile, in order; each returns its first problem, or None
+_PROFILE_CHECKS = (_identity_problem, _peak_problem, _size_problem, _efficiency_problem,
+                   _op_rates_problem, _memory_problem, _overhead_problem, _sources_problem)
 
 
 def loads_profile(data: bytes | str, where: str | None = None) -> DeviceProfile:

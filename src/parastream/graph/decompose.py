@@ -39,6 +39,7 @@ The direction-level analysis, computed from an operator graph:
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import dataclass
 from typing import Iterable
 
 import msgspec
@@ -260,15 +261,15 @@ def decompose(g: Graph, profile: DeviceProfile, costs: dict[str, OpCost] | None 
 
     verdicts = _edge_verdicts(module_edges, mod_by_id)
     points: list[ParallelPoint] = []
-    ctx = (costs, facts, profile)
+    ctx = _PointContext(costs, facts, profile)
 
     # module-level points on the module DAG (with shared-input nodes as forks)
     node_succ = {m.module_id: sorted(mod_succs[m.module_id], key=_module_rank)
                  for m in modules if mod_succs[m.module_id]}
     for s in shared:
         node_succ[s.node] = list(s.consumers)
-    weight = {m.module_id: m.dur_us for m in modules}
     members_of = {m.module_id: m.ops for m in modules}
+    mod_nodes = _BranchNodes({m.module_id: m.dur_us for m in modules}, members_of)
     # the validated op order and the module ids (after the shared inputs) are topological
     op_reach = _Reach(order, {n: [e.dst for e in succs[n]] for n in order}, in_order=True)
     mod_reach = _Reach([s.node for s in shared] + [m.module_id for m in modules], node_succ,
@@ -277,7 +278,7 @@ def decompose(g: Graph, profile: DeviceProfile, costs: dict[str, OpCost] | None 
     for fork, _, branches in _distinct(_points(mod_reach, node_succ)):
         pid = f"P{len(points) + 1}"
         point, pairs = _make_point(pid, "module", fork, joins.join(branches), branches,
-                                   weight, members_of, *ctx)
+                                   mod_nodes, ctx)
         points.append(point)
         for i, k, v, why in pairs:
             verdicts.append(Verdict(" + ".join(point.branches[i].nodes),
@@ -291,12 +292,13 @@ def decompose(g: Graph, profile: DeviceProfile, costs: dict[str, OpCost] | None 
         dag = _op_dag(m, preds, succs, op_shared)
         mine: list[str] = []
         if len(m.ops) > 1:
-            w = {n: costs[n].dur_us for n in m.ops}
+            op_nodes = _BranchNodes({n: costs[n].dur_us for n in m.ops},
+                                    {n: [n] for n in m.ops})
             for fork, join, branches in _op_points(m, dag, op_reach, preds,
                                                     op_shared):
                 pid = f"P{len(points) + 1}"
-                point, _ = _make_point(pid, "op", fork, join, branches, w,
-                                       {n: [n] for n in m.ops}, *ctx, scope=m.module_id)
+                point, _ = _make_point(pid, "op", fork, join, branches, op_nodes, ctx,
+                                       scope=m.module_id)
                 points.append(point)
                 mine.append(pid)
         if m.module_id in candidates or mine:
@@ -911,19 +913,39 @@ def _summarise(nodes: list[str], weight: dict[str, float], members_of, costs) ->
     return Branch(list(nodes), sum(weight[n] for n in nodes), unit, bound, blk, dom)
 
 
-def _make_point(pid, level, fork, join, branches, weight, members_of, costs, facts, profile,
-                scope: str = "") -> tuple[ParallelPoint, list[tuple[int, int, str, str]]]:
+@dataclass(frozen=True)
+class _PointContext:
+    """What every point is judged with: the op costs, the ops' side effects, the device."""
+
+    costs: dict[str, OpCost]
+    facts: _Facts
+    profile: DeviceProfile
+
+
+@dataclass(frozen=True)
+class _BranchNodes:
+    """The DAG a point's branches run over: each node's duration (us) and the ops it
+    stands for (a module's ops, or at op level the op itself)."""
+
+    weight: dict[str, float]
+    members_of: dict[str, list[str]]
+
+
+def _make_point(pid: str, level: str, fork: str, join: str, branches: list[list[str]],
+                nodes: _BranchNodes, ctx: _PointContext, scope: str = ""
+                ) -> tuple[ParallelPoint, list[tuple[int, int, str, str]]]:
     """A point with its branches longest first (branch 0 dominates), its overall verdict,
     and the verdict of every branch pair (i, k, verdict, reason)."""
-    summ = sorted((_summarise(b, weight, members_of, costs) for b in branches),
+    members_of = nodes.members_of
+    summ = sorted((_summarise(b, nodes.weight, members_of, ctx.costs) for b in branches),
                   key=lambda b: -b.dur_us)
     pairs = []
     for i in range(len(summ)):
         for k in range(i + 1, len(summ)):
             ops_i = [members_of[n] for n in summ[i].nodes]
             ops_k = [members_of[n] for n in summ[k].nodes]
-            pairs.append((i, k, *_pair_verdict(summ[i], summ[k], ops_i, ops_k, facts, profile,
-                                               join)))
+            pairs.append((i, k, *_pair_verdict(summ[i], summ[k], ops_i, ops_k, ctx.facts,
+                                               ctx.profile, join)))
     # the point is as good as its best pair: one candidate pair is a stream split to try
     rank = {CANDIDATE: 0, PENDING: 1, SERIAL: 2}
     _, _, verdict, reason = min(pairs, key=lambda p: rank[p[2]])
@@ -988,24 +1010,26 @@ def _edge_verdicts(module_edges: list[ModuleEdge], mods: dict[str, Module]) -> l
         k = (e.src, e.dst)
         if k not in best or strength[e.dependency_type] < strength[best[k].dependency_type]:
             best[k] = e
-    out = []
-    for (a, b), e in best.items():
-        pa, pb = mods[a].path, mods[b].path
-        if e.dependency_type == "data" and pa and pb and pa != pb and (
-                pb.startswith(pa + ".") or pa.startswith(pb + ".")):
-            outer = mods[a] if len(pa) < len(pb) else mods[b]
-            inner = mods[b] if outer is mods[a] else mods[a]
-            reason = f"inner step of {outer.module_name} ({inner.module_name})"
-        elif e.dependency_type == "data":
-            reason = f"data dependency ({e.reason})"
-        elif e.dependency_type == "state":
-            reason = f"shared writable state ({e.reason})"
-        elif e.dependency_type == "event":
-            reason = f"explicit sync ({e.reason})"
-        else:
-            reason = f"collective order ({e.reason})"
-        out.append(Verdict(a, b, SERIAL, reason))
-    return out
+    return [Verdict(a, b, SERIAL, _serial_reason(e, mods[a], mods[b]))
+            for (a, b), e in best.items()]
+
+
+#: how each kind of module edge reads as the reason of a serial verdict
+_SERIAL_REASONS = {"data": "data dependency", "state": "shared writable state",
+                   "event": "explicit sync", "collective_order": "collective order"}
+
+
+def _serial_reason(e: ModuleEdge, ma: Module, mb: Module) -> str:
+    """Why two modules joined by ``e`` run in order: a data edge between a module and
+    one nested in it is an inner step of the outer one; otherwise the edge's kind."""
+    pa, pb = ma.path, mb.path
+    if e.dependency_type == "data" and pa and pb and pa != pb and (
+            pb.startswith(pa + ".") or pa.startswith(pb + ".")):
+        outer = ma if len(pa) < len(pb) else mb
+        inner = mb if outer is ma else ma
+        return f"inner step of {outer.module_name} ({inner.module_name})"
+    kind = _SERIAL_REASONS.get(e.dependency_type, "collective order")
+    return f"{kind} ({e.reason})"
 
 
 __all__ = ["CANDIDATE", "PENDING", "SERIAL", "Branch", "Decomposition", "Module", "ModuleEdge",

@@ -1,6 +1,6 @@
 """Render a graph analysis: JSON document, terminal text, Markdown, Mermaid.
 
-The Markdown is the *direction-level analysis document* of the seed: scope, module table,
+The Markdown is the *direction-level analysis document*: scope, module table,
 dependency table, verdicts, the module DAG, the operator DAG of every candidate module, the
 parallel points and the headroom. Diagrams are Mermaid ``flowchart LR``: ``-->`` is a data
 or state edge, ``-.->`` an event edge; a shared input is a rounded node upstream of its
@@ -261,6 +261,18 @@ def render_md(a: Analysis, g: Graph, profile: DeviceProfile, *, source: str | No
     """The direction-level analysis document: scope, module table, dependency table,
     verdicts, parallel points, headroom; its title names the device."""
     d = a.decomposition
+    out = _md_scope(a, g, profile, source, scale, phase)
+    out += _md_modules(d)
+    out += _md_op_dags(d, g)
+    out += _md_points(a)
+    out += _md_headroom(a.headroom)
+    return "\n".join(out)
+
+
+def _md_scope(a: Analysis, g: Graph, profile: DeviceProfile, source: str | None,
+              scale: str | None, phase: str | None) -> list[str]:
+    """Title and scope: the graph, the device, the shapes and the headline bound."""
+    d = a.decomposition
     h = a.headroom
     out = [f"# Multi-stream analysis: {text(g.name)} on {text(profile.name)}", "", "## Scope",
            ""]
@@ -275,8 +287,12 @@ def render_md(a: Analysis, g: Graph, profile: DeviceProfile, *, source: str | No
             f"bound **{h.bound_speedup:.2f}x** — {h.summary}",
             "- costs are roofline estimates from the device profile, not measurements; "
             "verify every candidate with `parastream analyze` (overlap_pct).", ""]
+    return out
 
-    out += ["## Module table", ""]
+
+def _md_modules(d: Decomposition) -> list[str]:
+    """Module table, dependency table (with the shared inputs), verdicts, module DAG."""
+    out = ["## Module table", ""]
     out += _md_table(["module_id", "module_name", "module_type", "inputs", "outputs",
                       "side_effect", "resource_hint"],
                      [[cell(m.module_id), code(m.module_name, table=True), cell(m.module_type),
@@ -295,8 +311,13 @@ def render_md(a: Analysis, g: Graph, profile: DeviceProfile, *, source: str | No
                      [[cell(v.a), cell(v.b), cell(v.verdict), cell(v.reason), cell(v.point or "-")]
                       for v in d.verdicts])
     out += ["", "## Module DAG", "", "```mermaid", module_mermaid(d).rstrip(), "```", ""]
+    return out
 
-    out += ["## Operator DAGs of candidate modules", ""]
+
+def _md_op_dags(d: Decomposition, g: Graph) -> list[str]:
+    """The operator DAG of every candidate module: single-op ones listed, the first
+    :data:`MAX_OP_DAGS` others drawn."""
+    out = ["## Operator DAGs of candidate modules", ""]
     if not d.op_dags:
         out += ["No module is part of a parallel point: nothing to decompose further.", ""]
     single = [dag for dag in d.op_dags if len(dag.ops) == 1]
@@ -313,34 +334,44 @@ def render_md(a: Analysis, g: Graph, profile: DeviceProfile, *, source: str | No
     if len(multi) > MAX_OP_DAGS:
         out += [f"({len(multi) - MAX_OP_DAGS} more candidate modules: see "
                 f"`--format json`, key `op_dags`.)", ""]
+    return out
 
-    out += ["## Parallel points", ""]
+
+def _md_points(a: Analysis) -> list[str]:
+    """The parallel points table: branches (dominating first), join, per-point bound."""
+    d = a.decomposition
+    out = ["## Parallel points", ""]
     if not d.parallel_points:
-        out += ["None: every op depends on the one before it (a chain). Keep one stream.", ""]
-    else:
-        rows = []
-        for p in d.parallel_points:
-            ph = a.point_headroom[p.id]
-            dom = p.branches[p.dominating_branch]
-            rows.append([cell(p.id), cell(p.level + (f" in {p.scope}" if p.scope else "")), cell(p.fork),
-                         "<br/>".join(cell(f"{i + 1}. {_names(b.nodes, 4)} ({b.dur_us:.1f} us, "
-                                        f"{b.resource}, blk={b.block_dim})")
-                                      for i, b in enumerate(p.branches)),
-                         cell(p.join), f"{cell(_names(dom.nodes, 2))}; dominator {code(dom.dominator, table=True)}",
-                         f"{ph.work_us:.1f}", f"{ph.critical_path_us:.1f}",
-                         f"{ph.bound_speedup:.2f}x", cell(p.verdict), cell(p.reason)])
-        out += _md_table(["point", "level", "fork", "branches (dominating first)", "join",
-                          "dominating branch", "serial us", "ideal us", "bound", "verdict",
-                          "reason"], rows)
-        out.append("")
-    out += ["## Headroom", ""]
+        return out + ["None: every op depends on the one before it (a chain). Keep one stream.",
+                      ""]
+    rows = []
+    for p in d.parallel_points:
+        ph = a.point_headroom[p.id]
+        dom = p.branches[p.dominating_branch]
+        rows.append([cell(p.id), cell(p.level + (f" in {p.scope}" if p.scope else "")), cell(p.fork),
+                     "<br/>".join(cell(f"{i + 1}. {_names(b.nodes, 4)} ({b.dur_us:.1f} us, "
+                                    f"{b.resource}, blk={b.block_dim})")
+                                  for i, b in enumerate(p.branches)),
+                     cell(p.join), f"{cell(_names(dom.nodes, 2))}; dominator {code(dom.dominator, table=True)}",
+                     f"{ph.work_us:.1f}", f"{ph.critical_path_us:.1f}",
+                     f"{ph.bound_speedup:.2f}x", cell(p.verdict), cell(p.reason)])
+    out += _md_table(["point", "level", "fork", "branches (dominating first)", "join",
+                      "dominating branch", "serial us", "ideal us", "bound", "verdict",
+                      "reason"], rows)
+    out.append("")
+    return out
+
+
+def _md_headroom(h: Headroom) -> list[str]:
+    """The whole graph's headroom row and its one-line summary."""
+    out = ["## Headroom", ""]
     out += _md_table(["work us", "critical path us", "logical bound", "resource floor us",
                       "limited by", "bound", "launch floor us (eager)"],
                      [[f"{h.work_us:.1f}", f"{h.critical_path_us:.1f}",
                        f"{h.logical_speedup:.2f}x", f"{h.resource_floor_us:.1f}", cell(h.limited_by),
                        f"{h.bound_speedup:.2f}x", f"{h.launch_floor_us:.1f}"]])
     out += ["", text(h.summary) + ".", ""]
-    return "\n".join(out)
+    return out
 
 
 __all__ = ["ANALYSIS_SCHEMA", "analysis_document", "module_mermaid", "op_dag_mermaid",

@@ -529,13 +529,46 @@ _MODULE_TYPES = {
 
 def _trace_fx(module: Any, inputs: tuple, kwargs: dict) -> tuple[list[_Rec], dict, str]:
     """torch.fx.symbolic_trace + shape propagation on fake tensors (no real compute)."""
-    import torch
     import torch.fx
-    from torch._subclasses.fake_tensor import FakeTensorMode
 
     if kwargs:
         raise ValueError("the torch.fx fallback takes positional example inputs only")
     gm = torch.fx.symbolic_trace(module)
+    _propagate_fake(gm, inputs)
+    labels: dict[str, str] = {}
+    kinds: dict[str, str] = {}
+    recs: list[_Rec] = []
+    params = dict(gm.named_parameters())
+    buffers = dict(gm.named_buffers())
+    for node in gm.graph.nodes:
+        if node.op in ("placeholder", "get_attr"):
+            labels[node.name] = node.target
+            kinds[node.name] = _fx_input_kind(node, params, buffers)
+        elif node.op == "call_module":
+            recs.append(_fx_module_rec(gm, node, labels, kinds))
+        elif node.op in ("call_function", "call_method"):
+            recs.append(_fx_call_rec(node))
+    for r in recs:
+        _normalise_fx_rec(r)
+    return recs, {"labels": labels, "kinds": kinds, "mutated_outputs": {}}, "torch.fx"
+
+
+def _fx_input_kind(node: Any, params: dict[str, Any], buffers: dict[str, Any]) -> str:
+    """``input`` for a placeholder; ``param`` or ``buffer`` for a ``get_attr``, whose
+    value (none propagated) is the module's own tensor."""
+    if node.op == "placeholder":
+        return "input"
+    if node.meta.get("val") is None:
+        node.meta["val"] = params.get(node.target, buffers.get(node.target))
+    return "param" if node.target in params else "buffer"
+
+
+def _propagate_fake(gm: Any, inputs: tuple) -> None:
+    """Run ``gm`` on fake copies of ``inputs``, recording each node's value in
+    ``node.meta["val"]`` as torch.export does."""
+    import torch
+    import torch.fx
+    from torch._subclasses.fake_tensor import FakeTensorMode
 
     class _Prop(torch.fx.Interpreter):
         def run_node(self, n):  # record each node's value, like export's meta["val"]
@@ -547,67 +580,60 @@ def _trace_fx(module: Any, inputs: tuple, kwargs: dict) -> tuple[list[_Rec], dic
     fake_inputs = [mode.from_tensor(t) if _is_tensor(t) else t for t in inputs]
     with mode, torch.no_grad(), quiet_torch():
         _Prop(gm).run(*fake_inputs)
-    labels: dict[str, str] = {}
-    kinds: dict[str, str] = {}
-    recs: list[_Rec] = []
-    params = dict(gm.named_parameters())
-    buffers = dict(gm.named_buffers())
-    for node in gm.graph.nodes:
-        if node.op == "placeholder":
-            labels[node.name] = node.target
-            kinds[node.name] = "input"
-        elif node.op == "get_attr":
-            labels[node.name] = node.target
-            kinds[node.name] = "param" if node.target in params else "buffer"
-            if node.meta.get("val") is None:
-                node.meta["val"] = params.get(node.target, buffers.get(node.target))
-        elif node.op in ("call_function", "call_method", "call_module"):
-            stack = _module_stack(node)
-            args = list(node.args)
-            if node.op == "call_module":
-                sub = gm.get_submodule(node.target)
-                cls = type(sub).__name__
-                short = _MODULE_TYPES.get(cls, cls.lower())
-                # the module's own weight/bias become pseudo inputs, as aten would see them
-                for pname, p in sub.named_parameters(recurse=False):
-                    pnode = _FakeNode(f"{node.target}.{pname}", p)
-                    labels[pnode.name] = pnode.name
-                    kinds[pnode.name] = "param"
-                    args.append(pnode)
-                stack = stack + [(str(node.target), cls)]
-                if short == "dropout" or (short == "alias"):
-                    kind = "view"
-                else:
-                    kind = "op"
-                recs.append(_Rec(node, short, f"module.{cls}", "", args, dict(node.kwargs),
-                                 stack=stack, kind=kind))
-                continue
-            if node.op == "call_method":
-                short = str(node.target)
-                mut = [0] if short.endswith("_") and not short.startswith("__") else []
-                recs.append(_Rec(node, short, f"Tensor.{short}", "", args, dict(node.kwargs),
-                                 mutates=mut, stack=stack))
-                continue
-            tgt = node.target
-            short = getattr(tgt, "__name__", str(tgt))
-            if tgt is operator.getitem:
-                short = "getitem"
-            mut = [0] if node.kwargs.get("inplace") else []
-            mod = getattr(tgt, "__module__", "") or ""
-            recs.append(_Rec(node, short.lstrip("_") if short.startswith("__") else short,
-                             f"{mod}.{short}".strip("."), "", args, dict(node.kwargs),
-                             mutates=mut, stack=stack))
-    for r in recs:  # python operators: operator.add -> add, operator.matmul -> matmul
-        if r.short in ("add__", "mul__"):
-            r.short = r.short[:-1]
-        if r.short in ("iadd", "imul", "isub"):
-            r.short, r.mutates = r.short[1:] + "_", [0]
-        if r.short == "getitem" or r.short in VIEW_OPS:
-            r.kind = "view"
-        if not _is_tensor(_val(r.node)) and not isinstance(_val(r.node), (tuple, list)):
-            if r.kind == "op" and not r.mutates:
-                r.kind = "skip"
-    return recs, {"labels": labels, "kinds": kinds, "mutated_outputs": {}}, "torch.fx"
+
+
+def _fx_module_rec(gm: Any, node: Any, labels: dict[str, str], kinds: dict[str, str]) -> _Rec:
+    """A ``call_module`` node as one op named after its module type; the module's own
+    weight and bias become pseudo inputs, as aten would see them."""
+    sub = gm.get_submodule(node.target)
+    cls = type(sub).__name__
+    short = _MODULE_TYPES.get(cls, cls.lower())
+    args = list(node.args)
+    for pname, p in sub.named_parameters(recurse=False):
+        pnode = _FakeNode(f"{node.target}.{pname}", p)
+        labels[pnode.name] = pnode.name
+        kinds[pnode.name] = "param"
+        args.append(pnode)
+    stack = _module_stack(node) + [(str(node.target), cls)]
+    kind = "view" if short in ("dropout", "alias") else "op"
+    return _Rec(node, short, f"module.{cls}", "", args, dict(node.kwargs), stack=stack,
+                kind=kind)
+
+
+def _fx_call_rec(node: Any) -> _Rec:
+    """A ``call_method`` (``Tensor.<name>``; a trailing ``_`` writes its tensor) or
+    ``call_function`` node (``inplace=True`` writes its first argument)."""
+    stack = _module_stack(node)
+    args = list(node.args)
+    if node.op == "call_method":
+        short = str(node.target)
+        mut = [0] if short.endswith("_") and not short.startswith("__") else []
+        return _Rec(node, short, f"Tensor.{short}", "", args, dict(node.kwargs),
+                    mutates=mut, stack=stack)
+    tgt = node.target
+    short = getattr(tgt, "__name__", str(tgt))
+    if tgt is operator.getitem:
+        short = "getitem"
+    mut = [0] if node.kwargs.get("inplace") else []
+    mod = getattr(tgt, "__module__", "") or ""
+    return _Rec(node, short.lstrip("_") if short.startswith("__") else short,
+                f"{mod}.{short}".strip("."), "", args, dict(node.kwargs),
+                mutates=mut, stack=stack)
+
+
+def _normalise_fx_rec(r: _Rec) -> None:
+    """Python operators as aten names them (operator.add -> add, operator.iadd -> add_),
+    views as views, and calls that return no tensor and write nothing skipped."""
+    if r.short in ("add__", "mul__"):
+        r.short = r.short[:-1]
+    if r.short in ("iadd", "imul", "isub"):
+        r.short, r.mutates = r.short[1:] + "_", [0]
+    if r.short == "getitem" or r.short in VIEW_OPS:
+        r.kind = "view"
+    out = _val(r.node)
+    if not _is_tensor(out) and not isinstance(out, (tuple, list)) \
+            and r.kind == "op" and not r.mutates:
+        r.kind = "skip"
 
 
 class _FakeNode:
@@ -678,157 +704,251 @@ def _flat_tensors(v: Any) -> list[Any]:
     return []
 
 
-def _flat_nodes(a: Any) -> list[Any]:
-    """fx nodes (and pseudo nodes) inside an argument, in order."""
-    if hasattr(a, "meta") and hasattr(a, "name"):
+def flat_leaves(a: Any, is_leaf: Callable[[Any], bool]) -> list[Any]:
+    """The leaves of a nested call argument that ``is_leaf`` accepts, in order: it is one,
+    or it is inside tuples, lists and dict values; anything else is left out."""
+    if is_leaf(a):
         return [a]
     if isinstance(a, (tuple, list)):
-        return [x for item in a for x in _flat_nodes(item)]
+        return [x for item in a for x in flat_leaves(item, is_leaf)]
     if isinstance(a, dict):
-        return [x for item in a.values() for x in _flat_nodes(item)]
+        return [x for item in a.values() for x in flat_leaves(item, is_leaf)]
     return []
+
+
+def _is_node(a: Any) -> bool:
+    """An fx node or a parameter stand-in (:class:`_FakeNode`)."""
+    return hasattr(a, "meta") and hasattr(a, "name")
+
+
+def _flat_nodes(a: Any) -> list[Any]:
+    """fx nodes (and pseudo nodes) inside an argument, in order."""
+    return flat_leaves(a, _is_node)
 
 
 def _build(recs: list[_Rec], info: dict, module: Any, name: str, source: str,
            meta: dict | None) -> Graph:
+    """The operator graph of one trace: each op record an :class:`Op`, each folded view
+    wired through to what it views, edges for data, state and collective order."""
+    b = _GraphBuilder(recs, info, module)
+    for rec in recs:
+        if rec.kind == "skip":
+            continue
+        if rec.kind == "view" or rec.short in VIEW_OPS or _folds(rec):
+            b.fold_view(rec)
+        else:
+            b.add_op(rec)
     labels: dict[str, str] = info["labels"]
     kinds: dict[str, str] = info["kinds"]
-    refs: dict[str, list[_Ref] | _Ref] = {}   # fx node name -> ref (list for multi-output)
-    same = _shared_memory(module, set(labels.values()), info.get("input_values", {}))
-    for node_name, label in labels.items():
-        refs[node_name] = _Ref(None, label, "in:" + same.get(label, label))
-    host_paths = set(_module_attr(module, "parastream_resource", "host"))
-    copy_paths = _module_attr(module, "parastream_copy")
-    main_device = _main_device(recs)
+    gmeta = {"source": source, "model": name, "folded_views": b.folded,
+             "params_bytes": _params_bytes(module),
+             "inputs": {lbl: k for lbl, k in ((labels[n], kinds.get(n)) for n in labels)
+                        if k == "input"}}
+    gmeta.update(meta or {})
+    return Graph(name=name, ops=b.ops, edges=b.edges, meta=gmeta)
 
-    ops: list[Op] = []
-    edges: list[Edge] = []
-    edge_set: set[tuple[str, str, str]] = set()
-    last_writer: dict[str, str] = {}
-    readers: dict[str, list[str]] = {}
-    collectives: list[str] = []
-    folded = 0
-    # folded views by name -> the nodes they read; each is computed by the first op that
-    # reads it (the executor runs views lazily, inside that op's interval)
-    view_reads: dict[str, list[str]] = {}
-    # a tuple element picked from a view that splits (chunk, split, unbind): no torch call
-    # of its own, but the views behind it run when it is read
-    passes: dict[str, list[str]] = {}
-    views_done: set[str] = set()
-    # the node an in-place op's result is the same tensor as (x.add_(1) returns x): the
-    # first node of that tensor, so a layout change through a later name (h.add_(1).t_()
-    # in torch.export's graph reads the add_) finds the views taken from an earlier one
-    same_tensor: dict[str, str] = {}
 
-    def views_first_read(node: Any) -> int:
+class _GraphBuilder:
+    """One graph under construction, op record by op record in program order: what each
+    traced value is (:class:`_Ref`), the ops and edges so far, and what orders the next
+    op (the last writer and the readers of every storage, the collectives so far, the
+    folded views not yet computed)."""
+
+    def __init__(self, recs: list[_Rec], info: dict, module: Any) -> None:
+        labels: dict[str, str] = info["labels"]
+        self.mutated_outputs: dict[str, str] = info["mutated_outputs"]
+        #: fx node name -> ref (a list for a multi-output node)
+        self.refs: dict[str, list[_Ref] | _Ref] = {}
+        same = _shared_memory(module, set(labels.values()), info.get("input_values", {}))
+        for node_name, label in labels.items():
+            self.refs[node_name] = _Ref(None, label, "in:" + same.get(label, label))
+        self.host_paths = set(_module_attr(module, "parastream_resource", "host"))
+        self.copy_paths = _module_attr(module, "parastream_copy")
+        self.main_device = _main_device(recs)
+        self.ops: list[Op] = []
+        self.edges: list[Edge] = []
+        self.edge_set: set[tuple[str, str, str]] = set()
+        self.last_writer: dict[str, str] = {}
+        self.readers: dict[str, list[str]] = {}
+        self.collectives: list[str] = []
+        self.folded = 0
+        #: folded views by name -> the nodes they read; each is computed by the first op
+        #: that reads it (the executor runs views lazily, inside that op's interval)
+        self.view_reads: dict[str, list[str]] = {}
+        #: a tuple element picked from a view that splits (chunk, split, unbind): no torch
+        #: call of its own, but the views behind it run when it is read
+        self.passes: dict[str, list[str]] = {}
+        self.views_done: set[str] = set()
+        #: the node an in-place op's result is the same tensor as (x.add_(1) returns x):
+        #: the first node of that tensor, so a layout change through a later name
+        #: (h.add_(1).t_() in torch.export's graph reads the add_) finds the views taken
+        #: from an earlier one
+        self.same_tensor: dict[str, str] = {}
+
+    # ---- edges and refs
+    def add_edge(self, src: str, dst: str, typ: str, reason: str,
+                 tensor: str | None = None) -> None:
+        """One edge, once per (src, dst, type); a state edge where a data edge already
+        orders the pair is left out."""
+        if src == dst or (src, dst, typ) in self.edge_set:
+            return
+        if typ == "state" and (src, dst, "data") in self.edge_set:
+            return  # a data edge already orders them
+        self.edge_set.add((src, dst, typ))
+        self.edges.append(Edge(src, dst, typ, reason, tensor))
+
+    def ref_of(self, a: Any) -> _Ref | None:
+        """The single-output ref of an argument node (None for a constant or a tuple)."""
+        r = self.refs.get(getattr(a, "name", None))
+        return r if isinstance(r, _Ref) else None
+
+    # ---- folded views
+    def fold_view(self, rec: _Rec) -> None:
+        """A view moves no data: its readers are wired to what it views, and it is
+        computed by the first op that reads it."""
+        node = rec.node
+        self.folded += 1
+        src = rec.args[0] if rec.args else None
+        reads = [a.name for a in node.all_input_nodes]
+        # picking a tuple element runs no torch call; indexing a tensor does
+        if rec.short != "getitem" or _is_tensor(_val(src) if src is not None else None):
+            self.view_reads[node.name] = reads
+        else:
+            self.passes[node.name] = reads
+        if rec.short == "getitem":
+            self._pick(rec, src)
+            return
+        base = self.ref_of(src)
+        if base is None:
+            return
+        out = _val(node)
+        if isinstance(out, (tuple, list)):  # split/unbind: each piece views the base
+            self.refs[node.name] = [base] * len(out)
+        else:
+            self.refs[node.name] = base
+
+    def _pick(self, rec: _Rec, src: Any) -> None:
+        """``getitem``: the element's ref of a multi-output node, else the base's."""
+        base = self.refs.get(getattr(src, "name", None))
+        idx = rec.args[1] if len(rec.args) > 1 else 0
+        if isinstance(base, list) and isinstance(idx, int) and idx < len(base):
+            self.refs[rec.node.name] = base[idx]
+        elif isinstance(base, _Ref):
+            self.refs[rec.node.name] = base
+
+    def views_first_read(self, node: Any) -> int:
+        """How many folded views ``node`` is the first reader of (through tuple picks):
+        the executor computes them inside its interval. Marks them done."""
         count, stack = 0, [a.name for a in node.all_input_nodes]
         while stack:
             a = stack.pop()
-            if a in views_done:
+            if a in self.views_done:
                 continue
-            if a in view_reads:
-                views_done.add(a)
+            if a in self.view_reads:
+                self.views_done.add(a)
                 count += 1
-                stack.extend(view_reads[a])
-            elif a in passes:
-                views_done.add(a)
-                stack.extend(passes[a])
+                stack.extend(self.view_reads[a])
+            elif a in self.passes:
+                self.views_done.add(a)
+                stack.extend(self.passes[a])
         return count
 
-    def add_edge(src: str, dst: str, typ: str, reason: str, tensor: str | None = None) -> None:
-        if src == dst or (src, dst, typ) in edge_set:
-            return
-        if typ == "state" and (src, dst, "data") in edge_set:
-            return  # a data edge already orders them
-        edge_set.add((src, dst, typ))
-        edges.append(Edge(src, dst, typ, reason, tensor))
-
-    def ref_of(a: Any) -> _Ref | None:
-        r = refs.get(getattr(a, "name", None))
-        return r if isinstance(r, _Ref) else None
-
-    for rec in recs:
-        node = rec.node
-        if rec.kind == "skip":
-            continue
-        view = rec.kind == "view" or rec.short in VIEW_OPS or _folds(rec)
-        if view:
-            folded += 1
-            src = rec.args[0] if rec.args else None
-            reads = [a.name for a in node.all_input_nodes]
-            # picking a tuple element runs no torch call; indexing a tensor does
-            if rec.short != "getitem" or _is_tensor(_val(src) if src is not None else None):
-                view_reads[node.name] = reads
-            else:
-                passes[node.name] = reads
-            if rec.short == "getitem":
-                base = refs.get(getattr(src, "name", None))
-                idx = rec.args[1] if len(rec.args) > 1 else 0
-                if isinstance(base, list) and isinstance(idx, int) and idx < len(base):
-                    refs[node.name] = base[idx]
-                elif isinstance(base, _Ref):
-                    refs[node.name] = base
-                continue
-            base = ref_of(src)
-            if base is None:
-                continue
-            out = _val(node)
-            if isinstance(out, (tuple, list)):  # split/unbind: each piece views the base
-                refs[node.name] = [base] * len(out)
-            else:
-                refs[node.name] = base
-            continue
-
-        op_name = node.name
-        # views of this op's input not read yet, when it changes that input's layout in
-        # place (v = h[0]; h.t_(); v * 2): the executor computes a view where it is first
-        # read, which would be after the change (a column of h.t() instead of a row), so
-        # this op takes them first, in program order, as eager mode does
-        views_before: list[str] = []
+    def note_same_tensor(self, rec: _Rec) -> None:
+        """An in-place op's single result is the tensor it wrote: record its first node."""
         mutated = [a for pos, a in enumerate(rec.args) if pos in rec.mutates
                    and hasattr(a, "name")]
-        if mutated and not isinstance(_val(node), (tuple, list)):
-            same_tensor[node.name] = same_tensor.get(mutated[0].name, mutated[0].name)
-        if rec.short in LAYOUT_INPLACE_OPS and rec.args and hasattr(rec.args[0], "name"):
-            base = same_tensor.get(rec.args[0].name, rec.args[0].name)
-            for v in view_reads:
-                if v in views_done:
-                    continue
-                bases = _view_bases(v, view_reads, passes)
-                if base in {same_tensor.get(b, b) for b in bases}:
-                    views_before.append(v)
-                    views_done.add(v)
-                    # what else the view reads is an input of this op now
-                    for b in bases:
-                        found = refs.get(b)
-                        for r in (found if isinstance(found, list) else [found]):
-                            if r is not None and r.producer is not None:
-                                add_edge(r.producer, op_name, "data",
-                                         f"{op_name} takes the view {v} of {r.tensor} "
-                                         f"before changing {base}'s layout", r.tensor)
+        if mutated and not isinstance(_val(rec.node), (tuple, list)):
+            self.same_tensor[rec.node.name] = self.same_tensor.get(mutated[0].name,
+                                                                   mutated[0].name)
+
+    def views_before(self, rec: _Rec, op_name: str) -> list[str]:
+        """Views of this op's input not read yet, when it changes that input's layout in
+        place (v = h[0]; h.t_(); v * 2): the executor computes a view where it is first
+        read, which would be after the change (a column of h.t() instead of a row), so
+        this op takes them first, in program order, as eager mode does."""
+        taken: list[str] = []
+        if not (rec.short in LAYOUT_INPLACE_OPS and rec.args and hasattr(rec.args[0], "name")):
+            return taken
+        base = self.same_tensor.get(rec.args[0].name, rec.args[0].name)
+        for v in self.view_reads:
+            if v in self.views_done:
+                continue
+            bases = _view_bases(v, self.view_reads, self.passes)
+            if base in {self.same_tensor.get(b, b) for b in bases}:
+                taken.append(v)
+                self.views_done.add(v)
+                self._take_view(v, bases, base, op_name)
+        return taken
+
+    def _take_view(self, v: str, bases: set[str], base: str, op_name: str) -> None:
+        """What else the view ``v`` reads is an input of ``op_name`` now: data edges."""
+        for b in bases:
+            found = self.refs.get(b)
+            for r in (found if isinstance(found, list) else [found]):
+                if r is not None and r.producer is not None:
+                    self.add_edge(r.producer, op_name, "data",
+                                  f"{op_name} takes the view {v} of {r.tensor} "
+                                  f"before changing {base}'s layout", r.tensor)
+
+    # ---- ops
+    def add_op(self, rec: _Rec) -> None:
+        """One op: its tensors, costs, resource, side effects and meta, then its edges."""
+        node = rec.node
+        op_name = node.name
+        self.note_same_tensor(rec)
+        views_before = self.views_before(rec, op_name)
+        arg_refs, in_tensors = self.arguments(rec)
+        outs = _flat_tensors(_val(node))
+        mutated_refs = [r for pos, r, _ in arg_refs if pos in rec.mutates]
+        out_tensors = self.outputs(rec, outs, mutated_refs)
+        flops, bytes_read, bytes_written = _costs(rec, arg_refs, outs)
+        resource, op_meta = _classify(rec, arg_refs, outs, self.host_paths, self.main_device)
+        if resource == "memory" and "copy" not in op_meta:
+            self._copy_direction(rec, op_meta)
+        side, written = self.side_effects(rec, mutated_refs, outs)
+        kind = COLLECTIVES.get(rec.short) if resource == "comm" else None
+        if kind:
+            side.append(f"collective:{kind}")
+        path = rec.stack[-1][0] if rec.stack else ""
+        self._describe(rec, arg_refs, views_before, op_meta)
+        self.ops.append(Op(name=op_name, type=rec.short, module=path, inputs=in_tensors,
+                           outputs=out_tensors, flops=float(flops), bytes_read=int(bytes_read),
+                           bytes_written=int(bytes_written), resource=resource,
+                           side_effects=list(dict.fromkeys(side)), meta=op_meta))
+        # data edges first (so a state edge on the same pair is redundant)
+        self.data_edges(op_name, arg_refs)
+        self.state_edges(op_name, arg_refs, set(written))
+        if kind:
+            self.collective_edge(op_name)
+
+    def arguments(self, rec: _Rec) -> tuple[list[tuple[int, _Ref, Any]], list[Tensor]]:
+        """The op's tensor arguments as (schema position, ref, value), and as Tensors.
+        Each argument sits at its schema position: positional ones in order, keywords by
+        name (``out=`` after an omitted default sits at another index than its kwargs
+        order)."""
+        arg_refs: list[tuple[int, _Ref, Any]] = []
         in_tensors: list[Tensor] = []
-        arg_refs: list[tuple[int, _Ref, Any]] = []   # (arg position, ref, value)
-        # each argument at its schema position: positional ones in order, keywords by name
-        # (``out=`` after an omitted default sits at another index than its kwargs order)
-        schema = getattr(getattr(node, "target", None), "_schema", None)
+        schema = getattr(getattr(rec.node, "target", None), "_schema", None)
         named = {a.name: i for i, a in enumerate(schema.arguments)} if schema else {}
         placed = list(enumerate(rec.args)) + [
             (named.get(k, len(rec.args) + j), v) for j, (k, v) in enumerate(rec.kwargs.items())]
         for pos, a in placed:
             for n in _flat_nodes(a):
-                r = ref_of(n)
+                r = self.ref_of(n)
                 v = _val(n)
                 if r is None or not _is_tensor(v):
                     continue
                 arg_refs.append((pos, r, v))
                 in_tensors.append(Tensor(_shape(v), _dtype_name(v.dtype), _nbytes(v), r.tensor))
-        out_val = _val(node)
-        outs = _flat_tensors(out_val)
-        multi = isinstance(out_val, (tuple, list))
+        return arg_refs, in_tensors
+
+    def outputs(self, rec: _Rec, outs: list, mutated_refs: list[_Ref]) -> list[Tensor]:
+        """The op's output Tensors, recording their refs: an in-place result aliases the
+        storage it wrote; an in-place op returning nothing still orders its readers."""
+        op_name = rec.node.name
+        multi = isinstance(_val(rec.node), (tuple, list))
         out_refs: list[_Ref] = []
-        written_storages = []
-        mutated_refs = [r for pos, r, _ in arg_refs if pos in rec.mutates]
-        for i, t in enumerate(outs):
+        for i, _ in enumerate(outs):
             tname = f"{op_name}:{i}" if multi else op_name
             storage = f"op:{op_name}:{i}"
             if rec.mutates and i < len(mutated_refs):
@@ -836,89 +956,96 @@ def _build(recs: list[_Rec], info: dict, module: Any, name: str, source: str,
             out_refs.append(_Ref(op_name, tname, storage))
         if not out_refs:  # an in-place op returning nothing still orders its readers
             out_refs = [_Ref(op_name, op_name, f"op:{op_name}:0")]
-        refs[node.name] = out_refs if multi else out_refs[0]
-        out_tensors = [Tensor(_shape(t), _dtype_name(t.dtype), _nbytes(t), r.tensor)
-                       for t, r in zip(outs, out_refs)]
+        self.refs[rec.node.name] = out_refs if multi else out_refs[0]
+        return [Tensor(_shape(t), _dtype_name(t.dtype), _nbytes(t), r.tensor)
+                for t, r in zip(outs, out_refs)]
 
-        # ---- costs and class
-        flops, bytes_read, bytes_written = _costs(rec, arg_refs, outs)
-        resource, op_meta = _classify(rec, arg_refs, outs, host_paths, main_device)
-        if resource == "memory" and "copy" not in op_meta:
-            for p, _ in reversed(rec.stack):
-                if p in copy_paths:  # the module says what this copy stands for (h2d/d2h)
-                    op_meta["copy"] = copy_paths[p]
-                    break
+    def _copy_direction(self, rec: _Rec, op_meta: dict) -> None:
+        """A copy inside a module marked ``parastream_copy``: the direction it says."""
+        for p, _ in reversed(rec.stack):
+            if p in self.copy_paths:  # the module says what this copy stands for (h2d/d2h)
+                op_meta["copy"] = self.copy_paths[p]
+                break
+
+    def side_effects(self, rec: _Rec, mutated_refs: list[_Ref], outs: list
+                     ) -> tuple[list[str], list[str]]:
+        """The op's side effects (``writes:<storage>``) and the storages it writes."""
         side: list[str] = []
+        written: list[str] = []
         for r in mutated_refs:
-            written_storages.append(r.storage)
+            written.append(r.storage)
             if r.storage.startswith("in:"):
                 side.append(f"writes:{r.storage[3:]}")
         if _draws_random(rec):
             # every draw advances the device's one generator: draws on two streams would
             # take each other's numbers in whatever order they ran, so they keep program
             # order (write-after-write edges on the generator)
-            gen = f"in:{RANDOM_GENERATOR} ({_device_of(outs, main_device)})"
-            written_storages.append(gen)
+            gen = f"in:{RANDOM_GENERATOR} ({_device_of(outs, self.main_device)})"
+            written.append(gen)
             side.append(f"writes:{gen[3:]}")
-        buf = info["mutated_outputs"].get(node.name)
+        buf = self.mutated_outputs.get(rec.node.name)
         if buf is not None:
             side.append(f"writes:{buf}")
-        kind = COLLECTIVES.get(rec.short) if resource == "comm" else None
-        if kind:
-            side.append(f"collective:{kind}")
-        path = rec.stack[-1][0] if rec.stack else ""
+        return side, written
+
+    def _describe(self, rec: _Rec, arg_refs: list, views_before: list[str],
+                  op_meta: dict) -> None:
+        """The op's meta beyond its class: memory format, target, the folded views it
+        computes first, its module's class."""
         if arg_refs and _channels_last(arg_refs[0][2]):
             op_meta["memory_format"] = "channels_last"
         op_meta["target"] = rec.target
-        views = views_first_read(node) + len(views_before)
+        views = self.views_first_read(rec.node) + len(views_before)
         if views:
             op_meta["views"] = views
         if views_before:
             op_meta["views_before"] = views_before
         if rec.stack:
             op_meta["module_class"] = rec.stack[-1][1].rsplit(".", 1)[-1]
-        ops.append(Op(name=op_name, type=rec.short, module=path, inputs=in_tensors,
-                      outputs=out_tensors, flops=float(flops), bytes_read=int(bytes_read),
-                      bytes_written=int(bytes_written), resource=resource,
-                      side_effects=list(dict.fromkeys(side)), meta=op_meta))
 
-        # ---- edges: data first (so a state edge on the same pair is redundant)
+    def data_edges(self, op_name: str, arg_refs: list) -> None:
+        """An edge from the producer of every tensor the op reads."""
         for _, r, _ in arg_refs:
             if r.producer is not None:
-                add_edge(r.producer, op_name, "data", f"{r.tensor} is an input", r.tensor)
-        written = set(written_storages)
+                self.add_edge(r.producer, op_name, "data", f"{r.tensor} is an input", r.tensor)
+
+    def state_edges(self, op_name: str, arg_refs: list, written: set[str]) -> None:
+        """Read-after-write for the storages it reads, write-after-read and
+        write-after-write for those it writes; then it is their last writer."""
         for _, r, _ in arg_refs:
             if r.storage in written:
                 continue
-            w = last_writer.get(r.storage)
+            w = self.last_writer.get(r.storage)
             if w is not None:
-                add_edge(w, op_name, "state", f"reads {_storage_label(r.storage)} after "
-                         f"{w} wrote it (read-after-write)", r.tensor)
-            readers.setdefault(r.storage, []).append(op_name)
+                self.add_edge(w, op_name, "state", f"reads {_storage_label(r.storage)} after "
+                              f"{w} wrote it (read-after-write)", r.tensor)
+            self.readers.setdefault(r.storage, []).append(op_name)
         for s in written:
-            prev_readers = [x for x in readers.get(s, []) if x != op_name]
-            for rd in prev_readers:
-                add_edge(rd, op_name, "state", f"writes {_storage_label(s)} that {rd} reads "
-                         "(write-after-read)", s[3:] if s.startswith("in:") else None)
-            w = last_writer.get(s)
-            if w is not None and not prev_readers:
-                add_edge(w, op_name, "state", f"writes {_storage_label(s)} after {w} wrote it "
-                         "(write-after-write)", s[3:] if s.startswith("in:") else None)
-            last_writer[s] = op_name
-            readers[s] = []
-        if kind:
-            if collectives:
-                add_edge(collectives[-1], op_name, "collective_order",
-                         f"collectives run in program order on every rank ({collectives[-1]} "
-                         f"before {op_name})")
-            collectives.append(op_name)
+            self._write_edges(op_name, s)
+            self.last_writer[s] = op_name
+            self.readers[s] = []
 
-    gmeta = {"source": source, "model": name, "folded_views": folded,
-             "params_bytes": _params_bytes(module),
-             "inputs": {lbl: k for lbl, k in ((labels[n], kinds.get(n)) for n in labels)
-                        if k == "input"}}
-    gmeta.update(meta or {})
-    return Graph(name=name, ops=ops, edges=edges, meta=gmeta)
+    def _write_edges(self, op_name: str, s: str) -> None:
+        """Edges ordering a write of storage ``s`` after its readers since the last
+        write, or after the last write when none read it since."""
+        tensor = s[3:] if s.startswith("in:") else None
+        prev_readers = [x for x in self.readers.get(s, []) if x != op_name]
+        for rd in prev_readers:
+            self.add_edge(rd, op_name, "state", f"writes {_storage_label(s)} that {rd} reads "
+                          "(write-after-read)", tensor)
+        w = self.last_writer.get(s)
+        if w is not None and not prev_readers:
+            self.add_edge(w, op_name, "state", f"writes {_storage_label(s)} after {w} wrote it "
+                          "(write-after-write)", tensor)
+
+    def collective_edge(self, op_name: str) -> None:
+        """Collectives run in program order on every rank: chain each to the one before."""
+        if self.collectives:
+            prev = self.collectives[-1]
+            self.add_edge(prev, op_name, "collective_order",
+                          f"collectives run in program order on every rank ({prev} "
+                          f"before {op_name})")
+        self.collectives.append(op_name)
 
 
 #: the storage name random draws write (``writes:random generator (cpu)``)
@@ -1104,98 +1231,151 @@ def _same_layout(a: Any, b: Any) -> bool:
 
 def _costs(rec: _Rec, arg_refs: list, outs: list) -> tuple[float, int, int]:
     """FLOPs, bytes read, bytes written for one op from its shapes."""
-    short = rec.short
     vals = [_val(a) for a in rec.args]
     tensors = [v for _, _, v in arg_refs]
-    out_elems = sum(_numel(t) for t in outs)
     bytes_read = sum(_nbytes(v) for v in tensors)
     bytes_written = sum(_nbytes(t) for t in outs)
     flops = 0.0
     try:
-        if short == "linear":
-            x, w = vals[0], vals[1]
-            inf, outf = _dim(w.shape[-1]), _dim(w.shape[0])
-            tokens = _numel(x) // max(inf, 1)
-            flops = 2.0 * tokens * inf * outf
-            b = vals[2] if len(vals) > 2 else rec.kwargs.get("bias")
-            if _is_tensor(b):
-                flops += tokens * outf
-        elif short in ("mm", "bmm", "matmul", "mv", "dot", "grouped_mm", "_grouped_mm",
-                       "grouped_mm_fallback"):
-            # a grouped GEMM: every row of its input [S, K] meets one expert's [K, N]
-            a = vals[0]
-            flops = 2.0 * out_elems * _dim(a.shape[-1])
-        elif short in ("addmm", "baddbmm", "addbmm", "addmv"):
-            a = vals[1]
-            flops = 2.0 * out_elems * _dim(a.shape[-1]) + out_elems
-        elif short == "einsum":
-            flops = _einsum_flops(vals[0], vals[1])
-        elif short in ("conv1d", "conv2d", "conv3d", "convolution", "_convolution"):
-            w = vals[1]
-            transposed = short in ("convolution", "_convolution") and len(vals) > 6 and vals[6]
-            if transposed:
-                flops = 2.0 * _numel(vals[0]) * math.prod(_shape(w)[1:])
-            else:
-                flops = 2.0 * out_elems * math.prod(_shape(w)[1:])
-            if len(vals) > 2 and _is_tensor(vals[2]):
-                flops += out_elems
-        elif short.startswith("conv_transpose"):
-            flops = 2.0 * _numel(vals[0]) * math.prod(_shape(vals[1])[1:])
-        elif "attention" in short and short in CUBE_OPS and len(vals) >= 3 \
-                and all(_is_tensor(v) for v in vals[:3]):
-            q, k, v = vals[0], vals[1], vals[2]
-            batch = math.prod(_shape(q)[:-2])
-            L, E = _dim(q.shape[-2]), _dim(q.shape[-1])
-            S, Ev = _dim(k.shape[-2]), _dim(v.shape[-1])
-            flops = 2.0 * batch * L * S * E + 2.0 * batch * L * S * Ev
-        elif _is_module_call(rec):
+        if _is_module_call(rec):
             entry = _OPAQUE.get(vals[0])
             if entry is not None:
                 return entry.cost([_val(a) for a in rec.args[1]],
                                   [_val(a) for a in rec.args[2]], outs)
-        elif short in COLLECTIVES or rec.namespace in COMM_NAMESPACES or short in MEMORY_OPS:
-            flops = 0.0
-        elif "pool" in short and "unpool" not in short:
-            # one comparison / add per window element: a stride-1 3x3 pool does 9 per
-            # output, which its bytes do not show; an adaptive pool reads every input once
-            if short.startswith("adaptive"):
-                flops = float(_numel(tensors[0])) if tensors else float(out_elems)
-            else:
-                window = _pool_window(rec, vals, 1 if "1d" in short else 3 if "3d" in short else 2)
-                flops = float(_numel(outs[0]) * window) if outs and window else float(out_elems)
-        elif short in REDUCTIONS:
-            flops = float(sum(_numel(v) for v in tensors[:1]))
-        elif short in VECTOR_FLOPS_PER_ELEM:
-            flops = float(VECTOR_FLOPS_PER_ELEM[short] * out_elems)
         else:
-            flops = float(out_elems)
-        if short in GATHERS and tensors:
-            # only the gathered rows of the table (the first argument of all four) are read
-            table = vals[0]
-            if _is_tensor(table):
-                bytes_read = bytes_read - _nbytes(table) + bytes_written
-        if short in INDEX_WRITES:
-            src = rec.args[INDEX_WRITES[short]] if len(rec.args) > INDEX_WRITES[short] else None
-            srcv = _val(src)
-            if _is_tensor(srcv):
-                dst = vals[0]
-                bytes_read = bytes_read - (_nbytes(dst) if _is_tensor(dst) else 0)
-                bytes_written = _nbytes(srcv)
-        elif rec.mutates and tensors:
-            # an in-place op writes its target (the returned alias is the same bytes)
-            written = [v for pos, _, v in arg_refs if pos in rec.mutates]
-            bytes_written = sum(_nbytes(v) for v in written)
-            if short in ("copy_", "fill_", "zero_"):
-                bytes_read -= sum(_nbytes(v) for v in written)
-        if short in ("zeros", "ones", "empty", "full", "zeros_like", "ones_like",
-                     "empty_like", "full_like", "new_zeros", "new_ones", "new_empty",
-                     "new_full"):
-            bytes_read = 0
-            if "empty" in short:
-                bytes_written = 0
+            flops = _flops(rec, vals, tensors, outs)
+        bytes_read, bytes_written = _bytes_moved(rec, vals, arg_refs, bytes_read,
+                                                 bytes_written)
     except (IndexError, AttributeError, TypeError):
         pass  # odd argument forms: keep the byte counts, FLOPs stay an estimate
     return flops, max(0, int(bytes_read)), max(0, int(bytes_written))
+
+
+#: matrix products: 2 FLOPs per output element per reduced element (a grouped GEMM: every
+#: row of its input [S, K] meets one expert's [K, N])
+_MATMULS = frozenset({"mm", "bmm", "matmul", "mv", "dot", "grouped_mm", "_grouped_mm",
+                      "grouped_mm_fallback"})
+#: matrix products plus an added input: one more FLOP per output element
+_ADD_MATMULS = frozenset({"addmm", "baddbmm", "addbmm", "addmv"})
+_CONVS = frozenset({"conv1d", "conv2d", "conv3d", "convolution", "_convolution"})
+#: ops that create a tensor: they read nothing (the empty ones write nothing either)
+_FACTORIES = frozenset({"zeros", "ones", "empty", "full", "zeros_like", "ones_like",
+                        "empty_like", "full_like", "new_zeros", "new_ones", "new_empty",
+                        "new_full"})
+
+
+def _flops(rec: _Rec, vals: list, tensors: list, outs: list) -> float:
+    """An op's FLOPs from its argument and output shapes (see the module docstring)."""
+    short = rec.short
+    out_elems = sum(_numel(t) for t in outs)
+    if short == "linear":
+        return _linear_flops(rec, vals)
+    if short in _MATMULS:
+        return 2.0 * out_elems * _dim(vals[0].shape[-1])
+    if short in _ADD_MATMULS:
+        return 2.0 * out_elems * _dim(vals[1].shape[-1]) + out_elems
+    if short == "einsum":
+        return _einsum_flops(vals[0], vals[1])
+    if short in _CONVS:
+        return _conv_flops(short, vals, out_elems)
+    if short.startswith("conv_transpose"):
+        return 2.0 * _numel(vals[0]) * math.prod(_shape(vals[1])[1:])
+    if "attention" in short and short in CUBE_OPS and len(vals) >= 3 \
+            and all(_is_tensor(v) for v in vals[:3]):
+        return _attention_flops(vals[0], vals[1], vals[2])
+    if short in COLLECTIVES or rec.namespace in COMM_NAMESPACES or short in MEMORY_OPS:
+        return 0.0
+    if "pool" in short and "unpool" not in short:
+        return _pool_flops(rec, vals, tensors, outs)
+    if short in REDUCTIONS:
+        return float(sum(_numel(v) for v in tensors[:1]))
+    if short in VECTOR_FLOPS_PER_ELEM:
+        return float(VECTOR_FLOPS_PER_ELEM[short] * out_elems)
+    return float(out_elems)
+
+
+def _linear_flops(rec: _Rec, vals: list) -> float:
+    """``2*tokens*in*out``, plus one add per output element with a bias."""
+    x, w = vals[0], vals[1]
+    inf, outf = _dim(w.shape[-1]), _dim(w.shape[0])
+    tokens = _numel(x) // max(inf, 1)
+    flops = 2.0 * tokens * inf * outf
+    b = vals[2] if len(vals) > 2 else rec.kwargs.get("bias")
+    if _is_tensor(b):
+        flops += tokens * outf
+    return flops
+
+
+def _conv_flops(short: str, vals: list, out_elems: int) -> float:
+    """``2 * output elements * Cin/groups * kernel`` (a transposed ``convolution``: per
+    input element), plus one add per output element with a bias."""
+    w = vals[1]
+    transposed = short in ("convolution", "_convolution") and len(vals) > 6 and vals[6]
+    if transposed:
+        flops = 2.0 * _numel(vals[0]) * math.prod(_shape(w)[1:])
+    else:
+        flops = 2.0 * out_elems * math.prod(_shape(w)[1:])
+    if len(vals) > 2 and _is_tensor(vals[2]):
+        flops += out_elems
+    return flops
+
+
+def _attention_flops(q: Any, k: Any, v: Any) -> float:
+    """``Q @ K^T`` and ``P @ V`` in full (not halved for a causal mask)."""
+    batch = math.prod(_shape(q)[:-2])
+    L, E = _dim(q.shape[-2]), _dim(q.shape[-1])
+    S, Ev = _dim(k.shape[-2]), _dim(v.shape[-1])
+    return 2.0 * batch * L * S * E + 2.0 * batch * L * S * Ev
+
+
+def _pool_flops(rec: _Rec, vals: list, tensors: list, outs: list) -> float:
+    """One comparison / add per window element: a stride-1 3x3 pool does 9 per output,
+    which its bytes do not show; an adaptive pool reads every input once."""
+    short = rec.short
+    out_elems = sum(_numel(t) for t in outs)
+    if short.startswith("adaptive"):
+        return float(_numel(tensors[0])) if tensors else float(out_elems)
+    window = _pool_window(rec, vals, 1 if "1d" in short else 3 if "3d" in short else 2)
+    return float(_numel(outs[0]) * window) if outs and window else float(out_elems)
+
+
+def _bytes_moved(rec: _Rec, vals: list, arg_refs: list, bytes_read: int,
+                 bytes_written: int) -> tuple[int, int]:
+    """Bytes read and written, from every input and output read and written whole, for
+    the ops that touch less: a gather reads only the rows it returns, an index write
+    only its source's rows, an in-place op writes its target, a factory reads nothing."""
+    short = rec.short
+    if short in GATHERS and arg_refs:
+        # only the gathered rows of the table (the first argument of all four) are read
+        table = vals[0]
+        if _is_tensor(table):
+            bytes_read = bytes_read - _nbytes(table) + bytes_written
+    if short in INDEX_WRITES:
+        bytes_read, bytes_written = _index_write_bytes(rec, vals, bytes_read, bytes_written)
+    elif rec.mutates and arg_refs:
+        # an in-place op writes its target (the returned alias is the same bytes)
+        written = [v for pos, _, v in arg_refs if pos in rec.mutates]
+        bytes_written = sum(_nbytes(v) for v in written)
+        if short in ("copy_", "fill_", "zero_"):
+            bytes_read -= sum(_nbytes(v) for v in written)
+    if short in _FACTORIES:
+        bytes_read = 0
+        if "empty" in short:
+            bytes_written = 0
+    return bytes_read, bytes_written
+
+
+def _index_write_bytes(rec: _Rec, vals: list, bytes_read: int,
+                       bytes_written: int) -> tuple[int, int]:
+    """An index write reads its source, not the destination, and writes the source's
+    bytes into it."""
+    at = INDEX_WRITES[rec.short]
+    srcv = _val(rec.args[at] if len(rec.args) > at else None)
+    if _is_tensor(srcv):
+        dst = vals[0]
+        bytes_read = bytes_read - (_nbytes(dst) if _is_tensor(dst) else 0)
+        bytes_written = _nbytes(srcv)
+    return bytes_read, bytes_written
 
 
 def _pool_window(rec: _Rec, vals: list, dims: int) -> int:
@@ -1228,49 +1408,72 @@ def _einsum_flops(eq: Any, operands: Any) -> float:
 
 def _classify(rec: _Rec, arg_refs: list, outs: list, host_paths: set[str],
               main_device: str | None) -> tuple[str, dict]:
-    short = rec.short
+    """An op's resource class (``cube``, ``vector``, ``memory``, ``comm``, ``host``) and
+    the meta that explains it (``causal``, ``head_dims``, ``opaque``, ``cast``, ``copy``)."""
+    if _is_collective(rec):
+        return "comm", {}
     meta: dict = {}
+    if rec.short in ("scaled_dot_product_attention",):
+        meta.update(_attention_meta(rec, arg_refs))
+    resource = _unit(rec, arg_refs, outs, meta)
+    if resource != "memory" and _runs_on_host(rec, arg_refs, outs, host_paths, main_device):
+        resource = "host"
+    return resource, meta
+
+
+def _is_collective(rec: _Rec) -> bool:
+    """A functional collective (or any op of a collectives namespace but parastream's
+    own), or a collective called by name."""
+    short = rec.short
     if rec.namespace in COMM_NAMESPACES and (short in COLLECTIVES or rec.namespace != "parastream"):
-        return "comm", meta
-    if short in COLLECTIVES and rec.namespace in ("", "parastream"):
-        return "comm", meta
-    if short in ("scaled_dot_product_attention",):
-        causal = rec.kwargs.get("is_causal", rec.args[5] if len(rec.args) > 5 else False)
-        meta["causal"] = bool(causal)
-        vals = [v for _, _, v in arg_refs[:3]]
-        if len(vals) == 3 and _dim(vals[0].shape[-1]) != _dim(vals[2].shape[-1]):
-            # q/k and v head dims differ (MLA's decoupled rope): CPU torch cannot use its
-            # fused kernel and runs the unfused math path, about half the FLOP rate here
-            meta["head_dims"] = "mixed"
-    in_dev = {str(v.device) for _, _, v in arg_refs}
-    out_dev = {str(t.device) for t in outs}
-    resource = "vector"
+        return True
+    return short in COLLECTIVES and rec.namespace in ("", "parastream")
+
+
+def _attention_meta(rec: _Rec, arg_refs: list) -> dict:
+    """``causal``, and ``head_dims: mixed`` when q/k and v head dims differ (MLA's
+    decoupled rope: CPU torch cannot use its fused kernel and runs the unfused math
+    path, about half the FLOP rate)."""
+    causal = rec.kwargs.get("is_causal", rec.args[5] if len(rec.args) > 5 else False)
+    meta: dict = {"causal": bool(causal)}
+    vals = [v for _, _, v in arg_refs[:3]]
+    if len(vals) == 3 and _dim(vals[0].shape[-1]) != _dim(vals[2].shape[-1]):
+        meta["head_dims"] = "mixed"
+    return meta
+
+
+def _unit(rec: _Rec, arg_refs: list, outs: list, meta: dict) -> str:
+    """The device unit an op runs on: ``cube`` (matrix products, the opaque experts'
+    GEMMs), ``memory`` (copies, gathers, fills; a cast is ``vector``), else ``vector``."""
+    short = rec.short
     if _is_module_call(rec):
         entry = _OPAQUE.get(rec.args[0]) if rec.args else None
         meta["opaque"] = entry.cls if entry else "module"
-        resource = "cube"  # the routed experts' GEMMs
-    elif short in CUBE_OPS:
-        resource = "cube"
-    elif short in MEMORY_OPS:
-        resource = "memory"
-        src = [v for _, _, v in arg_refs]
-        if short in ("_to_copy", "to", "copy_") and src and outs:
-            a, b = (src[-1], src[0]) if short == "copy_" else (src[0], outs[0])
-            if a.dtype != b.dtype and str(a.device) == str(b.device):
-                resource = "vector"   # a cast computes; it is not a DMA copy
-                meta["cast"] = f"{_dtype_name(a.dtype)}->{_dtype_name(b.dtype)}"
-            elif str(a.device) != str(b.device):
-                meta["copy"] = _direction(str(a.device), str(b.device))
-    # a module marked as host work, or CPU-only ops in a model living on another device
-    if resource != "comm":
-        paths = [p for p, _ in rec.stack]
-        if any(p in host_paths for p in paths):
-            if resource != "memory":
-                resource = "host"
-        elif (main_device and main_device != "cpu" and resource != "memory"
-              and (in_dev | out_dev) == {"cpu"}):
-            resource = "host"
-    return resource, meta
+        return "cube"  # the routed experts' GEMMs
+    if short in CUBE_OPS:
+        return "cube"
+    if short not in MEMORY_OPS:
+        return "vector"
+    src = [v for _, _, v in arg_refs]
+    if not (short in ("_to_copy", "to", "copy_") and src and outs):
+        return "memory"
+    a, b = (src[-1], src[0]) if short == "copy_" else (src[0], outs[0])
+    if a.dtype != b.dtype and str(a.device) == str(b.device):
+        meta["cast"] = f"{_dtype_name(a.dtype)}->{_dtype_name(b.dtype)}"
+        return "vector"   # a cast computes; it is not a DMA copy
+    if str(a.device) != str(b.device):
+        meta["copy"] = _direction(str(a.device), str(b.device))
+    return "memory"
+
+
+def _runs_on_host(rec: _Rec, arg_refs: list, outs: list, host_paths: set[str],
+                  main_device: str | None) -> bool:
+    """Inside a module marked as host work, or CPU-only work in a model living on
+    another device."""
+    if any(p in host_paths for p, _ in rec.stack):
+        return True
+    devices = {str(v.device) for _, _, v in arg_refs} | {str(t.device) for t in outs}
+    return bool(main_device and main_device != "cpu" and devices == {"cpu"})
 
 
 def _direction(src: str, dst: str) -> str:
@@ -1402,7 +1605,9 @@ def import_runnable(module: Any, example_inputs: Sequence[Any] | Any, name: str 
 
 
 def _runnable_export(ep: Any, module: Any, g: Graph, recs: list[_Rec]) -> Runnable:
-    from torch.export.graph_signature import InputKind, OutputKind
+    """The exported program as a :class:`Runnable`: parameters, buffers and constants
+    bound to the module's own tensors, and what each graph output is."""
+    from torch.export.graph_signature import InputKind
 
     gm = ep.graph_module
     sig = ep.graph_signature
@@ -1414,23 +1619,34 @@ def _runnable_export(ep: Any, module: Any, g: Graph, recs: list[_Rec]) -> Runnab
             user.append(node.name)
             continue
         state[node.name] = _state_tensor(ep, module, spec.kind, spec.target)
-    buffer_writes: dict[int, Any] = {}
-    input_writes: dict[int, str] = {}
-    user_out: list[int] = []
-    for i, spec in enumerate(sig.output_specs):
-        if spec.kind == OutputKind.USER_OUTPUT:
-            user_out.append(i)
-        elif spec.kind == getattr(OutputKind, "USER_INPUT_MUTATION", None) and spec.target:
-            input_writes[i] = spec.target  # the placeholder of the input written in place
-        elif spec.kind == OutputKind.BUFFER_MUTATION and spec.target:
-            try:
-                buffer_writes[i] = _state_tensor(ep, module, InputKind.BUFFER, spec.target)
-            except KeyError:
-                pass
+    user_out, buffer_writes, input_writes = _output_roles(ep, module)
     node_op, node_kind = _node_ops(gm, g)
     return Runnable(gm, g, node_op, node_kind, "torch.export", state, user,
                     out_spec=ep.call_spec.out_spec, user_output_index=user_out,
                     buffer_writes=buffer_writes, input_writes=input_writes)
+
+
+def _output_roles(ep: Any, module: Any) -> tuple[list[int], dict[int, Any], dict[int, str]]:
+    """The exported graph's outputs by role: the indexes of the user outputs, the
+    buffers functional updates are copied back into (output index -> the module's
+    buffer), and the user inputs written in place (output index -> placeholder)."""
+    from torch.export.graph_signature import InputKind, OutputKind
+
+    input_mutation = getattr(OutputKind, "USER_INPUT_MUTATION", None)
+    buffer_writes: dict[int, Any] = {}
+    input_writes: dict[int, str] = {}
+    user_out: list[int] = []
+    for i, spec in enumerate(ep.graph_signature.output_specs):
+        if spec.kind == OutputKind.USER_OUTPUT:
+            user_out.append(i)
+            continue
+        if spec.kind == input_mutation and spec.target:
+            input_writes[i] = spec.target  # the placeholder of the input written in place
+            continue
+        if spec.kind == OutputKind.BUFFER_MUTATION and spec.target:
+            with contextlib.suppress(KeyError):
+                buffer_writes[i] = _state_tensor(ep, module, InputKind.BUFFER, spec.target)
+    return user_out, buffer_writes, input_writes
 
 
 def _state_tensor(ep: Any, module: Any, kind: Any, target: str) -> Any:

@@ -1,4 +1,5 @@
-"""Built-in models: real ``torch.nn.Module`` s with the parallel structure the seeds talk about.
+"""Built-in models: real ``torch.nn.Module`` s with the parallel structures multi-stream
+inference exploits (independent branches, side paths, copies beside compute, collectives).
 
 Each model has a factory ``factory(scale="small", phase=None) -> (module, example_inputs)``
 and an entry in :data:`ZOO`. Scales:
@@ -414,8 +415,8 @@ class AttentionProlog(nn.Module):
         k, v, z = self.kv_path(h, pos)
         o = F.scaled_dot_product_attention(q, k, v, is_causal=t > 1)
         out = self.o_proj(o.transpose(1, 2).reshape(b, t, self.heads * self.v_dim))
-        # the seed's GE trap: silu(z) = Swish(Cast(z)) of a side-path output, consumed on the
-        # main path; a compiler may hoist this cheap precompute ahead of the main dominator
+        # a graph-compiler trap: silu(z) = Swish(Cast(z)) of a side-path output, consumed on
+        # the main path; a compiler may hoist this cheap precompute ahead of the main dominator
         gate = F.silu(z.float()).to(out.dtype)
         return out * self.gate_proj(gate)
 
@@ -714,7 +715,8 @@ class Postprocess(nn.Module):
 
 
 class InferencePipeline(nn.Module):
-    """Seed 000's five stages: preprocess -> H2D -> infer -> D2H -> postprocess."""
+    """A five-stage image inference pipeline: preprocess -> H2D -> infer -> D2H ->
+    postprocess."""
 
     def __init__(self, c: PipelineShapes) -> None:
         super().__init__()
@@ -729,7 +731,7 @@ class InferencePipeline(nn.Module):
 
 
 def inference_pipeline(scale: str = "small", phase: str | None = None) -> tuple[nn.Module, tuple]:
-    """The five-stage inference pipeline of seed 000 on images."""
+    """The five-stage inference pipeline on a batch of uint8 HWC images."""
     s, c = shapes(scale), _PIPELINE[scale]
     _phase(phase, ("infer",))
     mod = _build(s, lambda: InferencePipeline(c))
@@ -825,9 +827,9 @@ class MedusaHeads(nn.Module):
     tokens are stacked. At batch 1 every head is a matrix-vector product over the whole
     vocabulary; where torch runs those on one core whatever its thread count, only
     streams can put a second core to work on a CPU (the demo's default). Not every CPU
-    is like that: where torch spreads the GEMV over its threads (this model's small
-    projection: 5.3 ms on 1 thread, 3.1 ms on 2, on the VM of the twentieth session),
-    one stream already uses both cores, and the demo recommends single stream."""
+    is like that: where torch spreads the GEMV over its threads, one stream already uses
+    both cores, and the demo recommends single stream (the device profile's
+    ``parallel_gemv`` says which case a CPU is)."""
 
     def __init__(self, c: MedusaShapes) -> None:
         super().__init__()
@@ -879,8 +881,8 @@ ZOO: dict[str, ZooModel] = {m.name: m for m in (
              "cache's oldest block to host buffers", kv_offload, ("decode",)),
     ZooModel("two_microbatch_prefill", "tensor-parallel prefill in two micro-batches, an "
              "all_reduce after attention and MLP of each", two_microbatch_prefill, ("prefill",)),
-    ZooModel("inference_pipeline", "seed 000's five stages: preprocess (host) -> H2D -> "
-             "conv net -> D2H -> postprocess (host)", inference_pipeline, ("infer",)),
+    ZooModel("inference_pipeline", "five-stage image inference pipeline: preprocess (host) "
+             "-> H2D -> conv net -> D2H -> postprocess (host)", inference_pipeline, ("infer",)),
     ZooModel("two_chains", "two independent chains of relu(x @ w) meeting at an add",
              two_chains, ("infer",)),
     ZooModel("medusa_heads", "Medusa decode heads at batch 1: base lm_head || residual heads "
