@@ -9,8 +9,8 @@
 - ``critical-path``: the longest path by estimated duration on stream 0, the other ops'
   chains beside it, merged like matching's (least ASAP overlap first) until the cap holds;
 - ``resource-split``: compute-bound ops on stream 0, memory- and communication-bound ops on
-  stream 1 (seed 003's strategy);
-- ``manual``: the user's pattern -> stream mapping (seed 003's ``{"FlashAttention": 0,
+  stream 1;
+- ``manual``: the user's pattern -> stream mapping (e.g. ``{"FlashAttention": 0,
   "MLP gate": 1}``), completed with events.
 
 Streams are reused across layers: the count never grows with depth beyond the cap.

@@ -3,7 +3,7 @@
 Ops are issued by the host in program order, one launch overhead apart; each starts when
 its stream's previous op has finished, every event it waits on has been recorded, and the
 host has issued it. Streams beyond the device's hardware queues add no parallelism: streams
-are folded onto the queues round-robin (seed 003's "more streams than queues are ignored").
+are folded onto the queues round-robin (streams beyond the queues are ignored).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """``parastream analyze TRACE --plan plan.json``: did the run follow the plan?
 
-Two checks from seed 002's "profile double verification":
+Two checks (a profile verified twice over):
 
 1. **Stream-ID placement**: every planned op found in the trace (by name) ran on the trace
    stream its logical stream maps to; logical streams map one-to-one onto trace streams.

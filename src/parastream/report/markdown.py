@@ -1,4 +1,4 @@
-"""The measured fields of a plan detail fragment (seed 002) as Markdown.
+"""The measured fields of a plan detail fragment as Markdown.
 
 A plan fragment has 8 fields; the timeline can fill the measured ones: (1) the observed
 stream grouping, (6) overlap_pct with both windows and the verdict, (8) the measured
