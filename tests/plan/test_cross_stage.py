@@ -14,7 +14,7 @@ from parastream.device.profile import dumps_profile, load_profile  # noqa: E402
 from parastream.graph.ir import validate  # noqa: E402
 from parastream.graph.models import resolve  # noqa: E402
 from parastream.plan import check  # noqa: E402
-from parastream.plan.cli import build  # noqa: E402
+from parastream.workflow.plan import build  # noqa: E402
 from parastream.plan.io import dumps  # noqa: E402
 from parastream.plan.lints import reach_sets  # noqa: E402
 

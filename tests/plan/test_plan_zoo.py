@@ -12,7 +12,7 @@ from parastream.graph.models import resolve  # noqa: E402
 from parastream.graph.zoo import ZOO  # noqa: E402
 from parastream.plan import check  # noqa: E402
 from parastream.plan.assign import ALGORITHMS, assign  # noqa: E402
-from parastream.plan.cli import build  # noqa: E402
+from parastream.workflow.plan import build  # noqa: E402
 
 PROFILE = load_profile("ascend910b")
 

@@ -91,7 +91,7 @@ def test_a_speedup_above_the_plans_headroom_bound_is_flagged_and_not_recommended
 
 
 def test_a_speedup_above_the_stream_count_is_implausible():
-    from parastream.sim.cli import flags
+    from parastream.workflow.simulate import flags
 
     assert flags(2, 53.0, 4) == ["implausible: above 2 streams"]
     assert flags(4, 430.0, 4, bound=3.0) == ["implausible: above 4 streams"]

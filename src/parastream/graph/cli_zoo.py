@@ -65,6 +65,7 @@ def zoo_listing() -> list[dict]:
 
 
 def cmd_zoo(args: argparse.Namespace) -> int:
+    """List the built-in models: one line each, or JSON records."""
     rows = zoo_listing()
     if args.format == "json":
         from .render import render_json
@@ -80,6 +81,7 @@ def cmd_zoo(args: argparse.Namespace) -> int:
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
+    """Measure the local CPU (or cuda GPU) into a device profile, written to ``-o``."""
     from ..report.atomic import check_writable, write_atomic
     from .calibrate import dumps
 

@@ -12,6 +12,7 @@ from .report import render_markdown, render_text
 
 
 def add_parser(sub) -> None:
+    """Add the ``plan`` subcommand."""
     from ..cliargs import (add_command, device_arg, format_arg, model_arg, output_arg,
                            shape_args)
 

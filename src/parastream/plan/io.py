@@ -12,6 +12,9 @@ from .model import SCHEMA, Plan
 
 
 class PlanDoc(msgspec.Struct):
+    """A plan file: the ``candidates`` for ``model`` on ``device``, best first, the one
+    ``recommended``, the parallel points they split, and how to rebuild the model."""
+
     model: str
     device: str
     recommended: str

@@ -19,6 +19,7 @@ from ..workflow.simulate import ShapeSweep, Simulation, flags, sweep  # noqa: F4
 
 
 def add_parser(sub) -> None:
+    """Add the ``simulate`` subcommand."""
     from ..cliargs import (add_command, candidate_arg, device_arg, format_arg, json_arg,
                            model_arg, output_arg, shape_args)
 

@@ -12,7 +12,11 @@ from importlib import resources
 from typing import Any, Callable, Sequence
 
 from ..errors import InputError
+from ..plan.io import PlanDoc, load_doc
+from ..plan.verify import verify
 from ..timeline.analyze import Options
+from ..timeline.ranks import analyze_paths
+from ..timeline.triage import triage
 from .result import document, extra
 
 #: the document keys only some analyses have (several ranks, broken members, a baseline)
@@ -65,6 +69,7 @@ class AnalyzeOptions(Options):
     warn: Callable[[str], None] | None = None
 
     def timeline_options(self) -> Options:
+        """The timeline analysis options alone."""
         return Options(**{f.name: getattr(self, f.name) for f in dataclasses.fields(Options)})
 
 
@@ -91,9 +96,6 @@ def _check(paths: Sequence[str], baseline: str | None, opts: AnalyzeOptions,
 
 def _with_baseline(doc: dict, baseline: str, opts: AnalyzeOptions, prog: Any) -> None:
     """Add the triage against single-stream capture ``baseline`` and its summary."""
-    from ..timeline.ranks import analyze_paths
-    from ..timeline.triage import triage
-
     # --main-stream names a stream of the traces analysed; the single-stream baseline's
     # stream ids are its own (its main is its busiest compute stream)
     base_opts = dataclasses.replace(opts.timeline_options(), main_stream=None)
@@ -113,11 +115,10 @@ def broken_warnings(doc: dict) -> list[str]:
     return lines
 
 
-def _check_plan(doc: dict, timelines: list, plan_doc, plan: str, candidate: str | None) -> None:
+def _check_plan(doc: dict, timelines: list, plan_doc: PlanDoc, plan: str,
+                candidate: str | None) -> None:
     """Each capture's ``plan_check`` against its candidate (:func:`verify`); an InputError
     when no capture holds any planned op (another model's plan)."""
-    from ..plan.verify import verify
-
     for cap, tl in zip(doc["captures"], timelines):  # each its own candidate (verify)
         cap["plan_check"] = verify(tl, plan_doc, candidate)
     checks = [c["plan_check"] for c in doc["captures"]]
@@ -136,8 +137,7 @@ def analyze(paths: str | Sequence[str] | None = None, *, baseline: str | None = 
     a trace names, else the recommended one) each capture is checked against; ``options``
     are the fields of :class:`AnalyzeOptions`. Bad input raises
     :class:`~parastream.errors.InputError`."""
-    from ..report.text import progress
-    from ..timeline.ranks import analyze_paths
+    from ..report.text import progress  # (rich, only here)
 
     opts = AnalyzeOptions(**options)
     paths = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths or [])
@@ -145,8 +145,6 @@ def analyze(paths: str | Sequence[str] | None = None, *, baseline: str | None = 
     paths = [os.fspath(p) for p in paths] or [default_trace()]
     plan_doc = None
     if plan:
-        from ..plan.io import load_doc
-
         plan_doc, _ = load_doc(plan, candidate)  # an unknown candidate fails now
     keep = bool(opts.timelines or plan_doc)
     with progress(opts.progress) as prog:

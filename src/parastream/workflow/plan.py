@@ -19,6 +19,7 @@ from ..device.profile import DEFAULT_DEVICE, DeviceProfile
 from ..errors import InputError
 from ..graph.decompose import Decomposition, decompose
 from ..graph.ir import Graph, is_whole, validate
+from ..graph.models import model_source
 from ..plan.assign import assign
 from ..plan.candidates import DeviceFacts, Point, candidates
 from ..plan.io import MAX_STREAM_ID, PlanDoc, dumps, to_builtins
@@ -376,8 +377,6 @@ def plan(model: str | Graph, *, scale: str | None = None, phase: str | None = No
     point and whole-graph algorithm, ranked by simulated wall time. ``mapping`` (pattern ->
     stream, or its JSON) adds the ``manual`` plan. Bad input raises
     :class:`~parastream.errors.InputError`."""
-    from ..graph.models import model_source
-
     if max_streams is not None and max_streams < 1:
         raise InputError(None, f"--max-streams must be at least 1, got {max_streams}")
     profile = profile_of(device)  # bad names and files raise a one-line InputError

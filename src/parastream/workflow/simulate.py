@@ -8,21 +8,29 @@ Every figure is a prediction labelled "simulated on <profile>", never a measurem
 from __future__ import annotations
 
 import dataclasses
+import glob
 import os
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+import msgspec
+
 from ..device.cost import estimate, with_cold
-from ..device.profile import DEFAULT_DEVICE, DeviceProfile
+from ..device.profile import DEFAULT_DEVICE
+from ..device.profile import SCHEMA as PROFILE_SCHEMA
+from ..device.profile import (DeviceProfile, load_profile, loads_profile, read_profile_file,
+                              warn_if_noted)
 from ..errors import InputError, naming
 from ..graph.ir import Graph, validate
+from ..graph.models import is_graph_file, resolve
 from ..plan.assign import assign
-from ..plan.io import PlanDoc
+from ..plan.io import PlanDoc, loads, pick, plan_shaped, require_fit
+from ..plan.model import SCHEMA as PLAN_SCHEMA
 from ..plan.model import SPEEDUP_MARGIN, Plan
 from ..sim.modes import MODES
 from ..sim.run import SimRun, require_mode, sim_label, simulate_plan
 from ..timeline.analyze import analyze_capture
-from .graph import GRAPH_SCALE, model_graph
+from .graph import GRAPH_SCALE, model_graph, model_name
 from .plan import build
 from .result import document, extra
 
@@ -114,6 +122,7 @@ class SimulateOptions:
                 "seed": self.seed}
 
     def run_mode(self) -> str:
+        """The mode to simulate in: ``mode``, else graph with ``ge``, else eager."""
         return self.mode or ("graph" if self.ge else "eager")
 
 
@@ -172,6 +181,7 @@ class _Runner:
         self.memo: dict[tuple, SimRun] = {}
 
     def run(self, plan: Plan) -> SimRun:
+        """``plan`` simulated (once per distinct plan)."""
         key = (plan.name, tuple(sorted(plan.assignment.items())), repr(plan.core_limits),
                tuple((e.record_after, e.wait_before) for e in plan.events))
         if key not in self.memo:
@@ -310,9 +320,7 @@ def _stream_counts(streams: str | Sequence[int] | None) -> list[int]:
 def _check_options(model: str | Graph, opts: SimulateOptions, is_plan: bool) -> list[int]:
     """Refuse options that contradict each other or the input, before anything is built;
     the stream counts to simulate."""
-    from ..graph.models import is_graph_file
-
-    spec = _name(model)
+    spec = model_name(model)
 
     if opts.ge and opts.mode == "eager":
         raise InputError(None, "--ge emulates a graph compiler's reorder, which eager mode "
@@ -342,11 +350,6 @@ def plan_data(spec: str) -> bytes | None:
     """The bytes of ``spec`` when it is a plan document (a JSON object whose ``schema`` is
     the plan's, wherever the key stands: a plan saved with sorted keys has it after 4 KB
     of candidates, and was taken for a graph), else None."""
-    import msgspec
-
-    from ..plan.io import plan_shaped
-    from ..plan.model import SCHEMA as PLAN_SCHEMA
-
     try:
         with open(spec, "rb") as f:
             data = f.read()
@@ -367,8 +370,6 @@ def plan_data(spec: str) -> bytes | None:
 def _read_plan(spec: str, data: bytes, candidate: str | None) -> tuple[PlanDoc, Plan | None]:
     """The plan document in ``data`` and the candidate ``candidate`` names (None: all);
     an unknown or ambiguous name fails before the model is built."""
-    from ..plan.io import loads, pick
-
     try:
         doc = loads(data)
     except ValueError as exc:
@@ -382,8 +383,6 @@ def profile_beside(plan_path: str, name: str) -> tuple[tuple[str, DeviceProfile]
     """((its file, the device profile) called ``name`` in a JSON file in the plan's own
     folder, or None; why the broken profiles there were passed over, or ""). Two such
     files that differ are refused (which one the plan was made with is unknown)."""
-    import glob
-
     found, rejected = [], []
     folder = os.path.dirname(os.path.abspath(plan_path))
     for path in sorted(glob.glob(os.path.join(folder, "*.json"))):
@@ -404,9 +403,6 @@ def profile_beside(plan_path: str, name: str) -> tuple[tuple[str, DeviceProfile]
 def _profile_file(path: str) -> DeviceProfile | None:
     """The device profile in JSON file ``path``, None when it holds none (or cannot be
     read, or is too large to be one); an InputError when it is a broken profile."""
-    from ..device.profile import SCHEMA as PROFILE_SCHEMA
-    from ..device.profile import loads_profile, read_profile_file
-
     try:
         if os.path.getsize(path) > _PROFILE_MAX_BYTES:
             return None
@@ -426,8 +422,6 @@ def _device_for(spec: str, device: str | DeviceProfile | None,
     predicted on that one unless told otherwise, never silently on another. A calibrated
     profile is recorded by name: one of that name beside the plan goes first, over a
     shipped profile of the same name."""
-    from ..device.profile import load_profile
-
     if isinstance(device, DeviceProfile):
         return device, ()
     from_plan = not device and doc is not None and bool(doc.device)
@@ -458,8 +452,6 @@ def _device_for(spec: str, device: str | DeviceProfile | None,
 def _plan_candidates(spec: str, doc: PlanDoc, picked: Plan | None) -> tuple[Graph, list[Plan]]:
     """The plan's model rebuilt from its source and the candidates to simulate (the
     picked one or all, each checked to fit the model), with a single-stream baseline."""
-    from ..plan.io import require_fit
-
     src = doc.source or {}
     if not src.get("model"):
         raise InputError(spec, "the plan does not say which model it was made for")
@@ -484,8 +476,6 @@ def shape_sweep(model: str, profile: DeviceProfile, counts: list[int],
                 opts: SimulateOptions) -> ShapeSweep:
     """``model`` simulated at every ``batch`` x ``seq`` of ``opts`` (streams ``counts`` and
     the single-stream base): its best wall and recommendation per shape."""
-    from ..graph.models import resolve
-
     rows = []
     work: dict[str, dict] = {"batch": {}, "seq": {}}  # value -> the graph's work, per flag
     scale = opts.scale or GRAPH_SCALE
@@ -526,10 +516,8 @@ def simulate(model: str | Graph, *, device: str | DeviceProfile | None = None,
     :data:`DEFAULT_DEVICE`); ``options`` are the fields of :class:`SimulateOptions`. With
     ``batch`` or ``seq`` the result is a :class:`ShapeSweep`, else a :class:`Simulation`.
     Bad input raises :class:`~parastream.errors.InputError`."""
-    from ..device.profile import warn_if_noted
-
     opts = SimulateOptions(**options)
-    spec = _name(model)
+    spec = model_name(model)
     data = None if isinstance(model, Graph) else plan_data(model)
     counts = _check_options(model, opts, data is not None)
     doc, picked = _read_plan(spec, data, opts.candidate) if data is not None else (None, None)
@@ -553,10 +541,6 @@ def simulate(model: str | Graph, *, device: str | DeviceProfile | None = None,
         raise InputError(spec, f"nothing to simulate for --streams {said}: the model "
                                "has no multi-stream candidate (1 adds the single-stream row)")
     return dataclasses.replace(sim, notes=notes)
-
-
-def _name(model: str | Graph) -> str:
-    return model.name if isinstance(model, Graph) else model
 
 
 __all__ = ["DEFAULT_STREAMS", "SCHEMA", "SWEEP_SCHEMA", "ShapeSweep", "SimulateOptions",
