@@ -376,15 +376,12 @@ def _multi_val(node: Any) -> bool:
 
 
 def _arg_nodes(a: Any) -> list[Any]:
+    """The fx nodes inside a node's argument (tuples, lists and dict values), in order."""
     import torch.fx
 
-    if isinstance(a, torch.fx.Node):
-        return [a]
-    if isinstance(a, (tuple, list)):
-        return [x for item in a for x in _arg_nodes(item)]
-    if isinstance(a, dict):
-        return [x for item in a.values() for x in _arg_nodes(item)]
-    return []
+    from ..graph.torch_import import flat_leaves
+
+    return flat_leaves(a, lambda x: isinstance(x, torch.fx.Node))
 
 
 class _Names:
@@ -897,13 +894,7 @@ class _Emitter:
                     self.warnings.append(note)
                     w(depth, f"# note: {note}")
                 made = [x for x in pool if self.base.get(x.name) == a]
-                x = (made or pool)[0]
-                cur = self.subst.get(x.name, self.names.var[x.name])
-                new = self.names.fresh(f"{self.names.var[x.name]}_w{i}")
-                w(depth, f"{new} = torchair.scope.npu_wait_tensor({cur}, {dep})  "
-                         f"# {self.event_comment(i)}")
-                self.subst[x.name] = new
-                self.n_waits += 1
+                self.wait_tensor(w, depth, (made or pool)[0], dep, i)
             return
         for i in waits:
             a = self.plan.events[i].record_after
@@ -916,6 +907,16 @@ class _Emitter:
             recorded_to.add((x.name, s))
             w(depth, f"record_stream({self.names.var[x.name]}, S[{s}])  # made on stream {h}")
             self.n_rs += 1
+
+    def wait_tensor(self, w: _Writer, depth: int, x: Any, dep: str, i: int) -> None:
+        """Plan event ``i`` as TorchAir's ``x_w = npu_wait_tensor(x, dep)``: the readers of
+        ``x`` that follow (the waiting op only) read ``x_w``."""
+        cur = self.subst.get(x.name, self.names.var[x.name])
+        new = self.names.fresh(f"{self.names.var[x.name]}_w{i}")
+        w(depth, f"{new} = torchair.scope.npu_wait_tensor({cur}, {dep})  "
+                 f"# {self.event_comment(i)}")
+        self.subst[x.name] = new
+        self.n_waits += 1
 
     def after_op(self, w: _Writer, depth: int, n: Any, s: int) -> None:
         if self.target == "torchair":
@@ -946,12 +947,7 @@ class _Emitter:
                     w(depth, f"# {self.event_comment(i)}: no tensor output to wait on; the "
                              "graph ends after every stream's work")
                     continue
-                cur = self.subst.get(tensor_leaf.name, self.names.var[tensor_leaf.name])
-                new = self.names.fresh(f"{self.names.var[tensor_leaf.name]}_w{i}")
-                w(depth, f"{new} = torchair.scope.npu_wait_tensor({cur}, {dep})  "
-                         f"# {self.event_comment(i)}")
-                self.subst[tensor_leaf.name] = new
-                self.n_waits += 1
+                self.wait_tensor(w, depth, tensor_leaf, dep, i)
             else:
                 w(depth, f"{self.event_var(a)}.wait(S[0])  # {self.event_comment(i)}")
                 self.n_waits += 1

@@ -301,15 +301,12 @@ def record_ops(recorder: Recorder) -> Iterator[None]:
 
 
 def _tensors(x: Any) -> list[Any]:
+    """The tensors inside ``x`` (tuples, lists and dict values), in order."""
     import torch
 
-    if isinstance(x, torch.Tensor):
-        return [x]
-    if isinstance(x, (tuple, list)):
-        return [t for item in x for t in _tensors(item)]
-    if isinstance(x, dict):
-        return [t for item in x.values() for t in _tensors(item)]
-    return []
+    from ..graph.torch_import import flat_leaves
+
+    return flat_leaves(x, lambda t: isinstance(t, torch.Tensor))
 
 
 def _storage(t: Any) -> int | None:
