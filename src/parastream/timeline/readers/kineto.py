@@ -415,9 +415,10 @@ def _wait(e: _Event) -> tuple:
 
 
 def _scan(events: list[_Event], odd: dict | None = None) -> dict:
-    """One pass over decoded events: the columns the timeline needs, nothing else.
-    ``odd`` counts fields with values of an unexpected type (:func:`_tolerant`); the scan
-    adds kernels whose grid is not a list.
+    """The columns the timeline needs from decoded events, nothing else: one pass routes
+    the events (:func:`_route`), then each kind read is gone over once. ``odd`` counts
+    fields with values of an unexpected type (:func:`_tolerant`); the scan adds kernels
+    whose grid is not a list.
 
     Runs in worker processes for big traces, so it returns plain lists and arrays."""
     odd = {} if odd is None else odd
