@@ -6,7 +6,7 @@ import argparse
 import sys
 
 # the planning pipeline lives in parastream.workflow.plan; its names stay importable here
-from ..workflow.plan import build, pattern, points_from  # noqa: F401
+from ..workflow.plan import build, pattern, plan, points_from  # noqa: F401
 from .model import Plan  # noqa: F401
 from .report import render_markdown, render_text
 
@@ -41,7 +41,6 @@ def cmd_plan(args: argparse.Namespace) -> int:
     """Plan ``args.model`` (:func:`parastream.workflow.plan.plan`), write the plan file and
     the report when asked, and print the plan in ``--format``."""
     from ..report.atomic import check_outputs, spec_paths, write_atomic
-    from ..workflow.plan import plan
 
     # both before either is written; neither over the model, the device file or each other
     check_outputs({"-o/--output": args.output, "--report": args.report},

@@ -15,7 +15,7 @@ from ..errors import InputError
 from .modes import MODES, mode_label
 
 # the simulation lives in parastream.workflow.simulate; its names stay importable here
-from ..workflow.simulate import ShapeSweep, Simulation, flags, sweep  # noqa: F401
+from ..workflow.simulate import ShapeSweep, Simulation, flags, simulate, sweep  # noqa: F401
 
 
 def add_parser(sub) -> None:
@@ -62,7 +62,6 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     profile a plan ran on, and print the report."""
     from ..graph.render import render_json
     from ..report.atomic import check_outputs, spec_paths, write_atomic
-    from ..workflow.simulate import simulate
 
     check_outputs({"-o/--output": args.output, "--trace": args.trace, "--json": args.json},
                   spec_paths(args.model, args.device))

@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
+from functools import reduce
+from operator import or_
 from typing import Callable
 
 from ..device.cost import estimate as op_cost
@@ -213,10 +215,7 @@ def _own_ops(masks: list[int], join_bit: int, order: list[str]) -> list[list[str
     before_join = (1 << join_bit) - 1
     branches = []
     for k, m in enumerate(masks):
-        others = 0
-        for q, o in enumerate(masks):
-            if q != k:
-                others |= o
+        others = reduce(or_, masks[:k] + masks[k + 1:], 0)  # what every other branch reaches
         own = m & ~others & before_join
         branches.append([order[i] for i in range(len(order)) if (own >> i) & 1])
     return branches
