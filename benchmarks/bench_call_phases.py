@@ -49,7 +49,7 @@ def chain() -> None:
     from parastream.plan.model import Plan
     from parastream.runtime.executor import MultiStreamExecutor
     from parastream.runtime.measure import median_wall_us
-    from parastream.runtime.overhead import varied_chain  # calibrate's chain, as it times it
+    from parastream.calibrate.overhead import varied_chain  # calibrate's chain, as it times it
 
     torch.set_num_threads(1)
     x = torch.randn(1, 16)
@@ -258,7 +258,7 @@ def main() -> None:
         chain()
         return
     from parastream.device.profile import load_profile
-    from parastream.runtime.overhead import calibrated_profile
+    from parastream.calibrate.overhead import calibrated_profile
 
     profile = (load_profile(args.profile) if args.profile else
                calibrated_profile(quick=True))

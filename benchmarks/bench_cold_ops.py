@@ -1,10 +1,9 @@
 """Why a calibrated CPU profile under-predicts small ops inside a model: an op costs more
-the longer it is since its code last ran. Results go to docs/benchmarks-run.md section 10.
+the longer it is since its code last ran. Results go to docs/benchmarks-run.md ("Cold ops").
 
-Each of calibrate's op cases (``parastream.graph.calibrate._op_cases``, the same inputs
+Each of calibrate's op cases (``parastream.calibrate.op_rates._op_cases``, the same inputs
 ``parastream calibrate`` times) is timed where the cpu backend runs it (one thread: on a
-worker thread; all cores: on the calling thread, since the seventh session; section 10's
-table is from before, all on worker threads):
+worker thread; all cores: on the calling thread):
 
 - ``burst``: back to back, the median of a short burst (what calibrate measures);
 - ``rotation``: once per pass over all cases (both sizes), the median over the passes: a
@@ -45,8 +44,9 @@ def main() -> None:
     args = ap.parse_args()
     import torch
 
-    from parastream.graph.calibrate import (_median_time, _on_executor_thread, _op_cases, cpu_count,
-                                            rotation_times)
+    from parastream.calibrate.op_rates import _op_cases, rotation_times
+    from parastream.calibrate.timing import _median_time, _on_executor_thread
+    from parastream.runtime.cpu import cpu_count
 
     torch.add(torch.ones(1 << 16), 1)  # the main thread's team, as in parastream run
     calls = {(name, big): case(big)[0] for name, (_, case) in _op_cases().items()

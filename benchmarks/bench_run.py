@@ -167,7 +167,7 @@ def predictions(models, profile, runs: int, repeat: int = 2,
     from parastream.graph.ir import validate
     from parastream.sim.run import simulate_plan
 
-    from parastream.runtime.overhead import calibrated_profile
+    from parastream.calibrate.overhead import calibrated_profile
 
     def wall(module, inputs, rn, plan) -> float:
         return measure(module, inputs, plan, runs=runs, drop=2, runnable=rn,
@@ -279,7 +279,7 @@ def main() -> None:
     malloc.add_argument(ap)
     args = ap.parse_args()
     print(malloc.apply(args.malloc), flush=True)  # as parastream run does, before measuring
-    from parastream.runtime.overhead import calibrated_profile
+    from parastream.calibrate.overhead import calibrated_profile
     from parastream.graph.zoo import ZOO
 
     print("CPU, 2 cores; torch", torch.__version__, flush=True)

@@ -16,7 +16,7 @@ overlap_pct per parallel point, triage) -> a report folder:
 Every figure says where it comes from: "simulated on <profile>" or "measured, CPU".
 
 On ``device="cuda"`` the same loop runs on the GPU: the model on the device, a quick
-calibration of the GPU (:mod:`parastream.runtime.device_calibrate`) instead of the CPU's,
+calibration of the GPU (:mod:`parastream.calibrate.device`) instead of the CPU's,
 the cuda backend's streams, the measured run analysed from its kernels under the torch
 profiler, figures labelled with the GPU's name; no separate-process pass (that is about
 the CPU's OpenMP threads).
@@ -218,7 +218,7 @@ class _Demo:
         is: the plan names the profile, and ``parastream simulate OUT/plan.json`` finds it
         beside the plan; a shipped profile's name needs no copy), else calibrated now."""
         from ..device.profile import load_profile, loads_profile, read_profile_file
-        from ..graph.calibrate import dumps as dump_profile
+        from ..calibrate.profile import dumps as dump_profile
 
         path = self.s.profile
         self.profile_json = None
@@ -231,12 +231,12 @@ class _Demo:
                 self.profile = load_profile(path)
             return
         if self.device == "cuda":
-            from ..runtime.device_calibrate import calibrate_device
+            from ..calibrate.device import calibrate_device
 
             self.step(f"calibrating {self.where}")  # named as calibrate --device cuda names it
             self.profile_json = dump_profile(calibrate_device("cuda", quick=True))
         else:
-            from ..runtime.overhead import calibrate_cpu
+            from ..calibrate.overhead import calibrate_cpu
 
             self.step("calibrating the local CPU")
             self.profile_json = dump_profile(calibrate_cpu(
@@ -362,7 +362,7 @@ class _Demo:
 
         from ..plan.io import dumps as dump_plan
         from ..plan.io import with_recommendation
-        from ..plan.report import render_markdown
+        from ..report.plan import render_markdown
         from ..report.atomic import write_atomic
 
         label = "measured, CPU" if self.device == "cpu" else f"measured, {self.where}"

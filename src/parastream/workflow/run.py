@@ -24,7 +24,7 @@ from ..errors import InputError
 from ..runtime import malloc
 
 #: the shipped profile a device predicts with when none is given and none is calibrated
-#: in-process (cuda calibrates one: runtime.device_calibrate)
+#: in-process (cuda calibrates one: calibrate.device)
 DEVICE_PROFILES = {"npu": "ascend910b"}
 
 #: what a busy machine means for a measured comparison (:class:`BusyWatch`'s note)
@@ -127,7 +127,7 @@ def load_run_profile(device: str, path: str | None) -> tuple[Any, str]:
         except (OSError, ValueError, KeyError) as exc:
             raise InputError(path, f"not a device profile: {exc}") from None
     if device == "cpu":
-        from ..runtime.overhead import calibrated_profile
+        from ..calibrate.overhead import calibrated_profile
 
         notes: list[str] = []
         prof = calibrated_profile(quick=True, name="cpu-quick", warn=notes.append)
@@ -137,7 +137,7 @@ def load_run_profile(device: str, path: str | None) -> tuple[Any, str]:
     if device == "cuda":
         import torch
 
-        from ..runtime.device_calibrate import calibrated_device_profile
+        from ..calibrate.device import calibrated_device_profile
 
         prof = calibrated_device_profile("cuda", quick=True, name="cuda-quick")
         return prof, (f"profile: calibrated in-process on {torch.cuda.get_device_name()} (quick: "
@@ -279,7 +279,8 @@ def measure_candidates(loaded: Loaded, doc: Any, chosen: list, profile: Any,
     single-stream runs give them (on cuda: the single-stream kernels). ``kernel_single``
     (cuda): :func:`single_kernels` when the caller already profiled them; else profiled
     here."""
-    from ..graph.calibrate import BusyWatch, cpu_count
+    from ..calibrate.host import BusyWatch
+    from ..runtime.cpu import cpu_count
     from ..runtime.recommend import busy_evidence
 
     s = settings or CandidateSettings()
