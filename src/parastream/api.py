@@ -2,14 +2,14 @@
 arguments and returns a typed result, whose ``to_dict()`` is the document the command's
 ``--json`` writes.
 
-    import parastream as ps
+    from parastream import api as ps
 
     a = ps.analyze("trace.json.gz")              # Analysis: a.summary["verdict_counts"]
     g = ps.graph("llama_layer", scale="tiny")    # GraphResult: g.analysis.bound_speedup ...
     p = ps.plan("llama_layer", scale="tiny")     # PlanResult: p.recommended, p.to_json()
     s = ps.simulate("llama_layer", scale="tiny", streams=[1, 2])   # Simulation: s.rows
     r = ps.run("llama_layer", device="cpu")      # RunResult: measured, needs torch
-    e = ps.emit("plan.json", target="torch_npu") # EmitResult: the generated source
+    e = ps.emit("plan.json", target="torchair")  # EmitResult: the generated source
 
 ``demo`` runs the whole loop into a report folder and ``pipeline`` the CPU pipeline
 demonstration. Importing this module imports no torch: only building a zoo model or a
