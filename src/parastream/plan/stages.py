@@ -38,8 +38,6 @@ def cross_stage_points(graph: Graph, order: list[str], reach: dict[str, int],
                        dur: dict[str, float]) -> list[Point]:
     """One :class:`Point` per consecutive stage pair with an independent prologue
     (``reach``: descendants of every op as a bitset over ``order``, lints.reach_sets)."""
-    from .cli import pattern
-
     idx = {n: i for i, n in enumerate(order)}
     index = graph.index()
     out: list[Point] = []
@@ -80,3 +78,26 @@ def cross_stage_points(graph: Graph, order: list[str], reach: dict[str, int],
 
 def is_cross_stage(point: Point | None) -> bool:
     return point is not None and point.meta.get("kind") == CROSS_STAGE
+
+
+def pattern(graph: Graph, ops: list[str]) -> str:
+    """The module path shared by a branch's ops, layer numbers wildcarded (``layers.*.mlp``)."""
+    index = graph.index()
+    paths = [index[n].module for n in ops if n in index and index[n].module]
+    if not paths:
+        return ops[0] if ops else "?"
+    common = _common_prefix(paths) or min(paths, key=len)
+    return re.sub(r"\.\d+(?=\.|$)", ".*", common)
+
+
+def _common_prefix(paths: list[str]) -> str:
+    if not paths:
+        return ""
+    parts = [p.split(".") for p in paths]
+    out = []
+    for seg in zip(*parts):
+        if all(x == seg[0] for x in seg):
+            out.append(seg[0])
+        else:
+            break
+    return ".".join(out)

@@ -9,7 +9,6 @@ share. No torch unless the model is a zoo name or a ``file.py:factory``.
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass
 from functools import reduce
 from operator import or_
@@ -28,7 +27,7 @@ from ..plan.io import MAX_STREAM_ID, PlanDoc, dumps, to_builtins
 from ..plan.ladder import core_limit_support
 from ..plan.lints import reach_sets
 from ..plan.model import SPEEDUP_MARGIN, Plan, PlanError
-from ..plan.stages import cross_stage_points
+from ..plan.stages import cross_stage_points, pattern
 from ..sim.run import sim_label, simulate_plan
 from .graph import GRAPH_SCALE, model_graph, profile_of
 
@@ -65,29 +64,6 @@ class PlanResult:
 
 
 # ------------------------------------------------------------------ op-level points
-
-def pattern(graph: Graph, ops: list[str]) -> str:
-    """The module path shared by a branch's ops, layer numbers wildcarded (``layers.*.mlp``)."""
-    index = graph.index()
-    paths = [index[n].module for n in ops if n in index and index[n].module]
-    if not paths:
-        return ops[0] if ops else "?"
-    common = _common_prefix(paths) or min(paths, key=len)
-    return re.sub(r"\.\d+(?=\.|$)", ".*", common)
-
-
-def _common_prefix(paths: list[str]) -> str:
-    if not paths:
-        return ""
-    parts = [p.split(".") for p in paths]
-    out = []
-    for seg in zip(*parts):
-        if all(x == seg[0] for x in seg):
-            out.append(seg[0])
-        else:
-            break
-    return ".".join(out)
-
 
 @dataclass(frozen=True)
 class _OpOrder:
