@@ -69,7 +69,7 @@ def chain() -> None:
 
 def _model(name: str, scale: str):
     from parastream.graph.torch_import import import_runnable
-    from parastream.graph.zoo import ZOO
+    from parastream.zoo import ZOO
 
     module, inputs = ZOO[name].factory(scale, ZOO[name].phases[0])
     return module, inputs, import_runnable(module, inputs, name=name)

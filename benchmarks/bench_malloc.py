@@ -35,7 +35,7 @@ def child(spec: dict) -> dict:
 
     from parastream.graph.ir import validate
     from parastream.graph.torch_import import import_runnable
-    from parastream.graph.zoo import ZOO
+    from parastream.zoo import ZOO
     from parastream.plan.assign import assign
     from parastream.plan.model import Plan
     from parastream.runtime.executor import MultiStreamExecutor
@@ -81,7 +81,7 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=15)
     ap.add_argument("--models", default="")
     args = ap.parse_args()
-    from parastream.graph.zoo import ZOO
+    from parastream.zoo import ZOO
 
     names = [n for n in (args.models.split(",") if args.models else ZOO) if n]
     print(f"CPU, 2 cores; scale {args.scale}; {args.rounds} rounds of fresh processes, "

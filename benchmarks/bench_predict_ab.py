@@ -47,7 +47,7 @@ def main() -> None:
     from parastream.device import cost
     from parastream.device.profile import load_profile
     from parastream.graph.ir import validate
-    from parastream.graph.zoo import ZOO
+    from parastream.zoo import ZOO
     from parastream.plan.model import Plan
     from parastream.runtime.measure import measure
     from parastream.sim import run as sim_run

@@ -103,7 +103,7 @@ def overhead(ops: int = 200, runs: int = 9, device: str = "cpu") -> dict:
 
 def candidates_of(module, inputs, name, profile, top=3):
     from parastream.graph.torch_import import import_runnable
-    from parastream.plan.cli import build
+    from parastream.workflow.plan import build
 
     rn = import_runnable(module, inputs, name=name)
     doc = build(rn.graph, profile, algorithm=None, mapping=None, max_streams=None)
@@ -115,9 +115,9 @@ def speedups(models, profile, runs: int) -> list[dict]:
     """Side by side in this process, and (zoo models) each side again in a process of its
     own in its best OpenMP setting: single stream with threads spinning, streams with them
     sleeping (parastream.runtime.baseline)."""
-    from parastream.graph.zoo import ZOO
+    from parastream.zoo import ZOO
     from parastream.runtime import baseline
-    from parastream.runtime.cli import run_candidates
+    from parastream.workflow.run import CandidateSettings, Loaded, measure_candidates
 
     rows = []
     for name, (module, inputs) in models.items():
@@ -126,8 +126,9 @@ def speedups(models, profile, runs: int) -> list[dict]:
             rows.append({"model": name, "candidate": "-", "note": "no multi-stream candidate"})
             continue
         # the planner simulated the candidates on the calibrated profile: its estimates stand
-        result = run_candidates(module, inputs, rn, doc, multi, profile, runs=runs, drop=2,
-                                reuse_estimates=True)
+        result = vars(measure_candidates(Loaded(module, inputs, rn), doc, multi, profile,
+                                         CandidateSettings(runs=runs, drop=2,
+                                                           reuse_estimates=True)))
         iso = None
         if name in ZOO and baseline.wanted():
             iso = baseline.best_settings(name, "small", None, doc, [c.name for c in multi],
@@ -162,7 +163,7 @@ def predictions(models, profile, runs: int, repeat: int = 2,
     over their mean) is how much this machine's own measurement of the same plan moved,
     the floor under any prediction error."""
     from parastream.plan.model import Plan
-    from parastream.runtime.cli import capture_op_costs
+    from parastream.workflow.run import capture_op_costs
     from parastream.runtime.measure import measure
     from parastream.graph.ir import validate
     from parastream.sim.run import simulate_plan
@@ -280,7 +281,7 @@ def main() -> None:
     args = ap.parse_args()
     print(malloc.apply(args.malloc), flush=True)  # as parastream run does, before measuring
     from parastream.calibrate.overhead import calibrated_profile
-    from parastream.graph.zoo import ZOO
+    from parastream.zoo import ZOO
 
     print("CPU, 2 cores; torch", torch.__version__, flush=True)
     print("overhead", overhead(runs=args.runs), flush=True)

@@ -26,8 +26,8 @@ GAPS_US = (0, 10, 20, 50)
 def hold_ab(specs: list[str], calls: int) -> None:
     from parastream.device.profile import load_profile
     from parastream.graph.torch_import import import_runnable
-    from parastream.graph.zoo import ZOO
-    from parastream.plan.cli import build
+    from parastream.zoo import ZOO
+    from parastream.workflow.plan import build
     from parastream.plan.model import Plan
     from parastream.runtime import cpu
     from parastream.runtime.executor import MultiStreamExecutor

@@ -35,11 +35,11 @@ import msgspec  # noqa: E402
 import torch  # noqa: E402
 
 from parastream.graph.torch_import import import_runnable  # noqa: E402
-from parastream.graph.zoo import ZOO  # noqa: E402
+from parastream.zoo import ZOO  # noqa: E402
 from parastream.plan.assign import assign  # noqa: E402
 from parastream.plan.hb import check as hb_check  # noqa: E402
 from parastream.plan.model import PlanError  # noqa: E402
-from parastream.runtime.cli import to_device  # noqa: E402
+from parastream.workflow.run import to_device  # noqa: E402
 from parastream.runtime.executor import Jitter, MultiStreamExecutor, compare  # noqa: E402
 
 ALGOS = ("single", "matching", "critical-path", "resource-split")

@@ -58,9 +58,9 @@ def _switches(plan, order: list[str]) -> int:
 def models(names: list[str], runs: int) -> list[dict]:
     from parastream.device.profile import load_profile
     from parastream.graph.ir import validate
-    from parastream.graph.zoo import ZOO
+    from parastream.zoo import ZOO
     from parastream.plan.model import Plan
-    from parastream.runtime.cli import to_device
+    from parastream.workflow.run import to_device
     from parastream.runtime.cuda import CudaBackend
     from parastream.runtime.executor import MultiStreamExecutor
 

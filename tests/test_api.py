@@ -44,6 +44,10 @@ def test_the_api_functions_and_the_subpackages_keep_their_own_names():
     import types
 
     import parastream
+    import parastream.emit
+    import parastream.graph
+    import parastream.pipeline
+    import parastream.plan.io
     from parastream.cli import _parser
 
     _parser()  # loads every command module

@@ -12,8 +12,9 @@ import sys
 
 import pytest
 
-from parastream.cli import _parser, default_trace
-from parastream.cliargs import DEFAULT_DEVICE
+from parastream.cli import _parser
+from parastream.workflow.analyze import default_trace
+from parastream.cli.args import DEFAULT_DEVICE
 
 pytest.importorskip("torch")
 

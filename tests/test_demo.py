@@ -14,7 +14,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-from parastream.demo import DEFAULT_MODEL  # noqa: E402
+from parastream.workflow.demo import DEFAULT_MODEL  # noqa: E402
 
 
 @pytest.fixture(scope="module")

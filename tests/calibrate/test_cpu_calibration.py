@@ -448,7 +448,7 @@ def test_cli_keeps_a_busy_warning_in_the_profile(tmp_path, monkeypatch, capsys):
     """What the calibration warned of travels with the profile it wrote."""
     import argparse
 
-    from parastream.graph import cli_zoo
+    from parastream.cli import zoo as cli_zoo
     from parastream.calibrate import overhead
 
     def fake(quick, name, warn):  # one calibration that found the machine busy

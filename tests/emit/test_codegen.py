@@ -14,7 +14,7 @@ torch = pytest.importorskip("torch")
 from parastream.emit import standins  # noqa: E402
 from parastream.emit.codegen import EmitError, emit, trace  # noqa: E402
 from parastream.graph.torch_import import import_module  # noqa: E402
-from parastream.graph.zoo import ZOO  # noqa: E402
+from parastream.zoo import ZOO  # noqa: E402
 from parastream.plan.assign import assign  # noqa: E402
 from parastream.plan.model import Event, Plan  # noqa: E402
 

@@ -16,7 +16,7 @@ from parastream.cli import main  # noqa: E402
 from parastream.workflow.emit import emit as emit_plan  # noqa: E402
 from parastream.errors import InputError  # noqa: E402
 from parastream.graph.torch_import import import_module  # noqa: E402
-from parastream.graph.zoo import ZOO  # noqa: E402
+from parastream.zoo import ZOO  # noqa: E402
 from parastream.plan.assign import assign  # noqa: E402
 from parastream.plan.io import PlanDoc, dumps  # noqa: E402
 
@@ -234,7 +234,7 @@ def test_a_class_name_the_module_uses_itself_is_refused(tmp_path):
 
     from parastream.emit.codegen import RESERVED_NAMES, EmitError, emit, trace
     from parastream.graph.torch_import import import_module
-    from parastream.graph.zoo import ZOO
+    from parastream.zoo import ZOO
     from parastream.plan.assign import assign
 
     module, inputs = ZOO["moe_layer"].factory("tiny", None)

@@ -22,7 +22,7 @@ from parastream.emit import modlevel, standins  # noqa: E402
 from parastream.emit.codegen import emit, node_streams, trace  # noqa: E402
 from parastream.graph.ir import validate  # noqa: E402
 from parastream.graph.torch_import import import_module  # noqa: E402
-from parastream.graph.zoo import ZOO  # noqa: E402
+from parastream.zoo import ZOO  # noqa: E402
 from parastream.plan import hb  # noqa: E402
 from parastream.plan.assign import assign  # noqa: E402
 
@@ -97,7 +97,7 @@ def test_a_module_level_patch_runs_on_the_standins_bitwise(cases, model, target)
     p = c.patch(target)
     src = p.source
     assert src.count("\n") < modlevel.MAX_LINES, src
-    assert f"from parastream.graph.zoo import {HOSTS[model]}" in src
+    assert f"from parastream.zoo import {HOSTS[model]}" in src
     assert f"class MultiStream{HOSTS[model]}({HOSTS[model]}):" in src
     gen = load(src)
     assert gen.LEVEL == "module" and gen.TARGET == target and gen.ENABLED is False

@@ -11,7 +11,7 @@ torch = pytest.importorskip("torch")
 
 from parastream.errors import InputError  # noqa: E402
 from parastream.graph.torch_import import import_module  # noqa: E402
-from parastream.graph.zoo import ZOO  # noqa: E402
+from parastream.zoo import ZOO  # noqa: E402
 from parastream.plan.assign import assign  # noqa: E402
 from parastream.plan.io import PlanDoc, dumps  # noqa: E402
 from parastream.workflow.emit import EmitResult, emit  # noqa: E402

@@ -215,7 +215,7 @@ def run_cli(*args: str) -> subprocess.CompletedProcess:
 
 
 def test_cli_zoo_lists_every_model():
-    from parastream.graph.zoo import ZOO
+    from parastream.zoo import ZOO
 
     r = run_cli("zoo")
     assert r.returncode == 0, r.stderr

@@ -148,7 +148,7 @@ def test_buffer_writes_become_side_effects_and_state_edges():
 
 
 def _all_reduce(x):
-    from parastream.graph.zoo import all_reduce
+    from parastream.zoo import all_reduce
 
     return all_reduce(x)
 
@@ -240,7 +240,7 @@ def test_not_a_module_is_an_input_error():
 
 
 def test_meta_module_imports_without_allocating():
-    from parastream.graph.zoo import llama_layer
+    from parastream.zoo import llama_layer
 
     m, inputs = llama_layer("7b", "prefill")
     assert all(p.device.type == "meta" for p in m.parameters())

@@ -11,7 +11,7 @@ torch = pytest.importorskip("torch")
 
 from parastream.graph.ir import validate  # noqa: E402
 from parastream.graph.torch_import import import_module  # noqa: E402
-from parastream.graph.zoo import SCALES, ZOO  # noqa: E402
+from parastream.zoo import SCALES, ZOO  # noqa: E402
 
 CASES = [(name, scale, phase) for name, m in ZOO.items() for scale in SCALES
          for phase in m.phases]

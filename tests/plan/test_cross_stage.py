@@ -60,7 +60,7 @@ def test_the_next_layers_independent_prologue_runs_beside_the_current_layer(stac
 
 def test_one_point_per_layer_pair_is_shared_by_every_pair():
     from parastream.graph.torch_import import import_module
-    from parastream.graph.zoo import llama_stack
+    from parastream.zoo import llama_stack
 
     m, inputs = llama_stack("tiny", "prefill", layers=4)
     g = import_module(m, inputs, name="llama_stack4")

@@ -197,7 +197,7 @@ def test_zoo_plans_get_core_limits_only_from_a_device_that_lists_them(monkeypatc
     from parastream.device.profile import load_profile
     from parastream.graph.models import resolve
     from parastream.plan import ladder
-    from parastream.plan.cli import build
+    from parastream.workflow.plan import build
 
     g = resolve("moe_layer", scale="7b")  # block dims above the cores: C2 would be sized
     for dev in ("cpu", "h100", "ascend910"):  # none documents a per-stream core limit

@@ -9,7 +9,7 @@ pytest.importorskip("torch")
 from parastream.device.profile import load_profile  # noqa: E402
 from parastream.graph.ir import Edge, Graph, Op  # noqa: E402
 from parastream.graph.models import resolve  # noqa: E402
-from parastream.graph.zoo import ZOO  # noqa: E402
+from parastream.zoo import ZOO  # noqa: E402
 from parastream.plan import check  # noqa: E402
 from parastream.plan.assign import ALGORITHMS, assign  # noqa: E402
 from parastream.workflow.plan import build  # noqa: E402

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from parastream.errors import InputError
 from parastream.report import html as rh
-from parastream.report.atomic import check_folder, check_writable, make_folder, write_atomic
+from parastream.atomic import check_folder, check_writable, make_folder, write_atomic
 from parastream.report.html import busy_bins, gantt_data, render_html, script_json, write_html
 from parastream.timeline.model import (KIND_COMM, KIND_MEMCPY, TimelineBuilder, core_code,
                                        make_timeline)
@@ -401,7 +401,7 @@ def test_output_to_dev_stdout_from_the_command_line(tmp_path):
     head, doc = log.read_text().split("\n", 1)
     assert head == "earlier line" and json.loads(doc)["schema"] == "parastream.graph-analysis/1"
     # two outputs on one stream lose no file; a closed stdout is said so, in one line
-    from parastream.report.atomic import check_outputs
+    from parastream.atomic import check_outputs
 
     check_outputs({"-o": "/dev/null", "--html": "/dev/null"}, ["/dev/null"])
     r = subprocess.run([sys.executable, "-m", "parastream", "graph", "two_chains", "--scale",
@@ -415,7 +415,7 @@ def test_output_to_dev_stdout_from_the_command_line(tmp_path):
 def test_a_gz_trace_name_gets_gzip(tmp_path):
     import gzip
 
-    from parastream.report.atomic import gzipped_if_named
+    from parastream.atomic import gzipped_if_named
 
     assert gzip.decompress(gzipped_if_named(tmp_path / "t.json.gz", b'{"a": 1}')) == b'{"a": 1}'
     assert gzipped_if_named("t.json", b"{}") == b"{}"

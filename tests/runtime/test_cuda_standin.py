@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from parastream.graph.torch_import import import_runnable
-from parastream.graph.zoo import ZOO
+from parastream.zoo import ZOO
 from parastream.plan.assign import assign
 from parastream.runtime import Event, Stream
 from parastream.runtime.cuda import DeviceBackend, device_available

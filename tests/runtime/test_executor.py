@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from parastream.graph.torch_import import import_runnable
-from parastream.graph.zoo import ZOO
+from parastream.zoo import ZOO
 from parastream.plan.assign import assign
 from parastream.plan.hb import check as hb_check
 from parastream.plan.model import Plan, PlanError

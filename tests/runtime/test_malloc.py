@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from parastream.runtime import malloc
-from parastream.runtime.cli import faults_line
+from parastream.cli.run import faults_line
 
 glibc = pytest.mark.skipif(malloc._mallopt() is None, reason="needs glibc's mallopt")
 

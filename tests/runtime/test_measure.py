@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from parastream.graph.torch_import import import_runnable
-from parastream.graph.zoo import ZOO
+from parastream.zoo import ZOO
 from parastream.plan.assign import assign
 from parastream.runtime.malloc import page_faults
 from parastream.runtime.measure import analyse, measure, paired_quartiles
@@ -301,7 +301,7 @@ def test_recommend_never_takes_a_speedup_its_streams_cannot_give(speedup, stream
 
 
 def test_each_side_is_measured_in_a_process_of_its_own(monkeypatch):
-    from parastream.plan.cli import build
+    from parastream.workflow.plan import build
     from parastream.device.profile import load_profile
     from parastream.graph.models import load_model
     from parastream.graph.torch_import import import_runnable
@@ -427,8 +427,8 @@ def test_team_spin_leaves_out_a_thread_busy_before_the_op(monkeypatch):
 
 def test_auto_ranks_candidates_by_the_models_own_op_times(inception):
     from parastream.device.profile import load_profile
-    from parastream.plan.cli import build
-    from parastream.runtime.cli import rank_by_op_times
+    from parastream.workflow.plan import build
+    from parastream.workflow.run import rank_by_op_times
     from parastream.sim.run import simulate_plan
 
     module, inputs, rn = inception

@@ -69,7 +69,7 @@ def test_kernel_timeline_reads_the_ops_annotation_spans_onto_plan_streams():
 
 def test_an_annotated_executor_names_its_ops_in_the_profiler_trace():
     from parastream.graph.torch_import import import_runnable
-    from parastream.graph.zoo import ZOO
+    from parastream.zoo import ZOO
     from parastream.plan.model import Plan
     from parastream.runtime.executor import MultiStreamExecutor
     from parastream.runtime.profiler import profile_call

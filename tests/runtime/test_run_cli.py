@@ -10,7 +10,7 @@ import pytest
 
 from parastream.errors import InputError
 from parastream.runtime import cli, malloc
-from parastream.runtime.cli import _safe
+from parastream.workflow.run import safe_label as _safe
 
 
 def run(*argv: str) -> int:
@@ -103,7 +103,7 @@ def moe_plan(tmp_path_factory):
     """A matching plan file for the tiny moe_layer."""
     from parastream.device.profile import load_profile
     from parastream.graph.models import resolve
-    from parastream.plan.cli import build
+    from parastream.workflow.plan import build
     from parastream.plan.io import dumps
 
     g = resolve("moe_layer", scale="tiny")
@@ -286,7 +286,9 @@ def test_a_model_with_a_nested_input_runs(tmp_path, capsys, profile):
 
 
 def test_trace_labels_keep_candidates_off_the_baseline_and_the_plan_files():
-    from parastream.runtime.cli import _candidate_label, _torch_label, _trace_file
+    from parastream.workflow.run import candidate_label as _candidate_label
+    from parastream.workflow.run import torch_label as _torch_label
+    from parastream.workflow.run import trace_file as _trace_file
 
     names = {_trace_file("d", x) for x in
              ("single", "plan", _candidate_label("single"), _candidate_label("plan"),

@@ -320,7 +320,7 @@ def test_unrecorded_event_wait_is_a_no_op_on_null():
 def test_importing_runtime_and_pipeline_does_not_import_torch():
     code = ("import sys; sys.modules['torch'] = None\n"
             "import parastream.runtime, parastream.runtime.cpu, parastream.runtime.null\n"
-            "import parastream.pipeline, parastream.pipeline.cli, parastream.pipeline.planner\n"
+            "import parastream.pipeline, parastream.cli.pipeline, parastream.pipeline.planner\n"
             "from parastream.pipeline import Pipeline, Stage\n"
             "with Pipeline([Stage('a', lambda x: x + 1)]) as p:\n"
             "    assert list(p.map(range(3))) == [1, 2, 3]\n"

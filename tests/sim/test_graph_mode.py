@@ -151,8 +151,8 @@ def zoo_ge_runs():
     from parastream.device.cost import estimate
     from parastream.graph.ir import validate
     from parastream.graph.models import resolve
-    from parastream.graph.zoo import ZOO
-    from parastream.plan.cli import build
+    from parastream.zoo import ZOO
+    from parastream.workflow.plan import build
 
     out = []
     for name in ZOO:

@@ -30,7 +30,7 @@ import threading
 import time
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Callable
+from typing import Any
 
 from ..device.profile import SCHEMA
 from .host import cpu_count

@@ -156,7 +156,7 @@ def _case_all_reduce(large: bool) -> _Case:
     # one rank (a Python custom op that clones, far above what the bandwidth alone
     # gives). A group of several ranks costs
     # its link on top, which one process cannot measure
-    from ..graph.zoo import all_reduce as reduce
+    from ..zoo import all_reduce as reduce
 
     x = r(2, 128, 512) if large else r(1, 16, 64)
     return (lambda: reduce(x)), float(2 * _nbytes(x)), float(_nbytes(x))

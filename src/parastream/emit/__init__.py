@@ -12,7 +12,7 @@ target's own stream API (TorchAir GE graph mode, npugraph_ex/aclgraph, or CUDA).
   guarded by the plan's enable switch (off by default: the original forward runs).
 * :mod:`parastream.emit.standins` provides recording stand-ins for the three stream APIs,
   so the same generated file runs on a CPU, and checks the recorded calls against the plan.
-* :mod:`parastream.emit.cli` adds ``parastream emit PLAN --target ...``.
+* :mod:`parastream.cli.emit` adds ``parastream emit PLAN --target ...``.
 
 Nothing here imports torch until it is used.
 """

@@ -700,7 +700,6 @@ def render(site: Site, target: str, *, plan: Any, source: dict, model_name: str,
     name = f"MultiStream{cls.split('.')[-1]}"
     where = os.path.relpath(site.file) if not os.path.relpath(site.file).startswith("..") \
         else site.file
-    moved = sorted({c for s in site.stmts if s.stream not in (None, 0) for c in s.calls})
     scale = ", ".join(f"{k} {source[k]}" for k in ("scale", "phase") if source.get(k))
     imp = _import_line(site.cls, [n for n in _module_names(site)
                                   if n != site.cls.__qualname__.split(".")[0]])

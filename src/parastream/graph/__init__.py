@@ -1,7 +1,7 @@
-"""The model side: operator graph IR, torch import, zoo models, module decomposition.
+"""The model side: operator graph IR, torch import, module decomposition, headroom.
 
-Only ``graph.torch_import`` and ``graph.zoo`` import torch (lazily); everything else works
-from a graph JSON without it.
+Only ``graph.torch_import`` imports torch, inside its functions; everything else works
+from a graph JSON without it. The built-in models are :mod:`parastream.zoo`.
 """
 
 from .ir import EDGE_TYPES, RESOURCES, Edge, Graph, GraphError, Op, Tensor, dumps, loads, validate

@@ -21,7 +21,10 @@ from typing import Any, Callable, Iterator
 from ..errors import InputError
 from .ir import Graph
 
+#: the scales every zoo model has (``parastream zoo``)
 SCALES = ("tiny", "small", "7b")
+#: the scale a zoo model is built at when none is given and no plan fixes one
+DEFAULT_SCALE = "small"
 
 
 def _need_torch(what: str) -> None:
@@ -84,7 +87,7 @@ def is_zoo_name(spec: str) -> bool:
     (the zoo cannot be imported)."""
     if os.sep in spec or "/" in spec or "." in spec or importlib.util.find_spec("torch") is None:
         return False
-    from .zoo import ZOO
+    from ..zoo import ZOO
 
     return spec in ZOO
 
@@ -159,7 +162,7 @@ def load_model(spec: str, scale: str = "small", phase: str | None = None,
     if _looks_like_file(spec):
         return _load_from_file(spec, scale, phase)
     _need_torch(spec)
-    from .zoo import ZOO, overrides
+    from ..zoo import ZOO, overrides
 
     model = ZOO.get(spec)
     if model is None:

@@ -182,7 +182,7 @@ def plan_shapes(doc: PlanDoc, where: str, scale: str | None = None,
     same at every scale, so a plan made at one runs silently at another). An InputError
     naming ``where`` (the plan file) and the mismatch otherwise; what the plan does not
     record is taken from the flags (default scale small)."""
-    from ..cliargs import DEFAULT_SCALE
+    from ..graph.models import DEFAULT_SCALE
 
     src = doc.source or {}
     bad = [f"--{flag} {given} but the plan was made at {flag} {made}"

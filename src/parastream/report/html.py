@@ -37,7 +37,7 @@ from ..timeline.intervals import union
 from ..timeline.model import CORES, KINDS, Timeline
 from ..timeline.names import display_name
 from ..timeline.overlap import VERDICTS
-from .atomic import write_atomic
+from ..atomic import write_atomic
 from .perfetto import stream_order, us_floats
 
 #: captures with more ops than this are drawn as a binned overview plus neighbourhoods

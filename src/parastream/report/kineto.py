@@ -16,7 +16,7 @@ import numpy as np
 
 from ..timeline.model import KIND_COMM, KIND_MEMCPY, KIND_MEMSET, Timeline
 from ..timeline.nogc import gc_paused
-from .atomic import gzipped_if_named, write_atomic
+from ..atomic import gzipped_if_named, write_atomic
 from .perfetto import us_floats
 
 _CAT = {KIND_MEMCPY: "gpu_memcpy", KIND_MEMSET: "gpu_memset"}

@@ -16,6 +16,7 @@ import os
 
 from ..mdtext import cell as _cell
 from ..mdtext import code
+from ..timeline.contention import contention_text
 from ..timeline.names import display_name
 
 
@@ -135,11 +136,7 @@ def render_markdown(doc: dict, names: str = "short", summary_only: bool = False)
             lines.append("No parallel point: a single compute stream.")
         lines.append("")
         risks = []
-        for c in cap["contention"]:
-            risks.append(f"core contention ({c['pool']}) streams {c['streams'][0]}+{c['streams'][1]}: "
-                         f"demand up to {c['max_demand']} of {c['cores']} "
-                         f"{'SMs (by occupancy)' if c['pool'] == 'sm' else 'cores'} for "
-                         f"{c['oversubscribed_us']:.3f} us")
+        risks += [contention_text(c) for c in cap["contention"]]
         for w in cap["warnings"]:
             risks.append(_cell(w))
         if cap.get("comm_comp_overlap_pct") is not None:

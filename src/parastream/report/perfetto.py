@@ -44,7 +44,7 @@ from ..timeline.analyze import capture_name
 from ..timeline.model import CORES, KINDS, Timeline
 from ..timeline.readers.kineto import PERFETTO_VIEW_MARK
 from ..timeline.nogc import gc_paused
-from .atomic import gzipped_if_named, write_atomic
+from ..atomic import gzipped_if_named, write_atomic
 
 WAIT_CAT = "wait"
 FLOW_NAME = "event wait"

@@ -63,7 +63,7 @@ def profile_call(call: Callable[[], Any], device: str = "cuda") -> bytes:
 
 def capture_torch_trace(call: Callable[[], Any], path: str, device: str = "cuda") -> None:
     """:func:`profile_call`, written to ``path`` atomically."""
-    from ..report.atomic import write_atomic
+    from ..atomic import write_atomic
 
     write_atomic(path, profile_call(call, device))
 

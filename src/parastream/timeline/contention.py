@@ -94,3 +94,12 @@ def core_contention(tl: Timeline, stream_codes: list[int], pool: str, cores: int
                               cores, int(hit[0][0])))
     out.sort(key=lambda c: -c.oversubscribed_ns)
     return out
+
+
+def contention_text(c: dict) -> str:
+    """One core-contention entry of an analysis document (``pool``, ``streams``,
+    ``max_demand``, ``cores``, ``oversubscribed_us``) as a sentence."""
+    unit = "SMs (by occupancy)" if c["pool"] == "sm" else "cores"
+    return (f"core contention ({c['pool']}): streams {c['streams'][0]}+{c['streams'][1]} "
+            f"asked for up to {c['max_demand']} of {c['cores']} {unit} for "
+            f"{c['oversubscribed_us']:.3f} us")

@@ -13,6 +13,7 @@ import statistics
 from collections import Counter
 
 from .analyze import TAIL_TYPES
+from .contention import contention_text
 
 #: multi-stream wall must drop by at least this much to count as faster
 FASTER_BY = 0.02
@@ -192,12 +193,7 @@ def op_type_changes(b: dict, m: dict) -> list[dict]:
 
 
 def _three_c(b: dict, m: dict, changes: list[dict]) -> list[str]:
-    out = []
-    for c in m["contention"]:
-        out.append(f"core contention ({c['pool']}): streams {c['streams'][0]}+{c['streams'][1]} "
-                   f"asked for up to {c['max_demand']} of {c['cores']} "
-                   f"{'SMs (by occupancy)' if c['pool'] == 'sm' else 'cores'} for "
-                   f"{c['oversubscribed_us']:.3f} us")
+    out = [contention_text(c) for c in m["contention"]]
     for r in changes:
         if r["flag"]:
             out.append(f"{r['type']}: {r['baseline_us']:.3f} -> {r['multi_us']:.3f} us ({r['flag']})")

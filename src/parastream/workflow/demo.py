@@ -82,7 +82,7 @@ class DemoSettings:
     def require_zoo_model(self) -> None:
         """An :class:`InputError` unless ``model`` is a built-in (zoo) model (imports
         torch)."""
-        from ..graph.zoo import ZOO
+        from ..zoo import ZOO
 
         if self.model not in ZOO:
             raise InputError(None, f"unknown model {self.model!r} (built-in: {', '.join(ZOO)}; "
@@ -170,7 +170,7 @@ class _Demo:
     """One :func:`demo`: each step of the loop, with what the later steps read."""
 
     def __init__(self, out: str, settings: DemoSettings) -> None:
-        from ..report.atomic import check_folder, check_writable
+        from ..atomic import check_folder, check_writable
 
         self.out, self.s, self.device = out, settings, settings.device
         self.profile_file = f"{self.device}-profile.json"
@@ -188,7 +188,7 @@ class _Demo:
             self.where = torch.cuda.get_device_name()
 
     def execute(self) -> DemoResult:
-        from ..report.atomic import make_folder
+        from ..atomic import make_folder
 
         self.load()
         self.load_profile()
@@ -363,7 +363,7 @@ class _Demo:
         from ..plan.io import dumps as dump_plan
         from ..plan.io import with_recommendation
         from ..report.plan import render_markdown
-        from ..report.atomic import write_atomic
+        from ..atomic import write_atomic
 
         label = "measured, CPU" if self.device == "cpu" else f"measured, {self.where}"
         measured_by_name = {}

@@ -309,7 +309,7 @@ def build(graph: Graph, profile: DeviceProfile, *, algorithm: str | None, mappin
     points = points_from(graph, dec, c.dur, order)
     points += cross_stage_points(graph, order, reach_sets(graph, order), c.dur)
     cap = max_streams or profile.hw_queues
-    wall = source_label = None
+    wall, source_label = None, None
     if simulate:
         def wall(plan: Plan) -> float:
             return simulate_plan(graph, plan, profile, costs=c.costs, order=order).result.wall_us

@@ -503,7 +503,7 @@ def torch_label(candidate: str) -> str:
 def check_trace_files(folder: str | None, labels: Iterable[str], json_path: str | None) -> None:
     """Each of the trace folder's files for ``labels`` can be written, and none is
     ``json_path`` (the run's summary would replace a timeline)."""
-    from ..report.atomic import check_writable, same_file
+    from ..atomic import check_writable, same_file
 
     if not folder:
         return
@@ -650,7 +650,7 @@ def run(model: str, settings: RunSettings | None = None, *, device: str = "cpu",
     (:class:`RunSettings`) with any of its fields given as keyword ``options``. Raises
     :class:`InputError` (one line, naming the file) on bad input."""
     s = replace(settings or RunSettings(), **options)
-    from ..report.atomic import check_folder
+    from ..atomic import check_folder
 
     check_folder(s.trace)  # before a minute of measuring, not after it
     check_trace_files(s.trace, ("plan", "single"), s.json)
@@ -671,7 +671,7 @@ class _Run:
             self.s.on_note(line)
 
     def execute(self, plan_path: str | None, candidate: str) -> RunResult:
-        from ..cliargs import DEFAULT_SCALE
+        from ..graph.models import DEFAULT_SCALE
         from ..plan.io import load_doc, plan_shapes, require_fit
 
         if self.s.pin:
@@ -815,7 +815,7 @@ class _Run:
         measurement chose, as the demo's folder does; on cuda also each candidate's torch
         profiler trace and the plain model's."""
         from ..plan.io import dumps, with_recommendation
-        from ..report.atomic import make_folder, write_atomic
+        from ..atomic import make_folder, write_atomic
         from ..report.kineto import write_kineto
 
         folder = self.s.trace
@@ -833,7 +833,7 @@ class _Run:
     def write_torch_traces(self, loaded: Loaded, result: RunResult) -> None:
         """On cuda, each candidate's annotated run and the plain model as the torch
         profiler saw them (``<candidate>-torch.json``, ``single-torch.json``)."""
-        from ..report.atomic import write_atomic
+        from ..atomic import write_atomic
         from ..runtime.profiler import capture_torch_trace
 
         folder = self.s.trace

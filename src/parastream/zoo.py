@@ -24,7 +24,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-SCALES = ("tiny", "small", "7b")
+from .graph.models import SCALES
+
 PHASES = ("prefill", "decode")
 
 

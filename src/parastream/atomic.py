@@ -8,7 +8,7 @@ import stat
 import sys
 import tempfile
 
-from ..errors import InputError
+from .errors import InputError
 
 
 def _default_mode() -> int:

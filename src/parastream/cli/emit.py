@@ -9,7 +9,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from ..errors import InputError
-from . import TARGETS
+from ..emit import TARGETS
 
 if TYPE_CHECKING:
     from ..workflow.emit import EmitResult
@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     """Add the ``emit`` subcommand."""
-    from ..cliargs import add_command, candidate_arg, output_arg, shape_args
+    from .args import add_command, candidate_arg, output_arg, shape_args
 
     p = add_command(
         sub, "emit", help="generate the model's forward with a plan applied (TorchAir, "
@@ -60,9 +60,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def cmd_emit(args: argparse.Namespace) -> int:
     """Emit the plan's code (:func:`parastream.workflow.emit.emit`), write it to
     ``-o`` or stdout and say what it holds on stderr."""
-    from ..report.atomic import check_outputs, spec_paths, write_atomic
+    from ..atomic import check_outputs, spec_paths, write_atomic
     from ..workflow.emit import emit
-    from .codegen import bad_class_name
+    from ..emit.codegen import bad_class_name
 
     bad = bad_class_name(args.class_name, "--class-name")
     if bad:  # before the model is built and traced

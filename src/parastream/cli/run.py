@@ -13,19 +13,12 @@ import sys
 from typing import Any
 
 from ..errors import InputError
-from ..workflow.run import (DEVICE_PROFILES, MEASURE_BUSY_ADVICE,  # noqa: F401 (importable here)
-                            capture_op_costs, later_calls_run, model_fails, rank_by_op_times,
-                            require_runs, single_kernels, to_device)
-from ..workflow.run import candidate_label as _candidate_label
-from ..workflow.run import safe_label as _safe
-from ..workflow.run import torch_label as _torch_label  # noqa: F401
-from ..workflow.run import trace_file as _trace_file  # noqa: F401
-from . import malloc
+from ..runtime import malloc
 
 
 def add_parser(sub: Any) -> None:
     """Add the ``run`` subcommand."""
-    from ..cliargs import add_command, candidate_arg, json_arg, model_arg, shape_args
+    from .args import add_command, candidate_arg, json_arg, model_arg, shape_args
 
     p = add_command(sub, "run", help="run a model's multi-stream plan on real streams and "
                                      "measure it",
@@ -81,8 +74,8 @@ def add_parser(sub: Any) -> None:
 def cmd_run(args: argparse.Namespace) -> int:
     """Check the outputs, run (:func:`parastream.workflow.run.run`), print the table and
     the recommendation, write ``--json``; 1 when a checked candidate's outputs differ."""
-    from ..report.atomic import check_folder, check_not_input, check_writable, same_file
-    from ..report.atomic import spec_paths, write_atomic
+    from ..atomic import check_folder, check_not_input, check_writable, same_file
+    from ..atomic import spec_paths, write_atomic
     from ..workflow.run import RunSettings, run
 
     check_folder(args.trace)  # both before a minute of measuring, not after it
@@ -108,21 +101,6 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 1 if args.check and result.outputs_differ else 0
 
 
-def run_candidates(module: Any, inputs: tuple, runnable: Any, doc: Any, chosen: list,
-                   profile: Any, **options: Any) -> dict:
-    """:func:`parastream.workflow.run.measure_candidates` for callers of the dict it
-    returned: ``options`` are :class:`~parastream.workflow.run.CandidateSettings`' fields,
-    ``op_costs`` and ``kernel_single``; the dict holds ``model``, ``device``, ``runs``,
-    ``drop``, ``candidates``, ``details``, ``busy``, ``busy_share`` and ``measurements``."""
-    from ..workflow.run import CandidateSettings, Loaded, measure_candidates
-
-    op_costs, kernels = options.pop("op_costs", None), options.pop("kernel_single", None)
-    runs = measure_candidates(Loaded(module, inputs, runnable), doc, chosen, profile,
-                              CandidateSettings(**options), op_costs=op_costs,
-                              kernel_single=kernels)
-    return dict(vars(runs))
-
-
 def _print(out: Any, result: Any) -> None:
     """The run's table (single vs multi-stream, predicted beside measured), the separate
     processes' figures, each candidate's check, executor and triage lines, and the
@@ -130,7 +108,7 @@ def _print(out: Any, result: Any) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from .executor import pin_streams
+    from ..runtime.executor import pin_streams
 
     console = Console(file=out, width=160)
     t = Table(title=f"single vs multi-stream, medians of {result.runs - result.drop} runs "
@@ -206,4 +184,4 @@ def faults_line(candidate: str, faults: list | None, device: str | None,
 
 
 
-__all__ = ["add_parser", "cmd_run", "faults_line", "run_candidates"]
+__all__ = ["add_parser", "cmd_run", "faults_line"]

@@ -15,12 +15,9 @@ from __future__ import annotations
 import argparse
 import textwrap
 
-from .device.profile import DEFAULT_DEVICE
+from ..device.profile import DEFAULT_DEVICE
 
-#: the scales every zoo model has (``parastream zoo``)
-SCALES = ("tiny", "small", "7b")
-#: the scale a zoo model is built at when none is given and no plan fixes one
-DEFAULT_SCALE = "small"
+from ..graph.models import DEFAULT_SCALE, SCALES
 #: the shipped device profiles, named in ``--device``'s help
 SHIPPED = "ascend910, ascend910b, h100, h200, cpu"
 _WIDTH = 88

@@ -5,15 +5,13 @@ from __future__ import annotations
 import argparse
 import sys
 
-# the planning pipeline lives in parastream.workflow.plan; its names stay importable here
-from ..workflow.plan import build, pattern, plan, points_from  # noqa: F401
-from .model import Plan  # noqa: F401
-from .report import render_markdown, render_text
+from ..workflow.plan import plan
+from ..report.plan import render_markdown, render_text
 
 
 def add_parser(sub) -> None:
     """Add the ``plan`` subcommand."""
-    from ..cliargs import (add_command, device_arg, format_arg, model_arg, output_arg,
+    from .args import (add_command, device_arg, format_arg, model_arg, output_arg,
                            shape_args)
 
     p = add_command(sub, "plan", help="plan multi-stream orchestrations for a model",
@@ -40,7 +38,7 @@ def add_parser(sub) -> None:
 def cmd_plan(args: argparse.Namespace) -> int:
     """Plan ``args.model`` (:func:`parastream.workflow.plan.plan`), write the plan file and
     the report when asked, and print the plan in ``--format``."""
-    from ..report.atomic import check_outputs, spec_paths, write_atomic
+    from ..atomic import check_outputs, spec_paths, write_atomic
 
     # both before either is written; neither over the model, the device file or each other
     check_outputs({"-o/--output": args.output, "--report": args.report},
@@ -61,4 +59,4 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return 0
 
 
-__all__ = ["add_parser", "build", "cmd_plan", "pattern", "points_from", "Plan"]
+__all__ = ["add_parser", "cmd_plan"]

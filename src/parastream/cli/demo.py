@@ -10,14 +10,13 @@ from __future__ import annotations
 import os
 import sys
 
-from .runtime import malloc
-from .workflow.demo import (DEFAULT_MODEL, DEFAULT_SCALE, DEMO_FILES,  # noqa: F401
-                            DemoResult, DemoSettings)
+from ..runtime import malloc
+from ..workflow.demo import DEFAULT_MODEL, DEFAULT_SCALE, DemoResult, DemoSettings
 
 
 def add_parser(sub) -> None:
     """Add the ``demo`` subcommand."""
-    from .cliargs import add_command, shape_args
+    from .args import add_command, shape_args
 
     p = add_command(sub, "demo", help="the whole loop on a built-in model: plan, simulate, run, "
                                       "verify",
@@ -50,14 +49,14 @@ def add_parser(sub) -> None:
 
 def cmd_demo(args) -> int:
     """Refuse what the demo cannot run (before any work), run it, print the table."""
-    from .workflow.demo import demo
+    from ..workflow.demo import demo
 
     settings = DemoSettings(model=args.model, scale=args.scale, phase=args.phase,
                             runs=args.runs, candidates=args.candidates, profile=args.profile,
                             best_settings=args.best_settings, device=args.device,
                             progress=not args.no_progress)
     settings.validate()
-    from .graph.models import _need_torch
+    from ..graph.models import _need_torch
 
     _need_torch("demo")  # the zoo models are torch modules and the demo runs them
     settings.require_zoo_model()

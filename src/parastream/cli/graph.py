@@ -16,7 +16,7 @@ FORMATS = ("text", "json", "md", "mermaid")
 
 def add_parser(subparsers) -> None:
     """Register ``graph`` on the top-level parser's subparsers."""
-    from ..cliargs import add_command, device_arg, format_arg, model_arg, output_arg, shape_args
+    from .args import add_command, device_arg, format_arg, model_arg, output_arg, shape_args
 
     p = add_command(
         subparsers, "graph",
@@ -39,9 +39,9 @@ def add_parser(subparsers) -> None:
 def cmd_graph(args: argparse.Namespace) -> int:
     """Decompose ``args.model`` (:func:`parastream.workflow.graph.graph`) and write the
     analysis in ``--format``."""
-    from ..report.atomic import check_outputs, spec_paths
+    from ..atomic import check_outputs, spec_paths
     from ..workflow.graph import graph
-    from .render import render_json, render_md, render_mermaid, render_text
+    from ..graph.render import render_json, render_md, render_mermaid, render_text
 
     check_outputs({"-o/--output": args.output}, spec_paths(args.model, args.device))
     result = graph(args.model, scale=args.scale, phase=args.phase, device=args.device)
@@ -57,7 +57,7 @@ def cmd_graph(args: argparse.Namespace) -> int:
         # the device in the first line, as plan and simulate say it
         out = render_text(a, g, profile, source=f"{result.source}, device {profile.name}")
     if args.output:
-        from ..report.atomic import write_atomic
+        from ..atomic import write_atomic
 
         write_atomic(args.output, out)
         print(f"wrote {args.output}", file=sys.stderr)

@@ -12,7 +12,7 @@ import sys
 
 from ..device.profile import DEFAULT_DEVICE
 from ..errors import InputError
-from .modes import MODES, mode_label
+from ..sim.modes import MODES, mode_label
 
 # the simulation lives in parastream.workflow.simulate; its names stay importable here
 from ..workflow.simulate import ShapeSweep, Simulation, flags, simulate, sweep  # noqa: F401
@@ -20,7 +20,7 @@ from ..workflow.simulate import ShapeSweep, Simulation, flags, simulate, sweep  
 
 def add_parser(sub) -> None:
     """Add the ``simulate`` subcommand."""
-    from ..cliargs import (add_command, candidate_arg, device_arg, format_arg, json_arg,
+    from .args import (add_command, candidate_arg, device_arg, format_arg, json_arg,
                            model_arg, output_arg, shape_args)
 
     p = add_command(sub, "simulate", help="predict multi-stream gains on a modelled device",
@@ -61,7 +61,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     """Simulate ``args.model``; write ``--trace`` and ``--json`` when asked, say which
     profile a plan ran on, and print the report."""
     from ..graph.render import render_json
-    from ..report.atomic import check_outputs, spec_paths, write_atomic
+    from ..atomic import check_outputs, spec_paths, write_atomic
 
     check_outputs({"-o/--output": args.output, "--trace": args.trace, "--json": args.json},
                   spec_paths(args.model, args.device))
@@ -92,7 +92,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 def _write(output: str | None, text: str) -> None:
     """The report to ``-o/--output`` (said on stderr), else to stdout."""
     if output:
-        from ..report.atomic import write_atomic
+        from ..atomic import write_atomic
 
         write_atomic(output, text)
         print(f"wrote {output}", file=sys.stderr)

@@ -20,7 +20,7 @@ from ..errors import InputError
 
 def add_parser(subparsers: Any) -> None:
     """Add the ``pipeline`` subcommand."""
-    from ..cliargs import add_command, format_arg, output_arg
+    from .args import add_command, format_arg, output_arg
 
     p = add_command(
         subparsers, "pipeline", help="run the image pipeline demo serially, then pipelined, and compare",
@@ -52,8 +52,7 @@ def add_parser(subparsers: Any) -> None:
     p.set_defaults(func=cmd_pipeline)
 
 
-from ..workflow.pipeline import (MAX_BATCH, MAX_ITEMS, MAX_REPLICAS,  # noqa: F401 (flag bounds)
-                                 MAX_THREADS)
+from ..workflow.pipeline import MAX_REPLICAS
 
 
 def parse_replicas(spec: str, stages: Iterable[str]) -> dict[str, int]:
@@ -82,9 +81,9 @@ def parse_replicas(spec: str, stages: Iterable[str]) -> dict[str, int]:
 def cmd_pipeline(args: argparse.Namespace) -> int:
     """Run the demo (:func:`parastream.workflow.pipeline.pipeline`) and print or write the
     comparison, the HTML report and the trace."""
-    from ..report.atomic import check_outputs
+    from ..atomic import check_outputs
     from ..workflow.pipeline import check_sizes, pipeline, require_workload_packages
-    from .workload import STAGE_NAMES
+    from ..pipeline.workload import STAGE_NAMES
 
     check_sizes(args.items, args.batch, args.threads, args.depth)
     replicas = None if args.replicas == "auto" else parse_replicas(args.replicas, STAGE_NAMES)
@@ -101,7 +100,7 @@ def cmd_pipeline(args: argparse.Namespace) -> int:
     else:
         text = render_text(doc)
     if args.output:
-        from ..report.atomic import write_atomic
+        from ..atomic import write_atomic
 
         write_atomic(args.output, text)
     else:

@@ -10,9 +10,8 @@ import os
 import sys
 from typing import Sequence
 
-from . import __version__
-from .errors import InputError
-from .workflow.analyze import default_trace  # noqa: F401  (the sample trace, for tests)
+from .. import __version__
+from ..errors import InputError
 
 EXIT_BAD_INPUT = 2
 
@@ -32,7 +31,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"parastream {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
 
-    from .cliargs import add_command, candidate_arg, format_arg, output_arg
+    from .args import add_command, candidate_arg, format_arg, output_arg
 
     a = add_command(sub, "analyze", help="prove or disprove multi-stream overlap from profiler "
                                           "traces",
@@ -94,9 +93,9 @@ def _parser() -> argparse.ArgumentParser:
 
 #: modules that add their own subcommands with ``add_parser(subparsers)``; each lives with
 #: the layer it drives, so this file stays a thin dispatcher
-_COMMAND_MODULES = ("parastream.graph.cli_graph", "parastream.graph.cli_zoo",
-                    "parastream.plan.cli", "parastream.sim.cli", "parastream.runtime.cli",
-                    "parastream.emit.cli", "parastream.pipeline.cli", "parastream.demo")
+_COMMAND_MODULES = ("parastream.cli.graph", "parastream.cli.zoo", "parastream.cli.plan",
+                    "parastream.cli.simulate", "parastream.cli.run", "parastream.cli.emit",
+                    "parastream.cli.pipeline", "parastream.cli.demo")
 
 
 def _load_commands(module: str, sub) -> None:
@@ -114,8 +113,8 @@ def _load_commands(module: str, sub) -> None:
 def cmd_analyze(args: argparse.Namespace) -> int:
     """Analyse the traces (:func:`parastream.workflow.analyze.analyze`), render the report
     in ``--format`` and write the HTML and Perfetto files asked for."""
-    from .report.atomic import check_outputs, write_atomic
-    from .workflow.analyze import analyze
+    from ..atomic import check_outputs, write_atomic
+    from ..workflow.analyze import analyze
 
     # before reading any trace: no output is lost to a typo, and no trace to its report
     check_outputs({"-o/--output": args.output, "--html": args.html,
@@ -134,7 +133,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     if args.html:
         _write_html(args.html, result, doc, args.names)
     if args.perfetto:
-        from .report.perfetto import write_perfetto
+        from ..report.perfetto import write_perfetto
 
         write_perfetto(args.perfetto, list(result.timelines), doc["captures"])
     if args.output:
@@ -155,14 +154,14 @@ def _render_analysis(doc: dict, args: argparse.Namespace) -> str:
     """The analysis document in ``args.format``: JSON, Markdown or text (as wide as the
     terminal, in colour, when stdout is one)."""
     if args.format == "json":
-        from .graph.render import render_json
+        from ..graph.render import render_json
 
         return render_json(doc, indent=2)
     if args.format == "md":
-        from .report.markdown import render_markdown
+        from ..report.markdown import render_markdown
 
         return render_markdown(doc, names=args.names, summary_only=args.summary)
-    from .report.text import render_text
+    from ..report.text import render_text
 
     tty = args.output is None and sys.stdout.isatty()
     return render_text(doc, width=max(120, _term_width()) if tty else 170, color=tty,
@@ -172,7 +171,7 @@ def _render_analysis(doc: dict, args: argparse.Namespace) -> str:
 def _write_html(path: str, result, doc: dict, names: str) -> None:
     """The self-contained HTML report: each capture with its timeline, and the summary
     with the triage, the per-rank rows and the broken members when there are any."""
-    from .report.html import write_html
+    from ..report.html import write_html
 
     caps = list(zip(result.timelines, doc["captures"]))
     extra = {"triage": doc["triage"]} if "triage" in doc else {}

@@ -12,7 +12,7 @@ from ..errors import InputError
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     """Add the ``zoo`` and ``calibrate`` subcommands."""
-    from ..cliargs import format_arg, output_arg
+    from .args import format_arg, output_arg
 
     z = sub.add_parser("zoo", help="list the built-in models",
                        description="List the built-in models, one line each: name, phases, "
@@ -58,7 +58,7 @@ def zoo_listing() -> list[dict]:
 
     if importlib.util.find_spec("torch") is None:
         raise InputError(None, "the built-in models need torch (pip install 'parastream[torch]')")
-    from .zoo import SCALES, ZOO
+    from ..zoo import SCALES, ZOO
 
     return [{"name": m.name, "description": m.description, "phases": list(m.phases),
              "scales": list(SCALES)} for m in ZOO.values()]
@@ -68,7 +68,7 @@ def cmd_zoo(args: argparse.Namespace) -> int:
     """List the built-in models: one line each, or JSON records."""
     rows = zoo_listing()
     if args.format == "json":
-        from .render import render_json
+        from ..graph.render import render_json
 
         sys.stdout.write(render_json(rows, indent=2))
         return 0
@@ -82,8 +82,8 @@ def cmd_zoo(args: argparse.Namespace) -> int:
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
     """Measure the local CPU (or cuda GPU) into a device profile, written to ``-o``."""
-    from ..report.atomic import check_writable, write_atomic
-    from .calibrate import dumps
+    from ..atomic import check_writable, write_atomic
+    from ..calibrate.profile import dumps
 
     if args.device == "cuda":
         from ..runtime.cuda import require_device
@@ -92,7 +92,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         if args.name is None:
             import torch
 
-            from ..runtime.device_calibrate import calibrated_name
+            from ..calibrate.device import calibrated_name
 
             args.name = calibrated_name(torch.cuda.get_device_name())
     args.name = "cpu-calibrated" if args.name is None else args.name
@@ -115,11 +115,11 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         raise InputError(None, "-o/--output must name a file")
     check_writable(args.output)  # fail before spending seconds measuring
     from ..runtime import malloc
-    from ..runtime.overhead import calibrate_cpu
+    from ..calibrate.overhead import calibrate_cpu
 
     print(f"parastream calibrate: {malloc.apply(args.malloc)}", file=sys.stderr)
     if args.device == "cuda":
-        from ..runtime.device_calibrate import calibrate_repeated
+        from ..calibrate.device import calibrate_repeated
 
         profile = calibrate_repeated("cuda", quick=args.quick, name=args.name,
                                      repeat=args.repeat)
