@@ -19,8 +19,8 @@ def test_accelerator_profiles_carry_a_sourced_graph_dispatch_cost():
             continue
         assert p.graph_dispatch_us is not None and 0 < p.graph_dispatch_us < p.launch_overhead_us
         assert p.sources["graph_dispatch_us"].strip()
-    # Ascend: one scheduler sweep per task (seed 000); CUDA graphs: a public measurement
-    assert "seed 000" in load_profile("ascend910b").sources["graph_dispatch_us"]
+    # Ascend: one scheduler sweep per task; CUDA graphs: a public measurement
+    assert "sweep" in load_profile("ascend910b").sources["graph_dispatch_us"]
     assert "ocannl" in load_profile("h100").sources["graph_dispatch_us"]
 
 
