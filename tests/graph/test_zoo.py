@@ -189,7 +189,7 @@ def test_inference_pipeline_stages():
 
 
 def test_decode_layer_at_batch_one_has_little_headroom():
-    # seed 003's "batch 1 gains nothing": at 7B-like shapes a decode step is a chain of
+    # the published claim that batch 1 gains nothing: at 7B-like shapes a decode step is a chain of
     # memory-bound ops; the bound on any stream assignment stays below 1.1x
     from parastream.device.profile import load_profile
     from parastream.graph.headroom import analyze_graph
