@@ -23,7 +23,7 @@ import shapes  # noqa: E402
 from parastream.device import load_profile  # noqa: E402
 from parastream.graph.headroom import analyze_graph  # noqa: E402
 from parastream.graph.ir import dumps, loads  # noqa: E402
-from parastream.graph.render import (analysis_document, render_json, render_md,  # noqa: E402
+from parastream.report.graph import (analysis_document, render_json, render_md,  # noqa: E402
                                      render_text)
 
 

@@ -21,7 +21,7 @@ def test_graph_layer_without_torch(tmp_path):
         from parastream.graph.ir import loads
         from parastream.graph.decompose import decompose
         from parastream.graph.headroom import analyze_graph
-        from parastream.graph.render import render_md, render_text
+        from parastream.report.graph import render_md, render_text
         from parastream.cli import main
 
         g = loads(open({str(f)!r}, "rb").read())

@@ -61,7 +61,7 @@ def test_an_input_named_twice_in_the_decomposition_is_drawn_once():
 
     from parastream.device.profile import load_profile
     from parastream.graph.headroom import analyze_graph
-    from parastream.graph.render import module_dag
+    from parastream.report.graph import module_dag
     from parastream.graph.torch_import import import_module
 
     class Gen(nn.Module):

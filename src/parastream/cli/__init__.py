@@ -154,7 +154,7 @@ def _render_analysis(doc: dict, args: argparse.Namespace) -> str:
     """The analysis document in ``args.format``: JSON, Markdown or text (as wide as the
     terminal, in colour, when stdout is one)."""
     if args.format == "json":
-        from ..graph.render import render_json
+        from ..report.graph import render_json
 
         return render_json(doc, indent=2)
     if args.format == "md":

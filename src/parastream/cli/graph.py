@@ -41,7 +41,7 @@ def cmd_graph(args: argparse.Namespace) -> int:
     analysis in ``--format``."""
     from ..atomic import check_outputs, spec_paths
     from ..workflow.graph import graph
-    from ..graph.render import render_json, render_md, render_mermaid, render_text
+    from ..report.graph import render_json, render_md, render_mermaid, render_text
 
     check_outputs({"-o/--output": args.output}, spec_paths(args.model, args.device))
     result = graph(args.model, scale=args.scale, phase=args.phase, device=args.device)

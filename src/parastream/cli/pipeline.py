@@ -94,7 +94,7 @@ def cmd_pipeline(args: argparse.Namespace) -> int:
                       args.threads, not args.no_progress)
     doc = result.to_dict()
     if args.format == "json":
-        from ..graph.render import render_json
+        from ..report.graph import render_json
 
         text = render_json(doc, indent=2)
     else:

@@ -60,7 +60,7 @@ def add_parser(sub) -> None:
 def cmd_simulate(args: argparse.Namespace) -> int:
     """Simulate ``args.model``; write ``--trace`` and ``--json`` when asked, say which
     profile a plan ran on, and print the report."""
-    from ..graph.render import render_json
+    from ..report.graph import render_json
     from ..atomic import check_outputs, spec_paths, write_atomic
 
     check_outputs({"-o/--output": args.output, "--trace": args.trace, "--json": args.json},

@@ -68,7 +68,7 @@ def cmd_zoo(args: argparse.Namespace) -> int:
     """List the built-in models: one line each, or JSON records."""
     rows = zoo_listing()
     if args.format == "json":
-        from ..graph.render import render_json
+        from ..report.graph import render_json
 
         sys.stdout.write(render_json(rows, indent=2))
         return 0

@@ -246,7 +246,7 @@ class _Demo:
     def decompose(self) -> None:
         """Modules, parallel points and headroom; the plan's candidates, simulated."""
         from ..graph.headroom import analyze_graph
-        from ..graph.render import analysis_document, module_dag, module_mermaid
+        from ..report.graph import analysis_document, module_dag, module_mermaid
         from .plan import build
 
         s = self.s

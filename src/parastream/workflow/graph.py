@@ -16,7 +16,7 @@ from ..graph.headroom import Analysis as GraphAnalysis
 from ..graph.headroom import analyze_graph
 from ..graph.ir import Graph
 from ..graph.models import is_graph_file, load_graph
-from ..graph.render import analysis_document
+from ..report.graph import analysis_document
 
 #: the scale a zoo model is built at when none is given
 GRAPH_SCALE = "small"

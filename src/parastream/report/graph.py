@@ -17,9 +17,9 @@ import msgspec
 
 from ..device.profile import DeviceProfile
 from ..mdtext import cell, code, mermaid_label, text
-from .decompose import CANDIDATE, PENDING, Decomposition, OpDag
-from .headroom import Analysis, Headroom
-from .ir import Graph
+from ..graph.decompose import CANDIDATE, PENDING, Decomposition, OpDag
+from ..graph.headroom import Analysis, Headroom
+from ..graph.ir import Graph
 
 ANALYSIS_SCHEMA = "parastream.graph-analysis/1"
 MAX_DIAGRAM_NODES = 300  #: Mermaid becomes unreadable (and slow) beyond this
