@@ -11,6 +11,7 @@ import os
 import sys
 
 from ..runtime import malloc
+from ..runtime.backend import backend_capabilities
 from ..workflow.demo import DEFAULT_MODEL, DEFAULT_SCALE, DemoResult, DemoSettings
 
 
@@ -62,8 +63,8 @@ def cmd_demo(args) -> int:
     settings.require_zoo_model()
     print(malloc.apply(args.malloc))
     r = demo(args.out, settings)
-    where = (f"this CPU ({os.cpu_count()} cores)" if args.device == "cpu"
-             else r.device_name or args.device)
+    on_host = backend_capabilities(args.device).host_threads
+    where = f"this CPU ({os.cpu_count()} cores)" if on_host else r.device_name or args.device
     print(f"\nparastream demo: {r.model} on {where} in {r.seconds} s")
     _print_measured(r, args.device, where)
     for note in r.notes:
@@ -88,8 +89,9 @@ def _print_measured(r: DemoResult, device: str, where: str) -> None:
               f"{m['predicted_multi_us']:11.1f} {ops if ops is not None else '-':>9} "
               f"{m['measured_single_us']:12.1f} {m['measured_multi_us']:11.1f} "
               f"{m['measured_speedup']:7.2f}x  {pcts}")
-    kind = "CPU" if device == "cpu" else where
-    ops_from = ("the op times of the single-stream runs" if device == "cpu"
+    on_host = backend_capabilities(device).host_threads
+    kind = "CPU" if on_host else where
+    ops_from = ("the op times of the single-stream runs" if on_host
                 else "the kernels of a profiled single-stream run")
     print(f"(predicted = simulated on the calibrated {kind} profile; from ops = simulated from "
           f"{ops_from}; measured = median of the kept runs, {kind})")

@@ -14,6 +14,7 @@ from typing import Any
 
 from ..errors import InputError
 from ..runtime import malloc
+from ..runtime.backend import declared_capabilities
 
 
 def add_parser(sub: Any) -> None:
@@ -172,9 +173,9 @@ def _print(out: Any, result: Any) -> None:
 def faults_line(candidate: str, faults: list | None, device: str | None,
                 malloc_choice: str | None) -> str | None:
     """The line ``run`` prints about a candidate's page faults per call (plain module,
-    multi-stream), or None when there were none (or not on the cpu backend, where the
-    process-wide count holds the driver's faults too)."""
-    if not faults or max(faults) <= 0 or device != "cpu":
+    multi-stream), or None when there were none (or not on a backend of host threads: on
+    a device the process-wide count holds the driver's faults too)."""
+    if not faults or max(faults) <= 0 or not declared_capabilities(device).host_threads:
         return None
     return (f"{candidate[:60]}: page faults per call, median: plain module {faults[0]:,.0f}, "
             f"multi-stream {faults[1]:,.0f} (mostly memory the allocator gave back to the OS "

@@ -8,6 +8,7 @@ import argparse
 import sys
 
 from ..errors import InputError
+from ..runtime.backend import backend_capabilities, torch_device_name
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -85,16 +86,15 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     from ..atomic import check_writable, write_atomic
     from ..calibrate.profile import dumps
 
-    if args.device == "cuda":
+    on = backend_capabilities(args.device).torch_device
+    if on is not None:
         from ..runtime.cuda import require_device
 
-        require_device("cuda")
+        require_device(on)
         if args.name is None:
-            import torch
-
             from ..calibrate.device import calibrated_name
 
-            args.name = calibrated_name(torch.cuda.get_device_name())
+            args.name = calibrated_name(torch_device_name(args.device) or args.device)
     args.name = "cpu-calibrated" if args.name is None else args.name
     args.output = f"{args.name}.json" if args.output is None else args.output
     if not args.name.strip():
@@ -118,10 +118,10 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     from ..calibrate.overhead import calibrate_cpu
 
     print(f"parastream calibrate: {malloc.apply(args.malloc)}", file=sys.stderr)
-    if args.device == "cuda":
+    if on is not None:
         from ..calibrate.device import calibrate_repeated
 
-        profile = calibrate_repeated("cuda", quick=args.quick, name=args.name,
+        profile = calibrate_repeated(args.device, quick=args.quick, name=args.name,
                                      repeat=args.repeat)
     else:
         # with torch, the cpu backend's executor costs too (what run and demo predict with)

@@ -225,8 +225,8 @@ class OpCost(msgspec.Struct, frozen=True, gc=False):
 def runs_on_host(profile: DeviceProfile) -> bool:
     """Whether ``profile``'s ops run as host kernels (a CPU profile): then no minimum
     kernel time, the executor's folded views and per-op cost inside each op, measured op
-    rates and cold costs apply. The one place the cost model asks a profile's kind."""
-    return profile.kind == "cpu"
+    rates and cold costs apply (:attr:`DeviceProfile.on_host`)."""
+    return profile.on_host
 
 
 def _elements(tensors: Any) -> int:

@@ -201,15 +201,23 @@ class DeviceProfile(msgspec.Struct, forbid_unknown_fields=True):
     schema: str = SCHEMA
 
     @property
+    def on_host(self) -> bool:
+        """Whether the ops run as host kernels on CPU threads (``kind`` cpu): the streams
+        are threads that split the cores and share the interpreter lock, and each op's
+        dispatch is host time inside it rather than a launch that overlaps a device. The
+        one place a profile's kind decides that."""
+        return self.kind == "cpu"
+
+    @property
     def op_host_us(self) -> float:
         """Host time inside every op's own duration: on a CPU the executor's per-op cost
         (the host is the device, and that dispatch also holds Python's interpreter lock),
         elsewhere 0 (a device kernel's launch overlaps the device's work)."""
-        return self.launch_overhead_us if self.kind == "cpu" else 0.0
+        return self.launch_overhead_us if self.on_host else 0.0
 
     def speedup_on(self, cores: int) -> float:
         """How much faster one op runs on ``cores`` cores than on one (CPU profiles)."""
-        if self.kind != "cpu":
+        if not self.on_host:
             return float(cores)
         return 1.0 + (max(1, cores) - 1) * self.intra_op_efficiency
 
@@ -365,7 +373,7 @@ def _memory_problem(p: DeviceProfile) -> str | None:
     negative."""
     if not p.memory_streams >= 1.0:
         return "memory_streams must be at least 1"
-    if p.kind == "cpu" and p.memory_streams > max(1, p.cores.cube):
+    if p.on_host and p.memory_streams > max(1, p.cores.cube):
         # each memory stream is a core pulling from DRAM: no more of them than cores
         return (f"memory_streams ({p.memory_streams:g}) must not exceed the cores "
                 f"({p.cores.cube})")

@@ -131,7 +131,7 @@ def _headroom(work: float, cp: float, names: list[str], costs: dict[str, OpCost]
     bound = work / floor if floor > 0 else 1.0
     logical = work / cp if cp > 0 else 1.0
     gain = max(0.0, work - floor)
-    launch = len(names) * profile.launch_overhead_us if profile.kind != "cpu" else 0.0
+    launch = len(names) * profile.launch_overhead_us if not profile.on_host else 0.0
     word, text = _verdict(bound, work, gain, limited_by)
     if launch > floor and launch > 0:
         text += (f"; eager launch needs {launch:.1f} us for {len(names)} tasks: host-bound "

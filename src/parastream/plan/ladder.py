@@ -48,14 +48,20 @@ def supports_core_limits(spec: dict | None) -> bool:
     return bool(spec) and bool(spec.get("torchair") or spec.get("npugraph_ex"))
 
 
+#: why a device of a profile kind has no core-limit API at all (an npu's depends on its
+#: profile's ``core_limit``)
+NO_CORE_LIMIT_API = {
+    "gpu": ("CUDA has no per-stream core limit API in torch (torch.cuda.Stream takes a "
+            "priority only): streams share the SMs"),
+    "cpu": ("no core limit API on the CPU (torch.cpu.Stream is a no-op; the cpu executor "
+            "sizes each stream's intra-op threads instead)"),
+}
+
+
 def no_core_limit_reason(kind: str, spec: dict | None) -> str:
     """Why the C2 rung does not exist on a device of ``kind`` ("npu", "gpu", "cpu")."""
-    if kind == "gpu":
-        return ("CUDA has no per-stream core limit API in torch (torch.cuda.Stream takes a "
-                "priority only): streams share the SMs")
-    if kind == "cpu":
-        return ("no core limit API on the CPU (torch.cpu.Stream is a no-op; the cpu executor "
-                "sizes each stream's intra-op threads instead)")
+    if kind in NO_CORE_LIMIT_API:
+        return NO_CORE_LIMIT_API[kind]
     src = (spec or {}).get("source") or UNSUPPORTED["source"]
     return f"the device profile does not list limit_core_num support ({src})"
 

@@ -230,8 +230,9 @@ def available_backends() -> list[str]:
     return sorted(_REGISTRY)
 
 
-#: the shipped backends whose streams bracket each op with timing events (their
-#: :class:`Capabilities` say ``timing_events``; :func:`backend_capabilities` asks any)
+#: the shipped backends whose streams bracket each op with timing events, kept for
+#: callers outside the package that still read it; :func:`backend_capabilities` asks any
+#: backend (``timing_events``), and :func:`untimed` turns them off
 TIMED_DEVICES = ("cuda", "npu")
 
 
@@ -260,6 +261,26 @@ def backend_capabilities(name: str) -> Capabilities:
     if getattr(factory, "capabilities", None) is None and name in _SHIPPED:
         factory = _resolve(_SHIPPED[name])
     return capabilities_of(factory)
+
+
+def declared_capabilities(name: str | None) -> Capabilities:
+    """:func:`backend_capabilities` of ``name``, or none declared for None or a name no
+    backend is registered under (a run's record read back after the registry changed)."""
+    if name is None or name not in _REGISTRY:
+        return Capabilities()
+    return backend_capabilities(name)
+
+
+def torch_device_name(name: str) -> str | None:
+    """The name torch reports for the device backend ``name``'s streams run on
+    (``torch.cuda.get_device_name()``); None for a backend on the host (no
+    ``torch_device``). Imports torch (and torch_npu for npu)."""
+    on = backend_capabilities(name).torch_device
+    if on is None:
+        return None
+    from .cuda import device_module
+
+    return str(device_module(on).get_device_name())
 
 
 def untimed(name: str) -> "Backend | str":

@@ -59,7 +59,7 @@ def device_of(profile: DeviceProfile, mode: str = "eager") -> Device:
                   # CPU streams are Python threads: each task's host part (dispatch, folded
                   # views) holds the interpreter lock, the resource the engine plugs in
                   # for it (:mod:`parastream.sim.hostlock`); a device's host work overlaps
-                  host_lock=profile.kind == "cpu",
+                  host_lock=profile.on_host,
                   wake_us=profile.event_wake_us,
                   # a worker sleeping on the interpreter lock is woken like one sleeping on
                   # an event: the same OS wake-up, which calibrate measures
@@ -194,7 +194,7 @@ def tasks_for(graph: Graph, plan: Plan, profile: DeviceProfile, *, costs: dict[s
     limits = {int(s): int(v.get("aicore_num", 0)) for s, v in (plan.core_limits or {}).items()
               if isinstance(v, dict)}
     streams = sorted(set(plan.assignment.values()))
-    if profile.kind == "cpu" and len(streams) > 1:
+    if profile.on_host and len(streams) > 1:
         # CPU streams are worker threads that split the cores (intra-op threads per stream)
         share = max(1, profile.cores.cube // len(streams))
         for st in streams:
@@ -251,7 +251,7 @@ def measured_costs(graph: Graph, profile: DeviceProfile,
         for name, d in zip(names, dur):
             if name in ops:
                 seen.setdefault(name, []).append(d)
-    cpu = profile.kind == "cpu"
+    on_host = profile.on_host
     # the captured interval already holds the executor's work inside it (reading the
     # inputs, storing the value): only the rest of its per-op cost comes on top (a device
     # profile has no per-op host cost: 0)
@@ -264,7 +264,7 @@ def measured_costs(graph: Graph, profile: DeviceProfile,
             # the captured interval holds the op's folded views too
             c = msgspec.structs.replace(c, dur_us=statistics.median(seen[n]) + launch,
                                         measured=True, views_us=0.0)
-            if cpu and not (c.rate_key and runs_serial(op, c.rate_key, profile)):
+            if on_host and not (c.rate_key and runs_serial(op, c.rate_key, profile)):
                 # (an op torch runs on the calling thread ran on one whatever the count;
                 # on a 1-core profile k is 1 anyway)
                 on_cores = c.unit in ("cube", "vector")

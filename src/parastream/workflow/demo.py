@@ -32,6 +32,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterator
 
 from ..errors import InputError
+from ..runtime.backend import backend_capabilities, torch_device_name
 
 DEFAULT_MODEL = "medusa_heads"
 DEFAULT_SCALE = "small"
@@ -178,14 +179,13 @@ class _Demo:
         check_folder(out)
         for name in DEMO_FILES + (self.profile_file,):  # a folder in the way fails now
             check_writable(os.path.join(out, name), made=out)
+        self.caps = backend_capabilities(self.device)
         self.where = "this CPU"
-        if self.device == "cuda":
-            import torch
-
+        if self.caps.torch_device is not None:
             from ..runtime.cuda import require_device
 
-            require_device("cuda")
-            self.where = torch.cuda.get_device_name()
+            require_device(self.caps.torch_device)
+            self.where = torch_device_name(self.device) or self.device
 
     def execute(self) -> DemoResult:
         from ..atomic import make_folder
@@ -230,11 +230,11 @@ class _Demo:
             else:
                 self.profile = load_profile(path)
             return
-        if self.device == "cuda":
+        if self.caps.torch_device is not None:
             from ..calibrate.device import calibrate_device
 
             self.step(f"calibrating {self.where}")  # named as calibrate --device cuda names it
-            self.profile_json = dump_profile(calibrate_device("cuda", quick=True))
+            self.profile_json = dump_profile(calibrate_device(self.device, quick=True))
         else:
             from ..calibrate.overhead import calibrate_cpu
 
@@ -293,7 +293,7 @@ class _Demo:
         figures attached to the candidates' results; None when skipped."""
         from ..runtime import baseline
 
-        if self.device != "cpu":
+        if not self.caps.host_threads:
             self.step("separate processes skipped: they set the CPU's OpenMP threads")
             return None
         if not (self.s.best_settings and baseline.wanted()):
@@ -348,7 +348,7 @@ class _Demo:
         """The ``analysis.json`` document (schema ``parastream.demo/1``)."""
         s = self.s
         return {"schema": "parastream.demo/1", "model": s.model, "scale": s.scale,
-                "phase": self.phase, "device": self.device if self.device == "cpu" else self.where,
+                "phase": self.phase, "device": self.device if self.caps.host_threads else self.where,
                 "device_profile": self.profile.name, "recommended": rec, "measured": measured,
                 "separate_processes": self.iso, "decision": decision.to_dict(),
                 "headroom": self.graph_doc.get("headroom"),
@@ -365,7 +365,7 @@ class _Demo:
         from ..report.plan import render_markdown
         from ..atomic import write_atomic
 
-        label = "measured, CPU" if self.device == "cpu" else f"measured, {self.where}"
+        label = "measured, CPU" if self.caps.host_threads else f"measured, {self.where}"
         measured_by_name = {}
         for r in measured:
             mm, rr = runs.measurements[r["candidate"]]

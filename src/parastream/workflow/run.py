@@ -22,6 +22,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 from ..errors import InputError
 from ..runtime import malloc
+from ..runtime.backend import backend_capabilities, torch_device_name
 
 #: the shipped profile a device predicts with when none is given and none is calibrated
 #: in-process (cuda calibrates one: calibrate.device)
@@ -33,6 +34,16 @@ MEASURE_BUSY_ADVICE = ("the walls and speedups may be off (an OpenMP team stalls
 
 #: why a call after the first can fail (:func:`later_calls_run`)
 _LATER = "(the first call ran; its state, buffers or attributes, carries over from call to call)"
+
+
+def kernels_profiled(device: str) -> bool:
+    """Whether runs on backend ``device`` are analysed from the kernels of a run under the
+    torch profiler: its streams run on a torch device whose kernels that profiler records
+    (:data:`~parastream.runtime.profiler.PROFILED`: cuda; npu has a profiler of its own)."""
+    from ..runtime.profiler import PROFILED
+
+    on = backend_capabilities(device).torch_device
+    return on is not None and on in PROFILED
 
 
 # ----------------------------------------------------------------------------- the model
@@ -47,18 +58,18 @@ class Loaded:
 
 
 def to_device(module: Any, inputs: tuple, device: str) -> tuple[Any, tuple]:
-    """The module and its inputs (nested ones too) on ``device``; as they are on cpu."""
-    if device == "cpu":
+    """The module and its inputs (nested ones too) on backend ``device``'s torch device;
+    as they are on a backend that runs on the host (no ``torch_device``)."""
+    on = backend_capabilities(device).torch_device
+    if on is None:
         return module, inputs
     import torch
-
-    if device == "npu":
-        from ..runtime.cuda import import_torch_npu
-
-        import_torch_npu()
     from torch.utils._pytree import tree_map
 
-    dev = torch.device(device)  # nested inputs (a tuple or dict argument) move too
+    from ..runtime.cuda import device_module
+
+    device_module(on)  # registers the device with torch where an adapter does (torch_npu)
+    dev = torch.device(on)  # nested inputs (a tuple or dict argument) move too
     return module.to(dev), tuple(tree_map(
         lambda t: t.to(dev) if isinstance(t, torch.Tensor) else t, tuple(inputs)))
 
@@ -126,7 +137,8 @@ def load_run_profile(device: str, path: str | None) -> tuple[Any, str]:
             return profile, f"profile {path}" + (f" ({note})" if note else "")
         except (OSError, ValueError, KeyError) as exc:
             raise InputError(path, f"not a device profile: {exc}") from None
-    if device == "cpu":
+    caps = backend_capabilities(device)
+    if caps.host_threads:
         from ..calibrate.overhead import calibrated_profile
 
         notes: list[str] = []
@@ -134,16 +146,14 @@ def load_run_profile(device: str, path: str | None) -> tuple[Any, str]:
         return prof, "; ".join(["profile: calibrated in-process (quick mode); pass --profile "
                                 "FILE from 'parastream calibrate -o FILE' for a steadier "
                                 "prediction", *notes])
-    if device == "cuda":
-        import torch
-
+    if caps.torch_device is not None and device not in DEVICE_PROFILES:
         from ..calibrate.device import calibrated_device_profile
 
-        prof = calibrated_device_profile("cuda", quick=True, name="cuda-quick")
-        return prof, (f"profile: calibrated in-process on {torch.cuda.get_device_name()} (quick: "
+        prof = calibrated_device_profile(device, quick=True, name=f"{device}-quick")
+        return prof, (f"profile: calibrated in-process on {torch_device_name(device)} (quick: "
                       f"the executor's host cost {prof.launch_overhead_us:.3g} us per op, "
                       "matmul rates, copy bandwidth); pass --profile FILE from 'parastream "
-                      "calibrate --device cuda -o FILE' for a steadier prediction")
+                      f"calibrate --device {device} -o FILE' for a steadier prediction")
     name = DEVICE_PROFILES[device]
     return load_profile(name), (f"profile: built-in {name!r} (not measured on this device; pass "
                                 "--profile)")
@@ -156,7 +166,6 @@ def _profiled(module: Any, inputs: tuple, runnable: Any, plan: Any,
     bytes and the plan's ops from it (:func:`~parastream.runtime.profiler.kernel_timeline`;
     None when the trace has no annotation spans)."""
     import msgspec
-    import torch
 
     from ..runtime.executor import MultiStreamExecutor
     from ..runtime.profiler import kernel_timeline, profile_call
@@ -166,7 +175,7 @@ def _profiled(module: Any, inputs: tuple, runnable: Any, plan: Any,
         raw = profile_call(lambda: ex.run(*inputs), device)
     return raw, kernel_timeline(msgspec.json.decode(raw), plan.assignment,
                                 f"{plan.name} (torch profiler)",
-                                device=torch.cuda.get_device_name() if device == "cuda" else None)
+                                device=torch_device_name(device))
 
 
 def single_kernels(module: Any, inputs: tuple, runnable: Any, device: str) -> Any:
@@ -175,7 +184,7 @@ def single_kernels(module: Any, inputs: tuple, runnable: Any, device: str) -> An
     ranking and the baseline every candidate's kernels are triaged on. None elsewhere."""
     from ..plan.model import Plan
 
-    if device != "cuda":
+    if not kernels_profiled(device):
         return None
     return _profiled(module, inputs, runnable, Plan.single(o.name for o in runnable.graph.ops),
                      device)[1]
@@ -193,7 +202,7 @@ def capture_op_costs(module: Any, inputs: tuple, runnable: Any, profile: Any, *,
     from ..runtime.measure import measure
     from ..sim.run import measured_costs
 
-    if device == "cuda":
+    if kernels_profiled(device):
         if kernels is None:
             kernels = single_kernels(module, inputs, runnable, device)
         return measured_costs(runnable.graph, profile, [kernels]) if kernels is not None else None
@@ -388,10 +397,11 @@ class _Bench:
         # npu has no such run here, so its event timeline stays the one analysed
         m = measure(lo.module, lo.inputs, plan, backend=device, runs=self.s.runs,
                     warmup=self.s.warmup, drop=self.s.drop, runnable=lo.runnable,
-                    timelines=device != "cuda")
+                    timelines=not (backend_capabilities(device).timing_events
+                                   and kernels_profiled(device)))
         if self.op_costs is None and m.single_timelines:
             self.op_costs = measured_costs(self.graph, self.profile, m.single_timelines)
-        if device == "cuda":
+        if kernels_profiled(device):
             # the kernels as they ran, not the launch-inclusive event brackets: the
             # analysis and the trace's timelines take these (runtime/profiler.py)
             raw, tl = _profiled(lo.module, lo.inputs, lo.runnable, plan, device)
@@ -419,7 +429,8 @@ class _Bench:
         found = [p for p in an.get("plan_check", {}).get("parallel_points", []) if p.get("found")]
         out.candidates.append(_candidate_result(plan, m, an, found, (pred, pred_single, from_ops),
                                                 ok))
-        lag = measuring.late_starts(m, plan) if self.s.device == "cpu" else {}
+        lag = (measuring.late_starts(m, plan) if backend_capabilities(self.s.device).host_threads
+               else {})
         out.details.append(_detail(plan, m, an, found, (pred, pred_single, from_ops),
                                    {"start_lag": lag, "check": check_note}))
 
@@ -705,7 +716,7 @@ class _Run:
         # one (tr/plan.json/) failed after the whole run and left the others written
         check_trace_files(self.s.trace, [candidate_label(c.name) for c in picked.chosen]
                           + ([torch_label(c.name) for c in picked.chosen] + ["single-torch"]
-                             if self.device == "cuda" else []), self.s.json)
+                             if kernels_profiled(self.device) else []), self.s.json)
         result = self.measure(loaded, profile, picked, reuse=doc_in is None)
         result.profile, result.malloc_note = profile_note, malloc_note
         if self.s.trace:
@@ -717,10 +728,11 @@ class _Run:
         from ..graph.models import anchored, load_model
         from ..graph.torch_import import import_runnable
 
-        if self.device != "cpu":
+        caps = backend_capabilities(self.device)
+        if not caps.host_threads:
             from ..runtime.cuda import require_device
 
-            require_device(self.device)
+            require_device(caps.torch_device or self.device)
         module, inputs, self.name, meta = load_model(self.model, self.scale, self.phase)
         module, inputs = to_device(module, inputs, self.device)
         with anchored(meta):
@@ -772,7 +784,7 @@ class _Run:
                      "multi-stream (the model has no parallel point the planner can use)")
         else:
             how = (("again from the op times of a single-stream capture (5 runs)"
-                    if self.device != "cuda" else "again from the kernels of a profiled "
+                    if not kernels_profiled(self.device) else "again from the kernels of a profiled "
                     "single-stream run") if op_costs is not None else "on the profile")
             self.say(f"--auto: {len(doc.candidates)} candidates simulated, the multi-stream "
                      f"ones {how}; running the best {len(chosen)}")
@@ -796,7 +808,8 @@ class _Run:
         if runs.busy:
             self.say(f"warning: {runs.busy}")
         iso = None
-        if self.device == "cpu" and s.best_settings and baseline.wanted():
+        if backend_capabilities(self.device).host_threads and s.best_settings \
+                and baseline.wanted():
             self.say("measuring each side again in a process of its own: single stream with "
                      "OpenMP threads spinning, the candidates with them sleeping")
             iso = baseline.best_settings(self.model, self.scale, self.phase, picked.doc,
