@@ -265,3 +265,9 @@ def test_inception_branches_are_modules(scale):
     [p] = d.parallel_points
     assert sorted(n for b in p.branches for n in b.nodes) == ["M1", "M2", "M3", "M4"]
     assert p.join == "M5"
+
+
+def test_the_zoo_and_the_model_resolver_name_the_same_scales():
+    from parastream.graph import models
+
+    assert SCALES == models.SCALES and models.DEFAULT_SCALE in SCALES

@@ -80,7 +80,7 @@ def test_a_single_layer_has_no_cross_stage_point():
 
 
 def _run(*argv: str) -> int:
-    from parastream.runtime import cli
+    from parastream.cli import run as cli
 
     p = argparse.ArgumentParser()
     sub = p.add_subparsers()

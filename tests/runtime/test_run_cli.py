@@ -9,7 +9,9 @@ import os
 import pytest
 
 from parastream.errors import InputError
-from parastream.runtime import cli, malloc
+from parastream.cli import run as cli
+from parastream.runtime import malloc
+from parastream.workflow.run import candidate_label as _candidate_label
 from parastream.workflow.run import safe_label as _safe
 
 
@@ -81,7 +83,7 @@ def test_auto_with_check_trace_and_json(tmp_path, capsys, profile, monkeypatch):
     files = os.listdir(tmp_path / "tr")
     # the baseline, the plan, the --json and one trace per measured candidate; no other
     assert sorted(files) == sorted(["single.json", "plan.json", "r.json"]
-                                   + [_safe(cli._candidate_label(n)) + ".json" for n in measured])
+                                   + [_safe(_candidate_label(n)) + ".json" for n in measured])
     # the trace is what 'parastream analyze' reads
     from parastream.timeline.readers import read_path
 
@@ -286,7 +288,6 @@ def test_a_model_with_a_nested_input_runs(tmp_path, capsys, profile):
 
 
 def test_trace_labels_keep_candidates_off_the_baseline_and_the_plan_files():
-    from parastream.workflow.run import candidate_label as _candidate_label
     from parastream.workflow.run import torch_label as _torch_label
     from parastream.workflow.run import trace_file as _trace_file
 
