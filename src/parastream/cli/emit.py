@@ -23,13 +23,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         sub, "emit", help="generate the model's forward with a plan applied (TorchAir, "
                           "npugraph_ex or CUDA stream API)",
         description="Rebuild the model a plan was made for (the plan's source: model, scale, "
-                    "phase), trace it as the importer does and write a Python module whose "
-                    "forward runs every op in program order on its planned stream, with the "
-                    "plan's events, in the target's own API: torchair.scope.npu_stream_switch "
-                    "/ npu_wait_tensor (GE graph mode), torch.npu.Stream / Event / "
-                    "record_stream (npugraph_ex), torch.cuda streams (cuda). The plan's enable "
-                    "switch guards it: off, the original forward runs. 'python FILE' checks "
-                    "the generated code on recording stand-ins and compares outputs.",
+                    "phase), trace it as the importer does and write the plan in the target's "
+                    "own API: torchair.scope.npu_stream_switch / npu_wait_tensor (GE graph "
+                    "mode), torch.npu.Stream / Event / record_stream (npugraph_ex), "
+                    "torch.cuda streams (cuda). Where the plan allows it, a patch on your own "
+                    "module whose forward calls your submodules inside the stream blocks "
+                    "(patch(model) applies it); else an op-level module whose forward runs "
+                    "every op of the trace on its planned stream. The plan's enable switch "
+                    "guards both: off, the original forward runs. 'python FILE' checks an "
+                    "op-level file on recording stand-ins and compares outputs; a patch is "
+                    "checked with parastream.emit.standins.run_patch (docs/emit.md).",
         glossary=("candidates", "ladder"))
     p.add_argument("plan", metavar="PLAN",
                    help="plan.json written by 'parastream plan MODEL -o FILE'")
