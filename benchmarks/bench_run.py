@@ -63,20 +63,21 @@ def overhead(ops: int = 200, runs: int = 9, device: str = "cpu") -> dict:
     per-op timing events (as ``run`` measures) and without them."""
     from parastream.graph.torch_import import import_runnable
     from parastream.plan.model import Plan
-    from parastream.runtime.backend import TIMED_DEVICES, untimed
+    from parastream.runtime.backend import backend_capabilities, untimed
     from parastream.runtime.executor import MultiStreamExecutor
 
+    caps = backend_capabilities(device)
     m, x = Chain(ops).eval(), torch.randn(16)
-    if device != "cpu":
-        m, x = m.to(device), x.to(device)
-    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    if caps.torch_device:  # a device beside the host: the model and its input go there
+        m, x = m.to(caps.torch_device), x.to(caps.torch_device)
+    sync = getattr(torch, caps.torch_device).synchronize if caps.torch_device else (lambda: None)
     rn = import_runnable(m, (x,))
     plan = Plan.single(o.name for o in rn.graph.ops)
     interp = torch.fx.Interpreter(rn.graph_module)
     timers = {"interpreter_us": lambda: interp.run(*rn.bind((x,))),
               "module_us": lambda: m(x)}
     executors = {"executor_us": MultiStreamExecutor(m, (x,), plan, runnable=rn, backend=device)}
-    if device in TIMED_DEVICES:
+    if caps.timing_events:
         executors["executor_no_timing_us"] = MultiStreamExecutor(m, (x,), plan, runnable=rn,
                                                                  backend=untimed(device))
     timers.update({key: partial(ex, x) for key, ex in executors.items()})

@@ -230,12 +230,6 @@ def available_backends() -> list[str]:
     return sorted(_REGISTRY)
 
 
-#: the shipped backends whose streams bracket each op with timing events, kept for
-#: callers outside the package that still read it; :func:`backend_capabilities` asks any
-#: backend (``timing_events``), and :func:`untimed` turns them off
-TIMED_DEVICES = ("cuda", "npu")
-
-
 def _resolve(factory: str | Callable[..., Backend]) -> Callable[..., Backend]:
     if isinstance(factory, str):
         module, _, attr = factory.partition(":")

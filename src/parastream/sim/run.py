@@ -23,7 +23,7 @@ from ..plan.lints import lint
 from ..plan.model import Plan
 from ..timeline.model import KIND_COMM, KIND_COMPUTE, KIND_MEMCPY, Timeline
 from .engine import Device, Result, Task, simulate
-from .modes import MODES, mode_label  # noqa: F401  (mode_label: for callers)
+from .modes import MODES
 
 
 def sim_label(profile: DeviceProfile) -> str:
