@@ -11,7 +11,9 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 
-$(VENV)/.core: pyproject.toml | $(BIN)/python
+# README.md too: the installed package's metadata (PKG-INFO) carries it as the long
+# description, so an edited README is installed again rather than left stale there
+$(VENV)/.core: pyproject.toml README.md | $(BIN)/python
 	$(BIN)/pip install -q -e '.[torch]'
 	touch $@
 

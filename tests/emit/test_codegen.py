@@ -44,16 +44,6 @@ class Case:
         }
 
 
-@pytest.fixture(scope="module")
-def cases() -> dict[str, Case]:
-    return {}
-
-
-def case(cases: dict, name: str) -> Case:
-    if name not in cases:
-        cases[name] = Case(name)
-    return cases[name]
-
 
 def load(source: str, name: str = "generated") -> types.ModuleType:
     code = compile(source, f"<{name}>", "exec")
@@ -81,7 +71,7 @@ def cross_stream_data_edges(c: Case, plan: Plan) -> int:
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("model", MODELS)
 def test_emitted_code_runs_on_standins(cases, model, target, plan_kind):
-    c = case(cases, model)
+    c = cases(model)
     plan = c.plans[plan_kind]
     assert plan.events, "every test plan has events"
     e = emit(c.traced, plan, target, source={"model": model, "scale": "tiny", "phase": None})
@@ -123,7 +113,7 @@ def test_emitted_code_runs_on_standins(cases, model, target, plan_kind):
 
 @pytest.mark.parametrize("target", TARGETS)
 def test_core_limits(cases, target):
-    c = case(cases, "moe_layer")
+    c = cases("moe_layer")
     plan = copy.deepcopy(c.plans["manual"])
     plan.core_limits = {"1": {"aicore_num": 8, "reason": "test"}}
     plan.strength = "C2"
@@ -163,7 +153,7 @@ def _drop_line(source: str, needle: str) -> str:
 
 @pytest.mark.parametrize("target", ["npugraph_ex", "cuda"])
 def test_check_catches_a_missing_wait_record_stream_or_fork(cases, target):
-    c = case(cases, "moe_layer")
+    c = cases("moe_layer")
     plan = c.plans["matching"]
     src = emit(c.traced, plan, target).source
     first = next(i for i, ev in enumerate(plan.events) if ev.wait_before)
@@ -179,7 +169,7 @@ def test_check_catches_a_missing_wait_record_stream_or_fork(cases, target):
 
 
 def test_check_catches_an_unread_npu_wait_tensor(cases):
-    c = case(cases, "inception_block")
+    c = cases("inception_block")
     plan = c.plans["manual"]
     src = emit(c.traced, plan, "torchair").source
     lines = src.splitlines()
@@ -195,7 +185,7 @@ def test_check_catches_an_unread_npu_wait_tensor(cases):
 
 @pytest.mark.parametrize("target", TARGETS)
 def test_switch_off_runs_the_original_path(cases, target, monkeypatch):
-    c = case(cases, "attention_prolog")
+    c = cases("attention_prolog")
     src = emit(c.traced, c.plans["manual"], target).source
     monkeypatch.delenv(SWITCH, raising=False)
     mod = load(src)
@@ -216,7 +206,7 @@ def test_switch_off_runs_the_original_path(cases, target, monkeypatch):
 
 
 def test_switch_on_without_the_hardware_says_so(cases, monkeypatch):
-    c = case(cases, "inception_block")
+    c = cases("inception_block")
     monkeypatch.setenv(SWITCH, "on")
     for target, module in (("torchair", "torchair"), ("npugraph_ex", "torch_npu")):
         if importlib.util.find_spec(module) is not None:
@@ -232,7 +222,7 @@ def test_switch_on_without_the_hardware_says_so(cases, monkeypatch):
 
 def test_views_go_with_their_producer(cases):
     """A folded view of a side-stream output is taken inside that stream's block."""
-    c = case(cases, "moe_layer")
+    c = cases("moe_layer")
     plan = c.plans["matching"]
     src = emit(c.traced, plan, "cuda").source
     body = src[src.index("def forward"):].splitlines()
@@ -246,7 +236,7 @@ def test_views_go_with_their_producer(cases):
 
 
 def test_plan_for_another_model_is_refused(cases):
-    c = case(cases, "inception_block")
+    c = cases("inception_block")
     bad = Plan(name="x", algorithm="manual", assignment={"linear_99": 1},
                events=[Event("linear_99", None)])
     with pytest.raises(EmitError, match="does not have"):

@@ -63,16 +63,6 @@ class Case:
                 if st.stream is not None}
 
 
-@pytest.fixture(scope="module")
-def cases() -> dict[str, Case]:
-    return {}
-
-
-def case(cases: dict, name: str) -> Case:
-    if name not in cases:
-        cases[name] = Case(name)
-    return cases[name]
-
 
 def load(source: str, name: str = "gen") -> types.ModuleType:
     mod = types.ModuleType(name)
@@ -93,7 +83,7 @@ def registered(monkeypatch):
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("model", list(MAPS))
 def test_a_module_level_patch_runs_on_the_standins_bitwise(cases, model, target):
-    c = case(cases, model)
+    c = cases(model)
     p = c.patch(target)
     src = p.source
     assert src.count("\n") < modlevel.MAX_LINES, src
@@ -122,7 +112,7 @@ def test_a_module_level_patch_runs_on_the_standins_bitwise(cases, model, target)
 def test_the_patch_is_a_few_lines_around_the_users_calls(cases):
     """The MoE patch: the shared expert inside the side-stream block, issued before the
     routed experts, a wait before the add, the add as written."""
-    c = case(cases, "moe_layer")
+    c = cases("moe_layer")
     body = c.patch("cuda").source.split("def forward", 1)[1]
     lines = [ln.strip() for ln in body.splitlines()]
     at = {k: next(i for i, ln in enumerate(lines) if ln.startswith(k))
@@ -137,7 +127,7 @@ def test_the_patch_is_a_few_lines_around_the_users_calls(cases):
 
 @pytest.mark.parametrize("model", list(MAPS))
 def test_side_work_is_issued_first_and_the_order_keeps_the_plans_happens_before(cases, model):
-    c = case(cases, model)
+    c = cases(model)
     program = validate(c.graph)
     idx = {n: i for i, n in enumerate(program)}
     stmt_pos = {op: k for k, i in enumerate(c.site.order) for op in c.site.stmts[i].ops}
@@ -170,7 +160,7 @@ def test_side_work_is_issued_first_and_the_order_keeps_the_plans_happens_before(
 
 def test_medusa_heads_start_before_the_base_head(cases):
     # program order issues lm_head first; the patch issues the side heads first
-    src = case(cases, "medusa_heads").patch("cuda").source
+    src = cases("medusa_heads").patch("cuda").source
     assert src.index("self.medusa[0](h)") < src.index("self.lm_head(h)")
     assert src.index("self.medusa[1](h)") < src.index("self.lm_head(h)")
     assert "torch.stack([base] + [medusa_0, medusa_1], dim=1)" in src
@@ -178,7 +168,7 @@ def test_medusa_heads_start_before_the_base_head(cases):
 
 @pytest.mark.parametrize("target", ["torchair", "cuda"])
 def test_switch_off_runs_the_original_forward(cases, target, monkeypatch):
-    c = case(cases, "inception_block")
+    c = cases("inception_block")
     monkeypatch.delenv(SWITCH, raising=False)
     gen = load(c.patch(target).source)
     model = gen.patch(copy.deepcopy(c.module))   # no api, switch off: the original path
@@ -188,7 +178,7 @@ def test_switch_off_runs_the_original_forward(cases, target, monkeypatch):
 
 
 def test_streams_are_made_lazily_one_set_per_device(cases):
-    c = case(cases, "medusa_heads")
+    c = cases("medusa_heads")
     gen = load(c.patch("npugraph_ex").source)
     api = standins.standin("npugraph_ex")
     model = gen.patch(copy.deepcopy(c.module), api)
@@ -230,7 +220,7 @@ def test_a_plan_that_cuts_inside_a_call_falls_back_to_the_op_level_forward(tmp_p
 
 
 def test_the_diff_applies_with_patch_p1_and_runs_bitwise(cases, tmp_path):
-    c = case(cases, "moe_layer")
+    c = cases("moe_layer")
     p = c.patch("cuda")
     diff = modlevel.render_diff(c.site, p, "cuda", c.plan.switch)
     rel = os.path.relpath(c.site.file)
@@ -262,7 +252,7 @@ def test_the_diff_applies_with_patch_p1_and_runs_bitwise(cases, tmp_path):
 
 
 def test_a_missing_api_is_one_line_naming_the_release(cases, monkeypatch):
-    c = case(cases, "moe_layer")
+    c = cases("moe_layer")
     plan = copy.deepcopy(c.plan)
     plan.core_limits = {"1": {"aicore_num": 8}}
 
@@ -298,7 +288,7 @@ def _compile_once(fn, *args):
 
 @pytest.mark.parametrize("model", ["moe_layer", "inception_block"])
 def test_torchair_patches_trace_as_one_graph(cases, model, registered):
-    c = case(cases, model)
+    c = cases(model)
     gen = registered(c.patch("torchair").source)
     api = standins.torchair_graph_standin()
     patched = gen.patch(copy.deepcopy(c.module), api)

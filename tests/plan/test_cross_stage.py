@@ -3,7 +3,6 @@ and a cross-stage candidate validated and run bitwise equal to the module."""
 
 from __future__ import annotations
 
-import argparse
 import json
 
 import pytest
@@ -80,13 +79,10 @@ def test_a_single_layer_has_no_cross_stage_point():
 
 
 def _run(*argv: str) -> int:
-    from parastream.cli import run as cli
+    """``parastream run ARGV`` as a user types it."""
+    from parastream.cli import main
 
-    p = argparse.ArgumentParser()
-    sub = p.add_subparsers()
-    cli.add_parser(sub)
-    a = p.parse_args(["run", *argv])
-    return a.func(a)
+    return main(["run", *argv])
 
 
 def test_a_c3_and_a_cross_stage_candidate_run_bitwise_equal(stack, tmp_path):
