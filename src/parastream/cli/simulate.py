@@ -14,8 +14,7 @@ from ..device.profile import DEFAULT_DEVICE
 from ..errors import InputError
 from ..sim.modes import MODES, mode_label
 
-# the simulation lives in parastream.workflow.simulate; its names stay importable here
-from ..workflow.simulate import ShapeSweep, Simulation, flags, simulate, sweep  # noqa: F401
+from ..workflow.simulate import ShapeSweep, Simulation, simulate
 
 
 def add_parser(sub) -> None:
@@ -146,4 +145,4 @@ def render_sweep(result: ShapeSweep) -> str:
     return "\n".join(lines) + "\n"
 
 
-__all__ = ["add_parser", "cmd_simulate", "flags", "render", "render_sweep", "sweep"]
+__all__ = ["add_parser", "cmd_simulate", "render", "render_sweep"]

@@ -385,8 +385,11 @@ class MultiStreamExecutor(torch.fx.Interpreter):
         from .cpu import set_intra_op_threads
 
         spec = self._backend_spec
-        caps = backend_capabilities(spec) if isinstance(spec, str) else capabilities_of(spec)
-        if caps.host_threads:
+        # the declared capabilities before the backend exists: its workers start with the
+        # intra-op thread count set here; once it exists, the instance's own declaration
+        # decides everything else
+        declared = backend_capabilities(spec) if isinstance(spec, str) else capabilities_of(spec)
+        if declared.host_threads:
             main_threads = torch.get_num_threads()
             set_intra_op_threads(self.intra_op_threads)
         self.backend = get_backend(spec) if isinstance(spec, str) else spec
@@ -394,10 +397,11 @@ class MultiStreamExecutor(torch.fx.Interpreter):
         self.streams = {s: self.backend.stream(str(s)) for s in self.stream_ids}
         # how run_node hands an op over: without a result handle where the stream can
         # (_exec stores the value itself), else through the protocol's submit
-        self._issue = {s: st.launch if caps.launch else st.submit
+        self._issue = {s: st.launch if self.caps.launch else st.submit
                        for s, st in self.streams.items()}
-        if caps.host_threads:
+        if self.caps.host_threads:
             self._start_workers()
+        if declared.host_threads:
             set_intra_op_threads(main_threads)
 
     def _start_workers(self) -> None:

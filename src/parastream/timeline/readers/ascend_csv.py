@@ -39,7 +39,8 @@ import pyarrow.csv as pacsv
 from ...errors import InputError
 from ..timeparse import trim_text as _trim
 from ..timeparse import us_column_to_ns
-from .hccl import is_collective_name, is_hccl_task_type, merge_collectives
+from .hccl import (is_collective_name, is_hccl_task_type, is_memcpy_text, is_memset_text,
+                   merge_collectives)
 from ..model import (
     COMM_LANE, KIND_COMM, KIND_COMPUTE, KIND_MEMCPY, KIND_MEMSET, DeviceInfo, Timeline,
     core_code, make_timeline, value_flags,
@@ -154,10 +155,6 @@ def _encode(col: pa.Array) -> tuple[np.ndarray, list[str]]:
     enc = enc.combine_chunks() if isinstance(enc, pa.ChunkedArray) else enc
     codes = enc.indices.to_numpy(zero_copy_only=False).astype(np.int32, copy=False)
     return codes, [str(v) for v in enc.dictionary.to_pylist()]
-
-
-def _is_memcpy(v: str) -> bool:
-    return "MEMCPY" in v.upper() or "MEMCOPY" in v.upper()
 
 
 def _is_comm_name(v: str) -> bool:
@@ -348,10 +345,10 @@ def _kind_and_core(types: tuple[np.ndarray, list[str]], cores: tuple[np.ndarray,
     communication row without a known core runs on HCCL."""
     (type_codes, type_txt), (core_codes, core_txt) = types, cores
     core = np.array([core_code(c) for c in core_txt], np.int8)[core_codes]
-    memset = (value_flags(type_txt, lambda v: "MEMSET" in v.upper())[type_codes]
-              | value_flags(core_txt, lambda v: "MEMSET" in v.upper())[core_codes])
-    memcpy = (value_flags(type_txt, _is_memcpy)[type_codes]
-              | value_flags(core_txt, _is_memcpy)[core_codes])
+    memset = (value_flags(type_txt, is_memset_text)[type_codes]
+              | value_flags(core_txt, is_memset_text)[core_codes])
+    memcpy = (value_flags(type_txt, is_memcpy_text)[type_codes]
+              | value_flags(core_txt, is_memcpy_text)[core_codes])
     kind = np.full(len(comm), KIND_COMPUTE, np.int8)
     kind[memcpy] = KIND_MEMCPY
     kind[memset] = KIND_MEMSET

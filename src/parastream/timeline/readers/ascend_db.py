@@ -49,7 +49,7 @@ from ..model import (
 )
 from ..nogc import gc_paused
 from . import SQLITE_MAGIC
-from .hccl import is_hccl_task_type, merge_collectives
+from .hccl import is_hccl_task_type, is_memcpy_text, is_memset_text, merge_collectives
 
 FORMAT = "ascend_db"
 #: task types that mark a point in a stream, not work
@@ -461,18 +461,15 @@ def _op_labels(rows: _TaskRows, strings: dict, roles: _Roles, idx: np.ndarray):
     core[src == 1] = core_code("HCCL")
     core[src == 2] = core_code("DMA")
     kind = np.full(len(idx), KIND_COMPUTE, np.int8)
-    memset = (value_flags(name_txt, lambda t: "MEMSET" in t.upper())[name_c]
-              | value_flags(type_txt, lambda t: "MEMSET" in t.upper())[type_c])
-    memcpy = (value_flags(name_txt, _is_memcpy)[name_c] | value_flags(type_txt, _is_memcpy)[type_c])
+    memset = (value_flags(name_txt, is_memset_text)[name_c]
+              | value_flags(type_txt, is_memset_text)[type_c])
+    memcpy = (value_flags(name_txt, is_memcpy_text)[name_c]
+              | value_flags(type_txt, is_memcpy_text)[type_c])
     kind[memcpy] = KIND_MEMCPY
     kind[memset] = KIND_MEMSET
     kind[src == 2] = KIND_MEMCPY
     kind[src == 1] = KIND_COMM
     return (name_c, name_txt), (type_c, type_txt), kind, core
-
-
-def _is_memcpy(t: str) -> bool:
-    return "MEMCPY" in t.upper() or "MEMCOPY" in t.upper()
 
 
 def _merge_used(parts: list[tuple[np.ndarray, list[str]]]

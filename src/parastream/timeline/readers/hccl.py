@@ -124,3 +124,14 @@ def merge_collectives(ops: dict, hw: np.ndarray, key: np.ndarray, names: list[st
         ops["type"][many] = len(types)
         types.append(GROUP_TYPE)
     return {k: v[keep] for k, v in ops.items()}, keep, int((count - 1).sum())
+
+
+def is_memcpy_text(v: str) -> bool:
+    """An Ascend op name or task type that says it copies memory (MEMCPY / MEMCOPY)."""
+    up = v.upper()
+    return "MEMCPY" in up or "MEMCOPY" in up
+
+
+def is_memset_text(v: str) -> bool:
+    """An Ascend op name or task type that says it sets memory (MEMSET)."""
+    return "MEMSET" in v.upper()
