@@ -356,6 +356,9 @@ class CandidateSettings:
     source: str | None = None
     #: keep a candidate's C2 core limits only when ``wall`` says they beat plain C1
     ladder: bool = False
+    #: checks a candidate's lints against a model the planner does not hold (the simulator's
+    #: GE reorder), and may change their severity, before the description is written
+    check_lints: Callable[[Plan], None] | None = None
 
 
 def candidates(graph: Graph, points: list[Point], dur: dict[str, float],
@@ -377,7 +380,7 @@ def candidates(graph: Graph, points: list[Point], dur: dict[str, float],
                            hw_queues=device.hw_queues, order=order)
         source = f"critical-path estimate on {device.name}"
     scoring = _Scoring(graph, order, dur, device, wall, source or f"estimate on {device.name}",
-                       cfg.block_dims or {}, cfg.ladder)
+                       cfg.block_dims or {}, cfg.ladder, cfg.check_lints)
     plans: list[Plan] = []
     groups: dict[str, list[Point]] = {}
     for p in points:
@@ -409,6 +412,7 @@ class _Scoring:
     source: str
     block_dims: dict[str, int]
     ladder: bool
+    check_lints: Callable[[Plan], None] | None = None
 
     def score(self, plan: Plan, point: Point | None, single: float) -> None:
         """Fill ``plan``'s core limits, strength, estimate (against the ``single``-stream
@@ -426,6 +430,8 @@ class _Scoring:
         plan.lints = lint(graph, plan, self.dur, hw_queues=device.hw_queues,
                           max_streams=device.max_streams, launch_us=device.launch_us,
                           speedup=plan.estimate.speedup, order=order)
+        if self.check_lints is not None:
+            self.check_lints(plan)
         plan.description = describe(graph, plan, point)
         plan.mermaid = mermaid(graph, plan, order=order)
 

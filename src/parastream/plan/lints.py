@@ -24,6 +24,9 @@ from ..graph.ir import Graph, validate
 from .hb import Layout, clocks, layout
 from .model import SPEEDUP_MARGIN, Lint, Plan
 
+#: lints sort most severe first
+SEVERITY_RANK = {"error": 0, "warning": 1, "info": 2}
+
 #: op types a graph compiler treats as cheap precomputes it may hoist (lower-case, prefixes)
 CHEAP_PRECOMPUTE = ("cast", "_to_copy", "to", "reshape", "view", "_unsafe_view", "silu",
                     "swish", "sigmoid", "mul", "expand", "permute", "transpose", "t",
@@ -124,8 +127,7 @@ def lint(graph: Graph, plan: Plan, dur: dict[str, float],
             out += _ge_reorder_lints(scan, e.src, e.dst, su)
     out += _joined_lints(joined)
     out += _too_small_lints(scan, n_streams, cfg)
-    rank = {"error": 0, "warning": 1, "info": 2}
-    out.sort(key=lambda x: rank[x.severity])
+    out.sort(key=lambda x: SEVERITY_RANK[x.severity])
     return out
 
 

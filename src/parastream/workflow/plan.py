@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from functools import reduce
+from functools import partial, reduce
 from operator import or_
 from typing import Callable
 
@@ -25,7 +25,7 @@ from ..plan.assign import assign
 from ..plan.candidates import DeviceFacts, Point, candidates
 from ..plan.io import MAX_STREAM_ID, PlanDoc, dumps, to_builtins
 from ..plan.ladder import core_limit_support
-from ..plan.lints import reach_sets
+from ..plan.lints import SEVERITY_RANK, reach_sets
 from ..plan.model import SPEEDUP_MARGIN, Plan, PlanError
 from ..plan.stages import cross_stage_points, pattern
 from ..sim.run import sim_label, simulate_plan
@@ -272,6 +272,33 @@ def _global_plans(graph: Graph, order: list[str], c: _Costs, algos: list[str], *
     return plans
 
 
+def confirm_ge_reorder(graph: Graph, plan: Plan, *, profile: DeviceProfile, c: _Costs,
+                       order: list[str]) -> None:
+    """Check ``plan``'s ge-reorder warnings in the simulator: its graph-mode wall with GE's
+    reorder against without. A warning stays one only where the reorder costs at least the
+    cheapest hoisted precompute; elsewhere it becomes ``info`` (GE may still reorder, but at
+    these shapes main waits for nothing it would not wait for anyway). Either way the lint
+    says what the simulator found."""
+    lints = [x for x in plan.lints if x.rule == "ge-reorder" and x.severity == "warning"]
+    if not lints:
+        return
+    kw = {"costs": c.costs, "order": order}
+    base = simulate_plan(graph, plan, profile, mode="graph", **kw).result.wall_us
+    ge = simulate_plan(graph, plan, profile, ge=True, **kw)
+    cost = ge.result.wall_us - base
+    hoisted = {v for v, _ in ge.reorder.hoisted}
+    pre = min((c.dur[v] for v in hoisted), default=None)
+    harmful = pre is not None and cost >= pre
+    for x in lints:
+        if harmful:
+            x.message += f" (simulated in graph mode: GE's reorder costs {cost:,.1f} us)"
+            continue
+        x.severity = "info"
+        x.message += (f" (simulated in graph mode at these shapes, GE's reorder costs "
+                      f"{cost:,.1f} us, less than the precompute: harmless here)")
+    plan.lints.sort(key=lambda x: SEVERITY_RANK[x.severity])
+
+
 def _device_facts(profile: DeviceProfile) -> DeviceFacts:
     return DeviceFacts(name=profile.name, cores=profile.cores.cube, hw_queues=profile.hw_queues,
                        max_streams=profile.max_streams, launch_us=profile.launch_overhead_us,
@@ -321,7 +348,10 @@ def build(graph: Graph, profile: DeviceProfile, *, algorithm: str | None, mappin
     cube_bd = {n: x.block_dim for n, x in c.costs.items() if x.unit == "cube"}
     plans = candidates(graph, points, c.dur, block_dims=cube_bd, device=_device_facts(profile),
                        max_streams=cap, global_plans=global_plans, wall=wall,
-                       source=source_label, ladder=simulate, order=order)
+                       source=source_label, ladder=simulate, order=order,
+                       check_lints=partial(confirm_ge_reorder, graph, profile=profile, c=c,
+                                           order=order)
+                       if simulate and profile.graph_dispatch_us is not None else None)
     return PlanDoc(model=graph.name, device=profile.name, recommended=_recommended(plans),
                    candidates=plans, parallel_points=_point_rows(points), source=source or {})
 
