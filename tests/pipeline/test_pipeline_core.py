@@ -49,7 +49,7 @@ def test_ordered_output_equals_serial_loop_over_10000_jittered_items():
     assert [r.id for r in got] == list(range(10_000))
     assert stats.counts == {"completed": 10_000, "failed": 0, "cancelled": 0}
     assert stats.submitted == 10_000
-    assert stats.max_in_flight <= p.capacity
+    assert stats.admission.max_in_flight <= p.capacity
     assert live_pipeline_threads() == []
 
 
@@ -97,10 +97,10 @@ def test_memory_stays_bounded_and_the_source_blocks_when_the_last_stage_is_slow(
         st = p.stats()
     # pulled-but-not-delivered items never exceeded the queues plus workers ...
     assert worst <= cap
-    assert st.max_in_flight <= cap
+    assert st.admission.max_in_flight <= cap
     # ... because the source really blocked, many times, for most of the run
-    assert st.source_blocks > 50
-    assert st.source_blocked_ns > 0.5 * st.wall_ns
+    assert st.admission.blocks > 50
+    assert st.admission.blocked_ns > 0.5 * st.wall_ns
     slow = st.stages[-1]
     assert slow.utilization > 0.8
 

@@ -65,8 +65,26 @@ def efficiency(throughput_per_s: float, stage_limits_ns: Sequence[float]) -> flo
 
 
 @dataclass
+class Admission:
+    """How the source fed a run: queues of ``depth`` items, at most ``capacity`` items in
+    flight; ``blocks`` times the source found the pipeline full and waited ``blocked_ns`` in
+    all; the most items in flight at once."""
+
+    depth: int
+    capacity: int
+    blocks: int
+    blocked_ns: int
+    max_in_flight: int
+
+    @classmethod
+    def serial(cls) -> "Admission":
+        """One item at a time, straight from the source: nothing queued, never blocked."""
+        return cls(depth=0, capacity=1, blocks=0, blocked_ns=0, max_in_flight=1)
+
+
+@dataclass
 class PipelineStats:
-    """A whole run: stage stats, outcome counts, wall time and latencies."""
+    """A whole run: stage stats, outcome counts, wall time, latencies and admission."""
 
     mode: str  # "pipelined" | "serial"
     stages: list[StageStats]
@@ -75,12 +93,7 @@ class PipelineStats:
     submitted: int
     latencies_ns: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     ordered: bool = True
-    depth: int = 0
-    capacity: int = 0
-    #: times the source found the pipeline full and blocked, and for how long
-    source_blocks: int = 0
-    source_blocked_ns: int = 0
-    max_in_flight: int = 0
+    admission: Admission = field(default_factory=Admission.serial)
 
     @property
     def completed(self) -> int:
@@ -108,8 +121,9 @@ class PipelineStats:
 
     def to_dict(self) -> dict:
         b = self.bottleneck
-        return {"mode": self.mode, "ordered": self.ordered, "depth": self.depth,
-                "capacity": self.capacity, "submitted": self.submitted, "counts": dict(self.counts),
+        adm = self.admission
+        return {"mode": self.mode, "ordered": self.ordered, "depth": adm.depth,
+                "capacity": adm.capacity, "submitted": self.submitted, "counts": dict(self.counts),
                 "wall_ms": round(self.wall_ns / 1e6, 3),
                 "throughput_per_s": round(self.throughput, 3),
                 "efficiency": round(self.efficiency, 4),
@@ -118,7 +132,7 @@ class PipelineStats:
                 "latency_ms": {"p50": round(self.latency_ms(50), 4),
                                "p95": round(self.latency_ms(95), 4),
                                "max": round(self.latency_ms(100), 4)},
-                "source_blocks": self.source_blocks,
-                "source_blocked_ms": round(self.source_blocked_ns / 1e6, 3),
-                "max_in_flight": self.max_in_flight,
+                "source_blocks": adm.blocks,
+                "source_blocked_ms": round(adm.blocked_ns / 1e6, 3),
+                "max_in_flight": adm.max_in_flight,
                 "stages": [s.to_dict() for s in self.stages]}

@@ -34,7 +34,7 @@ import numpy as np
 from ..runtime.backend import STREAM_KINDS, Backend, get_backend
 from ..runtime.cpu import LaneRecorder, build_timeline, cpu_name
 from ..timeline.model import Timeline
-from .accounting import PipelineStats, StageStats
+from .accounting import Admission, PipelineStats, StageStats
 
 now_ns = time.perf_counter_ns
 
@@ -488,10 +488,10 @@ class _Run:
             stages.append(st)
         return PipelineStats("pipelined", stages, wall, dict(self.counts), self.submitted,
                              latencies_ns=np.asarray(self.latencies, np.int64),
-                             ordered=self.ordered, depth=self.pipe.depth, capacity=self.capacity,
-                             source_blocks=self.source_blocks,
-                             source_blocked_ns=self.source_blocked_ns,
-                             max_in_flight=self.max_in_flight)
+                             ordered=self.ordered,
+                             admission=Admission(self.pipe.depth, self.capacity,
+                                                 self.source_blocks, self.source_blocked_ns,
+                                                 self.max_in_flight))
 
 
 class Pipeline:
@@ -636,8 +636,8 @@ def run_serial(stages: Sequence[Stage], items: Iterable[Any],
     stats = PipelineStats("serial", [StageStats(s.name, s.kind, 1, items=a.items, busy_ns=a.busy,
                                                 wall_ns=wall) for s, a in zip(stages, accs)],
                           wall, {COMPLETED: len(outs), FAILED: 0, CANCELLED: 0}, seq + 1,
-                          latencies_ns=np.asarray(lat, np.int64), ordered=True, depth=0,
-                          capacity=1, max_in_flight=1)
+                          latencies_ns=np.asarray(lat, np.int64), ordered=True,
+                          admission=Admission.serial())
     tl = build_timeline(lanes, name, "parastream-pipeline", meta={"pipeline": stats.to_dict()},
                         device=cpu_name())
     return outs, stats, tl
