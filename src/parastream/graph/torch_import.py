@@ -10,6 +10,10 @@ How it works:
 2. When export fails, ``torch.fx.symbolic_trace`` plus a shape-propagating interpreter on
    fake tensors is tried (``method="auto"``); a module neither can trace raises
    :class:`~parastream.errors.InputError` naming the model and the first line of the reason.
+   Both steps are :func:`parastream.graph.trace.trace`, which traces once and hands the
+   same :class:`~parastream.graph.trace.Trace` (the graph module, the flattened inputs, the
+   export signature parsed once) to this importer, to the runnable
+   (:mod:`parastream.graph.runnable`) and to the code generator (:func:`import_trace`).
 3. Each remaining ``call_function`` node becomes an :class:`~parastream.graph.ir.Op` with
    shapes from ``node.meta["val"]``, FLOPs and bytes from those shapes, the module path from
    ``node.meta["nn_module_stack"]`` and a resource class.
@@ -51,17 +55,20 @@ Choices worth knowing:
 from __future__ import annotations
 
 import contextlib
-import inspect
-import io
-import logging
 import math
 import operator
-import weakref
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Iterator, Sequence
 
-from ..errors import InputError, one_line
+from ..errors import InputError
 from .ir import Edge, Graph, Op, Tensor
+from .opaque import (EXPERTS_ARGS, eager_experts, is_module_call, module_call_op,  # noqa: F401
+                     opaque_entry, opaque_experts, opaque_module_path)
+from .runnable import Runnable, runnable
+from .tensors import (dtype_name, flat_leaves, flat_nodes, flat_tensors,  # noqa: F401
+                      is_tensor, nbytes_of, node_value, numel_of, shape_of, size_of)
+from .trace import (EXPORT, Trace, check_call, export_program, quiet_torch,  # noqa: F401
+                    trace)
 
 # ----------------------------------------------------------------------------- op tables
 #: short op names that move no data (their consumers are wired to the producer)
@@ -147,227 +154,82 @@ def import_module(module: Any, example_inputs: Sequence[Any] | Any, name: str = 
     Inputs and weights may live on the ``meta`` device: nothing real is allocated or run.
     Raises :class:`InputError` (path = ``name``) when the model cannot be traced.
     """
-    example_inputs = _check_call(module, example_inputs, name, method)
-    return _trace(module, example_inputs, kwargs or {}, name, meta, method)[0]
+    return import_trace(module, example_inputs, name, meta, method, kwargs)[0]
+
+
+def import_trace(module: Any, example_inputs: Sequence[Any] | Any, name: str = "model",
+                 meta: dict | None = None, method: str = "auto",
+                 kwargs: dict | None = None) -> tuple[Graph, Trace]:
+    """Like :func:`import_module`, but also return the :class:`~.trace.Trace` the graph was
+    built from, for code that needs the same trace again (the runnable, the code
+    generator: tracing a model twice costs seconds, and both must see the same names)."""
+    tr = trace(module, example_inputs, kwargs, method, name)
+    return import_traced(tr, module, name, meta), tr
 
 
 def import_program(module: Any, example_inputs: Sequence[Any] | Any, name: str = "model",
-                   meta: dict | None = None) -> tuple[Graph, Any]:
-    """Like :func:`import_module`, but also return the ``torch.export`` program it traced
-    (None when it fell back to torch.fx), for code that needs the same trace again (the
-    code generator: tracing a model twice costs seconds)."""
-    inputs = _check_call(module, example_inputs, name, "auto")
-    g, ep, _ = _trace(module, inputs, {}, name, meta, "auto")
-    return g, ep
+                   meta: dict | None = None) -> tuple[Graph, Trace | None]:
+    """Like :func:`import_trace`, but the trace only where ``torch.export`` made it (None
+    after the torch.fx fallback). An exported :class:`~.trace.Trace` answers the
+    attributes of the ``torch.export`` program it holds that the code generator reads
+    (``graph``, ``graph_signature``, ``constants``, ``call_spec``)."""
+    g, tr = import_trace(module, example_inputs, name, meta)
+    return g, tr if tr.source == EXPORT else None
 
 
-def _input_values(info: dict, inputs: tuple, kwargs: dict, flat: bool) -> dict[str, Any]:
+def import_runnable(module: Any, example_inputs: Sequence[Any] | Any, name: str = "model",
+                    meta: dict | None = None, method: str = "auto") -> Runnable:
+    """Like :func:`import_module`, but also return the runnable FX graph module.
+
+    The graph and the graph module come from one trace: op names are FX node names. With
+    ``torch.export`` the parameters, buffers and constants are bound to the module's own
+    tensors (in-place buffer writes change the module's state, as the module itself would).
+    Inputs must be real tensors here, since the graph module is meant to run: inputs on
+    the meta device (a zoo model at 7b scale) are an :class:`InputError`.
+    """
+    from torch.utils._pytree import tree_leaves
+
+    inputs = check_call(module, example_inputs, name, method)
+    if any(is_tensor(t) and t.device.type == "meta" for t in tree_leaves(inputs)):
+        raise InputError(None, f"{name} lives on the meta device (no real weights), so it cannot "
+                               "run: use a scale with real tensors (tiny or small in the zoo)")
+    g, tr = import_trace(module, inputs, name, meta, method)
+    return runnable(tr, module, g)
+
+
+def import_traced(tr: Trace, module: Any, name: str = "model", meta: dict | None = None
+                  ) -> Graph:
+    """The operator graph of a trace of ``module`` (Trace -> Graph): each op record an
+    :class:`Op`; ``meta`` added to the graph's meta, then why torch.export failed (after
+    the fx fallback) and the notes on what was traced opaque."""
+    recs, info = _records(tr)
+    info["input_values"] = _input_values(tr, info)
+    g = _build(recs, info, module, name, tr.source, meta)
+    if tr.export_error:
+        g.meta["export_error"] = tr.export_error
+    if tr.notes:
+        g.meta["notes"] = g.meta.get("notes", []) + tr.notes
+    return g
+
+
+def _input_values(tr: Trace, info: dict) -> dict[str, Any]:
     """The example tensor behind each graph input's label, where the placeholders line up
-    with the inputs: torch.export's one per leaf of the flattened inputs (``flat``),
-    torch.fx's one per positional argument. Empty when they do not (keyword inputs)."""
-    import torch.utils._pytree as pytree
-
+    with the inputs: torch.export's one per leaf of the flattened inputs, torch.fx's one
+    per positional argument. Empty when they do not (keyword inputs)."""
     names = [info["labels"][n] for n, k in info["kinds"].items() if k == "input"]
-    values = pytree.tree_leaves(tuple(inputs)) if flat else list(inputs)
-    if kwargs or len(names) != len(values):
+    values = tr.flat_inputs if tr.source == EXPORT else list(tr.inputs)
+    if tr.kwargs or len(names) != len(values):
         return {}
-    return {n: v for n, v in zip(names, values) if _is_tensor(v)}
+    return {n: v for n, v in zip(names, values) if is_tensor(v)}
 
 
-def _trace(module: Any, inputs: tuple, kwargs: dict, name: str, meta: dict | None,
-           method: str) -> tuple[Graph, Any, list[_Rec]]:
-    """torch.export, then torch.fx when it fails (``method="auto"``): (graph, the exported
-    program or None after the fx fallback, the op records)."""
-    with opaque_experts(module) as notes:
-        g, ep, recs = _trace_once(module, inputs, kwargs, name, meta, method)
-    if notes:
-        g.meta["notes"] = g.meta.get("notes", []) + notes
-    return g, ep, recs
-
-
-def _trace_once(module: Any, inputs: tuple, kwargs: dict, name: str, meta: dict | None,
-                method: str) -> tuple[Graph, Any, list[_Rec]]:
-    errors: list[str] = []
-    if method in ("auto", "export"):
-        try:
-            ep = export_program(module, inputs, kwargs)
-            recs, labels, source = _recs_from_program(ep)
-        # torch raises many types; the user needs the reason (a sys.exit() in forward is
-        # the model's, not ours: it ended the process with no word)
-        except (Exception, SystemExit) as exc:
-            if method == "export":
-                raise InputError(name, "cannot be traced by torch.export: "
-                                 + one_line(exc)) from exc
-            errors.append("torch.export: " + one_line(exc))
-        else:
-            labels["input_values"] = _input_values(labels, inputs, kwargs, flat=True)
-            return _build(recs, labels, module, name, source, meta), ep, recs
-    try:
-        recs, labels, source = _trace_fx(module, inputs, kwargs)
-    except (Exception, SystemExit) as exc:
-        errors.append("torch.fx: " + one_line(exc))
-        raise InputError(name, "cannot be traced (" + "; ".join(errors) + ")") from exc
-    labels["input_values"] = _input_values(labels, inputs, kwargs, flat=False)
-    g = _build(recs, labels, module, name, source, meta)
-    if errors:
-        g.meta["export_error"] = errors[0]
-    return g, None, recs
-
-
-# ----------------------------------------------------------------------------- opaque experts
-#: the leading forward arguments of transformers' experts modules (``use_experts_implementation``)
-EXPERTS_ARGS = ("hidden_states", "top_k_index", "top_k_weights")
-#: paths named in the one-line note before "and N more"
-NOTE_PATHS = 2
-
-
-@dataclass
-class _Opaque:
-    """A module the importer traces as one ``parastream::module_call`` op."""
-
-    module: Any                    # weakref.ref to the module the op calls
-    cls: str                       # its class name
-    cost: Callable[[list, list, list], tuple[float, int, int]]
-    path: str = ""                 # its path under the traced model (get_submodule)
-
-
-#: key (the op's first argument) -> the module it calls; weak, so a traced model goes
-#: when its owner drops it, and a run later in the process still finds a live one
-_OPAQUE: dict[str, _Opaque] = {}
-_MODULE_CALL: Any = None
-
-
-def opaque_module_path(key: str) -> str | None:
-    """The submodule path (under the traced model) that a ``module_call`` op's ``key``
-    stands for; None when this process did not trace it. Generated code calls the
-    submodule by this path: the key means nothing in another process."""
-    entry = _OPAQUE.get(key)
-    return entry.path if entry is not None else None
-
-
-def module_call_op() -> Any:
-    """``parastream::module_call(key, inputs, weights) -> Tensor``, registered on first
-    use: calls the module registered under ``key`` on ``inputs``, so a traced program runs
-    the module's own code. ``weights`` (its parameters and buffers) are arguments only so
-    that the graph orders the op after their writers; the module reads its own. The output
-    is shaped like the first input (the experts contract)."""
-    global _MODULE_CALL
-    if _MODULE_CALL is not None:
-        return _MODULE_CALL
-    import torch
-
-    # the schema spelled out: this file's annotations are strings (from __future__)
-    @torch.library.custom_op("parastream::module_call", mutates_args=(),
-                             schema="(str key, Tensor[] inputs, Tensor[] weights) -> Tensor")
-    def module_call(key, inputs, weights):  # type: ignore[no-untyped-def]
-        entry = _OPAQUE.get(key)
-        module = entry.module() if entry is not None else None
-        if module is None:
-            raise RuntimeError(f"parastream::module_call: no live module {key!r}: the model "
-                               "this program was traced from is gone")
-        return module(*inputs)
-
-    @module_call.register_fake
-    def _(key, inputs, weights):  # type: ignore[no-untyped-def]
-        return torch.empty_like(inputs[0])
-
-    _MODULE_CALL = torch.ops.parastream.module_call.default
-    return _MODULE_CALL
-
-
-def _is_module_call(rec: _Rec) -> bool:
-    return _MODULE_CALL is not None and getattr(rec.node, "target", None) is _MODULE_CALL
-
-
-def eager_experts(module: Any) -> list[tuple[str, Any]]:
-    """Submodules of ``module`` (path, module) that follow transformers' experts contract,
-    ``forward(hidden_states, top_k_index, top_k_weights)`` with 3-d expert weights, and run
-    the ``eager`` implementation (none chosen: a block built outside a PreTrainedModel), a
-    loop over the experts the router hit, which depends on the router's values."""
-    out = []
-    for path, sub in module.named_modules():
-        try:
-            names = tuple(inspect.signature(sub.forward).parameters)
-        except (TypeError, ValueError):  # a builtin forward without a signature
-            continue
-        impl = getattr(getattr(sub, "config", None), "_experts_implementation", None)
-        if (names[:3] == EXPERTS_ARGS and impl in (None, "eager")
-                and any(p.dim() == 3 for p in sub.parameters(recurse=False))):
-            out.append((path, sub))
-    return out
-
-
-@contextlib.contextmanager
-def opaque_experts(module: Any) -> Iterator[list[str]]:
-    """Inside, every :func:`eager_experts` module's forward calls ``parastream::module_call``
-    (one op, the module's own code at run time) instead of its data-dependent loop; after,
-    the module is as it was. Yields the graph's notes: one line naming what was kept
-    opaque and why, or none."""
-    found = eager_experts(module)
-    for key in [k for k, e in _OPAQUE.items() if e.module() is None]:
-        del _OPAQUE[key]
-    patched: list[tuple[Any, Any]] = []
-    try:
-        for path, sub in found:
-            key = f"{type(sub).__name__}@{id(sub):x}"
-            _OPAQUE[key] = _Opaque(weakref.ref(sub), type(sub).__name__, _experts_cost, path)
-            forward = _opaque_forward(sub, key)
-            patched.append((sub, vars(sub).get("forward")))
-            sub.forward = forward
-        yield [_opaque_note(found)] if found else []
-    finally:
-        for sub, own in patched:
-            if own is None:
-                del sub.forward
-            else:
-                sub.forward = own
-
-
-def _opaque_forward(sub: Any, key: str) -> Callable[..., Any]:
-    """A forward for ``sub`` that is one ``module_call`` op on its experts arguments (any
-    other argument: the module's own forward, traced as it is)."""
-    op = module_call_op()
-    original = sub.forward
-    sig = inspect.signature(original)
-
-    def forward(*args: Any, **kwargs: Any) -> Any:
-        given = sig.bind(*args, **kwargs).arguments
-        if set(given) != set(EXPERTS_ARGS):
-            return original(*args, **kwargs)
-        return op(key, [given[n] for n in EXPERTS_ARGS], [*sub.parameters(), *sub.buffers()])
-
-    return forward
-
-
-def _opaque_note(found: list[tuple[str, Any]]) -> str:
-    paths = [p or "(the model)" for p, _ in found]
-    named = ", ".join(paths[:NOTE_PATHS]) + (f" and {len(paths) - NOTE_PATHS} more"
-                                             if len(paths) > NOTE_PATHS else "")
-    classes = ", ".join(dict.fromkeys(type(m).__name__ for _, m in found))
-    return (f"experts kept as one opaque op each ({named}: {classes}): their default eager "
-            "implementation loops over the experts the router picked, data-dependent "
-            "control flow torch.export cannot trace; the op runs the module itself and its "
-            "cost is the routed experts' GEMMs at the traced top-k")
-
-
-def _experts_cost(inputs: list, weights: list, outs: list) -> tuple[float, int, int]:
-    """FLOPs and bytes of the routed experts on ``inputs`` = (hidden_states [tokens, H],
-    top_k_index [tokens, k], top_k_weights): each of the tokens*k picks runs every 3-d
-    weight (``[experts, out, in]``) once, 2*out*in FLOPs, plus one multiply per output
-    element for its routing weight. Bytes: the inputs, the output, and the weights of the
-    experts expected to be hit, E*(1-(1-1/E)^(tokens*k)) of E under uniform routing."""
-    hidden, index = inputs[0], inputs[1]
-    tokens = _numel(hidden) // max(_dim(hidden.shape[-1]), 1)
-    picks = tokens * (_dim(index.shape[-1]) if index.dim() else 1)
-    mats = [w for w in weights if w.dim() == 3]
-    experts = max(_dim(mats[0].shape[0]), 1) if mats else 1
-    flops = 2.0 * picks * sum(math.prod(_shape(w)[1:]) for w in mats)
-    flops += picks * _dim(hidden.shape[-1])
-    hit = experts * (1.0 - (1.0 - 1.0 / experts) ** picks)
-    weight_bytes = sum(_nbytes(w) for w in weights) * hit / experts
-    bytes_read = sum(_nbytes(t) for t in inputs) + weight_bytes
-    return flops, int(bytes_read), sum(_nbytes(t) for t in outs)
-
+def _records(tr: Trace) -> tuple[list[_Rec], dict]:
+    """The trace's nodes as op records, and what the graph's inputs are: ``labels``
+    (placeholder or attribute node -> its name), ``kinds`` (``param``, ``buffer``,
+    ``input``) and ``mutated_outputs`` (output node -> the buffer or input it writes)."""
+    if tr.source == EXPORT:
+        return _recs_from_export(tr)
+    return _recs_from_fx(tr.graph_module)
 
 # ----------------------------------------------------------------------------- normalised nodes
 @dataclass
@@ -383,20 +245,6 @@ class _Rec:
     mutates: list[int] = field(default_factory=list)  # positions of args written in place
     stack: list[tuple[str, str]] = field(default_factory=list)  # (module path, class) outer->inner
     kind: str = "op"               # "op" | "view" | "skip"
-
-
-def _val(a: Any) -> Any:
-    """The example value of an fx node argument (a fake tensor), or the constant itself."""
-    meta = getattr(a, "meta", None)
-    if isinstance(meta, dict) and hasattr(a, "name"):  # an fx node or a parameter stand-in
-        return meta.get("val")
-    return a
-
-
-def _is_tensor(v: Any) -> bool:
-    import torch
-
-    return isinstance(v, torch.Tensor)
 
 
 def _module_stack(node: Any) -> list[tuple[str, str]]:
@@ -419,101 +267,49 @@ def _clean_path(path: str) -> str:
     return path.strip(".")
 
 
-def export_program(module: Any, inputs: tuple, kwargs: dict) -> Any:
-    """``torch.export.export(strict=False)`` under ``no_grad``: the importer's and the code
-    generator's one tracer, so both see the same graph and node names."""
-    import torch
-
-    with torch.no_grad(), quiet_torch():
-        ep = torch.export.export(module, inputs, kwargs=kwargs or None, strict=False)
-        if _has_subgraph_calls(ep.graph):
-            # `with torch.autocast(...)` / `torch.enable_grad()` blocks come out as one
-            # higher-order call of a nested graph, whose ops would have no cost, stream or
-            # state edge of their own. Lowering inlines them (autocast's casts made
-            # explicit) and makes mutations functional, which the importer reads from the
-            # signature; a graph without such calls keeps its in-place ops.
-            ep = ep.run_decompositions({})
-        return ep
-
-
-@contextlib.contextmanager
-def quiet_torch() -> Any:
-    """Hold back what a failing trace prints: a failed export dumps its partial graph to
-    stderr, and fake tensors log a whole traceback (40 lines for a shape mismatch) at
-    ERROR level. The reason reaches the user in parastream's one-line error (or
-    g.meta["export_error"] after the fx fallback). Python-level stderr only: the process
-    is not silenced, and other threads' output in this window is held back too."""
-    torch_log = logging.getLogger("torch")
-    level = torch_log.level
-    torch_log.setLevel(logging.CRITICAL)
-    try:
-        with contextlib.redirect_stderr(io.StringIO()):
-            yield
-    finally:
-        torch_log.setLevel(level)
-
-
-def _has_subgraph_calls(graph: Any) -> bool:
-    """Whether an exported graph calls a higher-order op (``wrap_with_autocast``,
-    ``wrap_with_set_grad_enabled``, ...) on a nested graph module."""
-    from torch._ops import HigherOrderOperator
-
-    return any(n.op == "call_function" and isinstance(n.target, HigherOrderOperator)
-               for n in graph.nodes)
-
-
-def _recs_from_program(ep: Any) -> tuple[list[_Rec], dict, str]:
-    sig = ep.graph_signature
-    labels: dict[str, str] = {}
-    labels.update(sig.inputs_to_parameters)
-    labels.update(sig.inputs_to_buffers)
-    labels.update(getattr(sig, "inputs_to_lifted_tensor_constants", {}) or {})
-    kinds = {}
-    for k in sig.inputs_to_parameters:
-        kinds[k] = "param"
-    for k in sig.inputs_to_buffers:
-        kinds[k] = "buffer"
-    recs: list[_Rec] = []
-    user_inputs = [n for n in ep.graph.nodes if n.op == "placeholder" and n.name not in labels]
+def _recs_from_export(tr: Trace) -> tuple[list[_Rec], dict]:
+    """An exported graph's records; its inputs as the parsed signature names them."""
+    labels: dict[str, str] = {**tr.state("param"), **tr.state("buffer"),
+                              **tr.state("constant")}
+    kinds = {**{k: "param" for k in tr.state("param")},
+             **{k: "buffer" for k in tr.state("buffer")}}
+    user_inputs = [n for n in tr.graph.nodes if n.op == "placeholder" and n.name not in labels]
     for n in user_inputs:
         labels[n.name] = n.name
         kinds[n.name] = "input"
-    for node in ep.graph.nodes:
-        if node.op != "call_function":
-            continue
-        tgt = node.target
-        if tgt is operator.getitem:
-            recs.append(_Rec(node, "getitem", "getitem", "", list(node.args), dict(node.kwargs),
-                             stack=_module_stack(node), kind="view"))
-            continue
-        schema = getattr(tgt, "_schema", None)
-        if schema is None:  # a python function left in the graph (sym ops, asserts)
-            recs.append(_Rec(node, getattr(tgt, "__name__", str(tgt)), str(tgt), "",
-                             list(node.args), dict(node.kwargs), kind="skip"))
-            continue
-        ns, _, rest = schema.name.partition("::")
-        short = rest or ns
-        overload = getattr(tgt, "_overloadname", "default") or "default"
-        mutates = [i for i, a in enumerate(schema.arguments)
-                   if a.alias_info is not None and a.alias_info.is_write]
-        if not mutates and not _flat_tensors(node.meta.get("val")):
-            # runtime checks (_assert_tensor_metadata, _assert_scalar) and size queries do
-            # no work on a device
-            recs.append(_Rec(node, short, schema.name, ns, list(node.args), dict(node.kwargs),
-                             kind="skip"))
-            continue
-        # a result that aliases an input without writing it (Tensor(a) in the schema) is a
-        # view, whatever its name: unfold and tensor_split were taken for copies, and a
-        # write to their base after a read of the view got no edge
-        aliases = aliasing_view(node)  # (never an op that writes an argument)
-        recs.append(_Rec(node, short, f"{ns}.{short}.{overload}", ns, list(node.args),
-                         dict(node.kwargs), mutates=mutates, stack=_module_stack(node),
-                         kind="view" if aliases else "op"))
+    recs = [_export_rec(node) for node in tr.graph.nodes if node.op == "call_function"]
     # functional IR (after run_decompositions) names buffer mutations in the signature
-    mutated = dict(getattr(sig, "buffers_to_mutate", {}) or {})
-    mutated.update(getattr(sig, "user_inputs_to_mutate", {}) or {})
-    return recs, {"labels": labels, "kinds": kinds, "mutated_outputs": mutated}, "torch.export"
+    mutated = {**tr.mutated("buffer_mutation"), **tr.mutated("input_mutation")}
+    return recs, {"labels": labels, "kinds": kinds, "mutated_outputs": mutated}
 
+
+def _export_rec(node: Any) -> _Rec:
+    """One ``call_function`` node of an exported graph as an op, view or skip record."""
+    tgt = node.target
+    if tgt is operator.getitem:
+        return _Rec(node, "getitem", "getitem", "", list(node.args), dict(node.kwargs),
+                    stack=_module_stack(node), kind="view")
+    schema = getattr(tgt, "_schema", None)
+    if schema is None:  # a python function left in the graph (sym ops, asserts)
+        return _Rec(node, getattr(tgt, "__name__", str(tgt)), str(tgt), "",
+                    list(node.args), dict(node.kwargs), kind="skip")
+    ns, _, rest = schema.name.partition("::")
+    short = rest or ns
+    overload = getattr(tgt, "_overloadname", "default") or "default"
+    mutates = [i for i, a in enumerate(schema.arguments)
+               if a.alias_info is not None and a.alias_info.is_write]
+    if not mutates and not flat_tensors(node.meta.get("val")):
+        # runtime checks (_assert_tensor_metadata, _assert_scalar) and size queries do
+        # no work on a device
+        return _Rec(node, short, schema.name, ns, list(node.args), dict(node.kwargs),
+                    kind="skip")
+    # a result that aliases an input without writing it (Tensor(a) in the schema) is a
+    # view, whatever its name: unfold and tensor_split were taken for copies, and a
+    # write to their base after a read of the view got no edge
+    aliases = aliasing_view(node)  # (never an op that writes an argument)
+    return _Rec(node, short, f"{ns}.{short}.{overload}", ns, list(node.args),
+                dict(node.kwargs), mutates=mutates, stack=_module_stack(node),
+                kind="view" if aliases else "op")
 
 _MODULE_TYPES = {
     "Linear": "linear", "Conv1d": "conv1d", "Conv2d": "conv2d", "Conv3d": "conv3d",
@@ -527,14 +323,9 @@ _MODULE_TYPES = {
 }
 
 
-def _trace_fx(module: Any, inputs: tuple, kwargs: dict) -> tuple[list[_Rec], dict, str]:
-    """torch.fx.symbolic_trace + shape propagation on fake tensors (no real compute)."""
-    import torch.fx
-
-    if kwargs:
-        raise ValueError("the torch.fx fallback takes positional example inputs only")
-    gm = torch.fx.symbolic_trace(module)
-    _propagate_fake(gm, inputs)
+def _recs_from_fx(gm: Any) -> tuple[list[_Rec], dict]:
+    """An fx trace's records (its nodes' values propagated on fake tensors); a
+    ``get_attr`` node is a parameter or buffer input, a ``call_module`` one op."""
     labels: dict[str, str] = {}
     kinds: dict[str, str] = {}
     recs: list[_Rec] = []
@@ -550,8 +341,7 @@ def _trace_fx(module: Any, inputs: tuple, kwargs: dict) -> tuple[list[_Rec], dic
             recs.append(_fx_call_rec(node))
     for r in recs:
         _normalise_fx_rec(r)
-    return recs, {"labels": labels, "kinds": kinds, "mutated_outputs": {}}, "torch.fx"
-
+    return recs, {"labels": labels, "kinds": kinds, "mutated_outputs": {}}
 
 def _fx_input_kind(node: Any, params: dict[str, Any], buffers: dict[str, Any]) -> str:
     """``input`` for a placeholder; ``param`` or ``buffer`` for a ``get_attr``, whose
@@ -561,25 +351,6 @@ def _fx_input_kind(node: Any, params: dict[str, Any], buffers: dict[str, Any]) -
     if node.meta.get("val") is None:
         node.meta["val"] = params.get(node.target, buffers.get(node.target))
     return "param" if node.target in params else "buffer"
-
-
-def _propagate_fake(gm: Any, inputs: tuple) -> None:
-    """Run ``gm`` on fake copies of ``inputs``, recording each node's value in
-    ``node.meta["val"]`` as torch.export does."""
-    import torch
-    import torch.fx
-    from torch._subclasses.fake_tensor import FakeTensorMode
-
-    class _Prop(torch.fx.Interpreter):
-        def run_node(self, n):  # record each node's value, like export's meta["val"]
-            result = super().run_node(n)
-            n.meta["val"] = result
-            return result
-
-    mode = FakeTensorMode(allow_non_fake_inputs=True)
-    fake_inputs = [mode.from_tensor(t) if _is_tensor(t) else t for t in inputs]
-    with mode, torch.no_grad(), quiet_torch():
-        _Prop(gm).run(*fake_inputs)
 
 
 def _fx_module_rec(gm: Any, node: Any, labels: dict[str, str], kinds: dict[str, str]) -> _Rec:
@@ -630,8 +401,8 @@ def _normalise_fx_rec(r: _Rec) -> None:
         r.short, r.mutates = r.short[1:] + "_", [0]
     if r.short == "getitem" or r.short in VIEW_OPS:
         r.kind = "view"
-    out = _val(r.node)
-    if not _is_tensor(out) and not isinstance(out, (tuple, list)) \
+    out = node_value(r.node)
+    if not is_tensor(out) and not isinstance(out, (tuple, list)) \
             and r.kind == "op" and not r.mutates:
         r.kind = "skip"
 
@@ -654,22 +425,6 @@ class _Ref:
     storage: str               # storage key: an input label or "op:<name>:<i>"
 
 
-def _dtype_name(dt: Any) -> str:
-    return str(dt).replace("torch.", "")
-
-
-def _dim(s: Any) -> int:
-    try:
-        return int(s)
-    except Exception:  # an unbacked symbolic size: use its hint when there is one
-        hint = getattr(getattr(s, "node", None), "hint", None)
-        return int(hint) if hint is not None else 1
-
-
-def _shape(t: Any) -> list[int]:
-    return [_dim(s) for s in t.shape]
-
-
 def _channels_last(t: Any) -> bool:
     """A 4-d tensor laid out channels-last (NHWC strides) rather than contiguous NCHW, as
     an image permuted from HWC is: some CPU kernels (pooling) run 10-20x faster on it."""
@@ -680,50 +435,6 @@ def _channels_last(t: Any) -> bool:
                 and t.is_contiguous(memory_format=torch.channels_last))
     except Exception:  # a tensor subclass without strides
         return False
-
-
-def _nbytes(t: Any) -> int:
-    """Bytes a tensor really occupies: broadcast (stride-0) dimensions count once."""
-    try:
-        dims = [(_dim(s), _dim(st)) for s, st in zip(t.shape, t.stride())]
-        n = math.prod(s for s, st in dims if st != 0 or s == 0)
-    except Exception:
-        n = math.prod(_shape(t))
-    return int(n) * t.element_size()
-
-
-def _numel(t: Any) -> int:
-    return int(math.prod(_shape(t)))
-
-
-def _flat_tensors(v: Any) -> list[Any]:
-    if _is_tensor(v):
-        return [v]
-    if isinstance(v, (tuple, list)):
-        return [x for item in v for x in _flat_tensors(item)]
-    return []
-
-
-def flat_leaves(a: Any, is_leaf: Callable[[Any], bool]) -> list[Any]:
-    """The leaves of a nested call argument that ``is_leaf`` accepts, in order: it is one,
-    or it is inside tuples, lists and dict values; anything else is left out."""
-    if is_leaf(a):
-        return [a]
-    if isinstance(a, (tuple, list)):
-        return [x for item in a for x in flat_leaves(item, is_leaf)]
-    if isinstance(a, dict):
-        return [x for item in a.values() for x in flat_leaves(item, is_leaf)]
-    return []
-
-
-def _is_node(a: Any) -> bool:
-    """An fx node or a parameter stand-in (:class:`_FakeNode`)."""
-    return hasattr(a, "meta") and hasattr(a, "name")
-
-
-def _flat_nodes(a: Any) -> list[Any]:
-    """fx nodes (and pseudo nodes) inside an argument, in order."""
-    return flat_leaves(a, _is_node)
 
 
 def _build(recs: list[_Rec], info: dict, module: Any, name: str, source: str,
@@ -811,7 +522,7 @@ class _GraphBuilder:
         src = rec.args[0] if rec.args else None
         reads = [a.name for a in node.all_input_nodes]
         # picking a tuple element runs no torch call; indexing a tensor does
-        if rec.short != "getitem" or _is_tensor(_val(src) if src is not None else None):
+        if rec.short != "getitem" or is_tensor(node_value(src) if src is not None else None):
             self.view_reads[node.name] = reads
         else:
             self.passes[node.name] = reads
@@ -821,7 +532,7 @@ class _GraphBuilder:
         base = self.ref_of(src)
         if base is None:
             return
-        out = _val(node)
+        out = node_value(node)
         if isinstance(out, (tuple, list)):  # split/unbind: each piece views the base
             self.refs[node.name] = [base] * len(out)
         else:
@@ -857,7 +568,7 @@ class _GraphBuilder:
         """An in-place op's single result is the tensor it wrote: record its first node."""
         mutated = [a for pos, a in enumerate(rec.args) if pos in rec.mutates
                    and hasattr(a, "name")]
-        if mutated and not isinstance(_val(rec.node), (tuple, list)):
+        if mutated and not isinstance(node_value(rec.node), (tuple, list)):
             self.same_tensor[rec.node.name] = self.same_tensor.get(mutated[0].name,
                                                                    mutated[0].name)
 
@@ -898,7 +609,7 @@ class _GraphBuilder:
         self.note_same_tensor(rec)
         views_before = self.views_before(rec, op_name)
         arg_refs, in_tensors = self.arguments(rec)
-        outs = _flat_tensors(_val(node))
+        outs = flat_tensors(node_value(node))
         mutated_refs = [r for pos, r, _ in arg_refs if pos in rec.mutates]
         out_tensors = self.outputs(rec, outs, mutated_refs)
         flops, bytes_read, bytes_written = _costs(rec, arg_refs, outs)
@@ -933,20 +644,20 @@ class _GraphBuilder:
         placed = list(enumerate(rec.args)) + [
             (named.get(k, len(rec.args) + j), v) for j, (k, v) in enumerate(rec.kwargs.items())]
         for pos, a in placed:
-            for n in _flat_nodes(a):
+            for n in flat_nodes(a):
                 r = self.ref_of(n)
-                v = _val(n)
-                if r is None or not _is_tensor(v):
+                v = node_value(n)
+                if r is None or not is_tensor(v):
                     continue
                 arg_refs.append((pos, r, v))
-                in_tensors.append(Tensor(_shape(v), _dtype_name(v.dtype), _nbytes(v), r.tensor))
+                in_tensors.append(Tensor(shape_of(v), dtype_name(v.dtype), nbytes_of(v), r.tensor))
         return arg_refs, in_tensors
 
     def outputs(self, rec: _Rec, outs: list, mutated_refs: list[_Ref]) -> list[Tensor]:
         """The op's output Tensors, recording their refs: an in-place result aliases the
         storage it wrote; an in-place op returning nothing still orders its readers."""
         op_name = rec.node.name
-        multi = isinstance(_val(rec.node), (tuple, list))
+        multi = isinstance(node_value(rec.node), (tuple, list))
         out_refs: list[_Ref] = []
         for i, _ in enumerate(outs):
             tname = f"{op_name}:{i}" if multi else op_name
@@ -957,7 +668,7 @@ class _GraphBuilder:
         if not out_refs:  # an in-place op returning nothing still orders its readers
             out_refs = [_Ref(op_name, op_name, f"op:{op_name}:0")]
         self.refs[rec.node.name] = out_refs if multi else out_refs[0]
-        return [Tensor(_shape(t), _dtype_name(t.dtype), _nbytes(t), r.tensor)
+        return [Tensor(shape_of(t), dtype_name(t.dtype), nbytes_of(t), r.tensor)
                 for t, r in zip(outs, out_refs)]
 
     def _copy_direction(self, rec: _Rec, op_meta: dict) -> None:
@@ -1127,10 +838,10 @@ def _shares_storage(node: Any) -> bool:
     need not copy (a dtype change, a transposed input); those that copied are ops."""
     from torch.multiprocessing.reductions import StorageWeakRef
 
-    base = _val(node.args[0]) if node.args else None
-    out = _val(node)
+    base = node_value(node.args[0]) if node.args else None
+    out = node_value(node)
     outs = list(out) if isinstance(out, (tuple, list)) else [out]
-    if not _is_tensor(base) or not outs or not all(_is_tensor(t) for t in outs):
+    if not is_tensor(base) or not outs or not all(is_tensor(t) for t in outs):
         return False
     try:
         ref = StorageWeakRef(base.untyped_storage())
@@ -1141,21 +852,21 @@ def _shares_storage(node: Any) -> bool:
 
 def _folds(rec: _Rec) -> bool:
     """Ops that are free here: reshape/contiguous of contiguous data, eval dropout, no-op to()."""
-    a0 = _val(rec.args[0]) if rec.args else None
+    a0 = node_value(rec.args[0]) if rec.args else None
     if rec.short in MAYBE_VIEW_OPS:
         # contiguous(memory_format=torch.channels_last) of NCHW data copies
         fmt = rec.kwargs.get("memory_format")
         try:
-            return _is_tensor(a0) and bool(
+            return is_tensor(a0) and bool(
                 a0.is_contiguous(memory_format=fmt) if fmt is not None else a0.is_contiguous())
         except Exception:
             return True
     if rec.short in ("dropout", "feature_dropout", "alpha_dropout"):
         train = rec.args[2] if len(rec.args) > 2 else rec.kwargs.get("train", False)
         return not bool(train)
-    if rec.short in ("_to_copy", "to") and _is_tensor(a0):
-        out = _val(rec.node)
-        if rec.short == "to" and _is_tensor(out):
+    if rec.short in ("_to_copy", "to") and is_tensor(a0):
+        out = node_value(rec.node)
+        if rec.short == "to" and is_tensor(out):
             copy = rec.kwargs.get("copy", False) or any(a is True for a in rec.args[1:])
             # to(memory_format=...) keeps dtype and device and still copies: the layout too
             return (not copy and out.dtype == a0.dtype and out.device == a0.device
@@ -1178,7 +889,7 @@ def _shared_memory(module: Any, labels: set[str],
     named += list((inputs or {}).items())
     spans: list[tuple[int, int, int, int, str]] = []  # (storage, lo, hi, order, name)
     for k, (fqn, t) in enumerate(named):
-        if fqn not in labels or not _is_tensor(t) or t.device.type == "meta" or not t.numel():
+        if fqn not in labels or not is_tensor(t) or t.device.type == "meta" or not t.numel():
             continue
         try:
             base = t.untyped_storage().data_ptr()
@@ -1231,17 +942,17 @@ def _same_layout(a: Any, b: Any) -> bool:
 
 def _costs(rec: _Rec, arg_refs: list, outs: list) -> tuple[float, int, int]:
     """FLOPs, bytes read, bytes written for one op from its shapes."""
-    vals = [_val(a) for a in rec.args]
+    vals = [node_value(a) for a in rec.args]
     tensors = [v for _, _, v in arg_refs]
-    bytes_read = sum(_nbytes(v) for v in tensors)
-    bytes_written = sum(_nbytes(t) for t in outs)
+    bytes_read = sum(nbytes_of(v) for v in tensors)
+    bytes_written = sum(nbytes_of(t) for t in outs)
     flops = 0.0
     try:
-        if _is_module_call(rec):
-            entry = _OPAQUE.get(vals[0])
+        if is_module_call(rec.node):
+            entry = opaque_entry(vals[0])
             if entry is not None:
-                return entry.cost([_val(a) for a in rec.args[1]],
-                                  [_val(a) for a in rec.args[2]], outs)
+                return entry.cost([node_value(a) for a in rec.args[1]],
+                                  [node_value(a) for a in rec.args[2]], outs)
         else:
             flops = _flops(rec, vals, tensors, outs)
         bytes_read, bytes_written = _bytes_moved(rec, vals, arg_refs, bytes_read,
@@ -1267,28 +978,28 @@ _FACTORIES = frozenset({"zeros", "ones", "empty", "full", "zeros_like", "ones_li
 def _flops(rec: _Rec, vals: list, tensors: list, outs: list) -> float:
     """An op's FLOPs from its argument and output shapes (see the module docstring)."""
     short = rec.short
-    out_elems = sum(_numel(t) for t in outs)
+    out_elems = sum(numel_of(t) for t in outs)
     if short == "linear":
         return _linear_flops(rec, vals)
     if short in _MATMULS:
-        return 2.0 * out_elems * _dim(vals[0].shape[-1])
+        return 2.0 * out_elems * size_of(vals[0].shape[-1])
     if short in _ADD_MATMULS:
-        return 2.0 * out_elems * _dim(vals[1].shape[-1]) + out_elems
+        return 2.0 * out_elems * size_of(vals[1].shape[-1]) + out_elems
     if short == "einsum":
         return _einsum_flops(vals[0], vals[1])
     if short in _CONVS:
         return _conv_flops(short, vals, out_elems)
     if short.startswith("conv_transpose"):
-        return 2.0 * _numel(vals[0]) * math.prod(_shape(vals[1])[1:])
+        return 2.0 * numel_of(vals[0]) * math.prod(shape_of(vals[1])[1:])
     if "attention" in short and short in CUBE_OPS and len(vals) >= 3 \
-            and all(_is_tensor(v) for v in vals[:3]):
+            and all(is_tensor(v) for v in vals[:3]):
         return _attention_flops(vals[0], vals[1], vals[2])
     if short in COLLECTIVES or rec.namespace in COMM_NAMESPACES or short in MEMORY_OPS:
         return 0.0
     if "pool" in short and "unpool" not in short:
         return _pool_flops(rec, vals, tensors, outs)
     if short in REDUCTIONS:
-        return float(sum(_numel(v) for v in tensors[:1]))
+        return float(sum(numel_of(v) for v in tensors[:1]))
     if short in VECTOR_FLOPS_PER_ELEM:
         return float(VECTOR_FLOPS_PER_ELEM[short] * out_elems)
     return float(out_elems)
@@ -1297,11 +1008,11 @@ def _flops(rec: _Rec, vals: list, tensors: list, outs: list) -> float:
 def _linear_flops(rec: _Rec, vals: list) -> float:
     """``2*tokens*in*out``, plus one add per output element with a bias."""
     x, w = vals[0], vals[1]
-    inf, outf = _dim(w.shape[-1]), _dim(w.shape[0])
-    tokens = _numel(x) // max(inf, 1)
+    inf, outf = size_of(w.shape[-1]), size_of(w.shape[0])
+    tokens = numel_of(x) // max(inf, 1)
     flops = 2.0 * tokens * inf * outf
     b = vals[2] if len(vals) > 2 else rec.kwargs.get("bias")
-    if _is_tensor(b):
+    if is_tensor(b):
         flops += tokens * outf
     return flops
 
@@ -1312,19 +1023,19 @@ def _conv_flops(short: str, vals: list, out_elems: int) -> float:
     w = vals[1]
     transposed = short in ("convolution", "_convolution") and len(vals) > 6 and vals[6]
     if transposed:
-        flops = 2.0 * _numel(vals[0]) * math.prod(_shape(w)[1:])
+        flops = 2.0 * numel_of(vals[0]) * math.prod(shape_of(w)[1:])
     else:
-        flops = 2.0 * out_elems * math.prod(_shape(w)[1:])
-    if len(vals) > 2 and _is_tensor(vals[2]):
+        flops = 2.0 * out_elems * math.prod(shape_of(w)[1:])
+    if len(vals) > 2 and is_tensor(vals[2]):
         flops += out_elems
     return flops
 
 
 def _attention_flops(q: Any, k: Any, v: Any) -> float:
     """``Q @ K^T`` and ``P @ V`` in full (not halved for a causal mask)."""
-    batch = math.prod(_shape(q)[:-2])
-    L, E = _dim(q.shape[-2]), _dim(q.shape[-1])
-    S, Ev = _dim(k.shape[-2]), _dim(v.shape[-1])
+    batch = math.prod(shape_of(q)[:-2])
+    L, E = size_of(q.shape[-2]), size_of(q.shape[-1])
+    S, Ev = size_of(k.shape[-2]), size_of(v.shape[-1])
     return 2.0 * batch * L * S * E + 2.0 * batch * L * S * Ev
 
 
@@ -1332,11 +1043,11 @@ def _pool_flops(rec: _Rec, vals: list, tensors: list, outs: list) -> float:
     """One comparison / add per window element: a stride-1 3x3 pool does 9 per output,
     which its bytes do not show; an adaptive pool reads every input once."""
     short = rec.short
-    out_elems = sum(_numel(t) for t in outs)
+    out_elems = sum(numel_of(t) for t in outs)
     if short.startswith("adaptive"):
-        return float(_numel(tensors[0])) if tensors else float(out_elems)
+        return float(numel_of(tensors[0])) if tensors else float(out_elems)
     window = _pool_window(rec, vals, 1 if "1d" in short else 3 if "3d" in short else 2)
-    return float(_numel(outs[0]) * window) if outs and window else float(out_elems)
+    return float(numel_of(outs[0]) * window) if outs and window else float(out_elems)
 
 
 def _bytes_moved(rec: _Rec, vals: list, arg_refs: list, bytes_read: int,
@@ -1348,16 +1059,16 @@ def _bytes_moved(rec: _Rec, vals: list, arg_refs: list, bytes_read: int,
     if short in GATHERS and arg_refs:
         # only the gathered rows of the table (the first argument of all four) are read
         table = vals[0]
-        if _is_tensor(table):
-            bytes_read = bytes_read - _nbytes(table) + bytes_written
+        if is_tensor(table):
+            bytes_read = bytes_read - nbytes_of(table) + bytes_written
     if short in INDEX_WRITES:
         bytes_read, bytes_written = _index_write_bytes(rec, vals, bytes_read, bytes_written)
     elif rec.mutates and arg_refs:
         # an in-place op writes its target (the returned alias is the same bytes)
         written = [v for pos, _, v in arg_refs if pos in rec.mutates]
-        bytes_written = sum(_nbytes(v) for v in written)
+        bytes_written = sum(nbytes_of(v) for v in written)
         if short in ("copy_", "fill_", "zero_"):
-            bytes_read -= sum(_nbytes(v) for v in written)
+            bytes_read -= sum(nbytes_of(v) for v in written)
     if short in _FACTORIES:
         bytes_read = 0
         if "empty" in short:
@@ -1370,11 +1081,11 @@ def _index_write_bytes(rec: _Rec, vals: list, bytes_read: int,
     """An index write reads its source, not the destination, and writes the source's
     bytes into it."""
     at = INDEX_WRITES[rec.short]
-    srcv = _val(rec.args[at] if len(rec.args) > at else None)
-    if _is_tensor(srcv):
+    srcv = node_value(rec.args[at] if len(rec.args) > at else None)
+    if is_tensor(srcv):
         dst = vals[0]
-        bytes_read = bytes_read - (_nbytes(dst) if _is_tensor(dst) else 0)
-        bytes_written = _nbytes(srcv)
+        bytes_read = bytes_read - (nbytes_of(dst) if is_tensor(dst) else 0)
+        bytes_written = nbytes_of(srcv)
     return bytes_read, bytes_written
 
 
@@ -1399,8 +1110,8 @@ def _einsum_flops(eq: Any, operands: Any) -> float:
         lhs = str(eq).replace(" ", "").split("->")[0].split(",")
         sizes: dict[str, int] = {}
         for spec, t in zip(lhs, operands):
-            for ch, s in zip(spec.replace("...", ""), _shape(t)[-len(spec.replace("...", "")):]):
-                sizes[ch] = _dim(s)
+            for ch, s in zip(spec.replace("...", ""), shape_of(t)[-len(spec.replace("...", "")):]):
+                sizes[ch] = size_of(s)
         return 2.0 * math.prod(sizes.values())
     except Exception:
         return 0.0
@@ -1437,7 +1148,7 @@ def _attention_meta(rec: _Rec, arg_refs: list) -> dict:
     causal = rec.kwargs.get("is_causal", rec.args[5] if len(rec.args) > 5 else False)
     meta: dict = {"causal": bool(causal)}
     vals = [v for _, _, v in arg_refs[:3]]
-    if len(vals) == 3 and _dim(vals[0].shape[-1]) != _dim(vals[2].shape[-1]):
+    if len(vals) == 3 and size_of(vals[0].shape[-1]) != size_of(vals[2].shape[-1]):
         meta["head_dims"] = "mixed"
     return meta
 
@@ -1446,8 +1157,8 @@ def _unit(rec: _Rec, arg_refs: list, outs: list, meta: dict) -> str:
     """The device unit an op runs on: ``cube`` (matrix products, the opaque experts'
     GEMMs), ``memory`` (copies, gathers, fills; a cast is ``vector``), else ``vector``."""
     short = rec.short
-    if _is_module_call(rec):
-        entry = _OPAQUE.get(rec.args[0]) if rec.args else None
+    if is_module_call(rec.node):
+        entry = opaque_entry(rec.args[0]) if rec.args else None
         meta["opaque"] = entry.cls if entry else "module"
         return "cube"  # the routed experts' GEMMs
     if short in CUBE_OPS:
@@ -1459,7 +1170,7 @@ def _unit(rec: _Rec, arg_refs: list, outs: list, meta: dict) -> str:
         return "memory"
     a, b = (src[-1], src[0]) if short == "copy_" else (src[0], outs[0])
     if a.dtype != b.dtype and str(a.device) == str(b.device):
-        meta["cast"] = f"{_dtype_name(a.dtype)}->{_dtype_name(b.dtype)}"
+        meta["cast"] = f"{dtype_name(a.dtype)}->{dtype_name(b.dtype)}"
         return "vector"   # a cast computes; it is not a DMA copy
     if str(a.device) != str(b.device):
         meta["copy"] = _direction(str(a.device), str(b.device))
@@ -1501,7 +1212,7 @@ def _module_attr(module: Any, attr: str, only: str | None = None) -> dict[str, s
 def _main_device(recs: list[_Rec]) -> str | None:
     counts: dict[str, int] = {}
     for r in recs:
-        for t in _flat_tensors(_val(r.node)):
+        for t in flat_tensors(node_value(r.node)):
             d = str(t.device).split(":")[0]
             counts[d] = counts.get(d, 0) + 1
     return max(counts, key=counts.get) if counts else None
@@ -1512,200 +1223,6 @@ def _params_bytes(module: Any) -> int:
         return int(sum(p.numel() * p.element_size() for p in module.parameters()))
     except Exception:
         return 0
-
-
-# ----------------------------------------------------------------------------- runnable import
-@dataclass
-class Runnable:
-    """A traced module that runs on real tensors, with the operator graph traced from the
-    same FX graph, so the executor runs exactly the nodes a plan names.
-
-    ``node_op`` maps every ``call_*`` node name of ``graph_module`` to the plan op it belongs
-    to: itself for an op of ``graph``, the op it was folded into for a view (``None`` when
-    it views a graph input, a parameter, or does no work). ``node_kind`` says ``op``,
-    ``view`` (folded: moves no data) or ``skip`` (runtime asserts, size queries).
-    """
-
-    graph_module: Any
-    graph: Graph
-    node_op: dict[str, str | None]
-    node_kind: dict[str, str]
-    source: str                    # "torch.export" | "torch.fx"
-    state: dict[str, Any]          # placeholder name -> bound parameter/buffer/constant
-    user_inputs: list[str]         # placeholder names fed from the call's inputs, in order
-    out_spec: Any = None           # pytree spec of the user outputs (export), None for fx
-    user_output_index: list[int] = field(default_factory=list)
-    buffer_writes: dict[int, Any] = field(default_factory=dict)  # output index -> buffer
-    #: functional IR (a lowered program): output index -> placeholder of the user input
-    #: the call writes in place (``x.mul_(2)``), copied back as eager mode would leave it
-    input_writes: dict[int, str] = field(default_factory=dict)
-
-    def bind(self, inputs: Sequence[Any]) -> list[Any]:
-        """Values of the graph's placeholders, in order, for one call with ``inputs``.
-        torch.export flattens nested inputs (a tuple or dict argument) into one placeholder
-        per leaf, so an exported program's ``inputs`` are flattened the same way, even
-        when the count would match without it (a one-element tuple); a torch.fx trace
-        keeps one placeholder per argument."""
-        if self.source == "torch.export":
-            from torch.utils._pytree import tree_leaves
-
-            leaves = tree_leaves(tuple(inputs))
-            if len(leaves) != len(self.user_inputs):
-                raise TypeError(f"expected {len(self.user_inputs)} input(s) once nested ones "
-                                f"are flattened, got {len(leaves)}")
-            inputs = leaves
-        elif len(inputs) != len(self.user_inputs):
-            raise TypeError(f"expected {len(self.user_inputs)} input(s), got {len(inputs)}")
-        feed = dict(zip(self.user_inputs, inputs))
-        return [self.state[n.name] if n.name in self.state else feed[n.name]
-                for n in self.graph_module.graph.nodes if n.op == "placeholder"]
-
-    def outputs(self, flat: Any, placeholders: dict[str, Any] | None = None) -> Any:
-        """The module's outputs from the graph's raw output (export: user outputs only, in
-        the module's structure; functional buffer updates are copied back, and input
-        updates into ``placeholders``' values, the call's bound inputs by name)."""
-        if self.out_spec is None:
-            return flat
-        import torch.utils._pytree as pytree
-
-        flat = list(flat) if isinstance(flat, (tuple, list)) else [flat]
-        for i, buf in self.buffer_writes.items():
-            buf.copy_(flat[i])
-        for i, name in self.input_writes.items():
-            if placeholders is not None and name in placeholders:
-                placeholders[name].copy_(flat[i])
-        return pytree.tree_unflatten([flat[i] for i in self.user_output_index], self.out_spec)
-
-
-def import_runnable(module: Any, example_inputs: Sequence[Any] | Any, name: str = "model",
-                    meta: dict | None = None, method: str = "auto") -> Runnable:
-    """Like :func:`import_module`, but also return the runnable FX graph module.
-
-    The graph and the graph module come from one trace: op names are FX node names. With
-    ``torch.export`` the parameters, buffers and constants are bound to the module's own
-    tensors (in-place buffer writes change the module's state, as the module itself would).
-    Inputs must be real tensors here, since the graph module is meant to run: inputs on
-    the meta device (a zoo model at 7b scale) are an :class:`InputError`.
-    """
-    import torch
-
-    inputs = _check_call(module, example_inputs, name, method)
-    from torch.utils._pytree import tree_leaves
-
-    if any(isinstance(t, torch.Tensor) and t.device.type == "meta" for t in tree_leaves(inputs)):
-        raise InputError(None, f"{name} lives on the meta device (no real weights), so it cannot "
-                               "run: use a scale with real tensors (tiny or small in the zoo)")
-    g, ep, recs = _trace(module, inputs, {}, name, meta, method)
-    if ep is not None:
-        return _runnable_export(ep, module, g, recs)
-    gm = recs[0].node.graph.owning_module if recs else torch.fx.symbolic_trace(module)
-    user = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
-    node_op, node_kind = _node_ops(gm, g)
-    return Runnable(gm, g, node_op, node_kind, "torch.fx", {}, user)
-
-
-def _runnable_export(ep: Any, module: Any, g: Graph, recs: list[_Rec]) -> Runnable:
-    """The exported program as a :class:`Runnable`: parameters, buffers and constants
-    bound to the module's own tensors, and what each graph output is."""
-    from torch.export.graph_signature import InputKind
-
-    gm = ep.graph_module
-    sig = ep.graph_signature
-    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-    state: dict[str, Any] = {}
-    user: list[str] = []
-    for node, spec in zip(placeholders, sig.input_specs):
-        if spec.kind == InputKind.USER_INPUT:
-            user.append(node.name)
-            continue
-        state[node.name] = _state_tensor(ep, module, spec.kind, spec.target)
-    user_out, buffer_writes, input_writes = _output_roles(ep, module)
-    node_op, node_kind = _node_ops(gm, g)
-    return Runnable(gm, g, node_op, node_kind, "torch.export", state, user,
-                    out_spec=ep.call_spec.out_spec, user_output_index=user_out,
-                    buffer_writes=buffer_writes, input_writes=input_writes)
-
-
-def _output_roles(ep: Any, module: Any) -> tuple[list[int], dict[int, Any], dict[int, str]]:
-    """The exported graph's outputs by role: the indexes of the user outputs, the
-    buffers functional updates are copied back into (output index -> the module's
-    buffer), and the user inputs written in place (output index -> placeholder)."""
-    from torch.export.graph_signature import InputKind, OutputKind
-
-    input_mutation = getattr(OutputKind, "USER_INPUT_MUTATION", None)
-    buffer_writes: dict[int, Any] = {}
-    input_writes: dict[int, str] = {}
-    user_out: list[int] = []
-    for i, spec in enumerate(ep.graph_signature.output_specs):
-        if spec.kind == OutputKind.USER_OUTPUT:
-            user_out.append(i)
-            continue
-        if spec.kind == input_mutation and spec.target:
-            input_writes[i] = spec.target  # the placeholder of the input written in place
-            continue
-        if spec.kind == OutputKind.BUFFER_MUTATION and spec.target:
-            with contextlib.suppress(KeyError):
-                buffer_writes[i] = _state_tensor(ep, module, InputKind.BUFFER, spec.target)
-    return user_out, buffer_writes, input_writes
-
-
-def _state_tensor(ep: Any, module: Any, kind: Any, target: str) -> Any:
-    """The module's own parameter/buffer for ``target``, else the exported copy."""
-    from torch.export.graph_signature import InputKind
-
-    try:
-        if kind == InputKind.PARAMETER:
-            return module.get_parameter(target)
-        if kind == InputKind.BUFFER:
-            return module.get_buffer(target)
-    except (AttributeError, KeyError):
-        pass
-    if target in ep.constants:
-        return ep.constants[target]
-    if target in ep.state_dict:
-        return ep.state_dict[target]
-    raise KeyError(target)
-
-
-def _node_ops(gm: Any, g: Graph) -> tuple[dict[str, str | None], dict[str, str]]:
-    """Plan op of every call node: itself, the producer a view folds into, or None."""
-    ops = {o.name for o in g.ops}
-    node_op: dict[str, str | None] = {}
-    node_kind: dict[str, str] = {}
-    for n in gm.graph.nodes:
-        if n.op not in ("call_function", "call_method", "call_module"):
-            continue
-        if n.name in ops:
-            node_op[n.name], node_kind[n.name] = n.name, "op"
-            continue
-        src = next((a for a in _flat_fx_nodes(n.args) + _flat_fx_nodes(n.kwargs)), None)
-        out = n.meta.get("val")
-        if src is not None and (_is_tensor(out) or isinstance(out, (tuple, list))):
-            node_op[n.name], node_kind[n.name] = node_op.get(src.name), "view"
-        else:
-            node_op[n.name], node_kind[n.name] = None, "skip"
-    return node_op, node_kind
-
-
-def _flat_fx_nodes(a: Any) -> list[Any]:
-    import torch.fx
-
-    out: list[Any] = []
-    torch.fx.node.map_arg(a, lambda n: out.append(n) or n)
-    return out
-
-
-def _check_call(module: Any, example_inputs: Any, name: str, method: str) -> tuple:
-    """The example inputs as a tuple, after checking the module and the method."""
-    import torch
-
-    if not isinstance(module, torch.nn.Module):
-        raise InputError(name, f"expected a torch.nn.Module, got {type(module).__name__}")
-    if not isinstance(example_inputs, (tuple, list)):
-        example_inputs = (example_inputs,)
-    if method not in ("auto", "export", "fx"):
-        raise ValueError(f"method must be auto, export or fx, not {method!r}")
-    return tuple(example_inputs)
 
 
 @contextlib.contextmanager
