@@ -1,0 +1,180 @@
+"""Where decode steps run: persistent FIFO worker threads, one per stream, and the step
+itself (prefills and one batched decode call, with faults isolated to their request).
+
+The runtime's op-level executor is not used: a request's step here is a whole model call,
+not a graph op, and the modes need only ordered queues of such calls. Each worker is a
+thread that runs what it is handed in order (a stream); torch releases the interpreter
+lock inside its kernels, so steps on different workers run at the same time. Every span a
+worker records is written by that worker's thread only.
+
+Ownership: a :class:`Live` request's ``history``, ``cache`` and ``dead`` flag are touched
+only by the worker that runs its steps (the host reads them only after the run); the host
+hands each step a snapshot of the block tables the scheduler granted.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+
+from ..errors import one_line
+from .workload import Request
+
+now_ns = time.perf_counter_ns
+
+
+@dataclass(eq=False)
+class Live:
+    """One request in a run: its request, the worker-side state (token history fed to
+    the model, KV cache, ``dead`` once a step failed it) and the host-side record
+    (tokens, top-2 logit gaps, token times, outcome)."""
+
+    request: Request
+    cache: Any
+    lane: str = "device"
+    history: list[int] = field(default_factory=list)
+    dead: bool = False
+    tokens: list[int] = field(default_factory=list)
+    gaps: list[float] = field(default_factory=list)
+    times_ns: list[int] = field(default_factory=list)
+    outcome: str = ""
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class Row:
+    """One request's part of a step: prefill (over its history) or decode one token, with
+    the block table the scheduler granted for it."""
+
+    live: Live
+    prefill: bool
+    table: tuple[int, ...]
+
+
+@dataclass
+class Outcome:
+    """A step's results: per live request, ``(token, gap, time_ns)`` or an error line."""
+
+    tokens: list[tuple[Live, int, float, int]] = field(default_factory=list)
+    errors: list[tuple[Live, str]] = field(default_factory=list)
+
+    def extend(self, other: "Outcome") -> None:
+        self.tokens += other.tokens
+        self.errors += other.errors
+
+
+class Worker:
+    """A persistent FIFO worker thread (a stream): :meth:`submit` hands it a call, which
+    it runs after every call handed before; spans it records stay in :attr:`spans`."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.spans: list[tuple[str, str, int, int]] = []
+        self._q: queue.SimpleQueue = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
+        self._thread.start()
+
+    def submit(self, fn: Callable[..., Any], *args: Any) -> Future:
+        """Run ``fn(self, *args)`` on this worker after what it holds; its Future."""
+        fut: Future = Future()
+        self._q.put((fut, fn, args))
+        return fut
+
+    def record(self, lane: str, name: str, start_ns: int, end_ns: int) -> None:
+        """A span on ``lane`` (called on this worker's thread only)."""
+        self.spans.append((lane, name, start_ns, end_ns))
+
+    def close(self) -> None:
+        """Finish what it holds and end the thread."""
+        self._q.put(None)
+        self._thread.join()
+
+    def _loop(self) -> None:
+        while True:
+            item = self._q.get()
+            if item is None:
+                return
+            fut, fn, args = item
+            if not fut.set_running_or_notify_cancel():
+                continue
+            try:
+                fut.set_result(fn(self, *args))
+            except BaseException as exc:  # noqa: BLE001 - handed to the waiter
+                fut.set_exception(exc)
+
+
+def run_step(worker: Worker, model: Any, rows: list[Row], lane: str | None = None) -> Outcome:
+    """One step on ``worker``: each prefill row on its own, then the decode rows in one
+    batched call. A call that raises is retried row by row, so a fault ends only the
+    request it belongs to (marked ``dead``; later steps skip it). ``lane``: where the spans
+    go (default: each request's own lane)."""
+    out = Outcome()
+    rows = [r for r in rows if not r.live.dead]
+    for r in (r for r in rows if r.prefill):
+        out.extend(_timed(worker, lane or r.live.lane, f"prefill r{r.live.request.rid}",
+                          lambda r=r: _prefill(model, r)))
+    decode = [r for r in rows if not r.prefill]
+    if decode:
+        name = f"decode B={len(decode)}"
+        out.extend(_timed(worker, lane or decode[0].live.lane, name,
+                          lambda: _decode(model, decode)))
+    return out
+
+
+def _timed(worker: Worker, lane: str, name: str, call: Callable[[], Outcome]) -> Outcome:
+    start = now_ns()
+    out = call()
+    worker.record(lane, name, start, now_ns())
+    return out
+
+
+def _prefill(model: Any, r: Row) -> Outcome:
+    live = r.live
+    live.cache.table = list(r.table)
+    try:
+        logits = model.prefill(live.history, live.cache)
+    except Exception as exc:  # noqa: BLE001 - isolated to this request
+        return _failed(r, exc)
+    return _sampled([r], logits[None, :])
+
+
+def _decode(model: Any, rows: list[Row]) -> Outcome:
+    for r in rows:
+        r.live.cache.table = list(r.table)
+    try:
+        logits = model.decode([r.live.history[-1] for r in rows], [r.live.cache for r in rows])
+    except Exception as exc:  # noqa: BLE001 - isolated below
+        if len(rows) == 1:
+            return _failed(rows[0], exc)
+        out = Outcome()
+        for r in rows:  # which request's fault: each on its own
+            out.extend(_decode(model, [r]))
+        return out
+    return _sampled(rows, logits)
+
+
+def _sampled(rows: list[Row], logits: torch.Tensor) -> Outcome:
+    """Greedy tokens of ``logits (B, vocab)`` and the gap of the two top logits."""
+    top = torch.topk(logits, 2, dim=-1)
+    t = now_ns()
+    out = Outcome()
+    for r, ids, vals in zip(rows, top.indices.tolist(), top.values.tolist()):
+        r.live.history.append(ids[0])
+        out.tokens.append((r.live, ids[0], vals[0] - vals[1], t))
+    return out
+
+
+def _failed(r: Row, exc: BaseException) -> Outcome:
+    r.live.dead = True
+    out = Outcome()
+    out.errors.append((r.live, f"the model raised: {one_line(exc)}"))
+    return out
+
+
+__all__ = ["Live", "Outcome", "Row", "Worker", "run_step"]

@@ -1,0 +1,152 @@
+"""What a decode run measured: throughput, latency percentiles, fairness, waiting, the
+device's busy share from the timeline, and the agreement of greedy tokens across modes.
+
+- tokens/s and requests/s over the run's wall time (start to the last result);
+- TTFT: a request's first token time minus its arrival; inter-token latency (ITL): the
+  time between a request's consecutive tokens (p50 and p99 of each, in ms);
+- Jain's fairness index over per-request service (tokens per second of the request's time
+  in the system, arrival to last token): 1 when every request is served alike;
+- the most scheduling passes any request waited, and the most it was skipped;
+- busy share: the time some device lane ran a step over the wall time (the host's lane,
+  ``scheduler``, not counted), and the host's own share.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from ..timeline import intervals as iv
+from .modes import HOST_LANE, ModeRun
+from .scheduler import FAILED, FINISHED
+
+#: two top logits closer than this are a numerical tie: a differing token there is allowed
+TIE = 1e-4
+
+
+@dataclass(frozen=True)
+class ModeMetrics:
+    """One mode's figures (times in ms, shares in 0..1)."""
+
+    mode: str
+    requests: int
+    finished: int
+    failed: int
+    tokens: int
+    wall_s: float
+    tokens_per_s: float
+    requests_per_s: float
+    ttft_ms: dict
+    itl_ms: dict
+    jain: float
+    max_passes_waited: int
+    max_skips: int
+    preemptions: int
+    busy_share: float
+    host_share: float
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def measure(run: ModeRun) -> ModeMetrics:
+    """The figures of ``run``."""
+    lives = run.lives
+    wall_ns = max(run.end_ns - run.start_ns, 1)
+    tokens = sum(len(lv.tokens) for lv in lives)
+    finished = sum(lv.outcome == FINISHED for lv in lives)
+    arrive = [run.start_ns + int(lv.request.arrival_s * 1e9) for lv in lives]
+    ttft = [(lv.times_ns[0] - a) / 1e6 for lv, a in zip(lives, arrive) if lv.times_ns]
+    itl = [d / 1e6 for lv in lives for d in np.diff(lv.times_ns).tolist()]
+    service = [len(lv.tokens) / max(lv.times_ns[-1] - a, 1) * 1e9
+               for lv, a in zip(lives, arrive) if lv.times_ns]
+    return ModeMetrics(
+        mode=run.mode, requests=len(lives), finished=finished,
+        failed=sum(lv.outcome == FAILED for lv in lives), tokens=tokens,
+        wall_s=wall_ns / 1e9, tokens_per_s=tokens / wall_ns * 1e9,
+        requests_per_s=finished / wall_ns * 1e9, ttft_ms=percentiles(ttft),
+        itl_ms=percentiles(itl), jain=jain(service),
+        max_passes_waited=max((j.passes_waited for j in run.jobs), default=0),
+        max_skips=max((j.skips for j in run.jobs), default=0),
+        preemptions=run.preemptions, busy_share=lane_share(run, host=False, wall_ns=wall_ns),
+        host_share=lane_share(run, host=True, wall_ns=wall_ns))
+
+
+def percentiles(values: list[float]) -> dict:
+    """``{"p50": .., "p99": ..}`` of ``values`` (None when there are none)."""
+    if not values:
+        return {"p50": None, "p99": None}
+    a = np.asarray(values, dtype=float)
+    return {"p50": float(np.percentile(a, 50)), "p99": float(np.percentile(a, 99))}
+
+
+def jain(values: list[float]) -> float:
+    """Jain's fairness index (sum x)^2 / (n sum x^2): 1 when all are equal, 1/n when one
+    gets everything; 1.0 for no values."""
+    a = np.asarray(values, dtype=float)
+    if not len(a) or not (a * a).sum():
+        return 1.0
+    return float(a.sum() ** 2 / (len(a) * (a * a).sum()))
+
+
+def lane_share(run: ModeRun, *, host: bool, wall_ns: int) -> float:
+    """The share of the wall time covered by the host lane's spans (``host``) or by any
+    device lane's spans."""
+    tl = run.timeline
+    if not len(tl):
+        return 0.0
+    host_code = tl.streams.index(HOST_LANE) if HOST_LANE in tl.streams else -1
+    mask = (tl.stream == host_code) if host else (tl.stream != host_code)
+    return iv.length(iv.union(tl.start_ns[mask], tl.end_ns[mask])) / wall_ns
+
+
+@dataclass(frozen=True)
+class Agreement:
+    """Greedy tokens of a mode against the reference mode: requests compared (finished in
+    both), identical, differing at a numerical tie (the two top logits within
+    :data:`TIE` where they first differ; the rest of such a request follows another path),
+    and differing otherwise (a failure), with the request ids of each."""
+
+    mode: str
+    reference: str
+    compared: int
+    identical: int
+    ties: list[int]
+    mismatches: list[int]
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def agreement(ref: ModeRun, other: ModeRun) -> Agreement:
+    """Compare ``other``'s tokens with ``ref``'s, request by request."""
+    same, ties, bad = 0, [], []
+    pairs = [(a, b) for a, b in zip(ref.lives, other.lives)
+             if a.outcome == FINISHED and b.outcome == FINISHED]
+    for a, b in pairs:
+        k = first_difference(a.tokens, b.tokens)
+        if k is None:
+            same += 1
+        elif min(_gap(a.gaps, k), _gap(b.gaps, k)) < TIE:
+            ties.append(a.request.rid)
+        else:
+            bad.append(a.request.rid)
+    return Agreement(other.mode, ref.mode, len(pairs), same, ties, bad)
+
+
+def first_difference(a: list[int], b: list[int]) -> int | None:
+    """The first index where ``a`` and ``b`` differ (a length difference counts), or
+    None when they are equal."""
+    for k, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return k
+    return None if len(a) == len(b) else min(len(a), len(b))
+
+
+def _gap(gaps: list[float], k: int) -> float:
+    return gaps[k] if k < len(gaps) else float("inf")
+
+
+__all__ = ["Agreement", "ModeMetrics", "TIE", "agreement", "first_difference", "jain",
+           "lane_share", "measure", "percentiles"]

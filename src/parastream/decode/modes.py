@@ -1,0 +1,266 @@
+"""The four decode modes, each serving the same requests with the same scheduler:
+
+- ``sequential``: one request at a time (the baseline);
+- ``streams``: every running request's steps on its own stream (a worker thread), up to
+  ``concurrency`` streams, reused by later requests; one scheduling pass per round, each
+  running request decoding one token per round on its stream;
+- ``batch``: continuous batching: requests join at step boundaries (their prefill on its
+  own, before the batched step) and leave when done; one device worker;
+- ``batch+overlap``: as ``batch``, with the host's scheduling of step t+1 and its
+  processing of step t's tokens overlapped with device step t (one step ahead: the next
+  step's input tokens never pass through the host, the device worker feeds them on).
+
+The host loop (:class:`Engine`) runs a scheduling pass, counts the step's tokens in the
+scheduler as it submits the step (lengths are known, so the next pass need not wait for
+the tokens), and records the tokens when the step's results come back. Spans go to the
+timeline: the device worker's (lane ``device``, or one lane per request in ``streams``)
+and the host's (lane ``scheduler``).
+"""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..timeline.model import DeviceInfo, Timeline, TimelineBuilder
+from .device import Live, Outcome, Row, Worker, now_ns, run_step
+from .scheduler import FAILED, FINISHED, Job, Pass, Scheduler, SchedulerSettings
+from .workload import Request
+
+MODES = ("sequential", "streams", "batch", "batch+overlap")
+#: the lane of the host's scheduling and token processing
+HOST_LANE = "scheduler"
+
+
+@dataclass(frozen=True)
+class ModeSettings:
+    """A run's settings: ``concurrency`` (most running requests; streams in ``streams``),
+    the KV budget ``kv_blocks``, ``max_skip``, and the model's ``context``."""
+
+    concurrency: int = 16
+    kv_blocks: int = 1024
+    max_skip: int = 4
+    context: int = 1 << 30
+
+    def scheduler(self, mode: str) -> SchedulerSettings:
+        """The scheduler settings of ``mode`` (``sequential`` runs one at a time)."""
+        running = 1 if mode == "sequential" else self.concurrency
+        return SchedulerSettings(max_running=running, kv_blocks=self.kv_blocks,
+                                 max_skip=self.max_skip, context=self.context)
+
+
+@dataclass
+class ModeRun:
+    """One mode's run: every request's :class:`Live` record (in request order), its
+    scheduler :class:`Job`, the start and end (ns), the timeline, the scheduling passes,
+    preemptions, the KV budget and the most blocks held at once."""
+
+    mode: str
+    lives: list[Live]
+    jobs: list[Job]
+    start_ns: int
+    end_ns: int
+    timeline: Timeline
+    passes: int = 0
+    preemptions: int = 0
+    kv_blocks: int = 0
+    peak_blocks: int = 0
+
+
+class _OneDevice:
+    """Every step on one worker (``sequential``, ``batch``, ``batch+overlap``)."""
+
+    def __init__(self, model: Any) -> None:
+        self.model = model
+        self.worker = Worker("device")
+        self.workers = [self.worker]
+
+    def submit(self, rows: list[Row]) -> list[Future]:
+        return [self.worker.submit(run_step, self.model, rows, "device")]
+
+    def close(self) -> None:
+        self.worker.close()
+
+
+class _Streams:
+    """Each running request's steps on its own stream: ``n`` workers (the hardware
+    queues); a request keeps its worker while it runs, a new one takes a free worker, and
+    beyond ``n`` running requests the workers are shared (multiplexed). Spans go to each
+    request's own lane."""
+
+    def __init__(self, model: Any, n: int) -> None:
+        self.model = model
+        self.workers = [Worker(f"stream {i}") for i in range(n)]
+        self._of: dict[int, Worker] = {}
+
+    def submit(self, rows: list[Row]) -> list[Future]:
+        running = {r.live.request.rid for r in rows}
+        self._of = {rid: w for rid, w in self._of.items() if rid in running}
+        futures = []
+        for k, r in enumerate(rows):
+            futures.append(self._worker(r.live.request.rid, k).submit(
+                run_step, self.model, [r]))
+        return futures
+
+    def _worker(self, rid: int, k: int) -> Worker:
+        """The stream of request ``rid``: its own, else a free one, else shared."""
+        if rid not in self._of:
+            used = set(map(id, self._of.values()))
+            free = [w for w in self.workers if id(w) not in used]
+            self._of[rid] = free[0] if free else self.workers[k % len(self.workers)]
+        return self._of[rid]
+
+    def close(self) -> None:
+        for w in self.workers:
+            w.close()
+
+
+@dataclass
+class _Host:
+    """The host loop's state: requests not arrived yet, the step in flight, spans."""
+
+    pending: list[Request]
+    inflight: list[Future] = field(default_factory=list)
+    spans: list[tuple[str, str, int, int]] = field(default_factory=list)
+
+
+class Engine:
+    """Serves ``requests`` on ``model`` in ``mode`` (see the module docstring)."""
+
+    def __init__(self, model: Any, mode: str, requests: list[Request],
+                 settings: ModeSettings) -> None:
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {', '.join(MODES)}")
+        self.model, self.mode = model, mode
+        self.sched = Scheduler(settings.scheduler(mode))
+        pool = model.new_pool(settings.kv_blocks)
+        self.lives = [Live(r, model.new_cache(r.rid, pool), history=list(r.prompt),
+                           lane="device" if mode != "streams" else f"request-{r.rid}")
+                      for r in requests]
+        self.jobs = [Job(r.rid, r.rid, len(r.prompt), r.output_tokens) for r in requests]
+        self.overlap = mode == "batch+overlap"
+        self.peak_blocks = 0
+
+    def run(self) -> ModeRun:
+        """Serve every request; each ends finished or failed with a reason."""
+        executor = (_Streams(self.model, self.sched.settings.max_running)
+                    if self.mode == "streams" else _OneDevice(self.model))
+        host = _Host(pending=[lv.request for lv in self.lives])
+        start = now_ns()
+        try:
+            while self._turn(host, executor, start):
+                pass
+        finally:
+            executor.close()
+        end = now_ns()
+        for job, live in zip(self.jobs, self.lives):
+            self._settle(job, live)
+        spans = [s for w in executor.workers for s in w.spans] + host.spans
+        return ModeRun(self.mode, self.lives, self.jobs, start, end,
+                       _timeline(self.mode, spans), self.sched.passes,
+                       sum(j.preemptions for j in self.jobs),
+                       self.sched.settings.kv_blocks, self.peak_blocks)
+
+    def _turn(self, host: _Host, executor: Any, start: int) -> bool:
+        """One scheduling pass and its step; False once every request has ended."""
+        self._arrive(host, start)
+        if self.sched.idle and not host.pending and not host.inflight:
+            return False
+        t0 = now_ns()
+        plan = self.sched.schedule()
+        self.peak_blocks = max(self.peak_blocks, self.sched.held)
+        self._fail_now(plan)
+        rows = self._rows(plan)
+        self.sched.advance(plan)
+        host.spans.append((HOST_LANE, "schedule", t0, now_ns()))
+        submitted = executor.submit(rows) if rows else []
+        if self.overlap:  # step t+1 is queued: now take step t's tokens
+            self._collect(host, host.inflight)
+            host.inflight = submitted
+        else:
+            self._collect(host, submitted)
+        if not rows and not host.inflight:
+            self._idle(host, start)
+        return True
+
+    def _arrive(self, host: _Host, start: int) -> None:
+        """Queue every request whose arrival time has come."""
+        now_s = (now_ns() - start) / 1e9
+        while host.pending and host.pending[0].arrival_s <= now_s:
+            r = host.pending.pop(0)
+            self.sched.add(self.jobs[r.rid])
+            if self.jobs[r.rid].state == FAILED:
+                live = self.lives[r.rid]
+                live.outcome, live.reason = FAILED, self.jobs[r.rid].reason
+
+    def _idle(self, host: _Host, start: int) -> None:
+        """Nothing runs: wait for the next arrival (a scheduler that neither runs nor
+        admits anything while requests wait would be a bug: it raises)."""
+        if not host.pending:
+            if not self.sched.idle:
+                raise RuntimeError("decode scheduler stalled with requests waiting")
+            return
+        wait_s = host.pending[0].arrival_s - (now_ns() - start) / 1e9
+        if wait_s > 0:
+            time.sleep(wait_s)
+
+    def _rows(self, plan: Pass) -> list[Row]:
+        """The step's rows: each job's live record and a snapshot of its block table."""
+        return ([Row(self.lives[j.rid], True, tuple(j.table)) for j in plan.prefill]
+                + [Row(self.lives[j.rid], False, tuple(j.table)) for j in plan.decode])
+
+    def _fail_now(self, plan: Pass) -> None:
+        for j in plan.failed:
+            self.lives[j.rid].outcome, self.lives[j.rid].reason = FAILED, j.reason
+
+    def _collect(self, host: _Host, futures: list[Future]) -> None:
+        """Wait for a step's results and record them (tokens, or a failed request)."""
+        if not futures:
+            return
+        out = Outcome()
+        for f in futures:
+            out.extend(f.result())
+        t0 = now_ns()
+        for live, token, gap, t in out.tokens:
+            live.tokens.append(token)
+            live.gaps.append(gap)
+            live.times_ns.append(t)
+        for live, reason in out.errors:
+            live.outcome, live.reason = FAILED, reason
+            self.sched.fail(self.jobs[live.request.rid], reason)
+        host.spans.append((HOST_LANE, "collect", t0, now_ns()))
+
+    @staticmethod
+    def _settle(job: Job, live: Live) -> None:
+        """The request's outcome: failed when a step failed it, else the scheduler's."""
+        if live.outcome == FAILED:
+            return
+        live.outcome = job.state if job.state in (FINISHED, FAILED) else FAILED
+        live.reason = job.reason or "not ended by the scheduler"
+
+
+def _timeline(mode: str, spans: list[tuple[str, str, int, int]]) -> Timeline:
+    """The run's spans as a timeline: device lanes first, the host's last."""
+    b = TimelineBuilder(f"parastream decode {mode}", "parastream")
+    b.device = DeviceInfo(name="CPU")
+    for lane in sorted({s[0] for s in spans}, key=lambda s: (s == HOST_LANE, _lane_key(s))):
+        b.streams.code(lane)
+    for lane, name, s, e in spans:
+        b.add_op(lane, name, s, e, type="host" if lane == HOST_LANE else "device")
+    b.meta.update({"mode": mode})
+    return b.build()
+
+
+def _lane_key(lane: str) -> tuple[int, str]:
+    head, _, tail = lane.rpartition("-")
+    return (int(tail), head) if tail.isdigit() else (-1, lane)
+
+
+def run_mode(model: Any, mode: str, requests: list[Request], settings: ModeSettings) -> ModeRun:
+    """Serve ``requests`` on ``model`` in ``mode``."""
+    return Engine(model, mode, requests, settings).run()
+
+
+__all__ = ["HOST_LANE", "MODES", "ModeRun", "ModeSettings", "run_mode"]

@@ -1,0 +1,55 @@
+"""Every mode's run yields a timeline that ``parastream analyze`` reads back: one stream
+per request in ``streams`` mode, the device's step spans in the batch modes, and the
+host's scheduling stream beside them."""
+
+from __future__ import annotations
+
+import pytest
+
+from parastream.decode.modes import HOST_LANE, MODES, ModeSettings, run_mode
+from parastream.report.kineto import write_kineto
+from parastream.workflow.analyze import analyze
+
+from .helpers import requests
+
+
+@pytest.fixture(scope="module")
+def runs(tiny):
+    reqs = requests(5, output=4)
+    st = ModeSettings(concurrency=3, kv_blocks=32, context=tiny.config.context)
+    return {m: run_mode(tiny, m, reqs, st) for m in MODES}
+
+
+def test_the_lanes_of_each_mode(runs):
+    assert set(runs["streams"].timeline.streams) == {*(f"request-{i}" for i in range(5)),
+                                                     HOST_LANE}
+    for mode in ("sequential", "batch", "batch+overlap"):
+        assert runs[mode].timeline.streams == ["device", HOST_LANE]
+    names = runs["batch"].timeline.names
+    assert any(n.startswith("decode B=3") for n in names)
+    assert sum(n.startswith("prefill r") for n in names) == 5
+
+
+def test_overlap_mode_schedules_while_the_device_steps(runs):
+    """In batch+overlap the host's spans fall inside device steps; in batch they do not
+    (the host waits for each step)."""
+    def host_inside_device(run) -> int:
+        tl = run.timeline
+        host = tl.streams.index(HOST_LANE)
+        dev = [(s, e) for s, e, k in zip(tl.start_ns, tl.end_ns, tl.stream) if k != host]
+        return sum(any(ds < s and e < de for ds, de in dev)
+                   for s, e, k in zip(tl.start_ns, tl.end_ns, tl.stream) if k == host)
+
+    assert host_inside_device(runs["batch"]) == 0
+    assert host_inside_device(runs["batch+overlap"]) > 0
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_analyze_reads_the_trace_back(runs, tmp_path, mode):
+    tl = runs[mode].timeline
+    path = tmp_path / "decode.json"
+    write_kineto(path, tl, f"decode {mode}")
+    doc = analyze(str(path), progress=False).to_dict()
+    (cap,) = doc["captures"]
+    assert {s["id"] for s in cap["streams"]} == set(tl.streams)
+    assert cap["ops"] == len(tl)

@@ -1,0 +1,39 @@
+"""The library call behind ``parastream decode``: a frozen result whose document has one
+row per mode, the reference agreement, and the torch thread count restored."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from parastream.decode.workload import WorkloadOptions
+from parastream.workflow.decode import DecodeResult, DecodeSettings, decode
+
+from .helpers import Faulty, requests
+
+
+def test_decode_returns_a_frozen_result(tiny):
+    before = torch.get_num_threads()
+    r = decode("tiny", "batch,sequential", workload=WorkloadOptions(requests=4),
+               settings=DecodeSettings(concurrency=2, threads=1))
+    assert torch.get_num_threads() == before
+    assert isinstance(r, DecodeResult)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        r.device = "x"  # type: ignore[misc]
+    doc = r.to_dict()
+    assert "runs" not in doc
+    assert [m["mode"] for m in doc["modes"]] == ["sequential", "batch"]
+    assert doc["agreement"][0]["reference"] == "sequential"
+    assert doc["settings"]["kv_blocks"] == 2 * 16  # two requests at the full context
+    assert len(r.timeline("batch")) > 0
+
+
+def test_a_decoder_object_and_requests_given(tiny):
+    reqs = requests(4)
+    r = decode(Faulty(tiny, rid=1, at=0), ["streams"], requests=reqs,
+               settings=DecodeSettings(concurrency=2))
+    (early,) = r.to_dict()["ended_early"]
+    assert early["request"] == 1 and early["outcome"] == "failed"
+    assert r.to_dict()["modes"][0]["vs_sequential"] is None
