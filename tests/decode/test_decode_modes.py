@@ -80,7 +80,7 @@ def test_each_fault_ends_only_its_own_request(tiny, clean, mode):
               Request(6, 0.0, (1, 2, 3), 0),  # zero output tokens
               Request(7, 0.0, tuple(range(ctx)), 4),  # prompt over the context
               Request(8, 0.0, tuple(range(1, 100)), 40),  # too big for the KV budget
-              reqs[9]]
+              Request(9, 0.0, reqs[9].prompt, reqs[9].output_tokens, 2)]  # cancelled
     # request 2 raises from its 4th decode step on (position >= prompt + 3)
     model = Faulty(tiny, rid=2, at=len(reqs[2].prompt) + 3)
     run = run_mode(model, mode, faulty, _settings(tiny, kv_blocks=8))
@@ -90,8 +90,10 @@ def test_each_fault_ends_only_its_own_request(tiny, clean, mode):
     assert by[6].outcome == FINISHED and by[6].reason == "zero output tokens asked"
     assert by[7].outcome == FAILED and "context" in by[7].reason
     assert by[8].outcome == FAILED and "KV blocks" in by[8].reason
+    assert (by[9].outcome, by[9].reason) == (FAILED, "cancelled after 2 tokens")
     ref = _tokens(runs["sequential"])
-    for rid in (0, 1, 3, 4, 5, 9):
+    assert by[9].tokens == ref[9][:2]
+    for rid in (0, 1, 3, 4, 5):
         assert by[rid].outcome == FINISHED and by[rid].tokens == ref[rid], rid
     assert len(run.lives) == 10 and all(lv.outcome in (FINISHED, FAILED) for lv in run.lives)
     assert run.peak_blocks <= 8

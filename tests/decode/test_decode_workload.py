@@ -39,11 +39,13 @@ def test_lengths_by_name(name):
 def test_jsonl_workload(tmp_path):
     f = tmp_path / "w.jsonl"
     f.write_text('{"arrival_s": 0.5, "prompt_tokens": 4, "output_tokens": 2}\n\n'
-                 '{"arrival_s": 0.1, "prompt": "hi!", "output_tokens": 0}\n')
+                 '{"arrival_s": 0.1, "prompt": "hi!", "output_tokens": 0, '
+                 '"cancel_after_tokens": 1}\n')
     reqs = read_workload(f, 100)
     assert [r.arrival_s for r in reqs] == [0.1, 0.5]
     assert reqs[0].prompt == tuple(b % 100 for b in b"hi!") and reqs[0].output_tokens == 0
     assert len(reqs[1].prompt) == 4
+    assert (reqs[0].cancel_after_tokens, reqs[1].cancel_after_tokens) == (1, None)
     assert make_requests(WorkloadOptions(file=str(f)), 100) == reqs
 
 
@@ -55,6 +57,8 @@ def test_jsonl_workload(tmp_path):
     ('{"arrival_s": 0, "prompt_tokens": 3, "output_tokens": 2, "x": 1}', "x"),
     ('{"arrival_s": "soon", "prompt_tokens": 3, "output_tokens": 2}', "arrival_s"),
     ('not json', "line 2"),
+    ('{"arrival_s": 0, "prompt_tokens": 3, "output_tokens": 2, "cancel_after_tokens": 0}',
+     "cancel_after_tokens"),
 ])
 def test_a_bad_line_names_the_file_and_line(tmp_path, line, problem):
     f = tmp_path / "w.jsonl"

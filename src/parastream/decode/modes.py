@@ -224,13 +224,24 @@ class Engine:
             out.extend(f.result())
         t0 = now_ns()
         for live, token, gap, t in out.tokens:
+            if live.outcome == FAILED:  # cancelled or failed: a step ahead is not counted
+                continue
             live.tokens.append(token)
             live.gaps.append(gap)
             live.times_ns.append(t)
+            self._cancel_if_asked(live)
         for live, reason in out.errors:
             live.outcome, live.reason = FAILED, reason
             self.sched.fail(self.jobs[live.request.rid], reason)
         host.spans.append((HOST_LANE, "collect", t0, now_ns()))
+
+    def _cancel_if_asked(self, live: Live) -> None:
+        """The client cancels its request once it has ``cancel_after_tokens`` tokens (when
+        the request is not done by then): it ends failed, its blocks freed."""
+        n = live.request.cancel_after_tokens
+        if n is not None and len(live.tokens) == n < live.request.output_tokens:
+            live.outcome, live.reason = FAILED, f"cancelled after {n} tokens"
+            self.sched.fail(self.jobs[live.request.rid], live.reason)
 
     @staticmethod
     def _settle(job: Job, live: Live) -> None:

@@ -3,7 +3,8 @@ named distribution) or read from a JSONL workload file.
 
 A workload file has one JSON object per line: ``arrival_s`` (seconds after the start, >= 0),
 ``output_tokens`` (>= 0) and either ``prompt_tokens`` (a count: the prompt's token ids are
-drawn from the seed) or ``prompt`` (text: its UTF-8 bytes are the token ids). Blank lines
+drawn from the seed) or ``prompt`` (text: its UTF-8 bytes are the token ids); optionally
+``cancel_after_tokens`` (the client cancels the request once it has that many). Blank lines
 are skipped; any other bad line is an :class:`~parastream.errors.InputError` naming the file
 and the line.
 """
@@ -30,13 +31,15 @@ DEFAULT_LENGTHS = "uniform"
 
 @dataclass(frozen=True)
 class Request:
-    """One request: its id, arrival (seconds after the start), prompt token ids and the
-    output tokens asked for."""
+    """One request: its id, arrival (seconds after the start), prompt token ids, the
+    output tokens asked for and, when its client cancels it mid-decode, after how many
+    tokens (None: never)."""
 
     rid: int
     arrival_s: float
     prompt: tuple[int, ...]
     output_tokens: int
+    cancel_after_tokens: int | None = None
 
 
 @dataclass(frozen=True)
@@ -104,6 +107,7 @@ class _Line(msgspec.Struct, forbid_unknown_fields=True):
     output_tokens: int
     prompt_tokens: int | None = None
     prompt: str | None = None
+    cancel_after_tokens: int | None = None
 
 
 def read_workload(path: str | os.PathLike[str], vocab: int, seed: int = 0) -> list[Request]:
@@ -125,7 +129,7 @@ def read_workload(path: str | os.PathLike[str], vocab: int, seed: int = 0) -> li
     for rid, r in enumerate(rows):
         ids = (tuple(b % vocab for b in r.prompt.encode("utf-8")) if r.prompt is not None
                else _prompt_ids(seed, rid, r.prompt_tokens, vocab))
-        out.append(Request(rid, r.arrival_s, ids, r.output_tokens))
+        out.append(Request(rid, r.arrival_s, ids, r.output_tokens, r.cancel_after_tokens))
     return out
 
 
@@ -144,6 +148,8 @@ def _parse_line(path: str | os.PathLike[str], no: int, raw: bytes) -> _Line:
         (r.prompt_tokens is None or r.prompt_tokens >= 1,
          f"prompt_tokens must be at least 1, got {r.prompt_tokens}"),
         (r.prompt is None or bool(r.prompt), "prompt must not be empty"),
+        (r.cancel_after_tokens is None or r.cancel_after_tokens >= 1,
+         f"cancel_after_tokens must be at least 1, got {r.cancel_after_tokens}"),
     )
     problem = next((msg for ok, msg in checks if not ok), None)
     if problem:
