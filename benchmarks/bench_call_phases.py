@@ -49,7 +49,7 @@ def chain() -> None:
     from parastream.plan.model import Plan
     from parastream.runtime.executor import MultiStreamExecutor
     from parastream.runtime.measure import median_wall_us
-    from parastream.calibrate.overhead import varied_chain  # calibrate's chain, as it times it
+    from parastream.calibrate.chains import varied_chain  # calibrate's chain, as it times it
 
     torch.set_num_threads(1)
     x = torch.randn(1, 16)
@@ -170,7 +170,7 @@ def settle(name: str, scale: str, profile) -> None:
     """After 5 plain-module calls on all cores: the model's best multi-stream candidate
     called for 40 ms, each call's start (ms after the plain calls) and wall (us), five
     times; then the pool thread's spin that ``measure`` now waits out."""
-    from parastream.runtime.cpu import set_intra_op_threads, team_spin_s
+    from parastream.runtime.host import set_intra_op_threads, team_spin_s
     from parastream.runtime.executor import MultiStreamExecutor, _cores
 
     found = _best_multi(name, scale, profile)
@@ -258,7 +258,7 @@ def main() -> None:
         chain()
         return
     from parastream.device.profile import load_profile
-    from parastream.calibrate.overhead import calibrated_profile
+    from parastream.cpu.overhead import calibrated_profile
 
     profile = (load_profile(args.profile) if args.profile else
                calibrated_profile(quick=True))

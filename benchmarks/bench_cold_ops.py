@@ -44,9 +44,9 @@ def main() -> None:
     args = ap.parse_args()
     import torch
 
-    from parastream.calibrate.op_rates import _op_cases, rotation_times
-    from parastream.calibrate.timing import _median_time, _on_executor_thread
-    from parastream.runtime.cpu import cpu_count
+    from parastream.cpu.op_rates import _op_cases, rotation_times
+    from parastream.cpu.timing import _median_time, _on_executor_thread
+    from parastream.runtime.host import cpu_count
 
     torch.add(torch.ones(1 << 16), 1)  # the main thread's team, as in parastream run
     calls = {(name, big): case(big)[0] for name, (_, case) in _op_cases().items()

@@ -24,7 +24,7 @@ import sys
 
 
 def child(spec: dict) -> dict:
-    from parastream.runtime import malloc
+    from parastream.cpu import malloc
 
     malloc.apply(spec["malloc"])
     import time

@@ -38,13 +38,13 @@ def main() -> None:
     ap.add_argument("--lock-wake", action="store_true",
                     help="also each profile without the simulator's wake-up of a worker "
                          "sleeping on the interpreter lock ('-nolockwake')")
-    from parastream.runtime import malloc
+    from parastream.cpu import malloc
 
     malloc.add_argument(ap)
     args = ap.parse_args()
     print(malloc.apply(args.malloc), flush=True)  # as parastream run does, before measuring
 
-    from parastream.device import cost
+    from parastream.cpu import cost
     from parastream.device.profile import load_profile
     from parastream.graph.ir import validate
     from parastream.zoo import ZOO

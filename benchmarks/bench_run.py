@@ -117,7 +117,7 @@ def speedups(models, profile, runs: int) -> list[dict]:
     own in its best OpenMP setting: single stream with threads spinning, streams with them
     sleeping (parastream.runtime.baseline)."""
     from parastream.zoo import ZOO
-    from parastream.runtime import baseline
+    from parastream.cpu import baseline
     from parastream.workflow.run import CandidateSettings, Loaded, measure_candidates
 
     rows = []
@@ -169,7 +169,7 @@ def predictions(models, profile, runs: int, repeat: int = 2,
     from parastream.graph.ir import validate
     from parastream.sim.run import simulate_plan
 
-    from parastream.calibrate.overhead import calibrated_profile
+    from parastream.cpu.overhead import calibrated_profile
 
     def wall(module, inputs, rn, plan) -> float:
         return measure(module, inputs, plan, runs=runs, drop=2, runnable=rn,
@@ -276,12 +276,12 @@ def main() -> None:
     ap.add_argument("--calibrations", type=int, default=1, metavar="N",
                     help="the run's profile: the median of N calibrations, one after another "
                          "(parastream calibrate --repeat N; default 1)")
-    from parastream.runtime import malloc
+    from parastream.cpu import malloc
 
     malloc.add_argument(ap)
     args = ap.parse_args()
     print(malloc.apply(args.malloc), flush=True)  # as parastream run does, before measuring
-    from parastream.calibrate.overhead import calibrated_profile
+    from parastream.cpu.overhead import calibrated_profile
     from parastream.zoo import ZOO
 
     print("CPU, 2 cores; torch", torch.__version__, flush=True)

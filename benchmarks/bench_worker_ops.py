@@ -29,7 +29,7 @@ def hold_ab(specs: list[str], calls: int) -> None:
     from parastream.zoo import ZOO
     from parastream.workflow.plan import build
     from parastream.plan.model import Plan
-    from parastream.runtime import cpu
+    from parastream.cpu import backend as cpu
     from parastream.runtime.executor import MultiStreamExecutor
 
     profile = load_profile("cpu")

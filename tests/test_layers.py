@@ -2,12 +2,13 @@
 its own.
 
 From the top: the command line (``cli``, ``__main__``), the library API (``api``), the
-orchestration behind each command (``workflow``), calibration (it drives the runtime and
-the planner), the emitter and the pipeline, the runtime (streams on real devices), the
-renderers and the simulator, the planner, the model graph with the built-in models, and at
-the bottom the device profiles and the profiler timelines beside the shared helpers
-(atomic output, errors, Markdown text). Torch is imported only where a model is built,
-imported or run (``tests/test_code_shape.py`` checks the analysis layers).
+orchestration behind each command (``workflow``), the cpu backend's own package (``cpu``:
+the layers below reach it only through registries that load it by name), calibration (it
+drives the runtime and the planner), the emitter and the pipeline, the runtime (streams on
+real devices), the renderers and the simulator, the planner, the model graph with the
+built-in models, and at the bottom the device profiles and the profiler timelines beside
+the shared helpers (atomic output, errors, Markdown text). Torch is imported only where a
+model is built, imported or run (``tests/test_code_shape.py`` checks the analysis layers).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ LAYERS = (
     "parastream.cli",
     "parastream.api",
     "parastream.workflow",
+    "parastream.cpu",
     "parastream.calibrate",
     "parastream.emit | parastream.pipeline",
     "parastream.runtime",

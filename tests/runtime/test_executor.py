@@ -218,7 +218,7 @@ def test_workers_run_without_autograd(tiny_models):
     # they turn it off themselves (else every op on a weight builds an autograd graph)
     module, inputs, rn = tiny_models["llama_layer"]
     assert any(p.requires_grad for p in module.parameters())
-    from parastream.runtime.cpu import CpuBackend
+    from parastream.cpu.backend import CpuBackend
 
     plan = assign(rn.graph, "matching", max_streams=2)
     for backend in ("cpu", CpuBackend()):  # a backend instance the caller made, too

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from parastream.graph.torch_import import import_runnable
 from parastream.zoo import ZOO
 from parastream.plan.assign import assign
-from parastream.runtime.malloc import page_faults
+from parastream.runtime.host import page_faults
 from parastream.runtime.measure import analyse, measure, paired_quartiles
 from parastream.runtime.recommend import CandidateResult, recommend
 
@@ -141,7 +141,7 @@ def test_keep_inputs_puts_back_only_what_the_call_changed():
 
 def test_each_side_alone_is_timed_from_the_inputs_as_given(tmp_path):
     """The separate-process baseline (run's 'in separate processes' figures)."""
-    from parastream.runtime import baseline
+    from parastream.cpu import baseline
 
     model = tmp_path / "writes.py"
     model.write_text(
@@ -305,7 +305,7 @@ def test_each_side_is_measured_in_a_process_of_its_own(monkeypatch):
     from parastream.device.profile import load_profile
     from parastream.graph.models import load_model
     from parastream.graph.torch_import import import_runnable
-    from parastream.runtime import baseline
+    from parastream.cpu import baseline
 
     module, inputs, name, _ = load_model("two_chains", "tiny", None)
     doc = build(import_runnable(module, inputs, name=name).graph, load_profile("cpu"),
@@ -328,13 +328,13 @@ def test_each_timed_multi_stream_run_follows_untimed_ones_while_the_team_spins(
         inception, monkeypatch):
     import time
 
-    from parastream.runtime import cpu
+    from parastream.runtime import host
     from parastream.runtime.executor import MultiStreamExecutor
 
     module, inputs, rn = inception
     plan = assign(rn.graph, "matching", max_streams=2)
     spin = 0.03
-    monkeypatch.setattr(cpu, "team_spin_s", lambda threads: spin)
+    monkeypatch.setattr(host, "team_spin_s", lambda threads: spin)
     events = []  # ("plain", end) and ("multi", start)
     hook = module.register_forward_hook(
         lambda *_: events.append(("plain", time.perf_counter())))
@@ -386,30 +386,30 @@ def test_each_timed_multi_stream_run_follows_untimed_ones_while_the_team_spins(
 
 def test_team_spin_is_measured_once_per_thread_count(monkeypatch):
     torch = pytest.importorskip("torch")
-    from parastream.runtime import cpu
+    from parastream.runtime import host
 
-    monkeypatch.setattr(cpu, "_team_spin", {})
+    monkeypatch.setattr(host, "_team_spin", {})
     threads = torch.get_num_threads()
-    assert cpu.team_spin_s(1) == 0.0
-    first = cpu.team_spin_s(2)
-    assert 0.0 <= first <= cpu.TEAM_SPIN_MAX_S
+    assert host.team_spin_s(1) == 0.0
+    first = host.team_spin_s(2)
+    assert 0.0 <= first <= host.TEAM_SPIN_MAX_S
     assert torch.get_num_threads() == threads  # the caller's setting is back
     calls = []
-    monkeypatch.setattr(cpu, "_measure_team_spin", lambda *a: calls.append(a) or 1.0)
-    assert cpu.team_spin_s(2) == first and calls == []  # cached
-    assert cpu.team_spin_s(3) == cpu.TEAM_SPIN_MAX_S     # measured, capped
+    monkeypatch.setattr(host, "_measure_team_spin", lambda *a: calls.append(a) or 1.0)
+    assert host.team_spin_s(2) == first and calls == []  # cached
+    assert host.team_spin_s(3) == host.TEAM_SPIN_MAX_S     # measured, capped
     assert len(calls) == 1
 
 
 def test_team_spin_falls_back_where_thread_times_cannot_be_read(monkeypatch):
     torch = pytest.importorskip("torch")
-    from parastream.runtime import cpu
+    from parastream.runtime import host
 
     threads = torch.get_num_threads()
     for unreadable in (lambda: {}, lambda: (_ for _ in ()).throw(OSError("no /proc"))):
-        monkeypatch.setattr(cpu, "_team_spin", {})
-        monkeypatch.setattr(cpu, "_task_cpu_ns", unreadable)
-        assert cpu.team_spin_s(2) == cpu.TEAM_SPIN_FALLBACK_S
+        monkeypatch.setattr(host, "_team_spin", {})
+        monkeypatch.setattr(host, "_task_cpu_ns", unreadable)
+        assert host.team_spin_s(2) == host.TEAM_SPIN_FALLBACK_S
         assert torch.get_num_threads() == threads
 
 
@@ -417,12 +417,12 @@ def test_team_spin_leaves_out_a_thread_busy_before_the_op(monkeypatch):
     pytest.importorskip("torch")
     import time
 
-    from parastream.runtime import cpu
+    from parastream.runtime import host
 
     # a thread of the caller's own that never stops computing, team or no team
-    monkeypatch.setattr(cpu, "_task_cpu_ns", lambda: {999_999: time.perf_counter_ns()})
-    monkeypatch.setattr(cpu, "_team_spin", {})
-    assert cpu.team_spin_s(2) == 0.0
+    monkeypatch.setattr(host, "_task_cpu_ns", lambda: {999_999: time.perf_counter_ns()})
+    monkeypatch.setattr(host, "_team_spin", {})
+    assert host.team_spin_s(2) == 0.0
 
 
 def test_auto_ranks_candidates_by_the_models_own_op_times(inception):

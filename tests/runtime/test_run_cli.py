@@ -10,7 +10,7 @@ import pytest
 
 from parastream.errors import InputError
 from parastream.cli import run as cli
-from parastream.runtime import malloc
+from parastream.cpu import malloc
 from parastream.workflow.run import candidate_label as _candidate_label
 from parastream.workflow.run import safe_label as _safe
 

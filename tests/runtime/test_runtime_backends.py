@@ -11,8 +11,9 @@ import time
 import numpy as np
 import pytest
 
+from parastream.cpu.backend import CpuBackend
 from parastream.runtime import Event, Stream, StreamError, available_backends, get_backend
-from parastream.runtime.cpu import CpuBackend, _task_cpu_ns
+from parastream.runtime.host import _task_cpu_ns
 from parastream.runtime.null import NullBackend
 from parastream.timeline.analyze import analyze_capture
 
@@ -319,7 +320,7 @@ def test_unrecorded_event_wait_is_a_no_op_on_null():
 
 def test_importing_runtime_and_pipeline_does_not_import_torch():
     code = ("import sys; sys.modules['torch'] = None\n"
-            "import parastream.runtime, parastream.runtime.cpu, parastream.runtime.null\n"
+            "import parastream.runtime, parastream.cpu.backend, parastream.runtime.null\n"
             "import parastream.pipeline, parastream.cli.pipeline, parastream.pipeline.planner\n"
             "from parastream.pipeline import Pipeline, Stage\n"
             "with Pipeline([Stage('a', lambda x: x + 1)]) as p:\n"

@@ -22,7 +22,7 @@ here, on the device, through the executor that runs the plans:
 Everything else (vector peaks, hardware queues, the scheduler sweep) is kept from the
 shipped profile of that GPU (``h100`` when its name is not one), and each figure's
 ``sources`` entry says which is which. Each timing is the median of several rounds;
-slopes are taken within a round (:func:`parastream.calibrate.overhead.per_round`).
+slopes are taken within a round (:func:`parastream.calibrate.chains.per_round`).
 """
 
 from __future__ import annotations
@@ -110,7 +110,7 @@ def measure_host_costs(device: str = "cuda", quick: bool = True) -> dict[str, fl
     from ..plan.model import Plan
     from ..runtime.backend import untimed
     from ..runtime.executor import MultiStreamExecutor
-    from .overhead import VARIED_LONG, VARIED_SHORT, per_round, varied_chain
+    from .chains import VARIED_LONG, VARIED_SHORT, per_round, varied_chain
 
     timed = _timer(device)
     calls = 15 if quick else 40

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import sys
 
-from ..runtime import malloc
+from ..cpu import malloc
 from ..runtime.backend import backend_capabilities
 from ..workflow.demo import DEFAULT_MODEL, DEFAULT_SCALE, DemoResult, DemoSettings
 

@@ -13,7 +13,7 @@ import sys
 from typing import Any
 
 from ..errors import InputError
-from ..runtime import malloc
+from ..cpu import malloc
 from ..runtime.backend import declared_capabilities
 
 

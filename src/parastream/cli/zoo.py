@@ -43,7 +43,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "figure; prints how much the figures moved between them (default 1; "
                         "on a busy machine 3 keep one slow spell out of the profile; at most "
                         "10)")
-    from ..runtime import malloc
+    from ..cpu import malloc
 
     malloc.add_argument(c)
     c.set_defaults(func=cmd_calibrate)
@@ -114,8 +114,8 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     if not args.output.strip():
         raise InputError(None, "-o/--output must name a file")
     check_writable(args.output)  # fail before spending seconds measuring
-    from ..runtime import malloc
-    from ..calibrate.overhead import calibrate_cpu
+    from ..cpu import malloc
+    from ..cpu.overhead import calibrate_cpu
 
     print(f"parastream calibrate: {malloc.apply(args.malloc)}", file=sys.stderr)
     if on is not None:

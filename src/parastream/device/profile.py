@@ -54,7 +54,7 @@ class OpRate(msgspec.Struct, forbid_unknown_fields=True):
     #: costs ``cold_*_us`` more, and each input byte gone cold is read at ``cold_gbps_*``
     #: GB/s on top (0 = no such part), on one thread / on all cores; measured as each op
     #: type timed once per pass over all calibrated op types. 0 = not measured. See the
-    #: profile's ``cold_after_us`` and :func:`parastream.device.cost.cold_us`.
+    #: profile's ``cold_after_us`` and :func:`parastream.cpu.cost.cold_us`.
     cold_1_us: float = 0.0
     cold_all_us: float = 0.0
     cold_gbps_1: float = 0.0
@@ -148,7 +148,7 @@ class DeviceProfile(msgspec.Struct, forbid_unknown_fields=True):
     #: where ``limit_core_num`` exists on this device (None: nowhere; see CoreLimitFacts)
     core_limit: CoreLimitFacts | None = None
     #: CPU only: measured costs of op types (``linear``, ``conv2d``, ``rms_norm``, ...) that
-    #: replace the roofline for them and their families (see device.cost.op_rate_key)
+    #: replace the roofline for them and their families (see cpu.cost.op_rate_key)
     op_rates: dict[str, OpRate] = {}
     #: CPU only: the executor's fixed cost per forward call (setup, rejoin, outputs)
     run_overhead_us: float = 0.0
@@ -207,6 +207,14 @@ class DeviceProfile(msgspec.Struct, forbid_unknown_fields=True):
         dispatch is host time inside it rather than a launch that overlaps a device. The
         one place a profile's kind decides that."""
         return self.kind == "cpu"
+
+    @property
+    def cost_model(self) -> str:
+        """The cost model that prices this profile's ops, by its name in
+        :data:`parastream.device.cost.COST_MODELS`: ``host_kernels`` where the ops run as
+        host kernels (:attr:`on_host`; the cpu backend's model,
+        :mod:`parastream.cpu.cost`), else ``roofline``."""
+        return "host_kernels" if self.on_host else "roofline"
 
     @property
     def op_host_us(self) -> float:

@@ -212,7 +212,7 @@ def capabilities_of(backend: Any) -> Capabilities:
 
 #: name -> "module:attribute" of a backend factory; imported on first use
 _SHIPPED: dict[str, str] = {
-    "cpu": "parastream.runtime.cpu:CpuBackend",
+    "cpu": "parastream.cpu.backend:CpuBackend",
     "null": "parastream.runtime.null:NullBackend",
     "cuda": "parastream.runtime.cuda:CudaBackend",
     "npu": "parastream.runtime.cuda:NpuBackend",

@@ -279,7 +279,7 @@ class DeviceBackend(BackendBase):
 
     def timeline(self, source: str | None = None) -> Timeline:
         """The recorded launches of the last run, timed by their device events."""
-        from .cpu import LaneRecorder, build_timeline
+        from .lanes import LaneRecorder, build_timeline
 
         self.synchronize()
         lanes: dict[str, LaneRecorder] = {n: LaneRecorder(n, s.kind)

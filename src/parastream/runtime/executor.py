@@ -140,8 +140,8 @@ def default_threads(streams: int, cores: int | None = None) -> int:
 
 
 def _cores() -> int:
-    """CPUs this process may run on (:func:`parastream.runtime.cpu.cpu_count`)."""
-    from .cpu import cpu_count
+    """CPUs this process may run on (:func:`parastream.runtime.host.cpu_count`)."""
+    from .host import cpu_count
 
     return cpu_count()
 
@@ -382,7 +382,7 @@ class MultiStreamExecutor(torch.fx.Interpreter):
     def _ensure_backend(self) -> None:
         if self.backend is not None:
             return
-        from .cpu import set_intra_op_threads
+        from .host import set_intra_op_threads
 
         spec = self._backend_spec
         # the declared capabilities before the backend exists: its workers start with the

@@ -51,7 +51,7 @@ class Measurement:
     @property
     def faults_per_call(self) -> tuple[float, float] | None:
         """Median page faults per call (single, multi), None where not counted: memory the
-        allocator gave back to the OS and maps again (:mod:`parastream.runtime.malloc`)."""
+        allocator gave back to the OS and maps again (:mod:`parastream.cpu.malloc`)."""
         if not self.single_faults or not self.multi_faults:
             return None
         return statistics.median(self.single_faults), statistics.median(self.multi_faults)
@@ -175,7 +175,7 @@ def measure(module: Any, inputs: Sequence[Any], plan: Plan,
     With ``rewarm`` (backends whose streams share the host's OpenMP thread team) each
     timed multi-stream run follows untimed ones, for as long as the single-stream runs'
     thread team keeps spinning after its last op
-    (:func:`~parastream.runtime.cpu.team_spin_s`): the spinning thread takes a core from
+    (:func:`~parastream.runtime.host.team_spin_s`): the spinning thread takes a core from
     the streams' workers, and a stream's first op then starts late. Waiting instead does
     not work on a virtual machine whose idle vCPUs halt: waking them slows every thread
     hand-off of the next run. A multi-stream plan run on its own has no such neighbour:
@@ -260,7 +260,7 @@ class _SideBySide:
     def timed(self, fn: Callable[..., Any], faults: list[int] | None = None) -> float:
         """One timed call's wall in microseconds (the device synchronised before and
         after); its page faults appended to ``faults`` where the OS counts them."""
-        from .malloc import page_faults
+        from .host import page_faults
 
         self.fresh_inputs()  # untimed
         self.sync()
@@ -278,7 +278,7 @@ class _SideBySide:
         """Warm-up calls, then the timed rounds, with every input put back for the caller
         at the end (the eager module may write one the traced program does not) and,
         between calls, those the program writes."""
-        from .cpu import set_intra_op_threads, team_spin_s
+        from .host import set_intra_op_threads, team_spin_s
 
         s = self.settings
         rewarm = s.rewarm and not self.device

@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 from ..timeline.model import Timeline
 from .backend import STREAM_KINDS, BackendBase
-from .cpu import LaneRecorder, build_timeline
+from .lanes import LaneRecorder, build_timeline
 
 
 @dataclass(frozen=True)

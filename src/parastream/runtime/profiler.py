@@ -87,7 +87,7 @@ def kernel_timeline(doc: dict, assignment: dict[str, int], source: str,
     end on the stream they ran on. Each CUDA stream is labelled with the plan stream most of
     its ops were planned on, one to one (an op that ran elsewhere stays misplaced for the
     placement check); ops that launched no kernel are not in it. None without any span."""
-    from .cpu import LaneRecorder, build_timeline
+    from .lanes import LaneRecorder, build_timeline
 
     rows = []
     for e in doc.get("traceEvents") or []:

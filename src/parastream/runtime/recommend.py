@@ -2,7 +2,7 @@
 
 Rules: a candidate whose measured median wall does not beat the single-stream median by
 ``margin`` (default 5%) is never recommended; on a CPU each side is also measured in a
-process of its own in its best OpenMP setting (:mod:`parastream.runtime.baseline`), and the
+process of its own in its best OpenMP setting (:mod:`parastream.cpu.baseline`), and the
 faster figure of each side counts. The single-stream side is the fastest single-stream
 median of the whole invocation (every candidate's rounds measure the same single-stream
 model): on a busy machine an OpenMP team stalls on a descheduled thread and one
@@ -76,7 +76,7 @@ class CandidateResult:
     verdicts: list[str] = field(default_factory=list)
     triage: str | None = None
     outputs_ok: bool | None = None
-    #: cpu, each in a process of its own (runtime.baseline): the plain module with OpenMP
+    #: cpu, each in a process of its own (cpu.baseline): the plain module with OpenMP
     #: threads spinning, this candidate with them sleeping
     iso_single_us: float | None = None
     iso_multi_us: float | None = None

@@ -236,7 +236,7 @@ class _Demo:
             self.step(f"calibrating {self.where}")  # named as calibrate --device cuda names it
             self.profile_json = dump_profile(calibrate_device(self.device, quick=True))
         else:
-            from ..calibrate.overhead import calibrate_cpu
+            from ..cpu.overhead import calibrate_cpu
 
             self.step("calibrating the local CPU")
             self.profile_json = dump_profile(calibrate_cpu(
@@ -291,7 +291,7 @@ class _Demo:
     def separate_processes(self, runs: Any, multi: list) -> dict | None:
         """Each side again in a process of its own in its best OpenMP setting (cpu), its
         figures attached to the candidates' results; None when skipped."""
-        from ..runtime import baseline
+        from ..cpu import baseline
 
         if not self.caps.host_threads:
             self.step("separate processes skipped: they set the CPU's OpenMP threads")

@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, field, is_dataclass, replace
 from typing import Any, Callable, Iterable, Iterator
 
 from ..errors import InputError
-from ..runtime import malloc
+from ..cpu import malloc
 from ..runtime.backend import backend_capabilities, torch_device_name
 
 #: the shipped profile a device predicts with when none is given and none is calibrated
@@ -139,7 +139,7 @@ def load_run_profile(device: str, path: str | None) -> tuple[Any, str]:
             raise InputError(path, f"not a device profile: {exc}") from None
     caps = backend_capabilities(device)
     if caps.host_threads:
-        from ..calibrate.overhead import calibrated_profile
+        from ..cpu.overhead import calibrated_profile
 
         notes: list[str] = []
         prof = calibrated_profile(quick=True, name="cpu-quick", warn=notes.append)
@@ -288,8 +288,8 @@ def measure_candidates(loaded: Loaded, doc: Any, chosen: list, profile: Any,
     single-stream runs give them (on cuda: the single-stream kernels). ``kernel_single``
     (cuda): :func:`single_kernels` when the caller already profiled them; else profiled
     here."""
-    from ..calibrate.host import BusyWatch
-    from ..runtime.cpu import cpu_count
+    from ..cpu.busy import BusyWatch
+    from ..runtime.host import cpu_count
     from ..runtime.recommend import busy_evidence
 
     s = settings or CandidateSettings()
@@ -552,7 +552,7 @@ class RunSettings:
     profile file (default: a quick calibration here, or the device's shipped profile);
     ``pin``: cpu stream workers pinned to their own cores; ``best_settings``: on cpu, each
     side measured again in a process of its own in its best OpenMP setting; ``malloc``:
-    ``keep`` or ``system`` (:mod:`parastream.runtime.malloc`); ``trace``: a folder for the
+    ``keep`` or ``system`` (:mod:`parastream.cpu.malloc`); ``trace``: a folder for the
     captured timelines and the plan; ``json``: the file the caller writes the result to
     (no trace file may be it); ``on_note``: each progress line as it happens;
     ``on_warning``: each note about the model (the graph import's)."""
@@ -795,7 +795,7 @@ class _Run:
         """The candidates measured, each side again in its best setting (cpu), and the
         recommendation. A plan file's estimates may come from another calibration of the
         same name: only estimates made now, on this profile, are reused (``reuse``)."""
-        from ..runtime import baseline
+        from ..cpu import baseline
         from ..runtime.recommend import recommend
 
         s = self.s

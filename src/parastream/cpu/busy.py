@@ -8,7 +8,7 @@ import statistics
 import threading
 import time
 
-from ..runtime.cpu import cpu_count
+from ..runtime.host import cpu_count
 
 __all__ = ["BusyWatch", "busy_note", "cpu_count"]
 

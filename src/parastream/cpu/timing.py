@@ -8,7 +8,7 @@ import threading
 import time
 from typing import Any, Callable
 
-from .host import cpu_count
+from .busy import cpu_count
 
 
 def _run_times(fn: Callable[[], Any], budget_s: float, min_runs: int,

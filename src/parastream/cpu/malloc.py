@@ -1,4 +1,6 @@
-"""Freed memory kept in the process, and page faults counted per call.
+"""Freed memory kept in the process (``--malloc keep|system``), for the cpu backend's
+measurements; the page faults each call took are counted by
+:func:`parastream.runtime.host.page_faults`.
 
 Why: glibc's malloc gives big freed blocks back to the OS (blocks over its mmap threshold
 are unmapped on free, and a heap whose free top grows past the trim threshold is shrunk),
@@ -17,8 +19,8 @@ The settings go to this process through glibc's ``mallopt`` and to the child pro
 starts (the separate-process baselines) through glibc's environment variables. Elsewhere
 (another C library, an allocator preloaded in glibc's place, macOS, Windows) nothing is
 changed and :func:`keep_freed_memory` says why. One arena puts the stream workers behind
-one allocator lock; side by side that cost nothing measurable (two streams 1.02-1.34x
-faster with ``keep``, benchmarks/bench_malloc.py).
+one allocator lock; side by side that costs nothing measurable
+(benchmarks/bench_malloc.py compares the two settings).
 """
 
 from __future__ import annotations
@@ -27,10 +29,7 @@ import ctypes
 import os
 import sys
 
-try:
-    import resource
-except ImportError:  # not on Windows
-    resource = None  # type: ignore[assignment]
+from ..runtime.host import page_faults
 
 __all__ = ["ARENA_MAX", "KEEP_ENV", "MMAP_THRESHOLD", "TRIM_THRESHOLD", "add_argument", "apply",
            "keep_freed_memory", "page_faults"]
@@ -111,14 +110,6 @@ def keep_freed_memory() -> str:
     return (f"malloc: freed memory kept in the process (glibc: {', '.join(applied)}), so calls "
             "do not fault their buffers in again; --malloc system measures with the "
             "allocator's own settings")
-
-
-def page_faults() -> int | None:
-    """Minor page faults this process has taken so far (all its threads); None where the
-    OS does not count them for us."""
-    if resource is None:
-        return None
-    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
 
 def add_argument(parser) -> None:

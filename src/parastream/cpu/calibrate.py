@@ -9,7 +9,7 @@ What is measured, and how (each number's method is written into the profile's ``
 * memory bandwidth: copying a large array (bytes read + bytes written over the time);
 * per-task overhead (``launch_overhead_us``): handing a no-op task to a persistent worker
   thread through a queue and waiting for its completion, the median round trip (without
-  torch; with it, :mod:`parastream.calibrate.overhead` replaces it by the executor's own
+  torch; with it, :mod:`parastream.cpu.overhead` replaces it by the executor's own
   cost per op, measured through the executor);
 * scheduler sweep: one pass over ``hw_queues`` queues checking each for work;
 * plain Python call overhead, recorded in the sources for reference;
@@ -33,10 +33,10 @@ from functools import partial
 from typing import Any
 
 from ..device.profile import SCHEMA
-from .host import cpu_count
+from .busy import cpu_count
 from .op_rates import (COLD_TARGETS, IDLE_MS, SHORT_IDLE_MS, _third_cases, measure_cold,
                        measure_op_rates, rotation_passes)
-from .profile import sig
+from ..calibrate.profile import sig
 from .timing import _best_time, _median_time, _nbytes, _on_executor_thread
 
 
@@ -493,7 +493,7 @@ def _op_rate_sources(by: str, quick: bool) -> dict[str, str]:
             "written for the rest); cold_*: each case timed "
             f"once per pass over all cases ({rotation_passes(quick)} passes a round, median), "
             "less the burst, as a line in the bytes read: its value at none and the GB/s of its "
-            "slope (parastream.calibrate.op_rates.cold_line)"),
+            "slope (parastream.cpu.op_rates.cold_line)"),
         "cold_after_us": (
             f"{by}: the small {', '.join(COLD_TARGETS)} cases, on 1 thread and on all cores, "
             "each right after the other op cases ran in turn for "
@@ -505,7 +505,7 @@ def _op_rate_sources(by: str, quick: bool) -> dict[str, str]:
             f"{', '.join(f'{ms:g}' for ms in SHORT_IDLE_MS)} ms of the other op types' tiny "
             "cases only: [median idle really spent in us, median over cases and thread "
             "counts of the extra over the extra after the longest idle], made "
-            "non-decreasing (parastream.calibrate.op_rates.measure_cold)"),
+            "non-decreasing (parastream.cpu.op_rates.measure_cold)"),
     }
 
 

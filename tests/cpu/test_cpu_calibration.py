@@ -13,9 +13,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from parastream.device.cost import op_rate_key, rate_variant
-from parastream.calibrate import cpu as cal
-from parastream.calibrate import host, op_rates, profile, timing
+from parastream.calibrate import profile
+from parastream.cpu import busy as host
+from parastream.cpu import calibrate as cal
+from parastream.cpu import op_rates, timing
+from parastream.cpu.cost import op_rate_key, rate_variant
 
 
 def test_measurements_are_positive():
@@ -389,7 +391,7 @@ def test_others_running_leaves_out_this_process_own_threads(monkeypatch):
 
     import pytest
 
-    from parastream.calibrate.host import _others_running
+    from parastream.cpu.busy import _others_running
 
     if not os.path.isdir("/proc/self/task"):
         pytest.skip("no /proc here")
@@ -419,7 +421,7 @@ def test_busy_watch_names_work_that_runs_during_the_calibration():
     import sys
     import time
 
-    from parastream.calibrate.host import BusyWatch, _others_running
+    from parastream.cpu.busy import BusyWatch, _others_running
 
     if _others_running() is None:
         import pytest
@@ -449,7 +451,7 @@ def test_cli_keeps_a_busy_warning_in_the_profile(tmp_path, monkeypatch, capsys):
     import argparse
 
     from parastream.cli import zoo as cli_zoo
-    from parastream.calibrate import overhead
+    from parastream.cpu import overhead
 
     def fake(quick, name, warn):  # one calibration that found the machine busy
         warn("other tasks took at least half the 2 core(s) during 60% of the calibration")

@@ -1,4 +1,4 @@
-"""The executor's own costs for the cpu profile (parastream.calibrate.overhead)."""
+"""The executor's own costs for the cpu profile (parastream.cpu.overhead)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from parastream.device.profile import load_profile
-from parastream.calibrate.overhead import measure_executor_overhead, per_op_cost
+from parastream.cpu.overhead import measure_executor_overhead, per_op_cost
 
 us = st.floats(min_value=0.0, max_value=1e4, allow_nan=False)
 
@@ -46,8 +46,8 @@ def test_measured_per_op_cost_stays_positive_when_op_rates_overshoot():
 def test_calibrate_cpu_warns_before_and_during_a_busy_calibration(monkeypatch):
     import time
 
-    from parastream.calibrate import host as cal
-    from parastream.calibrate import overhead
+    from parastream.cpu import busy as cal
+    from parastream.cpu import overhead
 
     monkeypatch.setattr(overhead, "_calibrate_cpu",
                         lambda quick, name: time.sleep(0.5) or {"sources": {}})

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from parastream.runtime import malloc
+from parastream.cpu import malloc
 from parastream.cli.run import faults_line
 
 glibc = pytest.mark.skipif(malloc._mallopt() is None, reason="needs glibc's mallopt")
@@ -19,7 +19,7 @@ glibc = pytest.mark.skipif(malloc._mallopt() is None, reason="needs glibc's mall
 # 32 MiB), so each round faults in every page again, unless freed memory is kept
 _ROUNDS = """
 import ctypes, json, os, sys
-from parastream.runtime import malloc
+from parastream.cpu import malloc
 note = malloc.apply(sys.argv[1])
 libc = ctypes.CDLL(None)
 libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]

@@ -66,7 +66,7 @@ def isolated(model: str, scale: str, phase: str | None, policy: str, **run: Any)
             "candidates": list(what.candidates or ())}
     env = dict(os.environ, OMP_WAIT_POLICY=policy)
     try:
-        r = subprocess.run([sys.executable, "-m", "parastream.runtime.baseline", json.dumps(spec)],
+        r = subprocess.run([sys.executable, "-m", "parastream.cpu.baseline", json.dumps(spec)],
                            env=env, capture_output=True, text=True, timeout=what.timeout_s)
     except subprocess.TimeoutExpired:
         return {"error": f"the child process took over {what.timeout_s:.0f} s"}
@@ -89,7 +89,7 @@ def best_settings(model: str, scale: str, phase: str | None, doc: Any, candidate
     import tempfile
 
     from ..plan.io import dumps
-    from .executor import _cores
+    from ..runtime.executor import _cores
 
     t = ChildTiming(**timing)
     threads = t.threads or _cores()
@@ -117,9 +117,9 @@ def _measure(spec: dict) -> dict:
     import torch
 
     from ..graph.models import load_model
-    from .cpu import set_intra_op_threads
-    from .executor import MultiStreamExecutor, default_threads, keep_inputs
-    from .measure import median_wall_us
+    from ..runtime.host import set_intra_op_threads
+    from ..runtime.executor import MultiStreamExecutor, default_threads, keep_inputs
+    from ..runtime.measure import median_wall_us
 
     module, inputs, name, _ = load_model(spec["model"], spec["scale"], spec["phase"])
     w, r, d, threads = spec["warmup"], spec["runs"], spec["drop"], spec["threads"]

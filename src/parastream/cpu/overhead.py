@@ -35,26 +35,9 @@ import statistics
 from functools import partial
 from typing import Any, Callable
 
+from ..calibrate.chains import VARIED_LONG, VARIED_SHORT, chain_module, per_round, varied_chain
+
 SHORT, LONG = 4, 64
-
-
-def _chain(n: int, step: Callable[[Any, Any], Any], **params: Any) -> Any:
-    """A module applying ``step(module, x)`` ``n`` times, with ``params`` (tensors) as its
-    parameters; built lazily so importing this module needs no torch."""
-    import torch
-
-    class Chain(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            for key, value in params.items():
-                setattr(self, key, torch.nn.Parameter(value))
-
-        def forward(self, x):
-            for _ in range(n):
-                x = step(self, x)
-            return x
-
-    return Chain().eval()
 
 
 def _add_step(m: Any, x: Any) -> Any:
@@ -72,26 +55,8 @@ def _view_step(m: Any, x: Any) -> Any:
     return x.unsqueeze(0).transpose(0, 1).squeeze(1) + 1
 
 
-#: rounds of the varied chain at its two lengths (nine ops a round)
-VARIED_SHORT, VARIED_LONG = 1, 8
 #: times the varied chains are measured at most, until the executor's slope is over eager's
 VARIED_TRIES = 3
-
-
-def varied_chain(n: int) -> Any:
-    """``n`` rounds of nine tiny ops of seven types, two of them reading folded views, on
-    a (1, 16) input: the executor's work per op as in a model's layers (calibrate's chain
-    for the per-op cost)."""
-    import torch
-    import torch.nn.functional as F
-
-    def step(m: Any, x: Any) -> Any:
-        a, b = x[..., :8], x[..., 8:]
-        x = x * 0.5 + torch.cat([-b, a], dim=-1)
-        x = F.layer_norm(F.silu(F.linear(x, m.w)), (16,), m.g)
-        return torch.softmax(x, dim=-1) + x
-
-    return _chain(n, step, w=torch.randn(16, 16) / 4, g=torch.ones(16))
 
 
 def per_op_cost(chain_op_us: float, own_op_us: float, eager_op_us: float) -> float:
@@ -103,16 +68,6 @@ def per_op_cost(chain_op_us: float, own_op_us: float, eager_op_us: float) -> flo
     slope, while the executor's extra over eager, timed in the same rounds, is what it
     spends at least."""
     return max(0.0, chain_op_us - own_op_us, chain_op_us - eager_op_us)
-
-
-def per_round(timers: dict[Any, Callable[[], float]], rounds: int) -> list[dict[Any, float]]:
-    """``rounds`` rounds, each timing every one of ``timers`` once, in turn. Figures
-    derived within one round (a slope between two chain lengths, the difference between
-    two plans) compare walls timed within a second of each other, and their median over
-    the rounds is the estimate: a shared machine's speed can move by 2x within seconds,
-    and a slope from two lengths timed seconds apart takes such a move for the
-    executor's cost."""
-    return [{key: timer() for key, timer in timers.items()} for _ in range(rounds)]
 
 
 def measure_executor_overhead(quick: bool = False, rounds: int = 3,
@@ -220,10 +175,10 @@ class _OverheadBench:
         x = torch.randn(16)
         timers: dict[tuple[str, int], Callable[[], float]] = {}
         for n in (SHORT, LONG):
-            module = _chain(n, _view_step)
+            module = chain_module(n, _view_step)
             rn = import_runnable(module, (x,), name=f"views{n}")
             timers["views", n] = self.wall(self.executor(module, rn, _single(rn), self.cores, x), x)
-            module = _chain(n, _add_step)
+            module = chain_module(n, _add_step)
             rn = import_runnable(module, (x,), name=f"chain{n}")
             names = [o.name for o in rn.graph.ops]
             timers["single", n] = self.wall(self.executor(module, rn, _single(rn), self.cores, x), x)
@@ -302,17 +257,17 @@ def calibrated_profile(quick: bool = True, name: str = "cpu-calibrated",
 
 def calibrate_cpu(quick: bool = False, name: str = "cpu-calibrated",
                   warn: Callable[[str], None] | None = None, repeat: int = 1) -> dict:
-    """:func:`parastream.calibrate.cpu.calibrate` plus the executor's own costs: the
+    """:func:`parastream.cpu.calibrate.calibrate` plus the executor's own costs: the
     profile ``parastream run`` and ``parastream demo`` predict with (without torch, just
     the former: there is no executor to measure). ``warn`` is told, in one line each,
     when other tasks run on the cores as it starts
-    (:func:`~parastream.calibrate.host.busy_note`) and when they took the cores during
-    it (:class:`~parastream.calibrate.host.BusyWatch`): the figures are then noisy. What
+    (:func:`~parastream.cpu.busy.busy_note`) and when they took the cores during
+    it (:class:`~parastream.cpu.busy.BusyWatch`): the figures are then noisy. What
     it was told is kept in the profile too (``sources["warning"]``), which ``graph``,
     ``plan``, ``simulate`` and ``run --profile`` repeat whenever they use it.
     ``repeat`` > 1 calibrates that many times, one after another, and keeps the median of
     each figure (:func:`~parastream.calibrate.profile.median_profile`)."""
-    from .profile import median_profile
+    from ..calibrate.profile import median_profile
 
     notes: list[str] = []
 
@@ -331,7 +286,7 @@ def _watched_calibration(quick: bool, name: str,
                          warn: Callable[[str], None] | None) -> dict:
     if warn is None:
         return _calibrate_cpu(quick, name)
-    from .host import BusyWatch, busy_note, cpu_count
+    from .busy import BusyWatch, busy_note, cpu_count
 
     cores = cpu_count()
     before = busy_note(cores)
@@ -351,8 +306,8 @@ def _calibrate_cpu(quick: bool, name: str) -> dict:
     import msgspec
 
     from ..device.profile import loads_profile
-    from .cpu import calibrate
-    from .profile import sig
+    from .calibrate import calibrate
+    from ..calibrate.profile import sig
 
     profile = calibrate(quick=quick, name=name)
     if importlib.util.find_spec("torch") is None:

@@ -10,8 +10,8 @@ import time
 from functools import partial
 from typing import Any, Callable, Sequence
 
-from .host import cpu_count
-from .profile import sig
+from .busy import cpu_count
+from ..calibrate.profile import sig
 from .timing import _median_time, _nbytes, _on_executor_thread
 
 
@@ -171,7 +171,7 @@ def _op_cases() -> dict[str, tuple[str, Callable[[bool], _Case]]]:
     bracket the zoo's tiny and small scales, except that the element-wise, copy and softmax
     cases start above torch's intra-op grain (32Ki output elements): below it
     torch runs them on the calling thread, which the cost model costs on the one-thread
-    line (:func:`parastream.device.cost.runs_serial`); a line through one serial and one
+    line (:func:`parastream.cpu.cost.runs_serial`); a line through one serial and one
     multi-threaded point would put the thread team's fixed cost into the rate, and make
     a mid-sized op several times too cheap."""
     return {"linear": ("flops", _case_linear), "linear.few_rows": ("flops", _case_few_rows),
