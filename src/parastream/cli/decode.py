@@ -34,7 +34,8 @@ def add_parser(subparsers: Any) -> None:
             "on CPU threads."))
     p.add_argument("--model", default="small", metavar="SIZE",
                    help="built-in decoder size: tiny or small (default small; 7b is for "
-                        "prediction, not built yet)")
+                        "prediction, not built yet), or path/to/file.py:factory returning "
+                        "a decoder that follows the protocol in docs/decode.md")
     p.add_argument("--modes", default="all", metavar="M,...",
                    help=f"modes to run, comma-separated: {MODES_HELP} (default all)")
     p.add_argument("--requests", type=int, default=32, metavar="N",
@@ -69,14 +70,14 @@ def add_parser(subparsers: Any) -> None:
 def cmd_decode(args: argparse.Namespace) -> int:
     """Run the modes (:func:`parastream.workflow.decode.decode`), print the table, write
     the JSON document and the traces."""
-    from ..atomic import check_outputs, write_atomic
+    from ..atomic import check_outputs, spec_paths, write_atomic
     from ..decode.workload import WorkloadOptions
     from ..workflow.decode import DecodeSettings, check_modes, decode
 
     modes = check_modes(args.modes)
     traces = trace_paths(args.output, modes)
     check_outputs({"--json": args.json, **{f"-o/--output ({m})": p for m, p in traces.items()}},
-                  [args.workload])
+                  spec_paths(args.workload, args.model))
     wl = WorkloadOptions(requests=args.requests, rate=args.rate, lengths=args.lengths,
                          seed=args.seed, file=args.workload)
     settings = DecodeSettings(concurrency=args.concurrency, kv_blocks=args.kv_blocks,

@@ -91,15 +91,19 @@ def check_modes(modes: str | Sequence[str]) -> tuple[str, ...]:
 
 
 def load_model(model: Any, seed: int = 0) -> Any:
-    """A size name of the built-in decoder (runnable sizes only), or a decoder object
-    following the protocol of :mod:`parastream.decode.model` (returned as it is)."""
+    """A size name of the built-in decoder (runnable sizes only), ``path/to/file.py:factory``
+    (:func:`parastream.decode.protocol.load_factory`), or a decoder object following the
+    protocol of :mod:`parastream.decode.model` (returned as it is)."""
     from ..decode.model import RUNNABLE, SIZES, build_model
+    from ..decode.protocol import is_factory_spec, load_factory
 
     if not isinstance(model, str):
         return model
+    if is_factory_spec(model):
+        return load_factory(model)
     if model not in SIZES:
-        raise InputError(None, f"--model: {model!r} is not a built-in size: choose from "
-                               f"{', '.join(SIZES)}")
+        raise InputError(None, f"--model: {model!r} is not a built-in size ({', '.join(SIZES)}) "
+                               "nor path/to/file.py:factory")
     if model not in RUNNABLE:
         raise InputError(None, f"--model {model}: built on the meta device, shapes for "
                                "prediction only; prediction (--simulate) is not built yet, "
@@ -173,9 +177,11 @@ def _result(decoder: Any, runs: list, settings: DecodeSettings, wl: Any,
 
 
 def _model_doc(cfg: Any) -> dict:
-    return {"name": getattr(cfg, "name", "custom"), "vocab": cfg.vocab, "dim": cfg.dim,
-            "layers": cfg.layers, "heads": cfg.heads, "kv_heads": cfg.kv_heads,
-            "ffn": cfg.ffn, "context": cfg.context}
+    """The model's shape (None for what a decoder of the user's own does not say)."""
+    doc = {k: getattr(cfg, k, None) for k in ("name", "vocab", "dim", "layers", "heads",
+                                               "kv_heads", "ffn", "context")}
+    doc["name"] = doc["name"] or "custom"
+    return doc
 
 
 def _rate(rate: float) -> float | str:
