@@ -67,8 +67,8 @@ from .opaque import (EXPERTS_ARGS, eager_experts, is_module_call, module_call_op
 from .runnable import Runnable, runnable
 from .tensors import (dtype_name, flat_leaves, flat_nodes, flat_tensors,  # noqa: F401
                       is_tensor, nbytes_of, node_value, numel_of, shape_of, size_of)
-from .trace import (EXPORT, Trace, check_call, export_program, quiet_torch,  # noqa: F401
-                    trace)
+from .trace import (EXPORT, Trace, call_leaves, check_call, export_program,  # noqa: F401
+                    quiet_torch, trace)
 
 # ----------------------------------------------------------------------------- op tables
 #: short op names that move no data (their consumers are wired to the producer)
@@ -187,10 +187,8 @@ def import_runnable(module: Any, example_inputs: Sequence[Any] | Any, name: str 
     Inputs must be real tensors here, since the graph module is meant to run: inputs on
     the meta device (a zoo model at 7b scale) are an :class:`InputError`.
     """
-    from torch.utils._pytree import tree_leaves
-
     inputs = check_call(module, example_inputs, name, method)
-    if any(is_tensor(t) and t.device.type == "meta" for t in tree_leaves(inputs)):
+    if any(is_tensor(t) and t.device.type == "meta" for t in call_leaves(inputs)):
         raise InputError(None, f"{name} lives on the meta device (no real weights), so it cannot "
                                "run: use a scale with real tensors (tiny or small in the zoo)")
     g, tr = import_trace(module, inputs, name, meta, method)
