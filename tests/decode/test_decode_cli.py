@@ -55,6 +55,7 @@ def test_one_mode_from_a_workload_file(tmp_path, capsys):
     (["--model", "7b"], "prediction only"),
     (["--model", "huge"], "not a built-in size"),
     (["--concurrency", "0"], "--concurrency"),
+    (["--streams", "0"], "--streams"),
     (["--kv-blocks", "0"], "--kv-blocks"),
     (["--max-skip", "-1"], "--max-skip"),
     (["--rate", "0"], "--rate"),

@@ -30,6 +30,24 @@ def test_the_lanes_of_each_mode(runs):
     assert sum(n.startswith("prefill r") for n in names) == 5
 
 
+def test_fewer_streams_than_requests_are_shared(tiny, runs):
+    """Two hardware queues for three running requests: each request keeps its own lane,
+    the tokens are the same, and at most two steps run at once."""
+    reqs = requests(5, output=4)
+    st = ModeSettings(concurrency=3, kv_blocks=32, context=tiny.config.context, streams=2)
+    run = run_mode(tiny, "streams", reqs, st)
+    assert [lv.tokens for lv in run.lives] == [lv.tokens for lv in runs["sequential"].lives]
+    tl = run.timeline
+    host = tl.streams.index(HOST_LANE)
+    edges = sorted((t, d) for s, e, k in zip(tl.start_ns, tl.end_ns, tl.stream) if k != host
+                   for t, d in ((int(s), 1), (int(e), -1)))
+    level = peak = 0
+    for _, d in sorted(edges, key=lambda x: (x[0], x[1])):
+        level += d
+        peak = max(peak, level)
+    assert peak <= 2
+
+
 def test_overlap_mode_schedules_while_the_device_steps(runs):
     """In batch+overlap the host's spans fall inside device steps; in batch they do not
     (the host waits for each step)."""

@@ -41,7 +41,10 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--requests", type=int, default=32, metavar="N",
                    help="requests to generate (default 32)")
     p.add_argument("--concurrency", type=int, default=16, metavar="N",
-                   help="most requests running at once; the streams of 'streams' (default 16)")
+                   help="most requests running at once (default 16)")
+    p.add_argument("--streams", type=int, metavar="N",
+                   help="streams of the 'streams' mode, its hardware queues (default: "
+                        "--concurrency; fewer are shared by the running requests)")
     p.add_argument("--rate", type=float, default=float("inf"), metavar="R",
                    help="Poisson arrivals per second (default inf: all at the start)")
     p.add_argument("--lengths", default="uniform", metavar="NAME",
@@ -81,7 +84,8 @@ def cmd_decode(args: argparse.Namespace) -> int:
     wl = WorkloadOptions(requests=args.requests, rate=args.rate, lengths=args.lengths,
                          seed=args.seed, file=args.workload)
     settings = DecodeSettings(concurrency=args.concurrency, kv_blocks=args.kv_blocks,
-                              max_skip=args.max_skip, threads=args.threads)
+                              max_skip=args.max_skip, threads=args.threads,
+                              streams=args.streams)
     result = decode(args.model, modes, workload=wl, settings=settings)
     doc = result.to_dict()
     sys.stdout.write(render_text(doc))

@@ -36,13 +36,15 @@ HOST_LANE = "scheduler"
 
 @dataclass(frozen=True)
 class ModeSettings:
-    """A run's settings: ``concurrency`` (most running requests; streams in ``streams``),
-    the KV budget ``kv_blocks``, ``max_skip``, and the model's ``context``."""
+    """A run's settings: ``concurrency`` (most running requests), the KV budget
+    ``kv_blocks``, ``max_skip``, the model's ``context`` and ``streams`` (the streams of
+    ``streams`` mode, its hardware queues; None = one per running request)."""
 
     concurrency: int = 16
     kv_blocks: int = 1024
     max_skip: int = 4
     context: int = 1 << 30
+    streams: int | None = None
 
     def scheduler(self, mode: str) -> SchedulerSettings:
         """The scheduler settings of ``mode`` (``sequential`` runs one at a time)."""
@@ -142,10 +144,11 @@ class Engine:
         self.jobs = [Job(r.rid, r.rid, len(r.prompt), r.output_tokens) for r in requests]
         self.overlap = mode == "batch+overlap"
         self.peak_blocks = 0
+        self.streams = settings.streams or settings.concurrency
 
     def run(self) -> ModeRun:
         """Serve every request; each ends finished or failed with a reason."""
-        executor = (_Streams(self.model, self.sched.settings.max_running)
+        executor = (_Streams(self.model, self.streams)
                     if self.mode == "streams" else _OneDevice(self.model))
         host = _Host(pending=[lv.request for lv in self.lives])
         start = now_ns()

@@ -23,21 +23,25 @@ MAX_THREADS = 1024
 
 @dataclass(frozen=True)
 class DecodeSettings:
-    """How to serve: ``concurrency`` (most running requests; the streams of ``streams``),
-    ``kv_blocks`` (the KV budget in blocks; None = room for ``concurrency`` requests at
-    the model's full context), ``max_skip`` (passes a waiting request may be passed
-    over), ``threads`` (torch intra-op threads, set for the run and restored after)."""
+    """How to serve: ``concurrency`` (most running requests), ``kv_blocks`` (the KV
+    budget in blocks; None = room for ``concurrency`` requests at the model's full
+    context), ``max_skip`` (passes a waiting request may be passed over), ``threads``
+    (torch intra-op threads, set for the run and restored after), ``streams`` (the
+    streams of ``streams`` mode, its hardware queues; None = ``concurrency``, more
+    running requests than streams share them)."""
 
     concurrency: int = 16
     kv_blocks: int | None = None
     max_skip: int = 4
     threads: int = 1
+    streams: int | None = None
 
     def check(self) -> None:
         """InputError naming the flag of a setting out of range."""
         for flag, v, lo, hi in (("--concurrency", self.concurrency, 1, MAX_CONCURRENCY),
-                                ("--threads", self.threads, 1, MAX_THREADS)):
-            if not lo <= v <= hi:
+                                ("--threads", self.threads, 1, MAX_THREADS),
+                                ("--streams", self.streams, 1, MAX_CONCURRENCY)):
+            if v is not None and not lo <= v <= hi:
                 raise InputError(None, f"{flag} must be an integer from {lo} to {hi}, got {v}")
         if self.kv_blocks is not None and self.kv_blocks < 1:
             raise InputError(None, f"--kv-blocks must be at least 1, got {self.kv_blocks}")
@@ -149,7 +153,8 @@ def _serve(decoder: Any, modes: tuple[str, ...], requests: list,
     context = decoder.config.context
     blocks = settings.kv_blocks or settings.concurrency * blocks_for(context)
     ms = ModeSettings(concurrency=settings.concurrency, kv_blocks=blocks,
-                      max_skip=settings.max_skip, context=context)
+                      max_skip=settings.max_skip, context=context,
+                      streams=settings.streams or settings.concurrency)
     return [run_mode(decoder, m, requests, ms) for m in modes]
 
 
@@ -169,7 +174,8 @@ def _result(decoder: Any, runs: list, settings: DecodeSettings, wl: Any,
     return DecodeResult(
         schema=SCHEMA, model=_model_doc(cfg), device="CPU",
         settings={"concurrency": settings.concurrency, "kv_blocks": runs[0].kv_blocks,
-                  "max_skip": settings.max_skip, "threads": settings.threads},
+                  "max_skip": settings.max_skip, "threads": settings.threads,
+                  "streams": settings.streams or settings.concurrency},
         workload={"requests": len(runs[0].lives), "rate": _rate(wl.rate),
                   "lengths": None if wl.file else wl.lengths, "seed": wl.seed,
                   "file": wl.file},
