@@ -26,7 +26,8 @@ def test_the_table_json_and_traces(tmp_path, capsys):
     assert rc == 0
     text = capsys.readouterr().out
     for word in ("measured on CPU", "tokens/s", "TTFT p99", "Jain", "x sequential",
-                 "batch+overlap", "0 differ otherwise"):
+                 "batch+overlap", "0 differ otherwise", "scheduling pass p50",
+                 "idle between steps"):
         assert word in text, word
     doc = json.loads(out.read_text())
     assert doc["schema"] == "parastream.decode/1" and doc["device"] == "CPU"

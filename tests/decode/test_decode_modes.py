@@ -50,6 +50,7 @@ def test_nothing_lost_and_the_figures_add_up(clean):
         assert m.tokens == sum(r.output_tokens for r in reqs)
         assert 0 < m.busy_share <= 1 and 0 < m.host_share < 1
         assert 0 < m.jain <= 1
+        assert m.schedule_ms["p50"] > 0 and m.idle_between_steps_ms["p50"] >= 0
         assert run.peak_blocks <= run.kv_blocks
 
 

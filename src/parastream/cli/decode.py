@@ -141,9 +141,19 @@ def render_text(doc: dict) -> str:
                   _fmt(r["busy_share"], ".0%"), _fmt(r["vs_sequential"], ".2f"))
     console = Console(record=True, width=140, file=io.StringIO(), color_system=None)
     console.print(t)
-    lines = [console.export_text().rstrip(), *agreement_lines(doc), *ended_lines(doc)]
+    lines = [console.export_text().rstrip(), *host_lines(doc), *agreement_lines(doc),
+             *ended_lines(doc)]
     lines += [f"note: {n}" for n in doc["notes"]]
     return "\n".join(lines) + "\n"
+
+
+def host_lines(doc: dict) -> list[str]:
+    """Per mode: the host's share of the wall time, a scheduling pass, the device's idle
+    gaps between steps."""
+    return [f"{r['mode']}: host {_fmt(r['host_share'], '.1%')} of the wall time, a "
+            f"scheduling pass p50 {_fmt(r['schedule_ms']['p50'], '.3f')} ms, device idle "
+            f"between steps p50 {_fmt(r['idle_between_steps_ms']['p50'], '.3f')} ms / p99 "
+            f"{_fmt(r['idle_between_steps_ms']['p99'], '.3f')} ms" for r in doc["modes"]]
 
 
 def agreement_lines(doc: dict) -> list[str]:

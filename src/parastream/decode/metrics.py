@@ -8,7 +8,9 @@ device's busy share from the timeline, and the agreement of greedy tokens across
   in the system, arrival to last token): 1 when every request is served alike;
 - the most scheduling passes any request waited, and the most it was skipped;
 - busy share: the time some device lane ran a step over the wall time (the host's lane,
-  ``scheduler``, not counted), and the host's own share.
+  ``scheduler``, not counted), and the host's own share;
+- idle between steps: the gaps between the device's busy intervals (p50 and p99, ms), and
+  the time of one scheduling pass (p50 and p99, ms; the host's ``schedule`` spans).
 """
 
 from __future__ import annotations
@@ -45,6 +47,8 @@ class ModeMetrics:
     preemptions: int
     busy_share: float
     host_share: float
+    idle_between_steps_ms: dict
+    schedule_ms: dict
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -70,7 +74,9 @@ def measure(run: ModeRun) -> ModeMetrics:
         max_passes_waited=max((j.passes_waited for j in run.jobs), default=0),
         max_skips=max((j.skips for j in run.jobs), default=0),
         preemptions=run.preemptions, busy_share=lane_share(run, host=False, wall_ns=wall_ns),
-        host_share=lane_share(run, host=True, wall_ns=wall_ns))
+        host_share=lane_share(run, host=True, wall_ns=wall_ns),
+        idle_between_steps_ms=percentiles(device_gaps_ms(run)),
+        schedule_ms=percentiles(schedule_ms(run)))
 
 
 def percentiles(values: list[float]) -> dict:
@@ -96,9 +102,31 @@ def lane_share(run: ModeRun, *, host: bool, wall_ns: int) -> float:
     tl = run.timeline
     if not len(tl):
         return 0.0
-    host_code = tl.streams.index(HOST_LANE) if HOST_LANE in tl.streams else -1
-    mask = (tl.stream == host_code) if host else (tl.stream != host_code)
+    mask = ~_device_mask(run) if host else _device_mask(run)
     return iv.length(iv.union(tl.start_ns[mask], tl.end_ns[mask])) / wall_ns
+
+
+def _device_mask(run: ModeRun) -> np.ndarray:
+    tl = run.timeline
+    host_code = tl.streams.index(HOST_LANE) if HOST_LANE in tl.streams else -1
+    return tl.stream != host_code
+
+
+def device_gaps_ms(run: ModeRun) -> list[float]:
+    """The gaps between the device's busy intervals (any device lane busy), in ms."""
+    tl = run.timeline
+    mask = _device_mask(run)
+    starts, ends = iv.union(tl.start_ns[mask], tl.end_ns[mask])
+    return ((starts[1:] - ends[:-1]) / 1e6).tolist()
+
+
+def schedule_ms(run: ModeRun) -> list[float]:
+    """The time of each scheduling pass (the host's ``schedule`` spans), in ms."""
+    tl = run.timeline
+    if "schedule" not in tl.names:
+        return []
+    m = tl.name == tl.names.index("schedule")
+    return ((tl.end_ns[m] - tl.start_ns[m]) / 1e6).tolist()
 
 
 @dataclass(frozen=True)
@@ -148,5 +176,5 @@ def _gap(gaps: list[float], k: int) -> float:
     return gaps[k] if k < len(gaps) else float("inf")
 
 
-__all__ = ["Agreement", "ModeMetrics", "TIE", "agreement", "first_difference", "jain",
-           "lane_share", "measure", "percentiles"]
+__all__ = ["Agreement", "ModeMetrics", "TIE", "agreement", "device_gaps_ms",
+           "first_difference", "jain", "lane_share", "measure", "percentiles", "schedule_ms"]
