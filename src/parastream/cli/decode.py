@@ -32,7 +32,7 @@ def add_parser(subparsers: Any) -> None:
             "inter-token latency p50/p99, Jain's fairness, the most passes a request waited, "
             "the device's busy share and the ratio to sequential; the figures are measured "
             "on CPU threads."))
-    p.add_argument("--model", default="small", metavar="SIZE",
+    p.add_argument("--model", default="small", metavar="MODEL",
                    help="built-in decoder size: tiny or small (default small; 7b is for "
                         "prediction, not built yet), or path/to/file.py:factory returning "
                         "a decoder that follows the protocol in docs/decode.md")
