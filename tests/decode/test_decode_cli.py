@@ -21,8 +21,9 @@ def _run(argv: list[str]) -> int:
 
 def test_the_table_json_and_traces(tmp_path, capsys):
     out = tmp_path / "d.json"
+    html = tmp_path / "r.html"
     rc = _run(["--model", "tiny", "--requests", "6", "--concurrency", "3", "--json", str(out),
-               "-o", str(tmp_path / "t.json.gz")])
+               "-o", str(tmp_path / "t.json.gz"), "--html", str(html)])
     assert rc == 0
     text = capsys.readouterr().out
     for word in ("measured on CPU", "tokens/s", "TTFT p99", "Jain", "x sequential",
@@ -37,6 +38,8 @@ def test_the_table_json_and_traces(tmp_path, capsys):
     assert all(a["mismatches"] == [] for a in doc["agreement"])
     for mode in ("sequential", "streams", "batch", "batch+overlap"):
         assert (tmp_path / f"t.{mode}.json.gz").stat().st_size > 0
+    page = html.read_text()
+    assert "batch+overlap: requests" in page and "request-5" in page
 
 
 def test_one_mode_from_a_workload_file(tmp_path, capsys):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from parastream.decode.metrics import request_gantt
 from parastream.decode.modes import HOST_LANE, MODES, ModeSettings, run_mode
 from parastream.report.kineto import write_kineto
 from parastream.workflow.analyze import analyze
@@ -71,3 +72,13 @@ def test_analyze_reads_the_trace_back(runs, tmp_path, mode):
     (cap,) = doc["captures"]
     assert {s["id"] for s in cap["streams"]} == set(tl.streams)
     assert cap["ops"] == len(tl)
+
+
+def test_the_per_request_gantt(runs):
+    for run in runs.values():
+        g = request_gantt(run)
+        assert g.streams == [f"request-{i}" for i in range(5)]
+        assert sorted(set(g.names)) == ["decoding", "waiting"] and len(g) == 10
+        for lv in run.lives:
+            s = g.streams.index(f"request-{lv.request.rid}")
+            assert int(g.end_ns[g.stream == s].max()) >= lv.times_ns[-1]

@@ -65,6 +65,8 @@ def add_parser(subparsers: Any) -> None:
                    help="torch intra-op threads for the run (default 1: the modes provide "
                         "the parallelism)")
     json_arg(p, "the figures, agreement and requests ended early")
+    p.add_argument("--html", metavar="FILE", help="also write an HTML report: each mode's "
+                   "steps timeline and its per-request Gantt (waiting, decoding)")
     output_arg(p, "each mode's timeline as a Kineto-style trace (FILE with the mode "
                   "before its extension when several modes run)", default=None)
     p.set_defaults(func=cmd_decode)
@@ -79,7 +81,8 @@ def cmd_decode(args: argparse.Namespace) -> int:
 
     modes = check_modes(args.modes)
     traces = trace_paths(args.output, modes)
-    check_outputs({"--json": args.json, **{f"-o/--output ({m})": p for m, p in traces.items()}},
+    check_outputs({"--json": args.json, "--html": args.html,
+                   **{f"-o/--output ({m})": p for m, p in traces.items()}},
                   spec_paths(args.workload, args.model))
     wl = WorkloadOptions(requests=args.requests, rate=args.rate, lengths=args.lengths,
                          seed=args.seed, file=args.workload)
@@ -94,12 +97,35 @@ def cmd_decode(args: argparse.Namespace) -> int:
 
         write_atomic(args.json, render_json(doc, indent=2))
         print(f"wrote {args.json}", file=sys.stderr)
+    if args.html:
+        write_report(args.html, doc, result.runs)
+        print(f"wrote {args.html}", file=sys.stderr)
     for mode, path in traces.items():
         from ..report.kineto import write_kineto
 
         write_kineto(path, result.timeline(mode), f"decode {mode}")
         print(f"wrote {path}", file=sys.stderr)
     return 0
+
+
+def write_report(path: str, doc: dict, runs: Any) -> None:
+    """Each mode's steps timeline and per-request Gantt in one HTML report, with the
+    figures as its summary."""
+    from ..decode.metrics import request_gantt
+    from ..report.html import write_html
+    from ..timeline.analyze import analyze_capture
+
+    caps = []
+    for run in runs:
+        for tl, view in ((run.timeline, "steps"), (request_gantt(run), "requests")):
+            caps.append((tl, analyze_capture(tl, label=f"{run.mode}: {view}")))
+    summary = {f"{r['mode']} tokens/s (CPU)": round(r["tokens_per_s"], 1)
+               for r in doc["modes"]}
+    summary |= {f"{r['mode']} x sequential": r["vs_sequential"] for r in doc["modes"]}
+    summary["tokens identical across modes"] = all(not a["mismatches"]
+                                                   for a in doc["agreement"])
+    write_html(path, caps, summary, title=f"parastream decode: {doc['model']['name']} model, "
+                                          f"{doc['workload']['requests']} requests (CPU)")
 
 
 def trace_paths(output: str | None, modes: tuple[str, ...]) -> dict[str, str]:

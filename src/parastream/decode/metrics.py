@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from ..timeline import intervals as iv
+from ..timeline.model import DeviceInfo, Timeline, TimelineBuilder
 from .modes import HOST_LANE, ModeRun
 from .scheduler import FAILED, FINISHED
 
@@ -129,6 +130,23 @@ def schedule_ms(run: ModeRun) -> list[float]:
     return ((tl.end_ns[m] - tl.start_ns[m]) / 1e6).tolist()
 
 
+def request_gantt(run: ModeRun) -> Timeline:
+    """The run per request, one lane each (``request-N``): ``waiting`` from its arrival to
+    its first token (TTFT), ``decoding`` from its first token to its last."""
+    b = TimelineBuilder(f"parastream decode {run.mode} requests", "parastream")
+    b.device = DeviceInfo(name="CPU")
+    for lv in run.lives:
+        lane = f"request-{lv.request.rid}"
+        arrive = run.start_ns + int(lv.request.arrival_s * 1e9)
+        b.streams.code(lane)
+        if lv.times_ns:
+            b.add_op(lane, "waiting", arrive, lv.times_ns[0], type="request")
+            b.add_op(lane, "decoding", lv.times_ns[0], max(lv.times_ns[-1], lv.times_ns[0] + 1),
+                     type="request")
+    b.meta.update({"mode": run.mode, "view": "requests"})
+    return b.build()
+
+
 @dataclass(frozen=True)
 class Agreement:
     """Greedy tokens of a mode against the reference mode: requests compared (finished in
@@ -177,4 +195,5 @@ def _gap(gaps: list[float], k: int) -> float:
 
 
 __all__ = ["Agreement", "ModeMetrics", "TIE", "agreement", "device_gaps_ms",
-           "first_difference", "jain", "lane_share", "measure", "percentiles", "schedule_ms"]
+           "first_difference", "jain", "lane_share", "measure", "percentiles", "request_gantt",
+           "schedule_ms"]
