@@ -61,6 +61,8 @@ def test_one_mode_from_a_workload_file(tmp_path, capsys):
     (["--concurrency", "0"], "--concurrency"),
     (["--streams", "0"], "--streams"),
     (["--kv-blocks", "0"], "--kv-blocks"),
+    (["--kv-blocks", "100000000"], "GiB of KV memory"),
+    (["--requests", "100000001"], "--requests"),
     (["--max-skip", "-1"], "--max-skip"),
     (["--rate", "0"], "--rate"),
     (["--lengths", "zipf"], "--lengths"),

@@ -27,6 +27,8 @@ LENGTHS: dict[str, tuple[str, tuple[int, int], tuple[int, int]]] = {
     "lognormal": ("lognormal", (48, 384), (32, 256)),
 }
 DEFAULT_LENGTHS = "uniform"
+#: requests generated at most (each is a Python object with its prompt's token ids)
+MAX_REQUESTS = 100_000
 
 
 @dataclass(frozen=True)
@@ -57,8 +59,9 @@ class WorkloadOptions:
 
     def check(self) -> None:
         """InputError on an option out of range."""
-        if self.requests < 1:
-            raise InputError(None, f"--requests must be at least 1, got {self.requests}")
+        if not 1 <= self.requests <= MAX_REQUESTS:
+            raise InputError(None, f"--requests must be an integer from 1 to {MAX_REQUESTS}, "
+                                   f"got {self.requests}")
         if not self.rate > 0:
             raise InputError(None, f"--rate must be positive (inf: all at once), got {self.rate}")
         if self.lengths not in LENGTHS:

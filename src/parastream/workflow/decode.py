@@ -19,6 +19,8 @@ from .result import document, extra
 SCHEMA = "parastream.decode/1"
 MAX_CONCURRENCY = 256
 MAX_THREADS = 1024
+#: the KV pool is allocated up front: past this a run is an allocation failure
+MAX_KV_BYTES = 8 << 30
 
 
 @dataclass(frozen=True)
@@ -152,10 +154,25 @@ def _serve(decoder: Any, modes: tuple[str, ...], requests: list,
 
     context = decoder.config.context
     blocks = settings.kv_blocks or settings.concurrency * blocks_for(context)
+    _check_pool(decoder.config, blocks)
     ms = ModeSettings(concurrency=settings.concurrency, kv_blocks=blocks,
                       max_skip=settings.max_skip, context=context,
                       streams=settings.streams or settings.concurrency)
     return [run_mode(decoder, m, requests, ms) for m in modes]
+
+
+def _check_pool(cfg: Any, blocks: int) -> None:
+    """InputError when ``blocks`` KV blocks of ``cfg`` would take over :data:`MAX_KV_BYTES`
+    (a built-in config says its bytes per position; a decoder of the user's own may not)."""
+    from ..decode.model import BLOCK_TOKENS
+
+    per_token = getattr(cfg, "kv_bytes_per_token", None)
+    if per_token is None:
+        return
+    need = blocks * BLOCK_TOKENS * per_token()
+    if need > MAX_KV_BYTES:
+        raise InputError(None, f"--kv-blocks: {blocks} blocks take {need / 2**30:.1f} GiB of "
+                               f"KV memory, over the {MAX_KV_BYTES / 2**30:.0f} GiB allowed")
 
 
 def _result(decoder: Any, runs: list, settings: DecodeSettings, wl: Any,
