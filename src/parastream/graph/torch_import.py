@@ -14,9 +14,11 @@ How it works:
    same :class:`~parastream.graph.trace.Trace` (the graph module, the flattened inputs, the
    export signature parsed once) to this importer, to the runnable
    (:mod:`parastream.graph.runnable`) and to the code generator (:func:`import_trace`).
-3. Each remaining ``call_function`` node becomes an :class:`~parastream.graph.ir.Op` with
-   shapes from ``node.meta["val"]``, FLOPs and bytes from those shapes, the module path from
-   ``node.meta["nn_module_stack"]`` and a resource class.
+3. Each node becomes a record (:mod:`parastream.graph.records`, names from
+   :mod:`parastream.graph.op_tables`); each remaining op record becomes an
+   :class:`~parastream.graph.ir.Op` with shapes from ``node.meta["val"]``, FLOPs and bytes
+   from those shapes (:mod:`parastream.graph.op_costs`), the module path from
+   ``node.meta["nn_module_stack"]`` and a resource class (here).
 
 Choices worth knowing:
 
@@ -55,94 +57,23 @@ Choices worth knowing:
 from __future__ import annotations
 
 import contextlib
-import math
-import operator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Iterator, Sequence
 
 from ..errors import InputError
 from .ir import Edge, Graph, Op, Tensor
+from .op_costs import op_costs
+from .op_tables import (COLLECTIVES, COMM_NAMESPACES, CUBE_OPS,  # noqa: F401
+                        LAYOUT_INPLACE_OPS, MAYBE_VIEW_OPS, MEMORY_OPS, RANDOM_OPS, VIEW_OPS)
 from .opaque import (EXPERTS_ARGS, eager_experts, is_module_call, module_call_op,  # noqa: F401
                      opaque_entry, opaque_experts, opaque_module_path)
+from .records import Record, aliasing_view, records, schema_args, written_args  # noqa: F401
+from .records import clean_path as _clean_path  # noqa: F401  (emit.modlevel reads it here)
 from .runnable import Runnable, runnable
 from .tensors import (dtype_name, flat_leaves, flat_nodes, flat_tensors,  # noqa: F401
-                      is_tensor, nbytes_of, node_value, numel_of, shape_of, size_of)
+                      is_tensor, nbytes_of, node_value, shape_of, size_of)
 from .trace import (EXPORT, Trace, call_leaves, check_call, export_program,  # noqa: F401
                     quiet_torch, trace)
-
-# ----------------------------------------------------------------------------- op tables
-#: short op names that move no data (their consumers are wired to the producer)
-VIEW_OPS = frozenset({
-    "view", "_unsafe_view", "view_as", "transpose", "t", "permute", "expand",
-    "expand_as", "unsqueeze", "squeeze", "select", "slice", "narrow", "alias", "detach",
-    "unflatten", "split", "split_with_sizes", "chunk", "unbind", "as_strided", "movedim",
-    "swapaxes", "swapdims", "diagonal", "getitem", "wait_tensor", "lift_fresh_copy",
-    "real", "view_as_real", "view_as_complex", "size", "dim",
-})
-#: in-place ops that change a tensor's shape or strides, not its data
-LAYOUT_INPLACE_OPS = frozenset({
-    "t_", "transpose_", "unsqueeze_", "squeeze_", "as_strided_", "swapdims_", "swapaxes_",
-    "resize_", "resize_as_", "set_",
-})
-#: ops that may or may not copy: folded only when their input is already contiguous
-MAYBE_VIEW_OPS = frozenset({"reshape", "contiguous", "flatten"})
-CUBE_OPS = frozenset({
-    "linear", "mm", "bmm", "addmm", "baddbmm", "addbmm", "matmul", "einsum", "mv", "addmv",
-    "conv1d", "conv2d", "conv3d", "convolution", "_convolution", "conv_transpose1d",
-    "conv_transpose2d", "conv_transpose3d", "scaled_dot_product_attention",
-    "_scaled_dot_product_flash_attention", "_scaled_dot_product_efficient_attention",
-    "_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_cudnn_attention",
-    "multi_head_attention_forward", "_native_multi_head_attention",
-    # grouped GEMMs of MoE experts (transformers' grouped_mm experts implementation)
-    "grouped_mm", "_grouped_mm", "grouped_mm_fallback",
-})
-MEMORY_OPS = frozenset({
-    "copy_", "copy", "_to_copy", "to", "clone", "contiguous", "reshape", "flatten", "cat",
-    "concat", "stack", "index_copy", "index_copy_", "index_put", "index_put_", "slice_scatter",
-    "select_scatter", "embedding", "index_select", "gather", "take", "fill_", "zero_", "zeros",
-    "zeros_like", "ones", "ones_like", "empty", "empty_like", "full", "full_like", "new_zeros",
-    "new_ones", "new_empty", "new_full", "repeat", "repeat_interleave", "pad",
-    "constant_pad_nd", "roll", "flip", "tile", "_pin_memory", "pin_memory",
-})
-#: collective name -> kind used in ``collective:<kind>``
-COLLECTIVES = {
-    "all_reduce": "all_reduce", "all_reduce_": "all_reduce", "allreduce_": "all_reduce",
-    "all_gather_into_tensor": "all_gather", "all_gather": "all_gather",
-    "allgather_": "all_gather", "all_gather_into_tensor_coalesced": "all_gather",
-    "reduce_scatter_tensor": "reduce_scatter", "reduce_scatter": "reduce_scatter",
-    "reduce_scatter_": "reduce_scatter", "all_to_all_single": "all_to_all",
-    "all_to_all": "all_to_all", "alltoall_": "all_to_all", "alltoall_base_": "all_to_all",
-    "broadcast": "broadcast", "broadcast_": "broadcast", "send": "send", "recv": "recv",
-    "send_": "send", "recv_": "recv", "all_reduce_coalesced": "all_reduce",
-}
-#: ops that draw from a random generator (besides those torch tags nondeterministic_seeded;
-#: a dropout that reaches the op list is a training-mode one)
-RANDOM_OPS = frozenset({
-    "rand", "randn", "randint", "rand_like", "randn_like", "randint_like", "randperm",
-    "bernoulli", "bernoulli_", "normal", "normal_", "uniform_", "multinomial", "exponential_",
-    "geometric_", "cauchy_", "log_normal_", "random_", "native_dropout", "dropout",
-    "feature_dropout", "alpha_dropout", "rrelu_with_noise",
-})
-COMM_NAMESPACES = frozenset({"_c10d_functional", "c10d", "_c10d_functional_autograd",
-                             "c10d_functional", "_dtensor", "parastream"})
-#: approximate FLOPs per element for vector ops (default 1 per output element)
-VECTOR_FLOPS_PER_ELEM = {
-    "softmax": 5, "_softmax": 5, "log_softmax": 5, "_log_softmax": 5, "layer_norm": 8,
-    "native_layer_norm": 8, "rms_norm": 4, "_fused_rms_norm": 4, "group_norm": 8,
-    "batch_norm": 4, "_native_batch_norm_legit_no_training": 4, "instance_norm": 8,
-    "gelu": 8, "silu": 4, "sigmoid": 4, "tanh": 4, "softplus": 4, "erf": 4, "rsqrt": 2,
-    "pow": 2, "exp": 1, "log": 1, "relu": 1, "relu_": 1, "hardtanh": 1, "neg": 1,
-}
-#: reductions: FLOPs from the input's elements (the output is small)
-REDUCTIONS = frozenset({"sum", "mean", "amax", "amin", "max", "min", "argmax", "argmin",
-                        "norm", "var", "std", "var_mean", "prod", "logsumexp", "topk",
-                        "sort", "argsort", "cumsum", "all", "any"})
-#: gathers read only the rows they return from their (large) table argument
-GATHERS = frozenset({"embedding", "index_select", "gather", "take"})
-#: index writes touch only the rows of their source, not the whole destination
-INDEX_WRITES = {"index_copy": 3, "index_copy_": 3, "index_put": 2, "index_put_": 2,
-                "slice_scatter": 1, "select_scatter": 1}
-
 
 # ----------------------------------------------------------------------------- public API
 def import_module(module: Any, example_inputs: Sequence[Any] | Any, name: str = "model",
@@ -200,7 +131,7 @@ def import_traced(tr: Trace, module: Any, name: str = "model", meta: dict | None
     """The operator graph of a trace of ``module`` (Trace -> Graph): each op record an
     :class:`Op`; ``meta`` added to the graph's meta, then why torch.export failed (after
     the fx fallback) and the notes on what was traced opaque."""
-    recs, info = _records(tr)
+    recs, info = records(tr)
     info["input_values"] = _input_values(tr, info)
     g = _build(recs, info, module, name, tr.source, meta)
     if tr.export_error:
@@ -219,198 +150,6 @@ def _input_values(tr: Trace, info: dict) -> dict[str, Any]:
     if tr.kwargs or len(names) != len(values):
         return {}
     return {n: v for n, v in zip(names, values) if is_tensor(v)}
-
-
-def _records(tr: Trace) -> tuple[list[_Rec], dict]:
-    """The trace's nodes as op records, and what the graph's inputs are: ``labels``
-    (placeholder or attribute node -> its name), ``kinds`` (``param``, ``buffer``,
-    ``input``) and ``mutated_outputs`` (output node -> the buffer or input it writes)."""
-    if tr.source == EXPORT:
-        return _recs_from_export(tr)
-    return _recs_from_fx(tr.graph_module)
-
-# ----------------------------------------------------------------------------- normalised nodes
-@dataclass
-class _Rec:
-    """One traced node, independent of the tracer that produced it."""
-
-    node: Any                      # the fx node (args refer to other fx nodes)
-    short: str                     # "linear", "copy_", "all_reduce"
-    target: str                    # "aten.linear.default", "parastream.all_reduce.default"
-    namespace: str                 # "aten", "_c10d_functional", "parastream", "" (fx)
-    args: list                     # positional args (fx nodes or python values)
-    kwargs: dict
-    mutates: list[int] = field(default_factory=list)  # positions of args written in place
-    stack: list[tuple[str, str]] = field(default_factory=list)  # (module path, class) outer->inner
-    kind: str = "op"               # "op" | "view" | "skip"
-
-
-def _module_stack(node: Any) -> list[tuple[str, str]]:
-    stack = node.meta.get("nn_module_stack") or {}
-    out = []
-    for v in stack.values():
-        path, cls = v[0], v[1]
-        cls = cls if isinstance(cls, str) else getattr(cls, "__qualname__", str(cls))
-        out.append((_clean_path(path), cls))
-    return out
-
-
-def _clean_path(path: str) -> str:
-    # export records paths of nested calls as "layers.0.attn" but sometimes
-    # "L['self'].layers[0]"-style for strict mode; normalise the common forms
-    path = str(path)
-    if path.startswith("L['self']"):
-        path = path[len("L['self']"):]
-    path = path.replace("[", ".").replace("]", "").replace("'", "").replace('"', "")
-    return path.strip(".")
-
-
-def _recs_from_export(tr: Trace) -> tuple[list[_Rec], dict]:
-    """An exported graph's records; its inputs as the parsed signature names them."""
-    labels: dict[str, str] = {**tr.state("param"), **tr.state("buffer"),
-                              **tr.state("constant")}
-    kinds = {**{k: "param" for k in tr.state("param")},
-             **{k: "buffer" for k in tr.state("buffer")}}
-    user_inputs = [n for n in tr.graph.nodes if n.op == "placeholder" and n.name not in labels]
-    for n in user_inputs:
-        labels[n.name] = n.name
-        kinds[n.name] = "input"
-    recs = [_export_rec(node) for node in tr.graph.nodes if node.op == "call_function"]
-    # functional IR (after run_decompositions) names buffer mutations in the signature
-    mutated = {**tr.mutated("buffer_mutation"), **tr.mutated("input_mutation")}
-    return recs, {"labels": labels, "kinds": kinds, "mutated_outputs": mutated}
-
-
-def _export_rec(node: Any) -> _Rec:
-    """One ``call_function`` node of an exported graph as an op, view or skip record."""
-    tgt = node.target
-    if tgt is operator.getitem:
-        return _Rec(node, "getitem", "getitem", "", list(node.args), dict(node.kwargs),
-                    stack=_module_stack(node), kind="view")
-    schema = getattr(tgt, "_schema", None)
-    if schema is None:  # a python function left in the graph (sym ops, asserts)
-        return _Rec(node, getattr(tgt, "__name__", str(tgt)), str(tgt), "",
-                    list(node.args), dict(node.kwargs), kind="skip")
-    ns, _, rest = schema.name.partition("::")
-    short = rest or ns
-    overload = getattr(tgt, "_overloadname", "default") or "default"
-    mutates = [i for i, a in enumerate(schema.arguments)
-               if a.alias_info is not None and a.alias_info.is_write]
-    if not mutates and not flat_tensors(node.meta.get("val")):
-        # runtime checks (_assert_tensor_metadata, _assert_scalar) and size queries do
-        # no work on a device
-        return _Rec(node, short, schema.name, ns, list(node.args), dict(node.kwargs),
-                    kind="skip")
-    # a result that aliases an input without writing it (Tensor(a) in the schema) is a
-    # view, whatever its name: unfold and tensor_split were taken for copies, and a
-    # write to their base after a read of the view got no edge
-    aliases = aliasing_view(node)  # (never an op that writes an argument)
-    return _Rec(node, short, f"{ns}.{short}.{overload}", ns, list(node.args),
-                dict(node.kwargs), mutates=mutates, stack=_module_stack(node),
-                kind="view" if aliases else "op")
-
-_MODULE_TYPES = {
-    "Linear": "linear", "Conv1d": "conv1d", "Conv2d": "conv2d", "Conv3d": "conv3d",
-    "ConvTranspose2d": "conv_transpose2d", "LayerNorm": "layer_norm", "RMSNorm": "rms_norm",
-    "BatchNorm1d": "batch_norm", "BatchNorm2d": "batch_norm", "GroupNorm": "group_norm",
-    "Embedding": "embedding", "ReLU": "relu", "GELU": "gelu", "SiLU": "silu",
-    "Sigmoid": "sigmoid", "Tanh": "tanh", "Softmax": "softmax", "Dropout": "dropout",
-    "MaxPool2d": "max_pool2d", "AvgPool2d": "avg_pool2d",
-    "AdaptiveAvgPool2d": "adaptive_avg_pool2d",
-    "Identity": "alias", "Flatten": "flatten", "MultiheadAttention": "multi_head_attention_forward",
-}
-
-
-def _recs_from_fx(gm: Any) -> tuple[list[_Rec], dict]:
-    """An fx trace's records (its nodes' values propagated on fake tensors); a
-    ``get_attr`` node is a parameter or buffer input, a ``call_module`` one op."""
-    labels: dict[str, str] = {}
-    kinds: dict[str, str] = {}
-    recs: list[_Rec] = []
-    params = dict(gm.named_parameters())
-    buffers = dict(gm.named_buffers())
-    for node in gm.graph.nodes:
-        if node.op in ("placeholder", "get_attr"):
-            labels[node.name] = node.target
-            kinds[node.name] = _fx_input_kind(node, params, buffers)
-        elif node.op == "call_module":
-            recs.append(_fx_module_rec(gm, node, labels, kinds))
-        elif node.op in ("call_function", "call_method"):
-            recs.append(_fx_call_rec(node))
-    for r in recs:
-        _normalise_fx_rec(r)
-    return recs, {"labels": labels, "kinds": kinds, "mutated_outputs": {}}
-
-def _fx_input_kind(node: Any, params: dict[str, Any], buffers: dict[str, Any]) -> str:
-    """``input`` for a placeholder; ``param`` or ``buffer`` for a ``get_attr``, whose
-    value (none propagated) is the module's own tensor."""
-    if node.op == "placeholder":
-        return "input"
-    if node.meta.get("val") is None:
-        node.meta["val"] = params.get(node.target, buffers.get(node.target))
-    return "param" if node.target in params else "buffer"
-
-
-def _fx_module_rec(gm: Any, node: Any, labels: dict[str, str], kinds: dict[str, str]) -> _Rec:
-    """A ``call_module`` node as one op named after its module type; the module's own
-    weight and bias become pseudo inputs, as aten would see them."""
-    sub = gm.get_submodule(node.target)
-    cls = type(sub).__name__
-    short = _MODULE_TYPES.get(cls, cls.lower())
-    args = list(node.args)
-    for pname, p in sub.named_parameters(recurse=False):
-        pnode = _FakeNode(f"{node.target}.{pname}", p)
-        labels[pnode.name] = pnode.name
-        kinds[pnode.name] = "param"
-        args.append(pnode)
-    stack = _module_stack(node) + [(str(node.target), cls)]
-    kind = "view" if short in ("dropout", "alias") else "op"
-    return _Rec(node, short, f"module.{cls}", "", args, dict(node.kwargs), stack=stack,
-                kind=kind)
-
-
-def _fx_call_rec(node: Any) -> _Rec:
-    """A ``call_method`` (``Tensor.<name>``; a trailing ``_`` writes its tensor) or
-    ``call_function`` node (``inplace=True`` writes its first argument)."""
-    stack = _module_stack(node)
-    args = list(node.args)
-    if node.op == "call_method":
-        short = str(node.target)
-        mut = [0] if short.endswith("_") and not short.startswith("__") else []
-        return _Rec(node, short, f"Tensor.{short}", "", args, dict(node.kwargs),
-                    mutates=mut, stack=stack)
-    tgt = node.target
-    short = getattr(tgt, "__name__", str(tgt))
-    if tgt is operator.getitem:
-        short = "getitem"
-    mut = [0] if node.kwargs.get("inplace") else []
-    mod = getattr(tgt, "__module__", "") or ""
-    return _Rec(node, short.lstrip("_") if short.startswith("__") else short,
-                f"{mod}.{short}".strip("."), "", args, dict(node.kwargs),
-                mutates=mut, stack=stack)
-
-
-def _normalise_fx_rec(r: _Rec) -> None:
-    """Python operators as aten names them (operator.add -> add, operator.iadd -> add_),
-    views as views, and calls that return no tensor and write nothing skipped."""
-    if r.short in ("add__", "mul__"):
-        r.short = r.short[:-1]
-    if r.short in ("iadd", "imul", "isub"):
-        r.short, r.mutates = r.short[1:] + "_", [0]
-    if r.short == "getitem" or r.short in VIEW_OPS:
-        r.kind = "view"
-    out = node_value(r.node)
-    if not is_tensor(out) and not isinstance(out, (tuple, list)) \
-            and r.kind == "op" and not r.mutates:
-        r.kind = "skip"
-
-
-class _FakeNode:
-    """A parameter handed to an fx call_module as if it were an argument node."""
-
-    def __init__(self, name: str, value: Any) -> None:
-        self.name = name
-        self.meta = {"val": value}
 
 
 # ----------------------------------------------------------------------------- graph building
@@ -435,7 +174,7 @@ def _channels_last(t: Any) -> bool:
         return False
 
 
-def _build(recs: list[_Rec], info: dict, module: Any, name: str, source: str,
+def _build(recs: list[Record], info: dict, module: Any, name: str, source: str,
            meta: dict | None) -> Graph:
     """The operator graph of one trace: each op record an :class:`Op`, each folded view
     wired through to what it views, edges for data, state and collective order."""
@@ -463,7 +202,7 @@ class _GraphBuilder:
     op (the last writer and the readers of every storage, the collectives so far, the
     folded views not yet computed)."""
 
-    def __init__(self, recs: list[_Rec], info: dict, module: Any) -> None:
+    def __init__(self, recs: list[Record], info: dict, module: Any) -> None:
         labels: dict[str, str] = info["labels"]
         self.mutated_outputs: dict[str, str] = info["mutated_outputs"]
         #: fx node name -> ref (a list for a multi-output node)
@@ -512,7 +251,7 @@ class _GraphBuilder:
         return r if isinstance(r, _Ref) else None
 
     # ---- folded views
-    def fold_view(self, rec: _Rec) -> None:
+    def fold_view(self, rec: Record) -> None:
         """A view moves no data: its readers are wired to what it views, and it is
         computed by the first op that reads it."""
         node = rec.node
@@ -536,7 +275,7 @@ class _GraphBuilder:
         else:
             self.refs[node.name] = base
 
-    def _pick(self, rec: _Rec, src: Any) -> None:
+    def _pick(self, rec: Record, src: Any) -> None:
         """``getitem``: the element's ref of a multi-output node, else the base's."""
         base = self.refs.get(getattr(src, "name", None))
         idx = rec.args[1] if len(rec.args) > 1 else 0
@@ -562,7 +301,7 @@ class _GraphBuilder:
                 stack.extend(self.passes[a])
         return count
 
-    def note_same_tensor(self, rec: _Rec) -> None:
+    def note_same_tensor(self, rec: Record) -> None:
         """An in-place op's single result is the tensor it wrote: record its first node."""
         mutated = [a for pos, a in enumerate(rec.args) if pos in rec.mutates
                    and hasattr(a, "name")]
@@ -570,7 +309,7 @@ class _GraphBuilder:
             self.same_tensor[rec.node.name] = self.same_tensor.get(mutated[0].name,
                                                                    mutated[0].name)
 
-    def views_before(self, rec: _Rec, op_name: str) -> list[str]:
+    def views_before(self, rec: Record, op_name: str) -> list[str]:
         """Views of this op's input not read yet, when it changes that input's layout in
         place (v = h[0]; h.t_(); v * 2): the executor computes a view where it is first
         read, which would be after the change (a column of h.t() instead of a row), so
@@ -600,7 +339,7 @@ class _GraphBuilder:
                                   f"before changing {base}'s layout", r.tensor)
 
     # ---- ops
-    def add_op(self, rec: _Rec) -> None:
+    def add_op(self, rec: Record) -> None:
         """One op: its tensors, costs, resource, side effects and meta, then its edges."""
         node = rec.node
         op_name = node.name
@@ -610,7 +349,7 @@ class _GraphBuilder:
         outs = flat_tensors(node_value(node))
         mutated_refs = [r for pos, r, _ in arg_refs if pos in rec.mutates]
         out_tensors = self.outputs(rec, outs, mutated_refs)
-        flops, bytes_read, bytes_written = _costs(rec, arg_refs, outs)
+        flops, bytes_read, bytes_written = op_costs(rec, arg_refs, outs)
         resource, op_meta = _classify(rec, arg_refs, outs, self.host_paths, self.main_device)
         if resource == "memory" and "copy" not in op_meta:
             self._copy_direction(rec, op_meta)
@@ -630,7 +369,7 @@ class _GraphBuilder:
         if kind:
             self.collective_edge(op_name)
 
-    def arguments(self, rec: _Rec) -> tuple[list[tuple[int, _Ref, Any]], list[Tensor]]:
+    def arguments(self, rec: Record) -> tuple[list[tuple[int, _Ref, Any]], list[Tensor]]:
         """The op's tensor arguments as (schema position, ref, value), and as Tensors.
         Each argument sits at its schema position: positional ones in order, keywords by
         name (``out=`` after an omitted default sits at another index than its kwargs
@@ -651,7 +390,7 @@ class _GraphBuilder:
                 in_tensors.append(Tensor(shape_of(v), dtype_name(v.dtype), nbytes_of(v), r.tensor))
         return arg_refs, in_tensors
 
-    def outputs(self, rec: _Rec, outs: list, mutated_refs: list[_Ref]) -> list[Tensor]:
+    def outputs(self, rec: Record, outs: list, mutated_refs: list[_Ref]) -> list[Tensor]:
         """The op's output Tensors, recording their refs: an in-place result aliases the
         storage it wrote; an in-place op returning nothing still orders its readers."""
         op_name = rec.node.name
@@ -669,14 +408,14 @@ class _GraphBuilder:
         return [Tensor(shape_of(t), dtype_name(t.dtype), nbytes_of(t), r.tensor)
                 for t, r in zip(outs, out_refs)]
 
-    def _copy_direction(self, rec: _Rec, op_meta: dict) -> None:
+    def _copy_direction(self, rec: Record, op_meta: dict) -> None:
         """A copy inside a module marked ``parastream_copy``: the direction it says."""
         for p, _ in reversed(rec.stack):
             if p in self.copy_paths:  # the module says what this copy stands for (h2d/d2h)
                 op_meta["copy"] = self.copy_paths[p]
                 break
 
-    def side_effects(self, rec: _Rec, mutated_refs: list[_Ref], outs: list
+    def side_effects(self, rec: Record, mutated_refs: list[_Ref], outs: list
                      ) -> tuple[list[str], list[str]]:
         """The op's side effects (``writes:<storage>``) and the storages it writes."""
         side: list[str] = []
@@ -697,7 +436,7 @@ class _GraphBuilder:
             side.append(f"writes:{buf}")
         return side, written
 
-    def _describe(self, rec: _Rec, arg_refs: list, views_before: list[str],
+    def _describe(self, rec: Record, arg_refs: list, views_before: list[str],
                   op_meta: dict) -> None:
         """The op's meta beyond its class: memory format, target, the folded views it
         computes first, its module's class."""
@@ -767,7 +506,7 @@ def random_draws(g: Graph) -> list[str]:
     return [o.name for o in g.ops if any(e.startswith(mark) for e in o.side_effects)]
 
 
-def _draws_random(rec: _Rec) -> bool:
+def _draws_random(rec: Record) -> bool:
     """Whether an op draws from a random generator: torch's ``nondeterministic_seeded``
     tag, else its name (:data:`RANDOM_OPS`)."""
     import torch
@@ -789,21 +528,6 @@ def _draws_random(rec: _Rec) -> bool:
     return True
 
 
-def schema_args(schema: Any, args: Sequence[Any], kwargs: dict) -> dict[str, Any]:
-    """An op call's arguments by their schema names (positional ones, then keywords)."""
-    given = dict(zip((a.name for a in schema.arguments), args))
-    given.update(kwargs)
-    return given
-
-
-def written_args(schema: Any, args: Sequence[Any], kwargs: dict) -> list[Any]:
-    """The values an op call passes for the arguments its schema marks written (in-place,
-    ``out=``, a mutable custom op), in schema order; absent ones left out."""
-    given = schema_args(schema, args, kwargs)
-    return [given[a.name] for a in schema.arguments
-            if a.alias_info is not None and a.alias_info.is_write and a.name in given]
-
-
 def _device_of(outs: list, default: Any) -> str:
     for t in outs:
         dev = getattr(t, "device", None)
@@ -818,37 +542,7 @@ def _storage_label(s: str) -> str:
     return "the output of " + s.split(":")[1]
 
 
-def aliasing_view(node: Any) -> bool:
-    """Whether an fx node of an aten op returned a view of its input: its schema says the
-    result aliases an argument without writing it, and it did (:func:`_shares_storage`).
-    The importer folds such nodes; ``emit`` treats them as views too."""
-    schema = getattr(node.target, "_schema", None)
-    if schema is None or schema.is_mutable:  # it writes an argument: an op, not a view
-        return False
-    return any(r.alias_info is not None and not r.alias_info.is_write
-               for r in schema.returns) and _shares_storage(node)
-
-
-def _shares_storage(node: Any) -> bool:
-    """Whether an op whose schema says its result may alias its input really returned a
-    view here: its example value (a fake tensor, or each of a list) shares storage with
-    its first argument's. ``to``, ``reshape`` and ``contiguous`` alias only when they
-    need not copy (a dtype change, a transposed input); those that copied are ops."""
-    from torch.multiprocessing.reductions import StorageWeakRef
-
-    base = node_value(node.args[0]) if node.args else None
-    out = node_value(node)
-    outs = list(out) if isinstance(out, (tuple, list)) else [out]
-    if not is_tensor(base) or not outs or not all(is_tensor(t) for t in outs):
-        return False
-    try:
-        ref = StorageWeakRef(base.untyped_storage())
-        return all(StorageWeakRef(t.untyped_storage()) == ref for t in outs)
-    except Exception:  # no storage to compare (a tensor subclass): not taken for a view
-        return False
-
-
-def _folds(rec: _Rec) -> bool:
+def _folds(rec: Record) -> bool:
     """Ops that are free here: reshape/contiguous of contiguous data, eval dropout, no-op to()."""
     a0 = node_value(rec.args[0]) if rec.args else None
     if rec.short in MAYBE_VIEW_OPS:
@@ -938,184 +632,7 @@ def _same_layout(a: Any, b: Any) -> bool:
         return True
 
 
-def _costs(rec: _Rec, arg_refs: list, outs: list) -> tuple[float, int, int]:
-    """FLOPs, bytes read, bytes written for one op from its shapes."""
-    vals = [node_value(a) for a in rec.args]
-    tensors = [v for _, _, v in arg_refs]
-    bytes_read = sum(nbytes_of(v) for v in tensors)
-    bytes_written = sum(nbytes_of(t) for t in outs)
-    flops = 0.0
-    try:
-        if is_module_call(rec.node):
-            entry = opaque_entry(vals[0])
-            if entry is not None:
-                return entry.cost([node_value(a) for a in rec.args[1]],
-                                  [node_value(a) for a in rec.args[2]], outs)
-        else:
-            flops = _flops(rec, vals, tensors, outs)
-        bytes_read, bytes_written = _bytes_moved(rec, vals, arg_refs, bytes_read,
-                                                 bytes_written)
-    except (IndexError, AttributeError, TypeError):
-        pass  # odd argument forms: keep the byte counts, FLOPs stay an estimate
-    return flops, max(0, int(bytes_read)), max(0, int(bytes_written))
-
-
-#: matrix products: 2 FLOPs per output element per reduced element (a grouped GEMM: every
-#: row of its input [S, K] meets one expert's [K, N])
-_MATMULS = frozenset({"mm", "bmm", "matmul", "mv", "dot", "grouped_mm", "_grouped_mm",
-                      "grouped_mm_fallback"})
-#: matrix products plus an added input: one more FLOP per output element
-_ADD_MATMULS = frozenset({"addmm", "baddbmm", "addbmm", "addmv"})
-_CONVS = frozenset({"conv1d", "conv2d", "conv3d", "convolution", "_convolution"})
-#: ops that create a tensor: they read nothing (the empty ones write nothing either)
-_FACTORIES = frozenset({"zeros", "ones", "empty", "full", "zeros_like", "ones_like",
-                        "empty_like", "full_like", "new_zeros", "new_ones", "new_empty",
-                        "new_full"})
-
-
-def _flops(rec: _Rec, vals: list, tensors: list, outs: list) -> float:
-    """An op's FLOPs from its argument and output shapes (see the module docstring)."""
-    short = rec.short
-    out_elems = sum(numel_of(t) for t in outs)
-    if short == "linear":
-        return _linear_flops(rec, vals)
-    if short in _MATMULS:
-        return 2.0 * out_elems * size_of(vals[0].shape[-1])
-    if short in _ADD_MATMULS:
-        return 2.0 * out_elems * size_of(vals[1].shape[-1]) + out_elems
-    if short == "einsum":
-        return _einsum_flops(vals[0], vals[1])
-    if short in _CONVS:
-        return _conv_flops(short, vals, out_elems)
-    if short.startswith("conv_transpose"):
-        return 2.0 * numel_of(vals[0]) * math.prod(shape_of(vals[1])[1:])
-    if "attention" in short and short in CUBE_OPS and len(vals) >= 3 \
-            and all(is_tensor(v) for v in vals[:3]):
-        return _attention_flops(vals[0], vals[1], vals[2])
-    if short in COLLECTIVES or rec.namespace in COMM_NAMESPACES or short in MEMORY_OPS:
-        return 0.0
-    if "pool" in short and "unpool" not in short:
-        return _pool_flops(rec, vals, tensors, outs)
-    if short in REDUCTIONS:
-        return float(sum(numel_of(v) for v in tensors[:1]))
-    if short in VECTOR_FLOPS_PER_ELEM:
-        return float(VECTOR_FLOPS_PER_ELEM[short] * out_elems)
-    return float(out_elems)
-
-
-def _linear_flops(rec: _Rec, vals: list) -> float:
-    """``2*tokens*in*out``, plus one add per output element with a bias."""
-    x, w = vals[0], vals[1]
-    inf, outf = size_of(w.shape[-1]), size_of(w.shape[0])
-    tokens = numel_of(x) // max(inf, 1)
-    flops = 2.0 * tokens * inf * outf
-    b = vals[2] if len(vals) > 2 else rec.kwargs.get("bias")
-    if is_tensor(b):
-        flops += tokens * outf
-    return flops
-
-
-def _conv_flops(short: str, vals: list, out_elems: int) -> float:
-    """``2 * output elements * Cin/groups * kernel`` (a transposed ``convolution``: per
-    input element), plus one add per output element with a bias."""
-    w = vals[1]
-    transposed = short in ("convolution", "_convolution") and len(vals) > 6 and vals[6]
-    if transposed:
-        flops = 2.0 * numel_of(vals[0]) * math.prod(shape_of(w)[1:])
-    else:
-        flops = 2.0 * out_elems * math.prod(shape_of(w)[1:])
-    if len(vals) > 2 and is_tensor(vals[2]):
-        flops += out_elems
-    return flops
-
-
-def _attention_flops(q: Any, k: Any, v: Any) -> float:
-    """``Q @ K^T`` and ``P @ V`` in full (not halved for a causal mask)."""
-    batch = math.prod(shape_of(q)[:-2])
-    L, E = size_of(q.shape[-2]), size_of(q.shape[-1])
-    S, Ev = size_of(k.shape[-2]), size_of(v.shape[-1])
-    return 2.0 * batch * L * S * E + 2.0 * batch * L * S * Ev
-
-
-def _pool_flops(rec: _Rec, vals: list, tensors: list, outs: list) -> float:
-    """One comparison / add per window element: a stride-1 3x3 pool does 9 per output,
-    which its bytes do not show; an adaptive pool reads every input once."""
-    short = rec.short
-    out_elems = sum(numel_of(t) for t in outs)
-    if short.startswith("adaptive"):
-        return float(numel_of(tensors[0])) if tensors else float(out_elems)
-    window = _pool_window(rec, vals, 1 if "1d" in short else 3 if "3d" in short else 2)
-    return float(numel_of(outs[0]) * window) if outs and window else float(out_elems)
-
-
-def _bytes_moved(rec: _Rec, vals: list, arg_refs: list, bytes_read: int,
-                 bytes_written: int) -> tuple[int, int]:
-    """Bytes read and written, from every input and output read and written whole, for
-    the ops that touch less: a gather reads only the rows it returns, an index write
-    only its source's rows, an in-place op writes its target, a factory reads nothing."""
-    short = rec.short
-    if short in GATHERS and arg_refs:
-        # only the gathered rows of the table (the first argument of all four) are read
-        table = vals[0]
-        if is_tensor(table):
-            bytes_read = bytes_read - nbytes_of(table) + bytes_written
-    if short in INDEX_WRITES:
-        bytes_read, bytes_written = _index_write_bytes(rec, vals, bytes_read, bytes_written)
-    elif rec.mutates and arg_refs:
-        # an in-place op writes its target (the returned alias is the same bytes)
-        written = [v for pos, _, v in arg_refs if pos in rec.mutates]
-        bytes_written = sum(nbytes_of(v) for v in written)
-        if short in ("copy_", "fill_", "zero_"):
-            bytes_read -= sum(nbytes_of(v) for v in written)
-    if short in _FACTORIES:
-        bytes_read = 0
-        if "empty" in short:
-            bytes_written = 0
-    return bytes_read, bytes_written
-
-
-def _index_write_bytes(rec: _Rec, vals: list, bytes_read: int,
-                       bytes_written: int) -> tuple[int, int]:
-    """An index write reads its source, not the destination, and writes the source's
-    bytes into it."""
-    at = INDEX_WRITES[rec.short]
-    srcv = node_value(rec.args[at] if len(rec.args) > at else None)
-    if is_tensor(srcv):
-        dst = vals[0]
-        bytes_read = bytes_read - (nbytes_of(dst) if is_tensor(dst) else 0)
-        bytes_written = nbytes_of(srcv)
-    return bytes_read, bytes_written
-
-
-def _pool_window(rec: _Rec, vals: list, dims: int) -> int:
-    """Elements in a pool's window: from its kernel_size argument (positional or keyword),
-    or from the pooling module an fx trace calls; 0 when none is readable."""
-    k = vals[1] if len(vals) > 1 else rec.kwargs.get("kernel_size")
-    if k is None and getattr(rec.node, "op", "") == "call_module":
-        try:
-            k = rec.node.graph.owning_module.get_submodule(rec.node.target).kernel_size
-        except (AttributeError, KeyError):
-            k = None
-    if isinstance(k, int) and not isinstance(k, bool):
-        return k ** dims
-    if isinstance(k, (list, tuple)) and k and all(isinstance(x, int) for x in k):
-        return math.prod(k) if len(k) > 1 else k[0] ** dims
-    return 0
-
-
-def _einsum_flops(eq: Any, operands: Any) -> float:
-    try:
-        lhs = str(eq).replace(" ", "").split("->")[0].split(",")
-        sizes: dict[str, int] = {}
-        for spec, t in zip(lhs, operands):
-            for ch, s in zip(spec.replace("...", ""), shape_of(t)[-len(spec.replace("...", "")):]):
-                sizes[ch] = size_of(s)
-        return 2.0 * math.prod(sizes.values())
-    except Exception:
-        return 0.0
-
-
-def _classify(rec: _Rec, arg_refs: list, outs: list, host_paths: set[str],
+def _classify(rec: Record, arg_refs: list, outs: list, host_paths: set[str],
               main_device: str | None) -> tuple[str, dict]:
     """An op's resource class (``cube``, ``vector``, ``memory``, ``comm``, ``host``) and
     the meta that explains it (``causal``, ``head_dims``, ``opaque``, ``cast``, ``copy``)."""
@@ -1130,7 +647,7 @@ def _classify(rec: _Rec, arg_refs: list, outs: list, host_paths: set[str],
     return resource, meta
 
 
-def _is_collective(rec: _Rec) -> bool:
+def _is_collective(rec: Record) -> bool:
     """A functional collective (or any op of a collectives namespace but parastream's
     own), or a collective called by name."""
     short = rec.short
@@ -1139,7 +656,7 @@ def _is_collective(rec: _Rec) -> bool:
     return short in COLLECTIVES and rec.namespace in ("", "parastream")
 
 
-def _attention_meta(rec: _Rec, arg_refs: list) -> dict:
+def _attention_meta(rec: Record, arg_refs: list) -> dict:
     """``causal``, and ``head_dims: mixed`` when q/k and v head dims differ (MLA's
     decoupled rope: CPU torch cannot use its fused kernel and runs the unfused math
     path, about half the FLOP rate)."""
@@ -1151,7 +668,7 @@ def _attention_meta(rec: _Rec, arg_refs: list) -> dict:
     return meta
 
 
-def _unit(rec: _Rec, arg_refs: list, outs: list, meta: dict) -> str:
+def _unit(rec: Record, arg_refs: list, outs: list, meta: dict) -> str:
     """The device unit an op runs on: ``cube`` (matrix products, the opaque experts'
     GEMMs), ``memory`` (copies, gathers, fills; a cast is ``vector``), else ``vector``."""
     short = rec.short
@@ -1175,7 +692,7 @@ def _unit(rec: _Rec, arg_refs: list, outs: list, meta: dict) -> str:
     return "memory"
 
 
-def _runs_on_host(rec: _Rec, arg_refs: list, outs: list, host_paths: set[str],
+def _runs_on_host(rec: Record, arg_refs: list, outs: list, host_paths: set[str],
                   main_device: str | None) -> bool:
     """Inside a module marked as host work, or CPU-only work in a model living on
     another device."""
@@ -1207,7 +724,7 @@ def _module_attr(module: Any, attr: str, only: str | None = None) -> dict[str, s
     return out
 
 
-def _main_device(recs: list[_Rec]) -> str | None:
+def _main_device(recs: list[Record]) -> str | None:
     counts: dict[str, int] = {}
     for r in recs:
         for t in flat_tensors(node_value(r.node)):
