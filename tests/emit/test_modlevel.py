@@ -416,3 +416,127 @@ def test_emit_diff_on_the_command_line(tmp_path, capsys):
     assert out.startswith(f"--- a/{rel}")
     assert "+    def _forward_multi_stream(self, x: torch.Tensor) -> torch.Tensor:" in out
     assert "+        if _PS_ENABLED:" in out
+
+
+@pytest.mark.parametrize("streams", [2, 3])
+def test_a_plan_whose_side_stream_makes_the_output_and_cuts_a_call_is_refused(streams):
+    """The matching plan of the MoE layer puts the final add (the forward's output) and part
+    of mlp's ops on a side stream. The output has no module-call stack of its own: taken as
+    the root call, the host is the layer, and the cut inside ``mlp`` is refused. (Given a
+    root entry of another key than the trace's, the host matched no op at all and the patch
+    came out with no stream call.)"""
+    module, inputs = ZOO["moe_layer"].factory("tiny", None)
+    graph = import_module(module, inputs, name="moe_layer")
+    plan = assign(graph, "matching", max_streams=streams)
+    assert plan.assignment[graph.ops[-1].name] != 0   # the output is made on a side stream
+    traced = trace(module, inputs)
+    so, real = node_streams(traced, plan)
+    with pytest.raises(modlevel.NotModuleLevel, match="cuts inside the call of mlp "):
+        modlevel.analyse(traced, plan, module, inputs, graph, so, real)
+
+
+PAIR_MODEL = '''import torch
+
+
+class Pair(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = torch.nn.Linear(8, 8), torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        return self.a(x), self.b(x)
+
+
+class PairSide(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.pair, self.main = Pair(), torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        ab = self.pair(x)
+        return self.main(x) + ab[0] * ab[1]
+
+
+def make():
+    torch.manual_seed(0)
+    return PairSide().eval(), (torch.randn(4, 8),)
+'''
+
+
+def test_the_diff_of_a_tuple_made_on_a_side_stream_applies(tmp_path):
+    """A side call returning a tuple, read on stream 0: the patch record_streams each of its
+    tensors in a two-line loop, which the diff writes as two lines."""
+    (tmp_path / "pair_model.py").write_text(PAIR_MODEL)
+    spec = importlib.util.spec_from_file_location("ps_pair_model", tmp_path / "pair_model.py")
+    user = importlib.util.module_from_spec(spec)
+    sys.modules["ps_pair_model"] = user
+    try:
+        spec.loader.exec_module(user)
+        module, inputs = user.make()
+        graph = import_module(module, inputs, name="pair")
+        plan = assign(graph, "manual", mapping={"pair": 1})
+        traced = trace(module, inputs)
+        so, real = node_streams(traced, plan)
+        site = modlevel.analyse(traced, plan, module, inputs, graph, so, real)
+        p = modlevel.render(site, "cuda", plan=plan, source={}, model_name="pair",
+                            device_name=None, switch=SWITCH)
+        assert "for t in ab:" in p.source
+        diff = modlevel.render_diff(site, p, "cuda", SWITCH)
+        assert all(ln[:1] in ("-", "+", " ", "@") for ln in diff.splitlines()), diff
+        work = tmp_path / "work"
+        work.mkdir()
+        shutil.copy(tmp_path / "pair_model.py", work / "pair_model.py")
+        r = subprocess.run(["patch", "-p1"], input=diff, cwd=work, capture_output=True,
+                           text=True, timeout=60)
+        assert r.returncode == 0, r.stdout + r.stderr
+        spec = importlib.util.spec_from_file_location("ps_pair_patched", work / "pair_model.py")
+        patched = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(patched)
+        model, _ = patched.make()
+        patched._PS_ENABLED, patched._PS_API = True, standins.standin("cuda")
+        with torch.no_grad():
+            assert standins.outputs_equal(module(*inputs), model(*inputs))
+        assert patched._PS_API.recorder.count("record_stream") == 2
+    finally:
+        sys.modules.pop("ps_pair_model", None)
+
+
+def test_a_patch_of_a_model_file_converts_the_users_own_imported_class(tmp_path, monkeypatch):
+    """For a model given as ``file.py:factory`` the patch takes the class from the module
+    the user imported from that file (by whatever name), so ``patch(model)`` converts the
+    user's instances; had it loaded a second copy of the file, no instance would match and
+    the check says nothing was patched."""
+    from parastream.graph import models
+
+    (tmp_path / "pair_model.py").write_text(PAIR_MODEL)
+    module, inputs, _, _ = models.load_model(f"{tmp_path / 'pair_model.py'}:make", "tiny", None)
+    graph = import_module(module, inputs, name="pair")
+    plan = assign(graph, "manual", mapping={"pair": 1})
+    traced = trace(module, inputs)
+    so, real = node_streams(traced, plan)
+    site = modlevel.analyse(traced, plan, module, inputs, graph, so, real)
+    src = modlevel.render(site, "npugraph_ex", plan=plan, source={}, model_name="pair",
+                          device_name=None, switch=SWITCH).source
+    assert src.count("\n") < modlevel.MAX_LINES
+    for name in [n for n, m in sys.modules.items() if n.startswith("_parastream_user_")
+                 and getattr(m, "__file__", "") == str(tmp_path / "pair_model.py")]:
+        monkeypatch.delitem(sys.modules, name)   # the user's process: parastream never ran
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "pair_model", raising=False)
+    import pair_model   # the user imports the model, then the patch
+
+    user_model, _ = pair_model.make()
+    gen = load(src)
+    assert gen.PairSide is pair_model.PairSide
+    r = standins.run_patch(gen, user_model, inputs)
+    assert type(user_model).__name__ == "MultiStreamPairSide"
+    with torch.no_grad():
+        assert standins.outputs_equal(pair_model.make()[0](*inputs), r.outputs)
+    assert standins.check_patch(r, gen, {"pair": 1, "main": 0}) == []
+    # a model of another copy of the class is not converted, and the check says so
+    spec = importlib.util.spec_from_file_location("pair_copy", tmp_path / "pair_model.py")
+    other = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(other)
+    r = standins.run_patch(gen, other.make()[0], inputs)
+    assert any("no module of the model ran the patched forward" in p
+               for p in standins.check_patch(r, gen))

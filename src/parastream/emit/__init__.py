@@ -8,8 +8,9 @@ target's own stream API (TorchAir GE graph mode, npugraph_ex/aclgraph, or CUDA).
   generated file checks for at import.
 * :mod:`parastream.emit.codegen` traces the model the way the importer does (so node names
   are the plan's op names) and writes the module: an ``nn.Module`` wrapper whose forward runs
-  every node in program order inside the target's stream contexts, with the plan's events,
-  guarded by the plan's enable switch (off by default: the original forward runs).
+  every node inside the target's stream contexts, each stream's work as early as its inputs
+  allow (:mod:`parastream.emit.order`), with the plan's events, guarded by the plan's enable
+  switch (off by default: the original forward runs).
 * :mod:`parastream.emit.standins` provides recording stand-ins for the three stream APIs,
   so the same generated file runs on a CPU, and checks the recorded calls against the plan.
 * :mod:`parastream.cli.emit` adds ``parastream emit PLAN --target ...``.

@@ -5,23 +5,29 @@ How it works:
 1. :func:`trace` traces the module exactly as :func:`parastream.graph.torch_import.import_module`
    does (``torch.export.export(strict=False)`` under ``no_grad``, ``torch.fx.symbolic_trace``
    when export fails), so the FX node names are the plan's op names.
-2. :func:`emit` walks the FX nodes in program order and writes one line per node
+2. :func:`emit` writes one line per FX node
    (``linear_2 = torch.ops.aten.linear.default(view, p_mlp_gate_weight)``), grouped into the
    target's stream blocks, with the plan's events where the plan puts them (recorded right
    after ``record_after``, waited right before ``wait_before``; the final joins at the end of
    the origin stream), guarded by the plan's enable switch.
+3. **Issue order** (:mod:`parastream.emit.order`): each stream's nodes keep their program
+   order, and the streams are merged so that each node is issued as early as its inputs,
+   the plan's events and the storage order (no two writers of a storage, nor a reader and a
+   writer of it, swap) allow, side streams first among those ready: side work is launched
+   before the main path's dominator even when the model writes it after.
 
 Rules the generated code follows:
 
 * **Stream of a node.** A plan op runs on its planned stream. A node the plan does not name
   (a folded view, ``getitem``, a size query) runs on the stream of the plan op that produced
-  the tensor it views (its *base producer*), right where it stands in program order: the
-  view of a side-stream output is taken inside the side-stream block. This pins cheap
-  reshapes of side outputs on the side stream, which is the known fix for GE's
-  precompute hoisting (a Reshape of a side output issued on the main stream can become a
-  barrier). A node that views a graph input, weight or buffer depends on no stream: it is
-  emitted in whatever block is open. Export's ``_assert_tensor_metadata`` checks are
-  dropped (they compute nothing and name the trace device).
+  the tensor it views (its *base producer*), in that stream's order: the view of a
+  side-stream output is taken inside the side-stream block. This pins cheap reshapes of
+  side outputs on the side stream, which is the known fix for GE's precompute hoisting (a
+  Reshape of a side output issued on the main stream can become a barrier). A node that
+  views (or copies) a graph input, weight or buffer depends on no stream: it is written
+  before the fork, so every stream reads it ordered (one that must follow a write is
+  written right before its first reader instead). Export's ``_assert_tensor_metadata``
+  checks are dropped (they compute nothing and name the trace device).
 * **torchair** (GE graph mode): side ops inside ``torchair.scope.npu_stream_switch("s<k>", 0)``
   (plus ``torchair.scope.limit_core_num(aicore, vectorcore)`` for a C2 core limit). Each plan
   event becomes ``x_w = torchair.scope.npu_wait_tensor(x, dep)`` right before the waiting op,
@@ -64,7 +70,8 @@ from typing import Any, Sequence
 from ..errors import one_line
 from ..plan.model import Plan
 from . import TARGETS
-from .devices import required_apis
+from .devices import has_core_limit_api, required_apis
+from .order import OrderError, Unit, issue_order, storage_order
 
 DEFAULT_CLASS = "MultiStreamForward"
 #: vector cores per AI (cube) core when the plan gives no vectorcore_num (Atlas A2/A3: 24:48)
@@ -359,6 +366,14 @@ def _written_args(node: Any) -> list[Any]:
     return [v for v in written_args(schema, node.args, node.kwargs) if hasattr(v, "op")]
 
 
+def _aliases(node: Any) -> bool:
+    """Whether a node's result may share its first argument's storage (a view, a
+    ``getitem``, a ``to`` / ``reshape`` / ``contiguous`` that may return its input)."""
+    from ..graph.torch_import import aliasing_view
+
+    return node.op != "placeholder" and (_short(node) in _view_like() or aliasing_view(node))
+
+
 def _is_assert(node: Any) -> bool:
     return node.op == "call_function" and _short(node).startswith("_assert") and not node.users
 
@@ -558,7 +573,7 @@ class _Emitter:
             v = int(v) if v is not None else int(round(a * self.vpc))
             self.limits[s] = (a, v)
         self.dropped_limits: dict[int, tuple[int, int]] = {}
-        if self.limits and self.target != "cuda":
+        if self.limits and has_core_limit_api(self.target):
             from .devices import core_limit
 
             facts = core_limit(self.device_name)
@@ -754,27 +769,61 @@ class _Emitter:
                        list(self.warnings))
 
     def forward_body(self, first_input: Any) -> list[str]:
-        """The generated ``forward``: the switch test, the inputs and weights, the target's
-        streams and fork, every node in program order in its stream's block with the
+        """The generated ``forward``: the switch test, the inputs and weights, the nodes
+        every stream may read (before the fork), the target's streams and fork, every other
+        node in issue order (:mod:`parastream.emit.order`) in its stream's block with the
         plan's waits and records, the joins, the mutations export moved out, the return."""
         w = _Writer()
         self.forward_inputs(w, first_input)
-        hoisted = self.hoist_constants(w)
+        deps = self.node_deps()
+        hoisted = self.hoist_free(w, deps)
         self.stream_prelude(w)
         blocks = _Blocks(self, w)
         recorded_to: set[tuple[str, int]] = set()
-        for n in self.nodes:
-            if n.op in ("placeholder", "output") or n.name in hoisted:
-                continue
-            s = self.stream[n.name]
-            blocks.switch(s if s is not None else blocks.cur if blocks.cur is not None else 0)
-            self.issue(w, blocks, n, recorded_to)
+        for name, s in self.issue_order(deps, hoisted):
+            blocks.switch(s)
+            self.issue(w, blocks, self.by_name[name], recorded_to)
         # ---- joins at the end of the origin stream
         blocks.switch(0)
         out_exprs = self.join(w, blocks.depth)
         self.write_mutations(w, blocks.depth)
         w(blocks.depth, f"return {out_exprs}")
         return w.lines
+
+    def node_deps(self) -> dict[str, set[str]]:
+        """What each node (placeholders and the output left out) must be issued after: the
+        nodes it reads, the storage order (no two writers of a storage, nor a reader and a
+        writer of it, swap; a view aliases its base) and, for a plan op, the ops whose
+        events it waits for."""
+        root: dict[str, str] = {}
+        deps: dict[str, set[str]] = {}
+        accesses: list[tuple[str, set[str], set[str]]] = []
+        for n in self.nodes:
+            args = _arg_nodes(list(n.args) + list(n.kwargs.values()))
+            root[n.name] = root[args[0].name] if args and _aliases(n) else n.name
+            if n.op in ("placeholder", "output"):
+                continue
+            deps[n.name] = {a.name for a in args}
+            writes = {root[a.name] for a in _written_args(n) if getattr(a, "name", None) in root}
+            accesses.append((n.name, {root[a.name] for a in args}, writes))
+        for name, after in storage_order(accesses).items():
+            deps[name] |= after
+        for e in self.plan.events:
+            if e.wait_before is not None:
+                deps[e.wait_before].add(e.record_after)
+        return deps
+
+    def issue_order(self, deps: dict[str, set[str]], hoisted: set[str]
+                    ) -> list[tuple[str, int]]:
+        """``(node, block stream)`` for every node but the placeholders, the output and
+        ``hoisted``: each stream's nodes in program order, merged so that each is issued as
+        early as ``deps`` allow, side streams first."""
+        units = [Unit(n.name, self.stream[n.name], deps[n.name]) for n in self.nodes
+                 if n.op not in ("placeholder", "output") and n.name not in hoisted]
+        try:
+            return issue_order(units)
+        except OrderError as exc:
+            raise EmitError(str(exc)) from None
 
     def forward_inputs(self, w: _Writer, first_input: Any) -> None:
         """The switch test, the call's inputs (checked against the traced call), the
@@ -807,23 +856,20 @@ class _Emitter:
             else:
                 w(2, f"{var} = {self.tensor_literal(what)}")
 
-    def hoist_constants(self, w: _Writer) -> set[str]:
-        """Nodes of no plan op that read only weights and constants (a constant tensor made
-        in forward: lift_fresh_copy, a real copy the importer folds), written before the
-        fork so every stream's readers are ordered after them (left where they stand, one
-        would run inside an open side-stream block and be read on stream 0 with no
-        event). Returns their names."""
+    def hoist_free(self, w: _Writer, deps: dict[str, set[str]]) -> set[str]:
+        """Nodes of no stream (views and copies of inputs, weights and constants: a
+        constant tensor made in forward, ``lift_fresh_copy``) that follow nothing but the
+        inputs, the weights and each other, written before the fork so every stream's
+        readers are ordered after them (issued inside an open side-stream block, one would
+        be read on stream 0 with no event). Returns their names."""
         hoisted: set[str] = set()
         for n in self.nodes:
             if (n.op in ("placeholder", "output") or n.name in self.plan.assignment
                     or self.stream.get(n.name) is not None):
                 continue
-            args = _arg_nodes(list(n.args) + list(n.kwargs.values()))
-            if args and all(a.name in hoisted or a.op == "get_attr" or (
-                    a.op == "placeholder" and self.t.placeholders[a.name][0] != "input")
-                    for a in args):
+            if all(d in hoisted or self.by_name[d].op == "placeholder" for d in deps[n.name]):
                 hoisted.add(n.name)
-                w(2, f"{self.names.var[n.name]} = {self.call(n)}  # constant: before the fork")
+                w(2, f"{self.names.var[n.name]} = {self.call(n)}  # before the fork")
         return hoisted
 
     def stream_prelude(self, w: _Writer) -> None:
@@ -842,7 +888,7 @@ class _Emitter:
                 w(2, "fork.record(S[0])")
                 for s in self.side:
                     w(2, f"fork.wait(S[{s}])")
-        if self.target == "cuda" and self.limits:
+        if self.limits and not has_core_limit_api(self.target):
             w(2, f"# plan core limits {self.limits} have no torch.cuda equivalent: not applied")
 
     def issue(self, w: _Writer, blocks: "_Blocks", n: Any,
@@ -1059,7 +1105,8 @@ class _Emitter:
             doc.append("Events not expressible here: " + "; ".join(self.skipped[:8]))
         if self.dropped_limits:
             doc.append(f"Core limits {self.dropped_limits} are not applied: {self.warnings[0]}")
-        doc.append("Op-level forward (every op of the trace, in program order): "
+        doc.append("Op-level forward (every op of the trace; each stream's in program "
+                   "order, side streams issued first as far as their inputs allow): "
                    + (self.level_note or "requested"))
         doc = [doc[0]] + [_doc_safe(x) for x in doc[1:]]
         doc[0] = '"""' + _doc_safe(doc[0][3:])

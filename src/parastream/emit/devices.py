@@ -22,6 +22,17 @@ TORCHAIR_LIMIT = "Ascend Extension for PyTorch 7.1.0 (torchair)"
 NPUGRAPH_EX_LIMIT = "TorchNPU 26.0.0 (torch_npu)"
 
 
+#: the targets whose stream API has a core limit, as a device profile's ``core_limit``
+#: object names them (``CoreLimitFacts.torchair`` / ``.npugraph_ex``); CUDA's has none
+LIMIT_TARGETS = ("torchair", "npugraph_ex")
+
+
+def has_core_limit_api(target: str) -> bool:
+    """Whether ``target``'s stream API has a core limit on any device (which devices
+    document it is each profile's ``core_limit``: :func:`core_limit`)."""
+    return target in LIMIT_TARGETS
+
+
 @dataclass(frozen=True)
 class CoreLimit:
     """Whether a device's documentation lists core limits for each Ascend target."""
@@ -32,8 +43,8 @@ class CoreLimit:
     source: str
 
     def allows(self, target: str) -> bool:
-        return bool(getattr(self, target, False)) if target in ("torchair", "npugraph_ex") \
-            else False
+        """Whether a core limit may be emitted for ``target`` on this device."""
+        return has_core_limit_api(target) and bool(getattr(self, target))
 
 
 UNKNOWN = CoreLimit(False, False, "", "no device profile named in the plan: core limits are "
@@ -60,9 +71,11 @@ def core_limit(device: str | None) -> CoreLimit:
 
 
 def vector_per_cube(device: str | None, default: float = 2.0) -> float:
-    """Vector cores per AI core for a C2 limit that names only ``aicore_num``: from
-    ``device``'s profile (0 on Ascend parts whose cube and vector units are coupled, as
-    on the first 910), else ``default`` (Atlas A2/A3's 2) when there is no NPU profile."""
+    """Vector cores per AI core for a C2 limit that names only ``aicore_num``, from
+    ``device``'s profile: 0 where matrix and vector work share the cores (its
+    ``shared_cores``: the first 910, whose cube and vector units sit in one AI core, and
+    GPUs and CPUs, none of which documents a core limit), else its vector / cube count
+    (Atlas A2/A3: 48 / 24); ``default`` (Atlas A2/A3's 2) when there is no profile."""
     if not device or device == "?":
         return default
     try:
@@ -71,9 +84,7 @@ def vector_per_cube(device: str | None, default: float = 2.0) -> float:
         prof = load_profile(device)
     except Exception:
         return default
-    if prof.kind != "npu":
-        return default
-    if prof.cores.cube == prof.cores.vector:
+    if prof.shared_cores:
         return 0.0
     return prof.cores.vector / max(1, prof.cores.cube)
 
@@ -95,4 +106,5 @@ def required_apis(target: str, limits: bool) -> dict[str, str]:
     return {}
 
 
-__all__ = ["CoreLimit", "UNKNOWN", "core_limit", "required_apis", "vector_per_cube"]
+__all__ = ["CoreLimit", "LIMIT_TARGETS", "UNKNOWN", "core_limit", "has_core_limit_api",
+           "required_apis", "vector_per_cube"]

@@ -41,9 +41,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import one_line
-from .devices import core_limit, required_apis
+from .devices import core_limit, has_core_limit_api, required_apis
 
 MAX_LINES = 60  # a module-level patch an engineer reviews: the acceptance budget
+_ROOT = ("<root>", "")  # the root call's entry in a module-call stack
 _FRAME = re.compile(r'File "(.+)", line (\d+), in (\S+)')
 
 
@@ -65,6 +66,7 @@ class Stmt:
     barrier: bool = False
     is_return: bool = False
     deps: set[int] = field(default_factory=set)
+    line: int = 0                # the statement's first line in the host's file
 
 
 @dataclass
@@ -171,6 +173,9 @@ def analyse(traced: Any, plan: Any, root: Any, inputs: tuple, graph: Any,
     _deps(stmts, graph, traced, op_stmt_map(stmts))
     order = schedule(stmts)
     side_streams = tuple(sorted({s.stream for s in stmts if s.stream not in (None, 0)}))
+    if not side_streams:  # the side ops were found in no statement: nothing would move
+        raise NotModuleLevel(f"no statement of {fwd.owner.__qualname__}.forward runs on a "
+                             "side stream")
     limits = _limits(plan, vector_per_cube)
     return Site(path, host, fwd.owner, fwd.file, fwd.first, fwd.src_lines, fwd.fdef, stmts,
                 order, tensors, tuples, args, side_streams, limits,
@@ -196,7 +201,7 @@ def _host_prefix(nodes: list[Any], stacks: dict[str, list[tuple[str, str]]],
     for e in graph.edges:
         if a.get(e.src, 0) != 0 and a.get(e.dst, 0) != a.get(e.src, 0):
             inside.add(e.dst)
-    return _common([stacks.get(x, [("", "")]) for x in inside])
+    return _common([stacks.get(x, [_ROOT]) for x in inside])  # the output: the root call
 
 
 def _host_forward(host: Any, path: str) -> _Forward:
@@ -289,7 +294,8 @@ def _whole(cut: _Cut, i: int, my_calls: dict, stream: int | None, idx: int) -> S
     """Statement ``i`` of the forward, on one stream, as written."""
     fwd = cut.fwd
     s = fwd.body[i]
-    st = Stmt(idx, _text(fwd.src_lines, s, fwd.body, i, fwd.first), stream)
+    st = Stmt(idx, _text(fwd.src_lines, s, fwd.body, i, fwd.first), stream,
+              line=s.lineno + fwd.off)
     _names(s, st)
     st.ops = [x for x, j in cut.op_stmt.items() if j == i and x in cut.assignment]
     st.calls = [c["path"][cut.rel:] for c in my_calls.values()]
@@ -314,12 +320,14 @@ def _limits(plan: Any, vpc: float) -> dict[int, tuple[int, int]]:
 
 
 def _stack(n: Any) -> list[tuple[str, str]]:
+    """A node's module-call stack, outermost first, under one root entry (:data:`_ROOT`,
+    whatever key the tracer gave the root call, so every node's stack starts alike)."""
     from ..graph.torch_import import _clean_path
 
     st = [(k, _clean_path(v[0])) for k, v in (n.meta.get("nn_module_stack") or {}).items()]
-    if not st or st[0][1] != "":
-        st.insert(0, ("<root>", ""))
-    return st
+    if st and st[0][1] == "":
+        st = st[1:]
+    return [_ROOT, *st]
 
 
 def _common(stacks: list[list[tuple[str, str]]]) -> list[tuple[str, str]]:
@@ -328,7 +336,7 @@ def _common(stacks: list[list[tuple[str, str]]]) -> list[tuple[str, str]]:
         if any(x[0] != items[0][0] for x in items):
             break
         out.append(items[0])
-    return out or [("<root>", "")]
+    return out or [_ROOT]
 
 
 def _frames(n: Any) -> list[tuple[str, int]]:
@@ -508,7 +516,7 @@ def _split(cut: _Cut, i: int, my_calls: dict, dstreams: dict, base: int) -> list
     out = [_hoisted(cut, my_calls[key], key, var, call, base + k)
            for k, (var, key, call) in enumerate(h.out)]
     rest = Stmt(base + len(out), _reindent(ast.unparse(node).split("\n")),
-                next(iter(dstreams), None))
+                next(iter(dstreams), None), line=s.lineno + cut.fwd.off)
     _names(node, rest)
     rest.ops = [x for x, j in cut.op_stmt.items() if j == i and x in cut.assignment
                 and not any(x in c["ops"] for c in my_calls.values())]
@@ -660,16 +668,22 @@ def _deps(stmts: list[Stmt], graph: Any, traced: Any, op_stmt: dict[str, int]) -
             st.deps = {d for d in st.deps if d < st.idx}
 
 
+#: issue preference of a ready statement by its stream (a side stream: 0)
+_ISSUE_RANK = {None: 1, 0: 2}
+
+
 def schedule(stmts: list[Stmt]) -> list[int]:
-    """Issue order: a statement as soon as everything it depends on is issued, side-stream
-    statements first among those ready (so side work starts before the main path's)."""
+    """Issue order: a statement as soon as everything it depends on is issued; among those
+    ready, side-stream statements first, then host-only ones (shapes, names: they may be
+    what side work waits for), the origin stream's last (so side work starts before the
+    main path's dominator)."""
     done: set[int] = set()
     order: list[int] = []
     while len(order) < len(stmts):
         ready = [s for s in stmts if s.idx not in done and s.deps <= done]
         if not ready:  # cannot happen: deps point backwards
             ready = [s for s in stmts if s.idx not in done][:1]
-        pick = min(ready, key=lambda s: (0 if s.stream not in (None, 0) else 1, s.idx))
+        pick = min(ready, key=lambda s: (_ISSUE_RANK.get(s.stream, 0), s.idx))
         order.append(pick.idx)
         done.add(pick.idx)
     return order
@@ -704,15 +718,12 @@ def render(site: Site, target: str, *, plan: Any, source: dict, model_name: str,
     imp = _import_line(site.cls, [n for n in _module_names(site)
                                   if n != site.cls.__qualname__.split(".")[0]])
     need = required_apis(target, bool(limits))
-    per = {k: sorted({c for st in site.stmts if st.stream == k for c in st.calls})
-           for k in site.side}
-    streams = "; ".join(f"{', '.join(v) or '-'} on stream {k}" for k, v in per.items())
+    streams = "; ".join(f"{_on_stream(site, k)} on stream {k}" for k in site.side)
     head = (f"{cls}.forward ({os.path.basename(where)}:{site.first_line}) with plan "
             f"{plan.name!r} of {model_name}" + (f" ({scale})" if scale else "") + f" for "
             f"{target}: {streams}; the rest as written. Off unless {switch}=1.")
     lines = [
-        '"""' + _wrap(_doc_safe(head)),
-        '"""',
+        '"""' + _wrap(_doc_safe(head) + '"""'),
         *(["import functools"] if need else []),
         "import os",
         "",
@@ -753,6 +764,16 @@ def _doc_safe(text: str) -> str:
     return text.replace("\\", "\\\\").replace('"""', "'''")
 
 
+def _on_stream(site: Site, k: int) -> str:
+    """What runs on side stream ``k``, as the patch's docstring names it: its submodule
+    calls, else the lines of its statements in the host's file."""
+    calls = sorted({c for st in site.stmts if st.stream == k for c in st.calls})
+    if calls:
+        return ", ".join(calls)
+    lines = sorted({st.line for st in site.stmts if st.stream == k})
+    return ("lines " if len(lines) > 1 else "line ") + ", ".join(map(str, lines))
+
+
 def _wrap(text: str) -> str:
     return "\n".join(textwrap.wrap(text, 99, break_on_hyphens=False))
 
@@ -774,11 +795,18 @@ def _import_line(cls: type, extra: list[str] = ()) -> list[str]:
     mod = cls.__module__
     short = cls.__qualname__.split(".")[0]
     if mod.startswith("_parastream_user_") or mod == "__main__":
+        # a model file: the module already imported from it (whatever its name: patch()
+        # converts instances of that module's class), else the file loaded here
         path = os.path.abspath(inspect.getsourcefile(cls) or "")
         return ["import importlib.util",
-                f"_spec = importlib.util.spec_from_file_location('user_model', {path!r})",
-                "_mod = importlib.util.module_from_spec(_spec)",
-                "_spec.loader.exec_module(_mod)",
+                "import sys",
+                f"_path = {path!r}  # your model's file (import it before this one)",
+                "_mod = next((m for m in list(sys.modules.values())",
+                "             if os.path.abspath(getattr(m, '__file__', None) or '') == _path), None)",
+                "if _mod is None:",
+                "    _spec = importlib.util.spec_from_file_location('user_model', _path)",
+                "    _mod = importlib.util.module_from_spec(_spec)",
+                "    _spec.loader.exec_module(_mod)",
                 *[f"{n} = _mod.{n}" for n in [short, *extra]]]
     return [f"from {mod} import {', '.join([short, *extra])}"]
 
@@ -839,7 +867,7 @@ def _body(site: Site, target: str, device_name: str | None
     out = w.out
     if not w.ta and w.counts["rs"] == 0:
         out = [ln for ln in out if not ln.startswith("        rs = getattr(")]
-    if target == "cuda" and site.limits:
+    if site.limits and not has_core_limit_api(target):
         out.insert(1, f"        # plan core limits {site.limits} have no torch.cuda equivalent")
     return out, w.counts, warnings, limits
 
@@ -940,7 +968,7 @@ class _BodyWriter:
         if s != 0:
             parts.append(f'tng.scope.npu_stream_switch("s{s}", 0)' if self.ta
                          else f"api.stream(S[{s}])")
-        if s in self.limits and self.target != "cuda":
+        if s in self.limits:  # only limits the device documents for the target
             parts.append(f"tng.scope.limit_core_num{self.limits[s]}" if self.ta
                          else f"api.npugraph_ex.scope.limit_core_num{self.limits[s]}")
         if parts:
@@ -1063,7 +1091,7 @@ def render_diff(site: Site, patch: Patch, target: str, switch: str) -> str:
     method = ["\n", outer + _def_line(site, "_forward_multi_stream").strip() + "\n",
               f'{indent}"""{site.label} with the plan applied ({target}); generated by '
               'parastream emit."""\n']
-    for ln in patch.body:
+    for ln in "\n".join(patch.body).split("\n"):  # an entry may hold two lines (a loop)
         ln = _prefixed(ln.replace("self.api or API", "API"))
         method.append((indent + ln[8:] if ln.startswith("        ") else ln) + "\n"
                       if ln else "\n")

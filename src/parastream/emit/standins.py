@@ -33,6 +33,8 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any, Iterator
 
+from .devices import has_core_limit_api
+
 ORIGIN = 0            # the origin stream's id in a record (npugraph_ex / cuda)
 ORIGIN_TAG = "default"  # the origin stream in a torchair record
 
@@ -401,7 +403,7 @@ def check(r: Run, gen: Any, graph: Any = None) -> list[str]:
         if got != want:
             problems.append(f"{name} ran on stream {got}, the plan says {want}")
     limits = {int(k): tuple(v) for k, v in dict(gen.CORE_LIMITS).items()}
-    if target != "cuda":
+    if has_core_limit_api(target):
         for name in plan_ops:
             c = entry.get(name)
             s = assignment.get(name, 0)
@@ -721,10 +723,13 @@ def check_patch(r: PatchRun, gen: Any, expected_streams: dict[str, int] | None =
     reading memory another stream's op wrote with no event between them (vector clocks
     over the recorded issue order), a tensor read on a stream other than the one that
     allocated it without ``record_stream`` to the reader first, a side stream without a
-    fork or not joined back."""
+    fork or not joined back; a run in which no module was patched at all."""
     rec = r.recorder
     target = gen.TARGET
     problems = _outside_api(rec, _PATCH_KINDS[target], target)
+    if not rec.count("host_enter"):
+        problems.append("no module of the model ran the patched forward: patch(model) "
+                        "found no instance of the patched class")
     problems += _unit_streams(r, gen, expected_streams or {})
     if target == "torchair":
         return problems
