@@ -540,3 +540,37 @@ def test_a_patch_of_a_model_file_converts_the_users_own_imported_class(tmp_path,
     r = standins.run_patch(gen, other.make()[0], inputs)
     assert any("no module of the model ran the patched forward" in p
                for p in standins.check_patch(r, gen))
+
+
+def test_a_torchair_wait_on_a_tuple_waits_each_of_its_tensors(tmp_path, registered):
+    """The side call returns a tuple that stream 0 reads: npu_wait_tensor takes tensors, so
+    the tuple is rebound tensor by tensor (on its first tensor's dependency), and the file
+    still traces as one graph."""
+    (tmp_path / "pair_model.py").write_text(PAIR_MODEL)
+    spec = importlib.util.spec_from_file_location("ps_pair_ta", tmp_path / "pair_model.py")
+    user = importlib.util.module_from_spec(spec)
+    sys.modules["ps_pair_ta"] = user
+    try:
+        spec.loader.exec_module(user)
+        module, inputs = user.make()
+        graph = import_module(module, inputs, name="pair")
+        plan = assign(graph, "manual", mapping={"pair": 1})
+        traced = trace(module, inputs)
+        so, real = node_streams(traced, plan)
+        site = modlevel.analyse(traced, plan, module, inputs, graph, so, real)
+        src = modlevel.render(site, "torchair", plan=plan, source={}, model_name="pair",
+                              device_name=None, switch=SWITCH).source
+        assert "ab = type(ab)(tng.scope.npu_wait_tensor(t, ab[0]) for t in ab)" in src
+        with torch.no_grad():
+            expected = module(*inputs)
+        gen = registered(src)
+        r = standins.run_patch(gen, copy.deepcopy(module), inputs)
+        assert standins.outputs_equal(expected, r.outputs)
+        assert standins.check_patch(r, gen, {"pair": 1, "main": 0}) == []
+        assert r.recorder.count("wait_tensor") == 2
+        patched = gen.patch(copy.deepcopy(module), standins.torchair_graph_standin())
+        with torch.no_grad():
+            out, graphs = _compile_once(patched, *inputs)
+        assert len(graphs) == 1 and standins.outputs_equal(expected, out)
+    finally:
+        sys.modules.pop("ps_pair_ta", None)

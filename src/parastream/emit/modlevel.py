@@ -1070,6 +1070,11 @@ def _wait_tensor(st: Stmt, u: Stmt, site: Site, ind: str) -> str:
     if not made or not pick:
         return f"{ind}# {_what(u)} -> {_what(st)}: no tensor to npu_wait_tensor on"
     x, dep = pick[0], made[0]
+    if dep in site.tuples:  # a tuple of tensors: its first tensor stands for the call
+        dep += "[0]"
+    if x in site.tuples:    # every tensor of the tuple read is waited (a tuple rebound)
+        return (f"{ind}{x} = type({x})(tng.scope.npu_wait_tensor(t, {dep}) for t in {x})  "
+                f"# after {_what(u)}")
     return f"{ind}{x} = tng.scope.npu_wait_tensor({x}, {dep})  # after {_what(u)}"
 
 
