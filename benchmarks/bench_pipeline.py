@@ -104,7 +104,7 @@ def bench_demo(runs: int, n: int = 48) -> dict:
     from parastream.pipeline.planner import plan
     from parastream.pipeline.workload import (WorkloadConfig, make_infer, make_items, make_model,
                                               make_postprocess, make_stages, same_outputs)
-    from parastream.runtime.cpu import set_intra_op_threads
+    from parastream.runtime.host import set_intra_op_threads
 
     set_intra_op_threads(1)
     cfg = WorkloadConfig()

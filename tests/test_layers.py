@@ -31,7 +31,7 @@ LAYERS = (
     "parastream.workflow",
     "parastream.cpu",
     "parastream.calibrate",
-    "parastream.emit | parastream.pipeline",
+    "parastream.emit | parastream.pipeline | parastream.decode",
     "parastream.runtime",
     "parastream.report | parastream.sim",
     "parastream.plan",

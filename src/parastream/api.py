@@ -11,8 +11,8 @@ arguments and returns a typed result, whose ``to_dict()`` is the document the co
     r = ps.run("llama_layer", device="cpu")      # RunResult: measured, needs torch
     e = ps.emit("plan.json", target="torchair")  # EmitResult: the generated source
 
-``demo`` runs the whole loop into a report folder and ``pipeline`` the CPU pipeline
-demonstration. Importing this module imports no torch: only building a zoo model or a
+``demo`` runs the whole loop into a report folder, ``pipeline`` the CPU pipeline
+demonstration and ``decode`` serves requests in the four decode modes. Importing this module imports no torch: only building a zoo model or a
 ``file.py:factory``, and running one, does. Bad input raises :class:`parastream.errors.InputError` (one line: the file and the
 problem).
 """
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from .errors import InputError
 from .workflow.analyze import Analysis, AnalyzeOptions, analyze
+from .workflow.decode import DecodeResult, DecodeSettings, decode
 from .workflow.demo import DemoResult, DemoSettings, demo
 from .workflow.emit import EmitResult, emit
 from .workflow.graph import GraphResult, graph
@@ -29,7 +30,8 @@ from .workflow.plan import PlanResult, plan
 from .workflow.run import RunResult, RunSettings, run
 from .workflow.simulate import ShapeSweep, SimulateOptions, Simulation, simulate
 
-__all__ = ["Analysis", "AnalyzeOptions", "DemoResult", "DemoSettings", "EmitResult",
-           "GraphResult", "InputError", "PipelineResult", "PlanResult", "RunResult",
-           "RunSettings", "ShapeSweep", "SimulateOptions", "Simulation", "analyze", "demo",
-           "emit", "graph", "pipeline", "plan", "run", "simulate"]
+__all__ = ["Analysis", "AnalyzeOptions", "DecodeResult", "DecodeSettings", "DemoResult",
+           "DemoSettings", "EmitResult", "GraphResult", "InputError", "PipelineResult",
+           "PlanResult", "RunResult", "RunSettings", "ShapeSweep", "SimulateOptions",
+           "Simulation", "analyze", "decode", "demo", "emit", "graph", "pipeline", "plan",
+           "run", "simulate"]

@@ -87,7 +87,7 @@ def test_workload_is_deterministic_and_serial_equals_pipelined():
     from parastream.pipeline import Pipeline, run_serial
     from parastream.pipeline.workload import (WorkloadConfig, decode_resize, make_items,
                                               make_jpeg, make_stages, same_outputs)
-    from parastream.runtime.cpu import set_intra_op_threads
+    from parastream.runtime.host import set_intra_op_threads
 
     set_intra_op_threads(1)
     assert make_jpeg(3, 64, 48) == make_jpeg(3, 64, 48) != make_jpeg(4, 64, 48)

@@ -95,7 +95,7 @@ def _parser() -> argparse.ArgumentParser:
 #: the layer it drives, so this file stays a thin dispatcher
 _COMMAND_MODULES = ("parastream.cli.graph", "parastream.cli.zoo", "parastream.cli.plan",
                     "parastream.cli.simulate", "parastream.cli.run", "parastream.cli.emit",
-                    "parastream.cli.pipeline", "parastream.cli.demo")
+                    "parastream.cli.pipeline", "parastream.cli.decode", "parastream.cli.demo")
 
 
 def _load_commands(module: str, sub) -> None:

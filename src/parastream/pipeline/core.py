@@ -32,7 +32,8 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 import numpy as np
 
 from ..runtime.backend import STREAM_KINDS, Backend, get_backend
-from ..runtime.cpu import LaneRecorder, build_timeline, cpu_name
+from ..runtime.host import cpu_name
+from ..runtime.lanes import LaneRecorder, build_timeline
 from ..timeline.model import Timeline
 from .accounting import Admission, PipelineStats, StageStats
 

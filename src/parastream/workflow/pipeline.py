@@ -99,7 +99,7 @@ def pipeline(items: int = 48, batch: int = 4, replicas: dict[str, int] | None = 
     check_sizes(items, batch, threads, depth)
     require_workload_packages()
     from ..report.text import progress as progress_display
-    from ..runtime.cpu import set_intra_op_threads
+    from ..runtime.host import set_intra_op_threads
     from ..pipeline.core import Pipeline, run_serial
     from ..pipeline.planner import plan
     from ..pipeline.workload import WorkloadConfig, make_items, make_model, make_stages
