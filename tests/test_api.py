@@ -51,7 +51,8 @@ def test_the_api_functions_and_the_subpackages_keep_their_own_names():
     from parastream.cli import _parser
 
     _parser()  # loads every command module
-    names = ("analyze", "graph", "plan", "simulate", "run", "emit", "demo", "pipeline")
+    names = ("analyze", "graph", "plan", "simulate", "run", "emit", "demo", "pipeline",
+             "decode")
     for name in names:
         fn = getattr(ps, name)
         assert callable(fn) and not isinstance(fn, types.ModuleType), name
@@ -194,3 +195,26 @@ def test_emit_a_plan_is_what_the_cli_writes(zoo, tmp_path, capsys):
     assert out.read_text() == result.source
     assert result.to_dict()["target"] == "cuda" and result.level == "op"
     assert result.candidate == json.loads(plan_file.read_text())["recommended"]
+
+
+def test_decode_is_the_cli_json_but_for_the_timings(tmp_path, capsys):
+    """``ps.decode`` and ``parastream decode --json`` serve the same requests: the same
+    settings, workload, token agreement and per-mode counts (timings differ run to run)."""
+    pytest.importorskip("torch")
+    result = ps.decode("tiny", "sequential,batch", workload=ps.WorkloadOptions(requests=4),
+                       settings=ps.DecodeSettings(concurrency=2))
+    assert isinstance(result, ps.DecodeResult)
+    doc = result.to_dict()
+    out = tmp_path / "decode.json"
+    assert main(["decode", "--model", "tiny", "--modes", "sequential,batch", "--requests", "4",
+                 "--concurrency", "2", "--json", str(out)]) == 0
+    capsys.readouterr()
+    cli = json.loads(out.read_text())
+    for key in ("schema", "model", "settings", "workload", "agreement", "ended_early"):
+        assert doc[key] == cli[key], key
+    counts = ("mode", "requests", "finished", "failed", "tokens", "preemptions")
+    assert [{k: m[k] for k in counts} for m in doc["modes"]] == \
+        [{k: m[k] for k in counts} for m in cli["modes"]]
+    assert doc["agreement"][0]["identical"] == 4
+    with pytest.raises(ps.InputError, match="--concurrency"):
+        ps.decode("tiny", "batch", settings=ps.DecodeSettings(concurrency=0))

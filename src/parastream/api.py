@@ -19,6 +19,7 @@ problem).
 
 from __future__ import annotations
 
+from .decode.workload import WorkloadOptions
 from .errors import InputError
 from .workflow.analyze import Analysis, AnalyzeOptions, analyze
 from .workflow.decode import DecodeResult, DecodeSettings, decode
@@ -33,5 +34,5 @@ from .workflow.simulate import ShapeSweep, SimulateOptions, Simulation, simulate
 __all__ = ["Analysis", "AnalyzeOptions", "DecodeResult", "DecodeSettings", "DemoResult",
            "DemoSettings", "EmitResult", "GraphResult", "InputError", "PipelineResult",
            "PlanResult", "RunResult", "RunSettings", "ShapeSweep", "SimulateOptions",
-           "Simulation", "analyze", "decode", "demo", "emit", "graph", "pipeline", "plan",
+           "Simulation", "WorkloadOptions", "analyze", "decode", "demo", "emit", "graph", "pipeline", "plan",
            "run", "simulate"]
