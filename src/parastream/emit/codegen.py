@@ -67,7 +67,6 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from ..errors import one_line
 from ..plan.model import Plan
 from . import TARGETS
 from .devices import has_core_limit_api, required_apis
@@ -110,36 +109,41 @@ class Traced:
 
 def trace(module: Any, inputs: Sequence[Any] | Any, *, kwargs: dict | None = None,
           method: str = "auto", program: Any = None) -> Traced:
-    """Trace ``module`` on ``inputs`` the way the importer does (same tracer, same names);
-    ``program``: the ``torch.export`` program the importer already made of them."""
+    """Trace ``module`` on ``inputs`` with the importer's tracer (same trace, same names);
+    ``program``: the :class:`~parastream.graph.trace.Trace` the importer already made of
+    them (:func:`~parastream.graph.torch_import.import_trace`), read as it is."""
     import torch
+
+    from ..graph.trace import METHODS, Trace
 
     if not isinstance(inputs, (tuple, list)):
         inputs = (inputs,)
     inputs = tuple(inputs)
-    if method not in ("auto", "export", "fx"):
+    if method not in METHODS:
         raise ValueError(f"method must be auto, export or fx, not {method!r}")
     device = next((t.device for t in inputs if isinstance(t, torch.Tensor)), None)
-    traced = _trace(module, inputs, kwargs, method, program, device)
+    tr = program if isinstance(program, Trace) else _trace(module, inputs, kwargs, method)
+    traced = (_from_export(tr, module, device) if tr.source == "torch.export"
+              else _from_fx(tr, device))
     # torch.fx keeps a non-tensor argument as a real input; torch.export bakes it in
-    traced.call = _call_shape(inputs, kwargs or {}, constants=traced.method == "torch.export")
+    traced.call = _call_shape(tr, constants=traced.method == "torch.export")
     return traced
 
 
-def _call_shape(inputs: tuple, kwargs: dict, constants: bool = True
+def _call_shape(tr: Any, constants: bool = True
                 ) -> tuple[int, tuple[str, ...], str, dict[int, tuple[str, Any]],
                            dict[int, tuple[str, tuple[int, ...], str]]]:
-    """The traced call as :attr:`Traced.call` records it; ``constants`` (a torch.export
-    trace): also the non-tensor leaves that can be written as literals, each with what it
-    is (``argument 1``, ``keyword 'scale'``, ``argument 0[1]`` inside a tuple argument), and
-    the tensor leaves' shapes and dtypes, which the graph is specialised to (another
-    shape would run the traced slices and views and give a wrong result, no error)."""
+    """The traced call as :attr:`Traced.call` records it, from the trace's flattened call;
+    ``constants`` (a torch.export trace): also the non-tensor leaves that can be written
+    as literals, each with what it is (``argument 1``, ``keyword 'scale'``, ``argument
+    0[1]`` inside a tuple argument), and the tensor leaves' shapes and dtypes, which the
+    graph is specialised to (another shape would run the traced slices and views and
+    give a wrong result, no error)."""
     import torch
     from torch.utils import _pytree as pytree
 
-    leaves, spec = pytree.tree_flatten_with_path((tuple(inputs), dict(kwargs)))
     consts, tensors = {}, {}
-    for i, (path, v) in enumerate(leaves):
+    for i, (path, v) in enumerate(zip(tr.input_paths, tr.flat_inputs)):
         if not constants:
             break
         top, where, rest = path[0], path[1], path[2:]
@@ -149,7 +153,8 @@ def _call_shape(inputs: tuple, kwargs: dict, constants: bool = True
             tensors[i] = (what, tuple(v.shape), str(v.dtype))
         elif _literal_ok(v):
             consts[i] = (what, v)
-    return len(inputs), tuple(kwargs), pytree.treespec_dumps(spec), consts, tensors
+    return (len(tr.inputs), tuple(tr.kwargs), pytree.treespec_dumps(tr.input_spec), consts,
+            tensors)
 
 
 def _literal_ok(v: Any) -> bool:
@@ -161,102 +166,58 @@ def _literal_ok(v: Any) -> bool:
     return type(v) is float and v == v and v not in (float("inf"), float("-inf"))
 
 
-def _trace(module: Any, inputs: tuple, kwargs: dict | None, method: str, program: Any,
-           device: Any) -> Traced:
-    from ..graph.torch_import import export_program
+def _trace(module: Any, inputs: tuple, kwargs: dict | None, method: str) -> Any:
+    """The importer's one trace of the module (torch.export, then torch.fx), its
+    one-line reason an :class:`EmitError`."""
+    from ..errors import InputError
+    from ..graph.trace import trace as trace_module
 
-    if program is not None:
-        return _from_export(program, module, device)
-    errors = []
-    if method in ("auto", "export"):
-        try:
-            ep = export_program(module, inputs, kwargs or {})
-        except Exception as exc:  # same fallback rule as the importer
-            if method == "export":
-                raise EmitError("cannot be traced by torch.export: " + one_line(exc)) from exc
-            errors.append("torch.export: " + one_line(exc))
-        else:
-            return _from_export(ep, module, device)
-    if kwargs:
-        raise EmitError("the torch.fx fallback takes positional example inputs only")
     try:
-        return _from_fx(module, inputs, device)
-    except Exception as exc:
-        errors.append("torch.fx: " + one_line(exc))
-        raise EmitError("cannot be traced (" + "; ".join(errors) + ")") from exc
+        return trace_module(module, inputs, kwargs, method)
+    except InputError as exc:
+        raise EmitError(exc.reason) from exc
 
 
-def _from_export(ep: Any, module: Any, device: Any) -> Traced:
-    sig = ep.graph_signature
+def _from_export(tr: Any, module: Any, device: Any) -> Traced:
+    """An exported trace as :class:`Traced`, from its parsed signature."""
     ph: dict[str, tuple[str, Any]] = {}
     user = 0
-    for spec in sig.input_specs:
-        ph[spec.arg.name] = _export_input(ep, module, spec, user)
-        user += ph[spec.arg.name][0] == "input"
-    by_name = {n.name: n for n in ep.graph.nodes}
+    for b in tr.bindings:
+        ph[b.name] = _export_input(tr, module, b, user)
+        user += ph[b.name][0] == "input"
     outputs: list[Any] = []
     mutations: list[tuple[str, Any, Any]] = []
-    for spec in sig.output_specs:
-        kind = spec.kind.name
-        arg = spec.arg
-        value = by_name[arg.name] if hasattr(arg, "name") and arg.name in by_name else \
-            getattr(arg, "value", None)
-        if kind == "USER_OUTPUT":
-            outputs.append(value)
-        elif kind == "BUFFER_MUTATION":
-            mutations.append(("buffer", spec.target, value))
-        elif kind == "USER_INPUT_MUTATION":
-            mutations.append(("input", spec.target, value))
+    for out in tr.outputs:
+        if out.kind == "user":
+            outputs.append(out.value)
+        elif out.kind in ("buffer_mutation", "input_mutation"):
+            mutations.append((out.kind.split("_")[0], out.target, out.value))
         else:
-            raise EmitError(f"unsupported export output of kind {kind}")
-    return Traced("torch.export", ep.graph, ph, outputs, out_spec=ep.call_spec.out_spec,
+            raise EmitError(f"unsupported export output of kind {out.kind.upper()}")
+    return Traced("torch.export", tr.graph, ph, outputs, out_spec=tr.out_spec,
                   mutations=mutations, device=device)
 
 
-def _export_input(ep: Any, module: Any, spec: Any, user: int) -> tuple[str, Any]:
+def _export_input(tr: Any, module: Any, b: Any, user: int) -> tuple[str, Any]:
     """What an export input is, as :attr:`Traced.placeholders` records it (``user``: the
     index the next user input has)."""
-    kind = spec.kind.name
-    if kind == "PARAMETER":
-        return ("param", spec.target)
-    if kind == "BUFFER":
-        return ("buffer", spec.target)
-    if kind == "CONSTANT_TENSOR":
-        if _has_tensor_attr(module, spec.target):
-            return ("attr", spec.target)
-        return ("value", ep.constants[spec.target])
-    if kind == "USER_INPUT":
+    if b.kind in ("param", "buffer"):
+        return (b.kind, b.target)
+    if b.kind == "constant":
+        if _has_tensor_attr(module, b.target):
+            return ("attr", b.target)
+        return ("value", tr.program.constants[b.target])
+    if b.kind == "input":
         return ("input", user)
-    raise EmitError(f"unsupported export input {spec.arg.name!r} of kind {kind}")
+    raise EmitError(f"unsupported export input {b.name!r} of kind {b.kind.upper()}")
 
 
-def _from_fx(module: Any, inputs: tuple, device: Any) -> Traced:
-    import torch
-    import torch.fx
-    from torch._subclasses.fake_tensor import FakeTensorMode
-
-    gm = torch.fx.symbolic_trace(module)
-
-    class _Prop(torch.fx.Interpreter):  # node values on fake tensors, as the importer does
-        def run_node(self, n):
-            result = super().run_node(n)
-            n.meta["val"] = result
-            return result
-
-    mode = FakeTensorMode(allow_non_fake_inputs=True)
-    fake = [mode.from_tensor(t) if isinstance(t, torch.Tensor) else t for t in inputs]
-    with mode, torch.no_grad():
-        _Prop(gm).run(*fake)
-    ph: dict[str, tuple[str, Any]] = {}
-    user = 0
-    out = None
-    for n in gm.graph.nodes:
-        if n.op == "placeholder":
-            ph[n.name] = ("input", user)
-            user += 1
-        elif n.op == "output":
-            out = n.args[0]
-    return Traced("torch.fx", gm.graph, ph, [], fx_output=out, device=device)
+def _from_fx(tr: Any, device: Any) -> Traced:
+    """An fx trace (node values already propagated on fake tensors) as :class:`Traced`:
+    every placeholder an input, in order."""
+    ph = {b.name: ("input", i) for i, b in enumerate(tr.bindings)}
+    out = next((n.args[0] for n in tr.graph.nodes if n.op == "output"), None)
+    return Traced("torch.fx", tr.graph, ph, [], fx_output=out, device=device)
 
 
 def _has_tensor_attr(module: Any, fqn: str) -> bool:

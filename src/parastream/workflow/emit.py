@@ -118,8 +118,8 @@ def _check_request(target: str, level: str, class_name: str) -> None:
 def _rebuild(plan_path: str, candidate: str | None, model: str | None,
              shapes: tuple[str | None, str | None]) -> _Subject:
     """Read the plan, rebuild its model at the plan's scale and phase, trace it once (the
-    importer's export program serves the plan check and the code alike; only a model
-    export cannot trace is traced again, by torch.fx) and check that the plan fits."""
+    importer's trace serves the plan check and the code alike, whichever tracer made it)
+    and check that the plan fits."""
     from ..plan.io import load_doc, plan_shapes, require_fit
 
     doc, plan = load_doc(plan_path, candidate)
@@ -131,14 +131,14 @@ def _rebuild(plan_path: str, candidate: str | None, model: str | None,
         raise InputError(plan_path, "the plan does not say which model it was made for; "
                                     "pass --model (and --scale/--phase)")
     from ..emit.codegen import EmitError, build_model, trace
-    from ..graph.torch_import import import_program
+    from ..graph.torch_import import import_trace
 
     with contextlib.redirect_stdout(sys.stderr):
         with naming(plan_path, "its source model: "):
             module, inputs = build_model(source)
-        graph, program = import_program(module, inputs, name=str(source["model"]))
+        graph, program = import_trace(module, inputs, name=str(source["model"]))
         try:
-            traced = trace(module, inputs, program=program, method="auto" if program else "fx")
+            traced = trace(module, inputs, program=program)
         except EmitError as exc:
             raise InputError(source["model"], str(exc)) from None
     require_fit(graph, plan, plan_path, f"{source.get('model')} at scale {source.get('scale')}")
