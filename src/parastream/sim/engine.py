@@ -34,14 +34,15 @@ from __future__ import annotations
 
 import array
 import heapq
+import itertools
 import random
 from dataclasses import dataclass
 from functools import partial
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
-from ..timeline.model import DeviceInfo, Interner, Timeline, core_code, make_timeline
+from ..timeline.model import DeviceInfo, Timeline, core_code, make_timeline
 from ..timeline.nogc import gc_paused
 from .hostlock import host_lock_for
 from .resource import Resource, ResourceFactory
@@ -55,6 +56,9 @@ POOL_CODE = {"cube": 1, "vector": 2}
 
 #: a waiting interval: (task, start us, end us, the waited-on task that came last)
 WaitInterval = tuple[int, float, float, int]
+
+#: a queue's head once it started (the queue is busy until it completes)
+_RUNNING = -2
 
 
 @dataclass
@@ -105,7 +109,7 @@ def _durations(tasks: list[Task], jitter: float, seed: int) -> list[float]:
 
 
 def _pools(tasks: list[Task], device: Device,
-           shared_pool: bool) -> tuple[list[int], np.ndarray, list[int]]:
+           shared_pool: bool) -> tuple[list[int], np.ndarray, np.ndarray]:
     """Each task's pool code (as a list and an array) and the cores it needs of it: its
     block dim capped at the pool, at least 1; 0 for tasks without cores."""
     n = len(tasks)
@@ -113,24 +117,34 @@ def _pools(tasks: list[Task], device: Device,
         pool_of = [1 if t.pool in POOL_CODE else 0 for t in tasks]
     else:
         pool_of = [POOL_CODE.get(t.pool, 0) for t in tasks]
-    pools = np.array(pool_of, np.int8) if n else np.zeros(0, np.int8)
+    pools = np.fromiter(pool_of, np.int8, n)
     pool_cap = np.array([0, device.cube_cores, device.vector_cores], np.int64)[pools]
-    blocks = np.array([t.block_dim for t in tasks], np.int64) if n else np.zeros(0, np.int64)
-    need = np.where(pool_cap > 0, np.clip(np.minimum(blocks, pool_cap), 1, None), 0).tolist()
+    blocks = np.fromiter([t.block_dim for t in tasks], np.int64, n)
+    need = np.where(pool_cap > 0, np.clip(np.minimum(blocks, pool_cap), 1, None), 0)
     return pool_of, pools, need
 
 
-def _queues(tasks: list[Task], q_count: int) -> tuple[np.ndarray, list[int], list[list[int]]]:
-    """The tasks' stream column, each task's queue and each queue's FIFO (program order).
+def _queues(tasks: list[Task], q_count: int) -> tuple[np.ndarray, list[int], list[int], list[int]]:
+    """The tasks' stream column, each task's queue, each queue's first task and the task
+    behind each in its queue (-1: none): every queue is a FIFO in program order.
 
     Queues go by rank among the streams in use, not by id: ids are labels."""
     n = len(tasks)
-    streams = np.array([t.stream for t in tasks], np.int64) if n else np.zeros(0, np.int64)
-    q_arr = (np.unique(streams, return_inverse=True)[1].reshape(-1) % q_count
-             if n else streams)
-    q_split = np.cumsum(np.bincount(q_arr, minlength=q_count))[:-1]
-    queues = [x.tolist() for x in np.split(np.argsort(q_arr, kind="stable"), q_split)]
-    return streams, q_arr.tolist(), queues
+    streams = np.fromiter([t.stream for t in tasks], np.int64, n)
+    q_arr = _stream_codes(streams)[1] % q_count
+    first = np.full(q_count, -1, np.int64)
+    behind = np.full(n, -1, np.int64)
+    if n:
+        # the tasks grouped by queue, in program order within each (a stable sort of small
+        # integers is a radix sort)
+        order = np.argsort(q_arr.astype(np.int16) if q_count < 1 << 15 else q_arr,
+                           kind="stable")
+        queue = q_arr[order]
+        same = queue[1:] == queue[:-1]  # a task and the next in the order share a queue
+        behind[order[:-1][same]] = order[1:][same]
+        heads = np.flatnonzero(np.r_[True, ~same])
+        first[queue[heads]] = order[heads]
+    return streams, q_arr.tolist(), first.tolist(), behind.tolist()
 
 
 def _wait_graph(tasks: list[Task]) -> tuple[list[int], list[list[int] | None]]:
@@ -152,24 +166,39 @@ def _wait_graph(tasks: list[Task]) -> tuple[list[int], list[list[int] | None]]:
 
 
 class _Sim:
-    """One run's state and its steps: :meth:`step` takes the next event (issue, complete
-    or signal) and :meth:`dispatch` starts the head tasks of the queues it names.
+    """One run's state and its steps over it.
+
+    :meth:`run` takes one event at a time: the host *issues* a task that heads an empty
+    queue, a task *completes* (:meth:`_complete_step`), or a resource's or a sleeping
+    worker's signal fires (:meth:`_signal`); then it *dispatches* the queues that event may
+    have made ready. The complete step is built once per run as a function over the run's
+    lists, so its state is bound once rather than looked up at every event; the rarer
+    paths (memory bandwidth sharing, a plugged resource, sleeping workers, many waiters)
+    are methods.
 
     Heap entries are ``(time, seq, code)``: ``code >= 0`` completes task ``code``;
     ``~j`` with ``j < n`` is the resource's signal about task ``j``; ``~(n + q)`` looks at
     queue ``q``'s head again (a woken worker). ``seq`` breaks ties in scheduling order."""
 
+    __slots__ = ("n", "q_count", "head", "behind", "free", "dur_of", "mem_bound",
+                 "pool_of", "pools", "need", "need_cores", "streams", "queue_of", "pending",
+                 "waiters", "done_at", "start_at", "waiting_since", "wait_iv", "last_done",
+                 "mem_left", "mem_streams", "has_mem", "expect", "heap", "seq",
+                 "last_q", "blocked", "retry_at_of", "sweep_us", "wake_us",
+                 "launch", "resource", "wake")
+
     def __init__(self, tasks: list[Task], device: Device, jitter: float, seed: int,
                  shared_pool: bool, resource: Resource | None) -> None:
         n = self.n = len(tasks)
         q_count = self.q_count = max(1, device.hw_queues)
-        self.head = [0] * q_count
-        self.running = [False] * q_count  # the queue's head task has been dispatched
         self.free = [0, device.cube_cores, device.vector_cores]  # indexed by pool code
         self.dur_of = _durations(tasks, jitter, seed)
         self.mem_bound = [t.memory_bound for t in tasks]
-        self.pool_of, self.pools, self.need = _pools(tasks, device, shared_pool)
-        self.streams, self.queue_of, self.queues = _queues(tasks, q_count)
+        self.pool_of, self.pools, self.need_cores = _pools(tasks, device, shared_pool)
+        self.need = self.need_cores.tolist()
+        # each queue's head task waiting to start (_RUNNING: it started; -1: the FIFO is
+        # done) and the task behind each in its FIFO (-1: none)
+        self.streams, self.queue_of, self.head, self.behind = _queues(tasks, q_count)
         self.pending, self.waiters = _wait_graph(tasks)
         # C doubles, not float objects: the result arrays are then views, not boxes
         self.done_at = array.array("d", bytes(8 * n))
@@ -179,163 +208,215 @@ class _Sim:
         self.last_done = [-1] * n  # the wait that was satisfied last
         # memory-bound tasks in flight, with remaining work in full-bandwidth microseconds
         self.mem_left: dict[int, float] = {}
-        self.mem_mark = 0.0
         self.mem_streams = max(1.0, device.memory_streams)
         self.has_mem = any(self.mem_bound)
         self.expect = [0] * n  # the seq of a task's live completion entry (older = stale)
         self.heap: list[tuple[float, int, int]] = []
-        self.seq = 0
-        self.rr = 0  # round-robin start: the queue after the last one that dispatched
+        self.seq = itertools.count(1)  # heap entries' tie-break, in scheduling order
+        self.last_q = -1  # the queue that dispatched last: the round-robin starts after it
         self.blocked: list[set[int]] = [set(), set(), set()]  # per pool: heads lacking cores
-        self.cores_back = [False] * n  # a held completion already gave its cores back
         self.retry_at_of = [-1.0] * q_count  # when a queue's woken head is next looked at
         self.sweep_us = device.sweep_us
         self.wake_us = device.wake_us
         self.launch = device.launch_us
         self.resource = resource
         # tasks at the head of their queue the host has not issued yet, by index (= issue time)
-        self.wake = [qq[0] for qq in self.queues if qq]
+        self.wake = [i for i in self.head if i >= 0]
         heapq.heapify(self.wake)
-        self.now = 0.0
 
     # -- the event core -------------------------------------------------------------
 
     def run(self) -> None:
-        """Steps until no event is left; RuntimeError when a wait can never be satisfied."""
-        step, dispatch = self.step, self.dispatch
-        while True:
-            qs = step()
-            if qs is None:
-                return
-            if qs:
-                dispatch(qs, self.now)
+        """Steps until no event is left; RuntimeError when a wait can never be satisfied.
 
-    def step(self) -> Sequence[int] | None:
-        """Take the next event (issues that come no later than the next completion go
-        first) and return the queues that may have become ready; None when done."""
-        wake, heap = self.wake, self.heap
-        if wake and (not heap or wake[0] * self.launch <= heap[0][0]):
-            i = heapq.heappop(wake)
-            self.now = i * self.launch
-            return (self.queue_of[i],)
-        if not heap:
-            if any(h < len(qq) for h, qq in zip(self.head, self.queues)):
-                raise RuntimeError("simulation stalled: a wait can never be satisfied")
-            return None
-        t, sq, code = heapq.heappop(heap)
-        self.now = t
-        if code >= 0:
-            return self.complete(code, sq, t)
-        j = ~code
-        if j >= self.n:  # a woken worker is ready: sweep its queue again
+        Each step takes the next event: the host *issues* a task that heads an empty queue
+        (issues no later than the next heap event go first), a task's kernel ends
+        (:meth:`_complete_step`) or a signal fires (:meth:`_signal`). Then it *dispatches*
+        the queues that event may have made ready: each one's head task starts one sweep
+        later if its events are recorded, its worker is awake and its cores and the
+        resource are free. The dispatch is written into the loop: it runs at every event,
+        where a call would cost more than the step."""
+        reshare = self._reshare_step()
+        complete, signal, asleep = self._complete_step(reshare), self._signal, self._asleep
+        res, has_mem, expect, mem_bound = self.resource, self.has_mem, self.expect, self.mem_bound
+        wake, heap, launch, queue_of = self.wake, self.heap, self.launch, self.queue_of
+        head, started = self.head, _RUNNING
+        pending, waiting_since, done_at, last_done = (self.pending, self.waiting_since,
+                                                      self.done_at, self.last_done)
+        pool_of, need, free, blocked = self.pool_of, self.need, self.free, self.blocked
+        start_at, dur_of, wait_iv = self.start_at, self.dur_of, self.wait_iv
+        sweep_us, wake_us = self.sweep_us, self.wake_us
+        pop, push, next_seq = heapq.heappop, heapq.heappush, self.seq.__next__
+        while wake or heap:
+            if wake and (not heap or wake[0] * launch <= heap[0][0]):
+                i = pop(wake)  # issue
+                t = i * launch
+                qs: Sequence[int] = (queue_of[i],)
+            else:
+                t, sq, i = pop(heap)
+                if i < 0:
+                    qs = signal(~i, t)
+                elif has_mem and sq != expect[i]:
+                    continue  # superseded when bandwidth shares changed
+                else:
+                    qs = complete(i, t)
+            for qi in qs:  # dispatch
+                i = head[qi]
+                if i < 0:
+                    continue  # its head task runs, or its FIFO is done
+                if i * launch > t:
+                    continue  # not issued yet: its issue event comes
+                if pending[i]:
+                    if waiting_since[i] < 0:
+                        waiting_since[i] = t
+                    continue
+                ws = waiting_since[i]
+                if ws >= 0:  # it waited for events: the last one recorded ends the wait
+                    awaited_end = done_at[last_done[i]]
+                    if wake_us and asleep(qi, ws, awaited_end, t):
+                        continue
+                p, k = pool_of[i], need[i]
+                if p and k > free[p]:
+                    blocked[p].add(qi)
+                    continue
+                if res is not None and res.blocks(i, qi):
+                    continue
+                if p:
+                    if blocked[p]:
+                        blocked[p].discard(qi)
+                    free[p] -= k
+                if ws >= 0 and awaited_end > ws:
+                    # the wait lasts until the last awaited event, not until cores were free
+                    wait_iv.append((i, ws, awaited_end, last_done[i]))
+                head[qi] = started
+                begin = start_at[i] = t + sweep_us
+                dur = dur_of[i]
+                if res is not None:
+                    res.take(self, i, begin, dur)
+                if has_mem and mem_bound[i] and dur > 0:
+                    # shares the bandwidth: the sweep is folded into the shared work so the
+                    # bookkeeping stays at t
+                    reshare(t, i, dur + sweep_us)
+                else:
+                    sq = expect[i] = next_seq()
+                    push(heap, (begin + dur, sq, i))
+                self.last_q = qi
+        self._check_drained()
+
+    def _check_drained(self) -> None:
+        """No event is left: every queue must have run all its tasks."""
+        if any(i != -1 for i in self.head):
+            raise RuntimeError("simulation stalled: a wait can never be satisfied")
+
+    def _signal(self, j: int, t: float) -> Sequence[int]:
+        """A signal fires at ``t``: a woken worker's queue is swept again (``j >= n``), or
+        the resource's event about task ``j`` returns the queues to sweep."""
+        if j >= self.n:
             return (j - self.n,)
         return self.resource.signal(self, j, t)
-
-    def _push(self, t: float, code: int) -> int:
-        self.seq += 1
-        heapq.heappush(self.heap, (t, self.seq, code))
-        return self.seq
 
     # the engine's side of the resource hooks (:class:`parastream.sim.resource.Core`)
 
     def signal_at(self, t: float, task: int) -> None:
-        self._push(t, ~task)
+        heapq.heappush(self.heap, (t, next(self.seq), ~task))
 
     def complete_at(self, t: float, task: int) -> None:
-        self.seq += 1
-        self.expect[task] = self.seq
-        heapq.heappush(self.heap, (t, self.seq, task))
+        sq = self.expect[task] = next(self.seq)
+        heapq.heappush(self.heap, (t, sq, task))
 
     def retry_at(self, t: float, queue: int) -> None:
-        self._push(t, ~(self.n + queue))
+        heapq.heappush(self.heap, (t, next(self.seq), ~(self.n + queue)))
 
     def in_rr_order(self, queues: set[int]) -> Sequence[int]:
-        return _rr_order(queues, self.rr, self.q_count)
+        return _rr_order(queues, self.last_q + 1, self.q_count)
 
     # -- memory bandwidth sharing ---------------------------------------------------
 
-    def settle_mem(self, t: float) -> None:
-        """Charge the memory-bound tasks in flight their share of the time since the last
-        change of shares."""
-        mem_left = self.mem_left
-        if mem_left:
-            d = (t - self.mem_mark) * min(1.0, self.mem_streams / len(mem_left))
-            for k in mem_left:
-                mem_left[k] -= d
-        self.mem_mark = t
+    def _reshare_step(self) -> Callable[[float, int, float | None], None]:
+        """``reshare(t, task, work)``: the memory-bound tasks in flight change at ``t``:
+        ``task`` joins with ``work`` (full-bandwidth microseconds) or leaves (``work``
+        None). Those in flight before are charged their share of the time since the last
+        change; all get new completion entries at the new shares (older entries go
+        stale). Each of ``n`` tasks in flight runs at ``min(1, memory_streams / n)``."""
+        mem_left, mem_streams, heap, expect = self.mem_left, self.mem_streams, self.heap, self.expect
+        next_seq, push = self.seq.__next__, heapq.heappush
+        mark = 0.0  # the last change of shares
 
-    def reschedule_mem(self, t: float) -> None:
-        """New completion entries for the memory-bound tasks in flight at the new shares
-        (older entries go stale)."""
-        slow = max(1.0, len(self.mem_left) / self.mem_streams)  # each task's stretch
-        for k, left in self.mem_left.items():
-            self.complete_at(t + (left if left > 0 else 0.0) * slow, k)
+        def reshare(t: float, task: int, work: float | None) -> None:
+            nonlocal mark
+            if mem_left:
+                share = mem_streams / len(mem_left)
+                d = (t - mark) * (share if share < 1.0 else 1.0)
+                for k in mem_left:
+                    mem_left[k] -= d
+            mark = t
+            if work is None:
+                del mem_left[task]
+            else:
+                mem_left[task] = work
+            slow = len(mem_left) / mem_streams  # each task's stretch
+            if slow < 1.0:
+                slow = 1.0
+            for k, left in mem_left.items():
+                sq = expect[k] = next_seq()
+                push(heap, (t + (left if left > 0 else 0.0) * slow, sq, k))
+
+        return reshare
 
     # -- complete ---------------------------------------------------------------------
 
-    def complete(self, i: int, sq: int, t: float) -> Sequence[int]:
-        """Task ``i``'s kernel ends at ``t``: it completes, unless its entry is stale or
-        the resource holds its completion (then its cores go back now)."""
-        if self.has_mem:
-            if sq != self.expect[i]:
-                return ()  # superseded when bandwidth shares changed
-            if i in self.mem_left:
-                self.settle_mem(t)
-                del self.mem_left[i]
-                self.reschedule_mem(t)
-        res = self.resource
-        if res is not None and res.holds_completion(i):
-            return self._cores_back_early(i)
-        return self._finish(i, t)
+    def _complete_step(self, reshare: Callable[[float, int, float | None], None]
+                       ) -> Callable[[int, float], Sequence[int]]:
+        """The complete step: ``complete(i, t)`` when task ``i``'s kernel ends at ``t``
+        (its entry is not stale). It completes (it leaves the bandwidth share, its queue's
+        next task heads it, its cores go back, its event is recorded for its waiters)
+        unless the resource holds its completion (then its cores go back now). Returns
+        the queues to sweep, in round-robin order."""
+        done_at, queue_of, head = self.done_at, self.queue_of, self.head
+        behind, wake, launch = self.behind, self.wake, self.launch
+        pool_of, need, free, blocked = self.pool_of, self.need, self.free, self.blocked
+        waiters, pending, last_done = self.waiters, self.pending, self.last_done
+        q_count, has_mem, res = self.q_count, self.has_mem, self.resource
+        mem_left = self.mem_left
+        push, record_many = heapq.heappush, self._record_many
 
-    def _cores_back_early(self, i: int) -> Sequence[int]:
-        """A held task's kernel is done: its cores go back once, to whoever waits."""
-        if self.cores_back[i]:
-            return ()
-        self.cores_back[i] = True
-        p = self.pool_of[i]
-        if not p:
-            return ()
-        self.free[p] += self.need[i]
-        if not self.blocked[p]:
-            return ()
-        return _rr_order(self.blocked[p], self.rr, self.q_count)
-
-    def _finish(self, i: int, t: float) -> Sequence[int]:
-        """Task ``i`` completes at ``t``: its queue's next task heads it, its cores go
-        back, its event is recorded for its waiters."""
-        self.done_at[i] = t
-        qi = self.queue_of[i]
-        h = self.head[qi] + 1  # the head is the task that just finished (FIFO per queue)
-        self.head[qi] = h
-        self.running[qi] = False
-        qq = self.queues[qi]
-        if h < len(qq) and qq[h] * self.launch > t:
-            heapq.heappush(self.wake, qq[h])
-        p = self.pool_of[i]
-        if p and not self.cores_back[i]:
-            self.free[p] += self.need[i]
-            bc = self.blocked[p]
-        else:
-            bc = None
-        return self._record(i, qi, bc)
-
-    def _record(self, i: int, qi: int, bc: set[int] | None) -> Sequence[int]:
-        """Satisfy the waits on task ``i``; the queues to sweep: ``qi``, its waiters' and
-        ``bc`` (queues blocked on the cores it returned), in round-robin order."""
-        wl = self.waiters[i]
-        if not bc and (not wl or len(wl) == 1):
+        def complete(i: int, t: float) -> Sequence[int]:
+            if has_mem and i in mem_left:
+                reshare(t, i, None)
+            if res is not None and res.holds_completion(i):
+                return self._cores_back_early(i)
+            done_at[i] = t
+            qi = queue_of[i]
+            nxt = head[qi] = behind[i]  # i headed its queue: the task behind it heads it now
+            if nxt >= 0 and nxt * launch > t:
+                push(wake, nxt)  # not issued yet: its issue is an event
+            p = pool_of[i]
+            wl = waiters[i]
+            if p:
+                free[p] += need[i]
+                if blocked[p]:  # queues wait for the cores it returned
+                    return record_many(i, qi, wl, blocked[p])
             if not wl:
                 return (qi,)
+            if len(wl) > 1:
+                return record_many(i, qi, wl, None)
             # the common wait: one task released, at most two queues to sweep
             w = wl[0]
-            self.pending[w] -= 1
-            self.last_done[w] = i
-            qw = self.queue_of[w]
+            pending[w] -= 1
+            last_done[w] = i
+            qw = queue_of[w]
             if qw == qi:
                 return (qi,)
-            rr, q_count = self.rr, self.q_count
+            rr = self.last_q + 1
             return (qi, qw) if (qi - rr) % q_count < (qw - rr) % q_count else (qw, qi)
+
+        return complete
+
+    def _record_many(self, i: int, qi: int, wl: list[int] | None,
+                     bc: set[int] | None) -> Sequence[int]:
+        """Satisfy the waits ``wl`` on task ``i``; the queues to sweep: ``qi``, its
+        waiters' and ``bc`` (queues blocked on the cores it returned), in round-robin
+        order."""
         check = {qi}
         for w in wl or ():
             self.pending[w] -= 1
@@ -343,50 +424,21 @@ class _Sim:
             check.add(self.queue_of[w])
         if bc:
             check |= bc
-        return _rr_order(check, self.rr, self.q_count)
+        return _rr_order(check, self.last_q + 1, self.q_count)
+
+    def _cores_back_early(self, i: int) -> Sequence[int]:
+        """A held task's kernel is done: its cores go back once, to whoever waits (its
+        pool becomes none, so its completion returns no cores again)."""
+        p = self.pool_of[i]
+        if not p:
+            return ()
+        self.pool_of[i] = 0
+        self.free[p] += self.need[i]
+        if not self.blocked[p]:
+            return ()
+        return _rr_order(self.blocked[p], self.last_q + 1, self.q_count)
 
     # -- dispatch ----------------------------------------------------------------------
-
-    def dispatch(self, qs: Sequence[int], t: float) -> None:
-        """Start each of ``qs``'s head tasks at ``t`` whose events are recorded and whose
-        cores and resource are free."""
-        for qi in qs:
-            qq = self.queues[qi]
-            h = self.head[qi]
-            if self.running[qi] or h >= len(qq):
-                continue
-            i = qq[h]
-            if i * self.launch > t:
-                continue  # not issued yet: its wake-up comes
-            if self.pending[i]:
-                if self.waiting_since[i] < 0:
-                    self.waiting_since[i] = t
-                continue
-            self._try_start(qi, i, t)
-
-    def _try_start(self, qi: int, i: int, t: float) -> None:
-        """Start head task ``i`` of queue ``qi`` at ``t`` unless its worker still sleeps,
-        its cores are taken or the resource blocks it."""
-        ws = self.waiting_since[i]
-        awaited_end = self.done_at[self.last_done[i]] if ws >= 0 else 0.0
-        if ws >= 0 and self.wake_us and self._asleep(qi, ws, awaited_end, t):
-            return
-        p = self.pool_of[i]
-        if p and self.need[i] > self.free[p]:
-            self.blocked[p].add(qi)
-            return
-        res = self.resource
-        if res is not None and res.blocks(i, qi):
-            return
-        if p:
-            bp = self.blocked[p]
-            if bp:
-                bp.discard(qi)
-            self.free[p] -= self.need[i]
-        if ws >= 0 and awaited_end > ws:
-            # the wait lasts until the last awaited event, not until cores were free
-            self.wait_iv.append((i, ws, awaited_end, self.last_done[i]))
-        self._start(qi, i, t)
 
     def _asleep(self, qi: int, ws: float, awaited_end: float, t: float) -> bool:
         """A wait that blocked: the worker runs again one wake-up after the event and
@@ -399,27 +451,6 @@ class _Sim:
             return True
         return False
 
-    def _start(self, qi: int, i: int, t: float) -> None:
-        """Task ``i`` starts one sweep after ``t``; its completion is scheduled (a
-        memory-bound one's at its share of the bandwidth)."""
-        begin = t + self.sweep_us
-        self.running[qi] = True
-        self.start_at[i] = begin
-        dur = self.dur_of[i]
-        if self.resource is not None:
-            self.resource.take(self, i, begin, dur)
-        self.seq += 1
-        if self.has_mem and self.mem_bound[i] and dur > 0:
-            # the sweep is folded into the shared work so memory bookkeeping stays at t
-            self.settle_mem(t)
-            self.mem_left[i] = dur + self.sweep_us
-            self.reschedule_mem(t)
-        else:
-            if self.has_mem:
-                self.expect[i] = self.seq
-            heapq.heappush(self.heap, (begin + dur, self.seq, i))
-        self.rr = qi + 1 if qi + 1 < self.q_count else 0
-
     # -- result -----------------------------------------------------------------------
 
     def result(self, tasks: list[Task], device: Device, name: str) -> Result:
@@ -427,14 +458,14 @@ class _Sim:
         n = self.n
         start = np.frombuffer(self.start_at, np.float64) if n else np.zeros(0)
         done = np.frombuffer(self.done_at, np.float64) if n else np.zeros(0)
-        sched = Schedule(start, done, self.pools, self.need, self.wait_iv, self.streams)
+        sched = Schedule(start, done, self.pools, self.need_cores, self.wait_iv, self.streams)
         tl = build_timeline(tasks, sched, device, name)
         wall = float(done.max()) if n else 0.0
-        return Result(tl, wall, busy_cores(start, done, self.pools, self.need), n)
+        return Result(tl, wall, busy_cores(start, done, self.pools, self.need_cores), n)
 
 
 def busy_cores(start: np.ndarray, done: np.ndarray, pools: np.ndarray,
-               need: list[int]) -> dict[str, float]:
+               need: Sequence[int] | np.ndarray) -> dict[str, float]:
     """Core-microseconds each pool was busy, from the final start/end times."""
     work = np.array(need, np.float64) * (np.asarray(done) - np.asarray(start))
     pools = np.asarray(pools)
@@ -451,7 +482,7 @@ class Schedule:
     #: each task's pool code (0 none, 1 cube, 2 vector)
     pools: np.ndarray
     #: the cores each task held
-    need: list[int]
+    need: Sequence[int] | np.ndarray
     waits: list[WaitInterval]
     #: the tasks' stream column when the caller has it (else read from the tasks)
     stream: np.ndarray | None = None
@@ -485,6 +516,13 @@ def _wait_columns(waits: list[WaitInterval], s_code: np.ndarray,
         wait_name=np.full(len(waits), wait_name, np.int32))
 
 
+def _type_codes(tasks: list[Task]) -> tuple[list[str], np.ndarray]:
+    """The tasks' distinct types (first seen, first coded) and each task's code."""
+    names = [t.type for t in tasks]
+    code = {x: k for k, x in enumerate(dict.fromkeys(names))}
+    return list(code), np.fromiter(map(code.__getitem__, names), np.int32, len(names))
+
+
 def build_timeline(tasks: list[Task], schedule: Schedule, device: Device,
                    name: str) -> Timeline:
     """The simulated run as a Timeline (shared with the SimPy oracle, so both give the same
@@ -492,21 +530,19 @@ def build_timeline(tasks: list[Task], schedule: Schedule, device: Device,
     n = len(tasks)
     stream = schedule.stream
     if stream is None:
-        stream = np.array([t.stream for t in tasks], np.int64) if n else np.zeros(0, np.int64)
+        stream = np.fromiter([t.stream for t in tasks], np.int64, n)
     stream_ids, s_code = _stream_codes(stream)
     pools = np.asarray(schedule.pools, np.int64)
     pool_cap = np.array([0, device.cube_cores, device.vector_cores], np.int64)[pools]
     core_of = np.array([0, core_code("AI_CORE"), core_code("AI_VECTOR_CORE")], np.int8)
-    types = Interner()
-    type_code: dict[str, int] = {}
+    types, type_codes = _type_codes(tasks)
     ops = dict(
         stream=s_code,
         name=np.arange(n, dtype=np.int32),
-        type=np.array([type_code[x] if x in type_code else type_code.setdefault(x, types.code(x))
-                       for x in [t.type for t in tasks]], np.int32),
+        type=type_codes,
         start_ns=np.rint(np.array(schedule.start_us, np.float64) * 1000).astype(np.int64),
         end_ns=np.rint(np.array(schedule.done_us, np.float64) * 1000).astype(np.int64),
-        kind=np.array([t.kind for t in tasks], np.int8),
+        kind=np.fromiter([t.kind for t in tasks], np.int8, n),
         core=core_of[pools],
         block_dim=np.where(pool_cap > 0, np.array(schedule.need, np.int64), -1).astype(np.int32),
         mix_block_dim=np.full(n, -1, np.int32), step=np.full(n, -1, np.int32))
@@ -514,5 +550,5 @@ def build_timeline(tasks: list[Task], schedule: Schedule, device: Device,
     dev = DeviceInfo(name=device.name, ai_core_num=device.cube_cores,
                      vector_core_num=device.vector_cores)
     return make_timeline(name, "simulated", [str(s) for s in stream_ids.tolist()],
-                         [t.name for t in tasks] + ["EVENT_WAIT"], types.values, ops, waits,
+                         [t.name for t in tasks] + ["EVENT_WAIT"], types, ops, waits,
                          device=dev, meta={"label": name})
