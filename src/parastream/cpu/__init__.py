@@ -5,7 +5,8 @@ their torch intra-op thread teams and share Python's interpreter lock, so an op'
 is host time inside the op rather than a launch that overlaps a device. Everything that
 exists only for this backend lives here; the layers below find it through registries that
 load a module by name when first needed (the runtime's backend registry,
-:data:`parastream.device.cost.COST_MODELS`), never by importing this package.
+:data:`parastream.device.cost.COST_MODELS`, :data:`parastream.sim.resource.RESOURCES`),
+never by importing this package.
 
 * :mod:`.backend` — :class:`~parastream.cpu.backend.CpuBackend`: streams as worker
   threads, events as completion flags, per-stream op and wait records;
@@ -17,6 +18,8 @@ load a module by name when first needed (the runtime's backend registry,
 * :mod:`.overhead` — the executor's own costs on top (per op, per call, per wake-up, per
   stream, per folded view) and the whole cpu calibration
   (:func:`~parastream.cpu.overhead.calibrate_cpu`);
+* :mod:`.hostlock` — the interpreter lock as a resource plugged into the simulator: a
+  task holds it for its op's Python part, and a worker that finds it taken sleeps;
 * :mod:`.busy` — whether other work takes the cores before or during a measurement;
 * :mod:`.malloc` — the allocator's settings (``--malloc keep|system``);
 * :mod:`.baseline` — both sides measured again in their best OpenMP wait policy, each in

@@ -18,7 +18,7 @@
   no cores and no other resource while its worker sleeps.
 - Anything else a task needs is a resource plugged into the engine
   (:mod:`parastream.sim.resource`): the CPU streams' host lock
-  (:mod:`parastream.sim.hostlock`) is one, plugged in when ``Device.host_lock`` is set.
+  (:mod:`parastream.cpu.hostlock`) is one, plugged in by name when ``Device.host_lock`` is set.
 - Optional seeded jitter scales each task's duration.
 
 The core is a heap of events keyed by (time, sequence), as SimPy's is, without its
@@ -44,8 +44,7 @@ import numpy as np
 
 from ..timeline.model import DeviceInfo, Timeline, core_code, make_timeline
 from ..timeline.nogc import gc_paused
-from .hostlock import host_lock_for
-from .resource import Resource, ResourceFactory
+from .resource import Resource, ResourceFactory, resource_for
 from .tasks import Device, Task
 
 __all__ = ["POOL_CODE", "Device", "Result", "Schedule", "Task", "build_timeline", "busy_cores",
@@ -76,10 +75,10 @@ def simulate(tasks: list[Task], device: Device, *, jitter: float = 0.0, seed: in
 
     ``shared_pool``: cube and vector work compete for the same cores (GPUs, CPUs, coupled
     Ascend parts). ``resource``: what tasks need besides cores, built for this run from
-    the tasks (default: the device's host lock, :func:`parastream.sim.hostlock.host_lock_for`,
+    the tasks (default: the device's host lock, :func:`parastream.sim.resource.resource_for`,
     or none).
     """
-    factory = resource or host_lock_for(device)
+    factory = resource or resource_for(device)
     with gc_paused():  # millions of small tuples
         sim = _Sim(tasks, device, jitter, seed, shared_pool,
                    factory(tasks) if factory else None)

@@ -2,7 +2,7 @@
 
 The engine (:mod:`parastream.sim.engine`) knows cores, event waits, memory bandwidth and
 its queues; anything else a task must hold (the CPU stream backend's interpreter lock,
-:mod:`parastream.sim.hostlock`) is a :class:`Resource` the engine calls at four hooks:
+:mod:`parastream.cpu.hostlock`) is a :class:`Resource` the engine calls at four hooks:
 
 - ``blocks(task, queue)`` when queue's head task has its events and its cores: True keeps
   it waiting (the resource must later return that queue from ``signal`` or make the engine
@@ -14,14 +14,17 @@ its queues; anything else a task must hold (the CPU stream backend's interpreter
 - ``signal(core, task, t)`` when an event the resource scheduled with
   :meth:`Core.signal_at` fires: returns the queues to sweep now.
 
-A resource is built per run by a factory called with the run's tasks.
+A resource is built per run by a factory called with the run's tasks. The engine finds the
+factory a device asks for by name in :data:`RESOURCES` (:func:`resource_for`), so the
+backend that needs a resource keeps it in its own package.
 """
 
 from __future__ import annotations
 
+import importlib
 from typing import Callable, Protocol, Sequence
 
-from .tasks import Task
+from .tasks import Device, Task
 
 
 class Core(Protocol):
@@ -54,3 +57,23 @@ class Resource(Protocol):
 
 #: builds a run's resource from its tasks (in issue order)
 ResourceFactory = Callable[[list[Task]], Resource]
+
+
+#: resource name -> ``"module:attribute"`` of a function ``(Device) -> ResourceFactory | None``
+#: (None: the device does not need it), imported on first use
+RESOURCES: dict[str, str] = {"host_lock": "parastream.cpu.hostlock:host_lock_for"}
+
+
+def register_resource(name: str, target: str) -> None:
+    """Add (or replace) resource ``name``: ``target`` is the ``"module:attribute"`` of a
+    function that returns the factory a :class:`~parastream.sim.tasks.Device` asks for."""
+    RESOURCES[name] = target
+
+
+def resource_for(device: Device) -> ResourceFactory | None:
+    """The factory of the resource ``device`` needs (its ``host_lock``: the ``host_lock``
+    resource), or None."""
+    if not device.host_lock:
+        return None
+    module, _, attr = RESOURCES["host_lock"].partition(":")
+    return getattr(importlib.import_module(module), attr)(device)

@@ -58,7 +58,7 @@ def device_of(profile: DeviceProfile, mode: str = "eager") -> Device:
                   memory_streams=profile.memory_streams,
                   # CPU streams are Python threads: each task's host part (dispatch, folded
                   # views) holds the interpreter lock, the resource the engine plugs in
-                  # for it (:mod:`parastream.sim.hostlock`); a device's host work overlaps
+                  # for it (:mod:`parastream.cpu.hostlock`); a device's host work overlaps
                   host_lock=profile.on_host,
                   wake_us=profile.event_wake_us,
                   # a worker sleeping on the interpreter lock is woken like one sleeping on

@@ -39,7 +39,7 @@ class Device:
     #: one lock that every task holds for its first ``host_us``: the Python interpreter
     #: lock of the CPU stream backend, whose worker threads run each op's Python part
     #: (the executor's dispatch, torch's argument parsing) one at a time; the engine
-    #: plugs in :class:`parastream.sim.hostlock.HostLock` for it
+    #: plugs in :class:`parastream.cpu.hostlock.HostLock` for it
     host_lock: bool = False
     #: a task whose wait blocked starts this long after the event it waited for (a CPU
     #: stream's worker sleeps on the event and is woken by the OS)

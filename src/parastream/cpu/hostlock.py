@@ -1,4 +1,5 @@
-"""The CPU stream backend's interpreter lock as a resource plugged into the simulator.
+"""The CPU stream backend's interpreter lock as a resource plugged into the simulator
+(registered by name in :data:`parastream.sim.resource.RESOURCES`).
 
 CPU streams are Python worker threads: each op's Python part (the executor's dispatch,
 torch's argument parsing, folded views) runs under the interpreter lock, one at a time.
@@ -16,8 +17,8 @@ from __future__ import annotations
 from functools import partial
 from typing import Sequence
 
-from .tasks import Device, Task
-from .resource import Core, ResourceFactory
+from ..sim.resource import Core, ResourceFactory
+from ..sim.tasks import Device, Task
 
 
 class HostLock:
