@@ -60,3 +60,20 @@ def encoder_model(tmp_path) -> str:
     f = tmp_path / "encoder_model.py"
     f.write_text(ENCODER_MODEL)
     return str(f)
+
+
+@pytest.fixture
+def seed_prolog():
+    """The seed's attention prolog as a hand-built graph: main x -> q_a -> q_b (the
+    dominator, 60 us); side kv_a (50 us), whose precompute z_cast -> z_silu on main feeds
+    the merge and does not depend on q_b: GE may hoist it and serialise the streams."""
+    from parastream.graph.ir import Edge, Graph, Op
+
+    spec = [("x", "rms_norm", "vector", 5), ("kv_a", "mm", "cube", 50), ("q_a", "mm", "cube", 5),
+            ("q_b", "mm", "cube", 60), ("z_cast", "cast", "vector", 1),
+            ("z_silu", "silu", "vector", 1.5), ("merge", "add", "vector", 2)]
+    ops = [Op(name=n, type=t, resource=r, meta={"dur_us": d, "block_dim": 8})
+           for n, t, r, d in spec]
+    edges = [("x", "q_a"), ("q_a", "q_b"), ("x", "kv_a"), ("kv_a", "z_cast"),
+             ("z_cast", "z_silu"), ("q_b", "merge"), ("z_silu", "merge")]
+    return Graph(name="prolog", ops=ops, edges=[Edge(src=a, dst=b) for a, b in edges])

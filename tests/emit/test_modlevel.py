@@ -5,6 +5,7 @@ applies, and under ``torch.compile(fullgraph=True)`` for TorchAir."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import importlib.util
 import os
@@ -463,13 +464,14 @@ def make():
 '''
 
 
-def test_the_diff_of_a_tuple_made_on_a_side_stream_applies(tmp_path):
-    """A side call returning a tuple, read on stream 0: the patch record_streams each of its
-    tensors in a two-line loop, which the diff writes as two lines."""
+@contextlib.contextmanager
+def _pair_site(tmp_path, name: str):
+    """PAIR_MODEL written to ``tmp_path`` and imported as module ``name`` (removed after):
+    its module, inputs, the plan with ``pair`` on stream 1, and the module-level site."""
     (tmp_path / "pair_model.py").write_text(PAIR_MODEL)
-    spec = importlib.util.spec_from_file_location("ps_pair_model", tmp_path / "pair_model.py")
+    spec = importlib.util.spec_from_file_location(name, tmp_path / "pair_model.py")
     user = importlib.util.module_from_spec(spec)
-    sys.modules["ps_pair_model"] = user
+    sys.modules[name] = user
     try:
         spec.loader.exec_module(user)
         module, inputs = user.make()
@@ -477,7 +479,16 @@ def test_the_diff_of_a_tuple_made_on_a_side_stream_applies(tmp_path):
         plan = assign(graph, "manual", mapping={"pair": 1})
         traced = trace(module, inputs)
         so, real = node_streams(traced, plan)
-        site = modlevel.analyse(traced, plan, module, inputs, graph, so, real)
+        yield module, inputs, plan, modlevel.analyse(traced, plan, module, inputs, graph, so,
+                                                     real)
+    finally:
+        sys.modules.pop(name, None)
+
+
+def test_the_diff_of_a_tuple_made_on_a_side_stream_applies(tmp_path):
+    """A side call returning a tuple, read on stream 0: the patch record_streams each of its
+    tensors in a two-line loop, which the diff writes as two lines."""
+    with _pair_site(tmp_path, "ps_pair_model") as (module, inputs, plan, site):
         p = modlevel.render(site, "cuda", plan=plan, source={}, model_name="pair",
                             device_name=None, switch=SWITCH)
         assert "for t in ab:" in p.source
@@ -497,8 +508,6 @@ def test_the_diff_of_a_tuple_made_on_a_side_stream_applies(tmp_path):
         with torch.no_grad():
             assert standins.outputs_equal(module(*inputs), model(*inputs))
         assert patched._PS_API.recorder.count("record_stream") == 2
-    finally:
-        sys.modules.pop("ps_pair_model", None)
 
 
 def test_a_patch_of_a_model_file_converts_the_users_own_imported_class(tmp_path, monkeypatch):
@@ -546,18 +555,7 @@ def test_a_torchair_wait_on_a_tuple_waits_each_of_its_tensors(tmp_path, register
     """The side call returns a tuple that stream 0 reads: npu_wait_tensor takes tensors, so
     the tuple is rebound tensor by tensor (on its first tensor's dependency), and the file
     still traces as one graph."""
-    (tmp_path / "pair_model.py").write_text(PAIR_MODEL)
-    spec = importlib.util.spec_from_file_location("ps_pair_ta", tmp_path / "pair_model.py")
-    user = importlib.util.module_from_spec(spec)
-    sys.modules["ps_pair_ta"] = user
-    try:
-        spec.loader.exec_module(user)
-        module, inputs = user.make()
-        graph = import_module(module, inputs, name="pair")
-        plan = assign(graph, "manual", mapping={"pair": 1})
-        traced = trace(module, inputs)
-        so, real = node_streams(traced, plan)
-        site = modlevel.analyse(traced, plan, module, inputs, graph, so, real)
+    with _pair_site(tmp_path, "ps_pair_ta") as (module, inputs, plan, site):
         src = modlevel.render(site, "torchair", plan=plan, source={}, model_name="pair",
                               device_name=None, switch=SWITCH).source
         assert "ab = type(ab)(tng.scope.npu_wait_tensor(t, ab[0]) for t in ab)" in src
@@ -572,5 +570,3 @@ def test_a_torchair_wait_on_a_tuple_waits_each_of_its_tensors(tmp_path, register
         with torch.no_grad():
             out, graphs = _compile_once(patched, *inputs)
         assert len(graphs) == 1 and standins.outputs_equal(expected, out)
-    finally:
-        sys.modules.pop("ps_pair_ta", None)

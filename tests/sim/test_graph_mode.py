@@ -28,19 +28,6 @@ def chain(n: int, dur_us: float) -> Graph:
                  edges=[Edge(src=f"op{i}", dst=f"op{i + 1}") for i in range(n - 1)])
 
 
-def prolog() -> Graph:
-    """The seed's attention prolog: main x -> q_a -> q_b (the
-    dominator); side kv_a, whose precompute z_cast -> z_silu on main feeds the merge."""
-    spec = [("x", "rms_norm", "vector", 5), ("kv_a", "mm", "cube", 50), ("q_a", "mm", "cube", 5),
-            ("q_b", "mm", "cube", 60), ("z_cast", "cast", "vector", 1),
-            ("z_silu", "silu", "vector", 1.5), ("merge", "add", "vector", 2)]
-    ops = [Op(name=n, type=t, resource=r, meta={"dur_us": d, "block_dim": 8})
-           for n, t, r, d in spec]
-    edges = [("x", "q_a"), ("q_a", "q_b"), ("x", "kv_a"), ("kv_a", "z_cast"),
-             ("z_cast", "z_silu"), ("q_b", "merge"), ("z_silu", "merge")]
-    return Graph(name="prolog", ops=ops, edges=[Edge(src=a, dst=b) for a, b in edges])
-
-
 def test_graph_mode_charges_a_dispatch_per_task_and_no_host_launch():
     """195 tiny ops on one stream: eager, the host's 5 us launch per op sets the wall
     (195 x 5 us, launch-bound); graph mode pays the profile's dispatch per task only."""
@@ -70,11 +57,12 @@ def _simulate(capsys, *args) -> dict:
     return json.loads(capsys.readouterr().out)
 
 
-def test_ge_on_the_seed_prolog_is_slower_than_graph_mode_by_the_blocked_side_work(tmp_path, capsys):
+def test_ge_on_the_seed_prolog_is_slower_than_graph_mode_by_the_blocked_side_work(tmp_path, capsys,
+                                                                                  seed_prolog):
     """`simulate plan.json --ge` against `--mode graph`: the unpinned candidate's cast runs
     ahead of q_b, so main waits for kv_a and q_b no longer hides it; the pinned one (the
     lint's fix) is unchanged."""
-    g = prolog()
+    g = seed_prolog
     plain = msgspec.structs.replace(assign(g, "manual", mapping={"kv_a": 1}), name="plain")
     pinned = msgspec.structs.replace(assign(g, "manual", mapping={"kv_a": 1, "z_": 1}),
                                      name="pinned")

@@ -9,7 +9,7 @@ import pytest
 
 from parastream.device.cost import estimate
 from parastream.device.profile import load_profile
-from parastream.graph.ir import Edge, Graph, Op, validate
+from parastream.graph.ir import Graph, validate
 from parastream.graph.models import resolve
 from parastream.plan import assign
 from parastream.sim.run import simulate_plan
@@ -74,23 +74,10 @@ def test_llama_layer_small_keeps_its_warning_and_7b_matching_is_harmless():
     assert "GE may issue" not in matching.description
 
 
-def _prolog() -> Graph:
-    """The attention prolog's trap by hand: side kv_a (50 us) feeds a cast and a silu on main
-    that do not depend on main's dominator q_b (60 us)."""
-    spec = [("x", "rms_norm", "vector", 5), ("kv_a", "mm", "cube", 50), ("q_a", "mm", "cube", 5),
-            ("q_b", "mm", "cube", 60), ("z_cast", "cast", "vector", 1),
-            ("z_silu", "silu", "vector", 1.5), ("merge", "add", "vector", 2)]
-    ops = [Op(name=n, type=t, resource=r, meta={"dur_us": d, "block_dim": 8})
-           for n, t, r, d in spec]
-    edges = [("x", "q_a"), ("q_a", "q_b"), ("x", "kv_a"), ("kv_a", "z_cast"),
-             ("z_cast", "z_silu"), ("q_b", "merge"), ("z_silu", "merge")]
-    return Graph(name="prolog", ops=ops, edges=[Edge(src=a, dst=b) for a, b in edges])
-
-
-def test_the_seed_prolog_trap_stays_a_warning_with_its_simulated_cost():
+def test_the_seed_prolog_trap_stays_a_warning_with_its_simulated_cost(seed_prolog):
     from parastream.workflow.plan import _op_costs, confirm_ge_reorder
 
-    g = _prolog()
+    g = seed_prolog
     order = validate(g)
     plan = msgspec.structs.replace(assign(g, "manual", mapping={"kv_a": 1}), name="plain")
     plan.lints = [msgspec.structs.replace(x) for x in _lint(g, plan, order)]
