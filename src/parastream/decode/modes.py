@@ -66,9 +66,13 @@ class ModeRun:
     end_ns: int
     timeline: Timeline
     passes: int = 0
-    preemptions: int = 0
     kv_blocks: int = 0
     peak_blocks: int = 0
+
+    @property
+    def preemptions(self) -> int:
+        """Preemptions over every request (its jobs' counts)."""
+        return sum(j.preemptions for j in self.jobs)
 
 
 class _OneDevice:
@@ -162,9 +166,8 @@ class Engine:
             self._settle(job, live)
         spans = [s for w in executor.workers for s in w.spans] + host.spans
         return ModeRun(self.mode, self.lives, self.jobs, start, end,
-                       _timeline(self.mode, spans), self.sched.passes,
-                       sum(j.preemptions for j in self.jobs),
-                       self.sched.settings.kv_blocks, self.peak_blocks)
+                       _timeline(self.mode, spans), passes=self.sched.passes,
+                       kv_blocks=self.sched.settings.kv_blocks, peak_blocks=self.peak_blocks)
 
     def _turn(self, host: _Host, executor: Any, start: int) -> bool:
         """One scheduling pass and its step; False once every request has ended."""
