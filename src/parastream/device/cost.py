@@ -146,11 +146,11 @@ class CostModel:
         return {}, {}
 
 
-#: cost model name (``DeviceProfile.cost_model``) -> ``"module:attribute"`` of its
-#: :class:`CostModel` subclass, imported when a profile first asks for it
-COST_MODELS: dict[str, str] = {"host_kernels": "parastream.cpu.cost:HostKernels"}
 #: the model of ops run as host kernels: the one whose costs carry op-rate keys
 HOST_KERNELS = "host_kernels"
+#: cost model name (``DeviceProfile.cost_model``) -> ``"module:attribute"`` of its
+#: :class:`CostModel` subclass, imported when a profile first asks for it
+COST_MODELS: dict[str, str] = {HOST_KERNELS: "parastream.cpu.cost:HostKernels"}
 _LOADED: dict[str, CostModel] = {"roofline": CostModel()}
 
 
@@ -163,11 +163,13 @@ def register_cost_model(name: str, target: str) -> None:
 
 def cost_model(profile: DeviceProfile) -> CostModel:
     """The cost model that prices ``profile``'s ops (its ``cost_model``), loaded once."""
-    return _LOADED.get(profile.cost_model) or _load(profile.cost_model)
+    return _load(profile.cost_model)
 
 
 def _load(name: str) -> CostModel:
-    """Cost model ``name`` from :data:`COST_MODELS`, imported and kept for the next call."""
+    """Cost model ``name`` from :data:`COST_MODELS`, imported once and kept."""
+    if name in _LOADED:
+        return _LOADED[name]
     if name not in COST_MODELS:
         raise ValueError(f"unknown cost model {name!r} (known: roofline, "
                          f"{', '.join(sorted(COST_MODELS))})")
@@ -316,7 +318,7 @@ def runs_serial(op: Any, key: str, profile: DeviceProfile | None = None) -> bool
     intra-op thread count (it then holds no other core). Op-rate keys are the host-kernel
     model's, so that model answers (:func:`parastream.cpu.cost.runs_serial`), with
     ``profile``'s ``parallel_gemv`` where one is given."""
-    host = _LOADED.get(HOST_KERNELS) or _load(HOST_KERNELS)
+    host = _load(HOST_KERNELS)
     return host.runs_serial(op, key, profile)  # type: ignore[attr-defined]
 
 
