@@ -98,13 +98,12 @@ class KVCache:
     def slots(self, start: int, stop: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Block ids and offsets of positions ``start..stop-1``; IndexError when the table
         does not cover them."""
-        pos = range(start, stop)
         need = blocks_for(stop)
         if need > len(self.table):
             raise IndexError(f"request {self.rid}: {stop} positions need {need} KV blocks, "
                              f"it holds {len(self.table)}")
-        return (torch.tensor([self.table[p // BLOCK_TOKENS] for p in pos]),
-                torch.tensor([p % BLOCK_TOKENS for p in pos]))
+        pos = torch.arange(start, stop)
+        return torch.tensor(self.table, dtype=torch.long)[pos // BLOCK_TOKENS], pos % BLOCK_TOKENS
 
 
 def blocks_for(positions: int) -> int:
