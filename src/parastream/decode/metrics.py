@@ -21,6 +21,7 @@ import numpy as np
 
 from ..timeline import intervals as iv
 from ..timeline.model import DeviceInfo, Timeline, TimelineBuilder
+from .device import Live
 from .modes import HOST_LANE, ModeRun
 from .scheduler import FAILED, FINISHED
 
@@ -61,7 +62,7 @@ def measure(run: ModeRun) -> ModeMetrics:
     wall_ns = max(run.end_ns - run.start_ns, 1)
     tokens = sum(len(lv.tokens) for lv in lives)
     finished = sum(lv.outcome == FINISHED for lv in lives)
-    arrive = [run.start_ns + int(lv.request.arrival_s * 1e9) for lv in lives]
+    arrive = [arrival_ns(run, lv) for lv in lives]
     ttft = [(lv.times_ns[0] - a) / 1e6 for lv, a in zip(lives, arrive) if lv.times_ns]
     itl = [d / 1e6 for lv in lives for d in np.diff(lv.times_ns).tolist()]
     service = [len(lv.tokens) / max(lv.times_ns[-1] - a, 1) * 1e9
@@ -78,6 +79,11 @@ def measure(run: ModeRun) -> ModeMetrics:
         host_share=lane_share(run, host=True, wall_ns=wall_ns),
         idle_between_steps_ms=percentiles(device_gaps_ms(run)),
         schedule_ms=percentiles(schedule_ms(run)))
+
+
+def arrival_ns(run: ModeRun, live: Live) -> int:
+    """When ``live``'s request arrived, on the run's clock (ns)."""
+    return run.start_ns + int(live.request.arrival_s * 1e9)
 
 
 def percentiles(values: list[float]) -> dict:
@@ -137,7 +143,7 @@ def request_gantt(run: ModeRun) -> Timeline:
     b.device = DeviceInfo(name="CPU")
     for lv in run.lives:
         lane = f"request-{lv.request.rid}"
-        arrive = run.start_ns + int(lv.request.arrival_s * 1e9)
+        arrive = arrival_ns(run, lv)
         b.streams.code(lane)
         if lv.times_ns:
             b.add_op(lane, "waiting", arrive, lv.times_ns[0], type="request")
@@ -194,6 +200,6 @@ def _gap(gaps: list[float], k: int) -> float:
     return gaps[k] if k < len(gaps) else float("inf")
 
 
-__all__ = ["Agreement", "ModeMetrics", "TIE", "agreement", "device_gaps_ms",
+__all__ = ["Agreement", "ModeMetrics", "TIE", "agreement", "arrival_ns", "device_gaps_ms",
            "first_difference", "jain", "lane_share", "measure", "percentiles", "request_gantt",
            "schedule_ms"]
