@@ -297,7 +297,7 @@ _VIEW_LIKE = None  # filled lazily from the importer's tables
 def _view_like() -> frozenset:
     global _VIEW_LIKE
     if _VIEW_LIKE is None:
-        from ..graph.torch_import import MAYBE_VIEW_OPS, VIEW_OPS
+        from ..graph.op_tables import MAYBE_VIEW_OPS, VIEW_OPS
 
         _VIEW_LIKE = frozenset(VIEW_OPS | MAYBE_VIEW_OPS | {"dropout", "feature_dropout",
                                                              "alpha_dropout", "to",
@@ -322,7 +322,7 @@ def _written_args(node: Any) -> list[Any]:
     schema = getattr(node.target, "_schema", None)
     if schema is None:
         return list(node.args[:1]) if _short(node).endswith("_") else []
-    from ..graph.torch_import import written_args
+    from ..graph.records import written_args
 
     return [v for v in written_args(schema, node.args, node.kwargs) if hasattr(v, "op")]
 
@@ -330,7 +330,7 @@ def _written_args(node: Any) -> list[Any]:
 def _aliases(node: Any) -> bool:
     """Whether a node's result may share its first argument's storage (a view, a
     ``getitem``, a ``to`` / ``reshape`` / ``contiguous`` that may return its input)."""
-    from ..graph.torch_import import aliasing_view
+    from ..graph.records import aliasing_view
 
     return node.op != "placeholder" and (_short(node) in _view_like() or aliasing_view(node))
 
@@ -355,7 +355,7 @@ def _arg_nodes(a: Any) -> list[Any]:
     """The fx nodes inside a node's argument (tuples, lists and dict values), in order."""
     import torch.fx
 
-    from ..graph.torch_import import flat_leaves
+    from ..graph.tensors import flat_leaves
 
     return flat_leaves(a, lambda x: isinstance(x, torch.fx.Node))
 
@@ -489,7 +489,7 @@ class _Emitter:
             if not isinstance(s, int) or s < 0:
                 raise EmitError(f"stream ids must be integers >= 0, not {s!r}")
         view_like = _view_like()
-        from ..graph.torch_import import aliasing_view
+        from ..graph.records import aliasing_view
         self.base: dict[str, str | None] = {}
         self.stream: dict[str, int | None] = {}
         self.unplanned: list[str] = []
@@ -620,7 +620,7 @@ class _Emitter:
     def module_call(self, n: Any) -> str:
         """An opaque module op (a Hugging Face experts module the importer kept whole): the
         original model's own submodule, called by its path on the op's inputs."""
-        from ..graph.torch_import import opaque_module_path
+        from ..graph.opaque import opaque_module_path
 
         path = opaque_module_path(n.args[0])
         if path is None:

@@ -322,9 +322,9 @@ def _limits(plan: Any, vpc: float) -> dict[int, tuple[int, int]]:
 def _stack(n: Any) -> list[tuple[str, str]]:
     """A node's module-call stack, outermost first, under one root entry (:data:`_ROOT`,
     whatever key the tracer gave the root call, so every node's stack starts alike)."""
-    from ..graph.torch_import import _clean_path
+    from ..graph.records import clean_path
 
-    st = [(k, _clean_path(v[0])) for k, v in (n.meta.get("nn_module_stack") or {}).items()]
+    st = [(k, clean_path(v[0])) for k, v in (n.meta.get("nn_module_stack") or {}).items()]
     if st and st[0][1] == "":
         st = st[1:]
     return [_ROOT, *st]

@@ -306,7 +306,7 @@ def _tensors(x: Any) -> list[Any]:
     """The tensors inside ``x`` (tuples, lists and dict values), in order."""
     import torch
 
-    from ..graph.torch_import import flat_leaves
+    from ..graph.tensors import flat_leaves
 
     return flat_leaves(x, lambda t: isinstance(t, torch.Tensor))
 

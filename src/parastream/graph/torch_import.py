@@ -68,7 +68,6 @@ from .op_tables import (COLLECTIVES, COMM_NAMESPACES, CUBE_OPS,  # noqa: F401
 from .opaque import (EXPERTS_ARGS, eager_experts, is_module_call, module_call_op,  # noqa: F401
                      opaque_entry, opaque_experts, opaque_module_path)
 from .records import Record, aliasing_view, records, schema_args, written_args  # noqa: F401
-from .records import clean_path as _clean_path  # noqa: F401  (emit.modlevel reads it here)
 from .runnable import Runnable, runnable
 from .tensors import (dtype_name, flat_leaves, flat_nodes, flat_tensors,  # noqa: F401
                       is_tensor, nbytes_of, node_value, shape_of, size_of)
