@@ -18,6 +18,8 @@ from parastream.zoo import ZOO  # noqa: E402
 from parastream.plan.assign import assign  # noqa: E402
 from parastream.plan.model import Event, Plan  # noqa: E402
 
+from emit_case import ZooCase  # noqa: E402
+
 MODELS = ("moe_layer", "attention_prolog", "inception_block")
 TARGETS = ("torchair", "npugraph_ex", "cuda")
 #: the hand-made plans: a named branch on a side stream
@@ -29,15 +31,9 @@ MANUAL = {
 SWITCH = "PARASTREAM_MULTI_STREAM"
 
 
-class Case:
+class Case(ZooCase):
     def __init__(self, name: str) -> None:
-        self.name = name
-        self.module, self.inputs = ZOO[name].factory("tiny", None)
-        self.graph = import_module(self.module, self.inputs, name=name)
-        self.traced = trace(self.module, self.inputs)
-        ref = copy.deepcopy(self.module)
-        self.expected = ref(*self.inputs)
-        self.expected_buffers = {k: v.clone() for k, v in ref.named_buffers()}
+        super().__init__(name)
         self.plans = {
             "matching": assign(self.graph, "matching", max_streams=3),
             "manual": assign(self.graph, "manual", mapping=MANUAL[name]),

@@ -19,7 +19,8 @@ from parastream.emit.order import OrderError, Unit, issue_order, storage_order  
 from parastream.graph.torch_import import import_module  # noqa: E402
 from parastream.plan.assign import assign  # noqa: E402
 from parastream.plan.model import Event  # noqa: E402
-from parastream.zoo import ZOO  # noqa: E402
+
+from emit_case import ZooCase  # noqa: E402
 
 TARGETS = ("torchair", "npugraph_ex", "cuda")
 #: plans whose side branch comes after the main path's work in program order
@@ -30,16 +31,10 @@ LATE_SIDE = {
 }
 
 
-class Case:
+class Case(ZooCase):
     def __init__(self, name: str) -> None:
-        self.name = name
-        self.module, self.inputs = ZOO[name].factory("tiny", None)
-        self.graph = import_module(self.module, self.inputs, name=name)
-        self.traced = trace(self.module, self.inputs)
+        super().__init__(name)
         self.plan = assign(self.graph, "manual", mapping=LATE_SIDE[name])
-        ref = copy.deepcopy(self.module)
-        self.expected = ref(*self.inputs)
-        self.expected_buffers = {k: v.clone() for k, v in ref.named_buffers()}
 
 
 class Forward:
