@@ -364,11 +364,12 @@ class CandidateSettings:
 def candidates(graph: Graph, points: list[Point], dur: dict[str, float],
                settings: CandidateSettings | None = None, *,
                global_plans: list[Plan] | None = None, order: list[str] | None = None,
-               **overrides: Any) -> list[Plan]:
+               reach: dict[str, int] | None = None, **overrides: Any) -> list[Plan]:
     """All candidates (per parallel point, plus ``global_plans``), estimated, linted,
     described and ranked by estimated wall time (best first), under ``settings`` (keyword
     ``overrides`` such as ``device=...`` or ``ladder=True`` replace its fields; TypeError
-    for an unknown one); ``order``: the graph's validated order."""
+    for an unknown one); ``order``: the graph's validated order, ``reach`` its
+    :func:`~parastream.plan.lints.reach_sets` when the caller has them."""
     cfg = dataclasses.replace(settings or CandidateSettings(), **overrides)
     device = cfg.device or DeviceFacts()
     cap = cfg.max_streams or device.hw_queues
@@ -380,7 +381,7 @@ def candidates(graph: Graph, points: list[Point], dur: dict[str, float],
                            hw_queues=device.hw_queues, order=order)
         source = f"critical-path estimate on {device.name}"
     scoring = _Scoring(graph, order, dur, device, wall, source or f"estimate on {device.name}",
-                       cfg.block_dims or {}, cfg.ladder, cfg.check_lints)
+                       cfg.block_dims or {}, cfg.ladder, cfg.check_lints, reach)
     plans: list[Plan] = []
     groups: dict[str, list[Point]] = {}
     for p in points:
@@ -413,6 +414,7 @@ class _Scoring:
     block_dims: dict[str, int]
     ladder: bool
     check_lints: Callable[[Plan], None] | None = None
+    reach: dict[str, int] | None = None
 
     def score(self, plan: Plan, point: Point | None, single: float) -> None:
         """Fill ``plan``'s core limits, strength, estimate (against the ``single``-stream
@@ -429,7 +431,7 @@ class _Scoring:
         plan.meta["ladder"] = ladder_text(plan, placed, device, w, c1_wall)
         plan.lints = lint(graph, plan, self.dur, hw_queues=device.hw_queues,
                           max_streams=device.max_streams, launch_us=device.launch_us,
-                          speedup=plan.estimate.speedup, order=order)
+                          speedup=plan.estimate.speedup, order=order, reach=self.reach)
         if self.check_lints is not None:
             self.check_lints(plan)
         plan.description = describe(graph, plan, point)

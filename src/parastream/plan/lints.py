@@ -100,12 +100,14 @@ class _Scan:
 
 def lint(graph: Graph, plan: Plan, dur: dict[str, float],
          settings: LintSettings | None = None, *, order: list[str] | None = None,
-         **overrides: Any) -> list[Lint]:
+         reach: dict[str, int] | None = None, **overrides: Any) -> list[Lint]:
     """All lints of ``plan`` (most severe first) against ``settings`` (keyword
     ``overrides`` such as ``hw_queues=4`` replace its fields; TypeError for an unknown
-    one); ``order``: the graph's validated order."""
+    one); ``order``: the graph's validated order, ``reach`` its :func:`reach_sets` (else
+    computed when a rule needs them)."""
     cfg = dataclasses.replace(settings or LintSettings(), **overrides)
     scan = _Scan.of(graph, plan, dur, order or validate(graph))
+    scan.reach = reach
     lay = scan.lay
     n_streams = len([s for s in lay.streams if lay.count[s]])
     out = _stream_count_lints(n_streams, cfg)

@@ -79,21 +79,23 @@ class _OpOrder:
 
 
 def points_from(graph: Graph, dec: Decomposition, dur: dict[str, float] | None = None,
-                order: list[str] | None = None) -> list[Point]:
+                order: list[str] | None = None, reach: dict[str, int] | None = None
+                ) -> list[Point]:
     """Op-level points for the planner from the decomposition's points.
 
     Branches are regrouped at op level: two branches that meet before the point's overall
     join (the first op every branch reaches) are one branch (the gate and up projections
     of an MLP meet at their product long before the MLP meets the routed experts); each
     branch then holds every op only it reaches before the join. The same point in every
-    layer shares a name.
+    layer shares a name. ``reach``: :func:`reach_sets` over ``order``, when the caller
+    has them.
     """
     order = order or validate(graph)
     succ: dict[str, list[str]] = {}
     for e in graph.edges:
         succ.setdefault(e.src, []).append(e.dst)
     ops = _OpOrder(order=order, idx={n: i for i, n in enumerate(order)},
-                   reach=reach_sets(graph, order), succ=succ,
+                   reach=reach or reach_sets(graph, order), succ=succ,
                    modules={m.module_id: m for m in dec.modules})
     out: list[Point] = []
     for pp in dec.parallel_points:
@@ -333,8 +335,9 @@ def build(graph: Graph, profile: DeviceProfile, *, algorithm: str | None, mappin
     order = validate(graph)  # once: every step below needs the same topological order
     c = _op_costs(graph, profile, order)
     dec = decompose(graph, profile, c.ranked, order)
-    points = points_from(graph, dec, c.dur, order)
-    points += cross_stage_points(graph, order, reach_sets(graph, order), c.dur)
+    reach = reach_sets(graph, order)  # once: points, cross-stage points and lints share it
+    points = points_from(graph, dec, c.dur, order, reach)
+    points += cross_stage_points(graph, order, reach, c.dur)
     cap = max_streams or profile.hw_queues
     wall, source_label = None, None
     if simulate:
@@ -348,7 +351,7 @@ def build(graph: Graph, profile: DeviceProfile, *, algorithm: str | None, mappin
     cube_bd = {n: x.block_dim for n, x in c.costs.items() if x.unit == "cube"}
     plans = candidates(graph, points, c.dur, block_dims=cube_bd, device=_device_facts(profile),
                        max_streams=cap, global_plans=global_plans, wall=wall,
-                       source=source_label, ladder=simulate, order=order,
+                       source=source_label, ladder=simulate, order=order, reach=reach,
                        check_lints=partial(confirm_ge_reorder, graph, profile=profile, c=c,
                                            order=order)
                        if simulate and profile.graph_dispatch_us is not None else None)
