@@ -65,14 +65,12 @@ from .ir import Edge, Graph, Op, Tensor
 from .op_costs import op_costs
 from .op_tables import (COLLECTIVES, COMM_NAMESPACES, CUBE_OPS,  # noqa: F401
                         LAYOUT_INPLACE_OPS, MAYBE_VIEW_OPS, MEMORY_OPS, RANDOM_OPS, VIEW_OPS)
-from .opaque import (EXPERTS_ARGS, eager_experts, is_module_call, module_call_op,  # noqa: F401
-                     opaque_entry, opaque_experts, opaque_module_path)
-from .records import Record, aliasing_view, records, schema_args, written_args  # noqa: F401
+from .opaque import eager_experts, is_module_call, opaque_entry, opaque_experts  # noqa: F401
+from .records import Record, records, schema_args, written_args  # noqa: F401
 from .runnable import Runnable, runnable
-from .tensors import (dtype_name, flat_leaves, flat_nodes, flat_tensors,  # noqa: F401
-                      is_tensor, nbytes_of, node_value, shape_of, size_of)
-from .trace import (EXPORT, Trace, call_leaves, check_call, export_program,  # noqa: F401
-                    quiet_torch, trace)
+from .tensors import (dtype_name, flat_nodes, flat_tensors, is_tensor,  # noqa: F401
+                      nbytes_of, node_value, shape_of, size_of)
+from .trace import EXPORT, Trace, call_leaves, check_call, trace
 
 # ----------------------------------------------------------------------------- public API
 def import_module(module: Any, example_inputs: Sequence[Any] | Any, name: str = "model",
