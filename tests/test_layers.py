@@ -37,7 +37,7 @@ LAYERS = (
     "parastream.plan",
     "parastream.zoo : parastream.graph",
     "parastream.device | parastream.timeline",
-    "parastream.atomic | parastream.mdtext",
+    "parastream.atomic | parastream.mdtext | parastream.plugin",
     "parastream.errors",
 )
 

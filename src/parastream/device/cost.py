@@ -33,12 +33,12 @@ Ops are read duck-typed (``flops``, ``bytes_read``, ``bytes_written``, ``resourc
 
 from __future__ import annotations
 
-import importlib
 import math
 from typing import Any, Mapping
 
 import msgspec
 
+from ..plugin import load
 from .profile import DeviceProfile
 
 CUBE_TILE = 128 * 128        #: output elements one cube block covers
@@ -173,8 +173,7 @@ def _load(name: str) -> CostModel:
     if name not in COST_MODELS:
         raise ValueError(f"unknown cost model {name!r} (known: roofline, "
                          f"{', '.join(sorted(COST_MODELS))})")
-    module, _, attr = COST_MODELS[name].partition(":")
-    model = _LOADED[name] = getattr(importlib.import_module(module), attr)()
+    model = _LOADED[name] = load(COST_MODELS[name])()
     return model
 
 

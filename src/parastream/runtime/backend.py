@@ -38,11 +38,11 @@ Backends are looked up by name (:func:`get_backend`); modules are imported lazil
 
 from __future__ import annotations
 
-import importlib
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol, runtime_checkable
 
+from ..plugin import load
 from ..timeline.model import Timeline
 
 #: stream kinds: host work, device compute, host<->device copies
@@ -231,10 +231,7 @@ def available_backends() -> list[str]:
 
 
 def _resolve(factory: str | Callable[..., Backend]) -> Callable[..., Backend]:
-    if isinstance(factory, str):
-        module, _, attr = factory.partition(":")
-        factory = getattr(importlib.import_module(module), attr)
-    return factory
+    return load(factory) if isinstance(factory, str) else factory
 
 
 def _factory(name: str) -> Callable[..., Backend]:

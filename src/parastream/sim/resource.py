@@ -21,9 +21,9 @@ backend that needs a resource keeps it in its own package.
 
 from __future__ import annotations
 
-import importlib
 from typing import Callable, Protocol, Sequence
 
+from ..plugin import load
 from .tasks import Device, Task
 
 
@@ -64,16 +64,9 @@ ResourceFactory = Callable[[list[Task]], Resource]
 RESOURCES: dict[str, str] = {"host_lock": "parastream.cpu.hostlock:host_lock_for"}
 
 
-def register_resource(name: str, target: str) -> None:
-    """Add (or replace) resource ``name``: ``target`` is the ``"module:attribute"`` of a
-    function that returns the factory a :class:`~parastream.sim.tasks.Device` asks for."""
-    RESOURCES[name] = target
-
-
 def resource_for(device: Device) -> ResourceFactory | None:
     """The factory of the resource ``device`` needs (its ``host_lock``: the ``host_lock``
     resource), or None."""
     if not device.host_lock:
         return None
-    module, _, attr = RESOURCES["host_lock"].partition(":")
-    return getattr(importlib.import_module(module), attr)(device)
+    return load(RESOURCES["host_lock"])(device)
