@@ -24,8 +24,8 @@ import hf_models  # noqa: E402  (after the skip: it imports transformers lazily,
 import torch  # noqa: E402
 
 from parastream.cli import main  # noqa: E402
-from parastream.graph.torch_import import (eager_experts, import_module,  # noqa: E402
-                                           opaque_experts)
+from parastream.graph.opaque import eager_experts, opaque_experts  # noqa: E402
+from parastream.graph.torch_import import import_module  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MOE = ("qwen2_moe_block", "mixtral_block", "mixtral_layer", "deepseek_v3_layer")

@@ -65,8 +65,8 @@ from .ir import Edge, Graph, Op, Tensor
 from .op_costs import op_costs
 from .op_tables import (COLLECTIVES, COMM_NAMESPACES, CUBE_OPS,  # noqa: F401
                         LAYOUT_INPLACE_OPS, MAYBE_VIEW_OPS, MEMORY_OPS, RANDOM_OPS, VIEW_OPS)
-from .opaque import eager_experts, is_module_call, opaque_entry, opaque_experts  # noqa: F401
-from .records import Record, records, schema_args, written_args  # noqa: F401
+from .opaque import is_module_call, opaque_entry
+from .records import Record, records, schema_args
 from .runnable import Runnable, runnable
 from .tensors import (dtype_name, flat_nodes, flat_tensors, is_tensor,  # noqa: F401
                       nbytes_of, node_value, shape_of, size_of)

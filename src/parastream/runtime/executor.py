@@ -49,7 +49,8 @@ import torch
 import torch.fx
 from torch.fx.node import map_arg
 
-from ..graph.torch_import import no_mha_fastpath, random_draws, written_args
+from ..graph.records import written_args
+from ..graph.torch_import import no_mha_fastpath, random_draws
 from ..plan.io import PlanDoc
 from ..plan.model import Plan
 from ..timeline.model import Timeline
