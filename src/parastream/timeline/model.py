@@ -18,6 +18,8 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
+from .collectives import Collectives
+
 #: op kinds (column ``kind``)
 KIND_COMPUTE, KIND_MEMCPY, KIND_MEMSET, KIND_COMM = 0, 1, 2, 3
 KINDS = ("compute", "memcpy", "memset", "comm")
@@ -125,6 +127,9 @@ class Timeline:
     warnings: list[str] = field(default_factory=list)
     #: free-form facts from the source (rank, world size, step label, ...)
     meta: dict = field(default_factory=dict)
+    #: the source's collective calls (group, sequence, size), for matching across ranks;
+    #: None when the reader records none. Whole-source: select() and split_steps() keep it
+    collectives: Collectives | None = None
 
     # ----------------------------------------------------------------- basics
     def __len__(self) -> int:
