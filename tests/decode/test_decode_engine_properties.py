@@ -1,6 +1,7 @@
-"""The modes over random budgets, concurrency and requests (hypothesis, few examples: each
-runs the tiny model): every request ends once with a reason, the KV budget is never
-exceeded, and every request that finishes has the reference's greedy tokens."""
+"""The modes over random budgets, concurrency, requests and prefill chunks (hypothesis,
+few examples: each runs the tiny model): every request ends once with a reason, the KV
+budget is never exceeded, no request is skipped more than max_skip passes, and every
+request that finishes has the reference's greedy tokens."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from parastream.decode.metrics import TIE, first_difference
-from parastream.decode.modes import MODES, ModeSettings, run_mode
+from parastream.decode.modes import CHUNKED, MODES, ModeSettings, run_mode
 from parastream.decode.scheduler import FAILED, FINISHED
 from parastream.decode.workload import Request
 
@@ -33,15 +34,17 @@ def reference(tiny):
 
 @settings(max_examples=25)
 @given(reqs_st, st.sampled_from(MODES), st.integers(1, 4), st.integers(2, 8),
-       st.integers(1, 3))
+       st.integers(1, 3), st.one_of(st.none(), st.integers(1, 24)))
 def test_every_request_ends_once_within_the_budget(tiny, reference, spec, mode, conc,
-                                                   blocks, streams):
+                                                   blocks, streams, chunk):
     reqs = [Request(i, 0.0, tuple((5 * i + k) % 512 for k in range(p)), o)
             for i, (p, o) in enumerate(spec)]
     st_ = ModeSettings(concurrency=conc, kv_blocks=blocks, context=tiny.config.context,
-                       streams=streams)
+                       streams=streams, prefill_chunk=chunk)
     run = run_mode(tiny, mode, reqs, st_)
     assert run.peak_blocks <= blocks
+    assert run.prefill_chunk == (chunk if mode in CHUNKED else None)
+    assert all(j.skips <= st_.max_skip for j in run.jobs)
     assert [lv.request.rid for lv in run.lives] == list(range(len(reqs)))
     for lv in run.lives:
         assert lv.outcome in (FINISHED, FAILED) and lv.reason

@@ -28,6 +28,37 @@ def test_prefill_equals_step_by_step_decode(tiny):
     torch.testing.assert_close(last, whole, atol=1e-4, rtol=1e-4)
 
 
+def test_a_prefill_in_chunks_extends_the_cache_as_the_whole_prefill(tiny):
+    pool = tiny.new_pool(32)
+    tokens = list(range(3, 60))
+    whole_cache = _cache(tiny, pool, 0, 0)
+    whole = tiny.prefill(tokens, whole_cache)
+    c = _cache(tiny, pool, 1, 8)
+    for start in range(0, len(tokens), 13):  # chunks that cross block boundaries
+        last = tiny.extend(tokens[start:start + 13], c, start)
+    assert c.length == len(tokens)
+    torch.testing.assert_close(last, whole, atol=1e-4, rtol=1e-4)
+    assert last.argmax() == whole.argmax()
+    for layer in range(tiny.config.layers):  # the cache holds the same keys and values
+        for store in (pool.keys, pool.values):
+            torch.testing.assert_close(store[layer][8:12], store[layer][0:4])
+    torch.testing.assert_close(tiny.decode([5], [c]), tiny.decode([5], [whole_cache]),
+                               atol=1e-4, rtol=1e-4)
+
+
+def test_decode_phases_alternate_attention_and_mlp_and_leave_lengths(tiny):
+    pool = tiny.new_pool(16)
+    c = _cache(tiny, pool, 0, 0)
+    tiny.prefill([1, 2, 3], c)
+    phases = tiny.decode_phases([4], [c])
+    seen = []
+    with pytest.raises(StopIteration) as done:
+        while True:
+            seen.append(next(phases))
+    assert seen == ["attention", "mlp"] * tiny.config.layers and c.length == 3
+    torch.testing.assert_close(done.value.value, tiny.decode([4], [c]))
+
+
 def test_batched_step_equals_single_steps(tiny):
     pool = tiny.new_pool(64)
     caches = [_cache(tiny, pool, i, 8 * i) for i in range(5)]

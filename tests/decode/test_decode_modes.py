@@ -54,6 +54,36 @@ def test_nothing_lost_and_the_figures_add_up(clean):
         assert run.peak_blocks <= run.kv_blocks
 
 
+@pytest.mark.parametrize("mode", ["batch", "batch+overlap"])
+@pytest.mark.parametrize("kv_blocks", [64, 8])
+def test_chunked_prefill_keeps_the_tokens_and_the_decodes_running(tiny, mode, kv_blocks):
+    """Long prompts in chunks of 16 beside the running decodes: the sequential tokens,
+    the budget kept (8 blocks preempt), and steps that carry a chunk and decode rows."""
+    reqs = [Request(i, 0.0, tuple((7 * i + 3 * k + 1) % 512 for k in range(12 + 9 * i)),
+                    6 + i % 3) for i in range(8)]
+    ref = run_mode(tiny, "sequential", reqs, _settings(tiny))
+    run = run_mode(tiny, mode, reqs, _settings(tiny, kv_blocks=kv_blocks, prefill_chunk=16))
+    a = agreement(ref, run)
+    assert a.mismatches == [] and a.compared == len(reqs)
+    assert run.prefill_chunk == 16 and run.peak_blocks <= kv_blocks
+    tl = run.timeline
+    names = [tl.op_name(i) for i in range(len(tl))]
+    assert not any(n.startswith("prefill") for n in names)
+    chunks = [n for n in names if n.startswith("chunk")]
+    assert chunks and all(int(b) - int(a) <= 16 for a, b in
+                          (n.split()[-1].split(":") for n in chunks))
+    if kv_blocks == 64:  # no preemption: the longest prompt (75) takes five chunks
+        assert sum(n.startswith("chunk r7 ") for n in names) == 5
+
+
+def test_a_decoder_without_extend_prefills_whole(tiny):
+    reqs = requests(4)
+    run = run_mode(Faulty(tiny, rid=99, at=0), "batch", reqs,
+                   _settings(tiny, prefill_chunk=4))
+    assert run.prefill_chunk is None
+    assert all(lv.outcome == FINISHED for lv in run.lives)
+
+
 def test_sequential_runs_one_request_at_a_time(clean):
     _, runs = clean
     seq = runs["sequential"]

@@ -16,7 +16,8 @@ jobs_st = st.lists(st.tuples(st.integers(1, 70), st.integers(0, 30), st.integers
                    min_size=1, max_size=14)
 settings_st = st.builds(SchedulerSettings, max_running=st.integers(1, 5),
                         kv_blocks=st.integers(1, 16), max_skip=st.integers(0, 3),
-                        context=st.integers(24, 120))
+                        context=st.integers(24, 120),
+                        prefill_chunk=st.one_of(st.none(), st.integers(1, 40)))
 
 
 def _check_invariants(s: Scheduler, scheduled: bool) -> None:
@@ -26,9 +27,26 @@ def _check_invariants(s: Scheduler, scheduled: bool) -> None:
     assert s.held <= s.settings.kv_blocks
     assert len(s.running) <= s.settings.max_running
     for j in s.running if scheduled else ():  # the blocks of the step just decided
-        assert len(j.table) >= blocks_for(j.positions)
+        assert len(j.table) >= blocks_for(j.step_positions)
+        if not j.prefilling:
+            assert j.step_positions == j.positions
     for j in s.waiting + s.running:
         assert j.skips <= s.settings.max_skip
+
+
+def _check_chunks(s: Scheduler, step) -> None:
+    """A pass's chunks: within its prefill budget, contiguous from where each job's
+    prefill stands, no job both in a chunk and decoding."""
+    chunk = s.settings.prefill_chunk
+    if chunk is None:
+        assert step.chunks == []
+        return
+    assert step.prefill == []
+    assert sum(c.stop - c.start for c in step.chunks) <= chunk
+    for c in step.chunks:
+        assert c.start == c.job.filled < c.stop <= c.job.target
+        assert c.final == (c.stop == c.job.target)
+        assert c.job not in step.decode
 
 
 def _drive(s: Scheduler, jobs: list[Job], arrive: list[int], fail_every: int) -> None:
@@ -42,6 +60,7 @@ def _drive(s: Scheduler, jobs: list[Job], arrive: list[int], fail_every: int) ->
             return
         step = s.schedule()
         _check_invariants(s, scheduled=True)
+        _check_chunks(s, step)
         if fail_every and k % fail_every == fail_every - 1 and step.jobs:
             s.fail(step.jobs[0], "model fault")
         s.advance(step)
@@ -166,3 +185,44 @@ def test_a_running_job_never_holds_fewer_blocks_than_its_step_needs():
         for j in p.jobs:
             assert j.state == RUNNING and len(j.table) >= blocks_for(j.positions)
         s.advance(p)
+
+
+def test_a_long_prompt_is_prefilled_in_chunks_beside_the_running_decodes():
+    # job 0 decodes; job 1's 100-position prompt comes in chunks of 32: job 0 decodes a
+    # token in every pass meanwhile, and job 1's blocks grow with its chunks
+    s = Scheduler(SchedulerSettings(max_running=4, kv_blocks=20, prefill_chunk=32))
+    a, b = Job(0, 0, 10, 20), Job(1, 1, 100, 3)
+    s.add(a)
+    s.advance(s.schedule())
+    s.add(b)
+    seen = []
+    for _ in range(4):
+        p = s.schedule()
+        assert p.decode == [a]
+        seen.append([(c.start, c.stop, c.final, len(b.table)) for c in p.chunks])
+        s.advance(p)
+    assert seen == [[(0, 32, False, 2)], [(32, 64, False, 4)], [(64, 96, False, 6)],
+                    [(96, 100, True, 7)]]
+    assert b.generated == 1 and not b.prefilling
+    p = s.schedule()
+    assert p.decode == [a, b] and p.chunks == []
+
+
+def test_a_preempted_chunked_prefill_starts_again_from_zero():
+    s = Scheduler(SchedulerSettings(max_running=4, kv_blocks=5, prefill_chunk=16))
+    a, b = Job(0, 0, 47, 20), Job(1, 1, 60, 2)
+    s.add(a)
+    for _ in range(3):  # a's 47 positions in three chunks: 3 blocks
+        s.advance(s.schedule())
+    s.add(b)
+    s.advance(s.schedule())  # b's first chunk: 1 block; a decodes
+    assert b.prefilling and b.filled == 16 and len(b.table) == 1
+    preempted = []
+    for _ in range(6):
+        p = s.schedule()
+        preempted += p.preempted
+        s.advance(p)
+        if preempted:
+            break
+    assert preempted == [b] and b.state == WAITING
+    assert (b.filled, b.target, b.table) == (0, 0, [])

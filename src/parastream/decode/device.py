@@ -50,11 +50,14 @@ class Live:
 @dataclass(frozen=True)
 class Row:
     """One request's part of a step: prefill (over its history) or decode one token, with
-    the block table the scheduler granted for it."""
+    the block table the scheduler granted for it. A prefill row with a ``chunk``
+    ``(start, stop)`` computes only those positions of its history; its last chunk
+    (``stop`` at the history's end) gives the request's first token."""
 
     live: Live
     prefill: bool
     table: tuple[int, ...]
+    chunk: tuple[int, int] | None = None
 
 
 @dataclass
@@ -117,8 +120,10 @@ def run_step(worker: Worker, model: Any, rows: list[Row], lane: str | None = Non
     out = Outcome()
     rows = [r for r in rows if not r.live.dead]
     for r in (r for r in rows if r.prefill):
-        out.extend(_timed(worker, lane or r.live.lane, f"prefill r{r.live.request.rid}",
-                          lambda r=r: _prefill(model, r)))
+        name = f"prefill r{r.live.request.rid}"
+        if r.chunk is not None:
+            name = f"chunk r{r.live.request.rid} {r.chunk[0]}:{r.chunk[1]}"
+        out.extend(_timed(worker, lane or r.live.lane, name, lambda r=r: _prefill(model, r)))
     decode = [r for r in rows if not r.prefill]
     if decode:
         name = f"decode B={len(decode)}"
@@ -135,12 +140,20 @@ def _timed(worker: Worker, lane: str, name: str, call: Callable[[], Outcome]) ->
 
 
 def _prefill(model: Any, r: Row) -> Outcome:
+    """The row's prefill, whole or one chunk (a chunk from position 0 to the end of the
+    history is the whole prefill); a token when it reaches the end of the history."""
     live = r.live
     live.cache.table = list(r.table)
+    start, stop = r.chunk or (0, len(live.history))
     try:
-        logits = model.prefill(live.history, live.cache)
+        if start == 0 and stop == len(live.history):
+            logits = model.prefill(live.history, live.cache)
+        else:
+            logits = model.extend(live.history[start:stop], live.cache, start)
     except Exception as exc:  # noqa: BLE001 - isolated to this request
         return _failed(r, exc)
+    if stop < len(live.history):
+        return Outcome()
     return _sampled([r], logits[None, :])
 
 

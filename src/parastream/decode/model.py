@@ -14,15 +14,30 @@ The decoder protocol the decode modes drive (a ``file.py:factory`` decoder would
 - ``decode(tokens, caches)`` -> logits ``(B, vocab)``: one token per request, request ``i``'s
   token at position ``caches[i].length``; each cache then holds one position more.
 
+Two optional methods the built-in decoder adds (a decoder without them still runs: its
+prompts are prefilled whole, and two-micro-batch overlap stays off):
+
+- ``extend(tokens, cache, start)`` -> logits ``(vocab,)`` of the last position: positions
+  ``start .. start+len(tokens)-1`` computed over the cache's first ``start`` positions
+  (a chunk of a prefill); the cache then holds ``start + len(tokens)`` positions;
+- ``decode_phases(tokens, caches)``: :meth:`decode` as a generator that yields after each
+  layer's attention and after each layer's MLP and returns the logits, leaving the
+  caches' lengths to the caller (two micro-batches interleave their phases).
+
 A call that raises leaves every cache's ``length`` as it was (positions are written in place
 and the length is advanced only after the whole forward), so a step can be retried.
 Positions past a cache's block table raise IndexError before anything is written.
+
+``Decoder.to("cuda")`` places the weights there; its pools, caches and every tensor a
+call makes are then on that device.
 """
 
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import dataclass
+from typing import Generator
 
 import torch
 import torch.nn.functional as F
@@ -74,11 +89,12 @@ class KVPool:
     :data:`BLOCK_TOKENS` positions, ``(blocks, kv_heads, BLOCK_TOKENS, head_dim)``. Requests
     hold blocks by id (a block table); the memory never grows past the pool."""
 
-    __slots__ = ("blocks", "keys", "values")
+    __slots__ = ("blocks", "device", "keys", "values")
 
     def __init__(self, config: ModelConfig, blocks: int, device: str = "cpu") -> None:
         shape = (max(1, blocks), config.kv_heads, BLOCK_TOKENS, config.head_dim)
         self.blocks = blocks
+        self.device = device
         self.keys = [torch.zeros(shape, device=device) for _ in range(config.layers)]
         self.values = [torch.zeros(shape, device=device) for _ in range(config.layers)]
 
@@ -102,8 +118,10 @@ class KVCache:
         if need > len(self.table):
             raise IndexError(f"request {self.rid}: {stop} positions need {need} KV blocks, "
                              f"it holds {len(self.table)}")
-        pos = torch.arange(start, stop)
-        return torch.tensor(self.table, dtype=torch.long)[pos // BLOCK_TOKENS], pos % BLOCK_TOKENS
+        dev = self.pool.device
+        pos = torch.arange(start, stop, device=dev)
+        table = torch.tensor(self.table, dtype=torch.long, device=dev)
+        return table[pos // BLOCK_TOKENS], pos % BLOCK_TOKENS
 
 
 def blocks_for(positions: int) -> int:
@@ -131,13 +149,26 @@ class Decoder:
         """An empty cache of request ``rid`` in ``pool``."""
         return KVCache(rid, pool)
 
+    def to(self, device: str) -> "Decoder":
+        """This decoder with its weights on ``device`` (``"cuda"``); itself when there."""
+        if device == self.device:
+            return self
+        moved = copy.copy(self)
+        moved.device = device
+        moved.weights = {k: w.to(device) for k, w in self.weights.items()}
+        moved._inv_freq = self._inv_freq.to(device)
+        return moved
+
+    def _ids(self, values: list[int]) -> torch.Tensor:
+        return torch.tensor(values, dtype=torch.long, device=self.device)
+
     @torch.inference_mode()
     def prefill(self, tokens: list[int], cache: KVCache) -> torch.Tensor:
         """Logits ``(vocab,)`` after ``tokens``; ``cache`` is filled from position 0."""
         n = len(tokens)
         where = cache.slots(0, n)
-        x = self.weights["embed"][torch.tensor(tokens, dtype=torch.long)]
-        pos = torch.arange(n)
+        x = self.weights["embed"][self._ids(tokens)]
+        pos = torch.arange(n, device=self.device)
         for layer in range(self.config.layers):
             q, k, v = self._qkv(layer, x, pos)
             _store(cache.pool, layer, where, k, v)
@@ -147,27 +178,67 @@ class Decoder:
         return self._head(x[-1:])[0]
 
     @torch.inference_mode()
+    def extend(self, tokens: list[int], cache: KVCache, start: int) -> torch.Tensor:
+        """Logits ``(vocab,)`` after a chunk: ``tokens`` at positions ``start ..``, each
+        attending to the cache's earlier positions and to the chunk's own up to itself;
+        ``cache`` then holds ``start + len(tokens)`` positions."""
+        n, stop = len(tokens), start + len(tokens)
+        where = cache.slots(start, stop)
+        width = blocks_for(stop)
+        table = self._ids(cache.table[:width])[None, :]
+        pos = torch.arange(start, stop, device=self.device)
+        keys = torch.arange(width * BLOCK_TOKENS, device=self.device)
+        mask = torch.zeros(n, width * BLOCK_TOKENS, device=self.device).masked_fill_(
+            keys[None, :] > pos[:, None], float("-inf"))
+        x = self.weights["embed"][self._ids(tokens)]
+        for layer in range(self.config.layers):
+            q, k, v = self._qkv(layer, x, pos)
+            _store(cache.pool, layer, where, k, v)
+            att = self._paged_attention(cache.pool, layer, q[None], table, mask[None, None])
+            x = self._finish_layer(layer, x, att[0])
+        cache.length = stop
+        return self._head(x[-1:])[0]
+
     def decode(self, tokens: list[int], caches: list[KVCache]) -> torch.Tensor:
         """Logits ``(B, vocab)``: one step of ``B`` requests, batched in every matrix
         product and in attention (block tables gathered, padding masked)."""
+        phases = self.decode_phases(tokens, caches)
+        while True:
+            try:
+                next(phases)
+            except StopIteration as done:
+                logits = done.value
+                break
+        for c in caches:
+            c.length += 1
+        return logits
+
+    @torch.inference_mode()
+    def decode_phases(self, tokens: list[int],
+                      caches: list[KVCache]) -> Generator[str, None, torch.Tensor]:
+        """:meth:`decode` in phases: yields ``"attention"`` after a layer's attention and
+        ``"mlp"`` after its feed-forward block, returns the logits ``(B, vocab)``; the
+        caches' lengths are not advanced (the caller does it once every row is done)."""
         pool = caches[0].pool
         lengths = [c.length for c in caches]
         where = [c.slots(p, p + 1) for c, p in zip(caches, lengths)]
         where = (torch.cat([w[0] for w in where]), torch.cat([w[1] for w in where]))
         width = max(blocks_for(p + 1) for p in lengths)
-        table = torch.tensor([c.table[:width] + [0] * (width - len(c.table[:width]))
-                              for c in caches])
-        valid = torch.arange(width * BLOCK_TOKENS)[None, :] <= torch.tensor(lengths)[:, None]
-        mask = torch.zeros(valid.shape).masked_fill_(~valid, float("-inf"))[:, None, None, :]
-        x = self.weights["embed"][torch.tensor(tokens, dtype=torch.long)]
-        pos = torch.tensor(lengths)
+        table = self._ids([c.table[:width] + [0] * (width - len(c.table[:width]))
+                           for c in caches])
+        pos = self._ids(lengths)
+        valid = torch.arange(width * BLOCK_TOKENS, device=self.device)[None, :] <= pos[:, None]
+        mask = torch.zeros(valid.shape, device=self.device).masked_fill_(
+            ~valid, float("-inf"))[:, None, None, None, :]
+        x = self.weights["embed"][self._ids(tokens)]
         for layer in range(self.config.layers):
             q, k, v = self._qkv(layer, x, pos)
             _store(pool, layer, where, k, v)
-            att = self._paged_attention(pool, layer, q, table, mask)
-            x = self._finish_layer(layer, x, att)
-        for c in caches:
-            c.length += 1
+            att = self._paged_attention(pool, layer, q[:, None], table, mask)
+            x = x + att[:, 0] @ self.weights[f"l{layer}.wo"]
+            yield "attention"
+            x = self._mlp(layer, x)
+            yield "mlp"
         return self._head(x)
 
     # ------------------------------------------------------------------ layers
@@ -182,23 +253,30 @@ class Decoder:
 
     def _paged_attention(self, pool: KVPool, layer: int, q: torch.Tensor,
                          table: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """One query per row over its own blocks: ``q (B, heads, d)`` -> ``(B, dim)``."""
+        """``n`` queries per row over the row's own blocks: ``q (B, n, heads, d)`` ->
+        ``(B, n, dim)``; ``mask`` adds to the scores ``(B, kv_heads, heads/kv, n, L)``."""
         cfg = self.config
         b, width = table.shape
+        n = q.shape[1]
 
         def gather(store: list[torch.Tensor]) -> torch.Tensor:
-            # (B, width, kv, T, d) -> (B, kv, width*T, d)
+            # (B, width, kv, T, d) -> (B, kv, 1, width*T, d)
             return store[layer][table].permute(0, 2, 1, 3, 4).reshape(
-                b, cfg.kv_heads, width * BLOCK_TOKENS, cfg.head_dim)
+                b, cfg.kv_heads, 1, width * BLOCK_TOKENS, cfg.head_dim)
 
         keys, values = gather(pool.keys), gather(pool.values)
-        qg = q.view(b, cfg.kv_heads, cfg.heads // cfg.kv_heads, cfg.head_dim)
+        # (B, n, kv, rep, d) -> (B, kv, rep, n, d): query head h reads key/value head h // rep
+        qg = q.view(b, n, cfg.kv_heads, cfg.heads // cfg.kv_heads, cfg.head_dim)
+        qg = qg.permute(0, 2, 3, 1, 4)
         scores = qg @ keys.transpose(-1, -2) / math.sqrt(cfg.head_dim) + mask
-        return (scores.softmax(-1) @ values).reshape(b, cfg.dim)
+        return (scores.softmax(-1) @ values).permute(0, 3, 1, 2, 4).reshape(b, n, cfg.dim)
 
     def _finish_layer(self, layer: int, x: torch.Tensor, att: torch.Tensor) -> torch.Tensor:
+        return self._mlp(layer, x + att @ self.weights[f"l{layer}.wo"])
+
+    def _mlp(self, layer: int, x: torch.Tensor) -> torch.Tensor:
+        """The SwiGLU feed-forward block of ``layer``, with its residual."""
         w = self.weights
-        x = x + att @ w[f"l{layer}.wo"]
         h = _rms(x, w[f"l{layer}.ffn_norm"])
         return x + (F.silu(h @ w[f"l{layer}.w1"]) * (h @ w[f"l{layer}.w3"])) @ w[f"l{layer}.w2"]
 

@@ -4,8 +4,11 @@
 - ``streams``: every running request's steps on its own stream (a worker thread), up to
   ``concurrency`` streams, reused by later requests; one scheduling pass per round, each
   running request decoding one token per round on its stream;
-- ``batch``: continuous batching: requests join at step boundaries (their prefill on its
-  own, before the batched step) and leave when done; one device worker;
+- ``batch``: continuous batching: requests join at step boundaries and leave when done;
+  one device worker. A prefill runs on its own before the batched step, or, with
+  ``prefill_chunk``, in chunks that ride along with the running requests' decode rows
+  (each step: the decode rows and at most one chunk's positions), so a long prompt does
+  not stall the running requests; a decoder without ``extend`` prefills whole;
 - ``batch+overlap``: as ``batch``, with the host's scheduling of step t+1 and its
   processing of step t's tokens overlapped with device step t (one step ahead: the next
   step's input tokens never pass through the host, the device worker feeds them on).
@@ -30,6 +33,8 @@ from .scheduler import FAILED, FINISHED, Job, Pass, Scheduler, SchedulerSettings
 from .workload import Request
 
 MODES = ("sequential", "streams", "batch", "batch+overlap")
+#: the modes whose prefills may be chunked (``ModeSettings.prefill_chunk``)
+CHUNKED = ("batch", "batch+overlap")
 #: the lane of the host's scheduling and token processing
 HOST_LANE = "scheduler"
 
@@ -37,27 +42,34 @@ HOST_LANE = "scheduler"
 @dataclass(frozen=True)
 class ModeSettings:
     """A run's settings: ``concurrency`` (most running requests), the KV budget
-    ``kv_blocks``, ``max_skip``, the model's ``context`` and ``streams`` (the streams of
-    ``streams`` mode, its hardware queues; None = one per running request)."""
+    ``kv_blocks``, ``max_skip``, the model's ``context``, ``streams`` (the streams of
+    ``streams`` mode, its hardware queues; None = one per running request) and
+    ``prefill_chunk`` (the batch modes' chunked prefill: the most prefill positions one
+    step computes beside its decode rows; None = each prefill whole, on its own)."""
 
     concurrency: int = 16
     kv_blocks: int = 1024
     max_skip: int = 4
     context: int = 1 << 30
     streams: int | None = None
+    prefill_chunk: int | None = None
 
-    def scheduler(self, mode: str) -> SchedulerSettings:
-        """The scheduler settings of ``mode`` (``sequential`` runs one at a time)."""
+    def scheduler(self, mode: str, chunks: bool = True) -> SchedulerSettings:
+        """The scheduler settings of ``mode`` (``sequential`` runs one at a time; only
+        the batch modes chunk prefills, and only with ``chunks``: a decoder that can)."""
         running = 1 if mode == "sequential" else self.concurrency
+        chunk = self.prefill_chunk if chunks and mode in CHUNKED else None
         return SchedulerSettings(max_running=running, kv_blocks=self.kv_blocks,
-                                 max_skip=self.max_skip, context=self.context)
+                                 max_skip=self.max_skip, context=self.context,
+                                 prefill_chunk=chunk)
 
 
 @dataclass
 class ModeRun:
     """One mode's run: every request's :class:`Live` record (in request order), its
     scheduler :class:`Job`, the start and end (ns), the timeline, the scheduling passes,
-    preemptions, the KV budget and the most blocks held at once."""
+    preemptions, the KV budget, the most blocks held at once and the prefill chunk the
+    run used (None: whole prefills)."""
 
     mode: str
     lives: list[Live]
@@ -68,6 +80,7 @@ class ModeRun:
     passes: int = 0
     kv_blocks: int = 0
     peak_blocks: int = 0
+    prefill_chunk: int | None = None
 
     @property
     def preemptions(self) -> int:
@@ -140,7 +153,8 @@ class Engine:
         if mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)}")
         self.model, self.mode = model, mode
-        self.sched = Scheduler(settings.scheduler(mode))
+        # a decoder without ``extend`` cannot compute a chunk: its prefills stay whole
+        self.sched = Scheduler(settings.scheduler(mode, chunks=hasattr(model, "extend")))
         pool = model.new_pool(settings.kv_blocks)
         self.lives = [Live(r, model.new_cache(r.rid, pool), history=list(r.prompt),
                            lane="device" if mode != "streams" else f"request-{r.rid}")
@@ -167,7 +181,8 @@ class Engine:
         spans = [s for w in executor.workers for s in w.spans] + host.spans
         return ModeRun(self.mode, self.lives, self.jobs, start, end,
                        _timeline(self.mode, spans), passes=self.sched.passes,
-                       kv_blocks=self.sched.settings.kv_blocks, peak_blocks=self.peak_blocks)
+                       kv_blocks=self.sched.settings.kv_blocks, peak_blocks=self.peak_blocks,
+                       prefill_chunk=self.sched.settings.prefill_chunk)
 
     def _turn(self, host: _Host, executor: Any, start: int) -> bool:
         """One scheduling pass and its step; False once every request has ended."""
@@ -215,6 +230,8 @@ class Engine:
     def _rows(self, plan: Pass) -> list[Row]:
         """The step's rows: each job's live record and a snapshot of its block table."""
         return ([Row(self.lives[j.rid], True, tuple(j.table)) for j in plan.prefill]
+                + [Row(self.lives[c.job.rid], True, tuple(c.job.table), (c.start, c.stop))
+                   for c in plan.chunks]
                 + [Row(self.lives[j.rid], False, tuple(j.table)) for j in plan.decode])
 
     def _fail_now(self, plan: Pass) -> None:
