@@ -7,6 +7,10 @@ thread that runs what it is handed in order (a stream); torch releases the inter
 lock inside its kernels, so steps on different workers run at the same time. Every span a
 worker records is written by that worker's thread only.
 
+On cuda (a :class:`~parastream.decode.streams.Placement` with streams) each worker owns a
+device stream and runs every call with it current; its spans are timing events on that
+stream, turned into the run's clock after the run (:meth:`Worker.timed_spans`).
+
 Ownership: a :class:`Live` request's ``history``, ``cache`` and ``dead`` flag are touched
 only by the worker that runs its steps (the host reads them only after the run); the host
 hands each step a snapshot of the block tables the scheduler granted.
@@ -24,6 +28,8 @@ from typing import Any, Callable
 import torch
 
 from ..errors import one_line
+from .streams import Placement
+from .tbo import MIN_ROWS, split_decode
 from .workload import Request
 
 now_ns = time.perf_counter_ns
@@ -74,11 +80,15 @@ class Outcome:
 
 class Worker:
     """A persistent FIFO worker thread (a stream): :meth:`submit` hands it a call, which
-    it runs after every call handed before; spans it records stay in :attr:`spans`."""
+    it runs after every call handed before (on ``placement``'s device, with its own
+    stream current there); spans it records stay in :attr:`spans` (as marks of the
+    placement's clock: :meth:`timed_spans` gives them in ns)."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, placement: Placement | None = None) -> None:
         self.name = name
-        self.spans: list[tuple[str, str, int, int]] = []
+        self.placement = placement or Placement()
+        self.stream = self.placement.new_stream()
+        self.spans: list[tuple[str, str, Any, Any]] = []
         self._q: queue.SimpleQueue = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
         self._thread.start()
@@ -89,9 +99,14 @@ class Worker:
         self._q.put((fut, fn, args))
         return fut
 
-    def record(self, lane: str, name: str, start_ns: int, end_ns: int) -> None:
-        """A span on ``lane`` (called on this worker's thread only)."""
-        self.spans.append((lane, name, start_ns, end_ns))
+    def record(self, lane: str, name: str, start: Any, end: Any) -> None:
+        """A span on ``lane`` between two marks (called on this worker's thread only)."""
+        self.spans.append((lane, name, start, end))
+
+    def timed_spans(self) -> list[tuple[str, str, int, int]]:
+        """The spans in the run's clock (ns); on cuda once the device is synchronized."""
+        to_ns = self.placement.to_ns
+        return [(lane, name, to_ns(s), to_ns(e)) for lane, name, s, e in self.spans]
 
     def close(self) -> None:
         """Finish what it holds and end the thread."""
@@ -107,16 +122,31 @@ class Worker:
             if not fut.set_running_or_notify_cancel():
                 continue
             try:
-                fut.set_result(fn(self, *args))
+                with self.placement.enter(self.stream):
+                    fut.set_result(fn(self, *args))
             except BaseException as exc:  # noqa: BLE001 - handed to the waiter
                 fut.set_exception(exc)
 
 
-def run_step(worker: Worker, model: Any, rows: list[Row], lane: str | None = None) -> Outcome:
-    """One step on ``worker``: each prefill row on its own, then the decode rows in one
-    batched call. A call that raises is retried row by row, so a fault ends only the
-    request it belongs to (marked ``dead``; later steps skip it). ``lane``: where the spans
-    go (default: each request's own lane)."""
+@dataclass(frozen=True)
+class Split:
+    """Two-micro-batch overlap of a step's decode rows: at ``at`` rows or more, the second
+    half on ``helper`` (:func:`parastream.decode.tbo.split_decode`)."""
+
+    at: int
+    helper: Worker
+
+    def applies(self, rows: int) -> bool:
+        return rows >= max(self.at, MIN_ROWS)
+
+
+def run_step(worker: Worker, model: Any, rows: list[Row], lane: str | None = None,
+             split: Split | None = None) -> Outcome:
+    """One step on ``worker``: each prefill row (or chunk) on its own, then the decode rows
+    in one batched call (two micro-batches when ``split`` applies). A call that raises is
+    retried row by row, so a fault ends only the request it belongs to (marked ``dead``;
+    later steps skip it). ``lane``: where the spans go (default: each request's own
+    lane)."""
     out = Outcome()
     rows = [r for r in rows if not r.live.dead]
     for r in (r for r in rows if r.prefill):
@@ -126,16 +156,17 @@ def run_step(worker: Worker, model: Any, rows: list[Row], lane: str | None = Non
         out.extend(_timed(worker, lane or r.live.lane, name, lambda r=r: _prefill(model, r)))
     decode = [r for r in rows if not r.prefill]
     if decode:
-        name = f"decode B={len(decode)}"
+        split = split if split is not None and split.applies(len(decode)) else None
+        name = f"decode B={len(decode)}" + (" 2mb" if split else "")
         out.extend(_timed(worker, lane or decode[0].live.lane, name,
-                          lambda: _decode(model, decode)))
+                          lambda: _decode(model, decode, split)))
     return out
 
 
 def _timed(worker: Worker, lane: str, name: str, call: Callable[[], Outcome]) -> Outcome:
-    start = now_ns()
+    start = worker.placement.mark()
     out = call()
-    worker.record(lane, name, start, now_ns())
+    worker.record(lane, name, start, worker.placement.mark())
     return out
 
 
@@ -157,11 +188,15 @@ def _prefill(model: Any, r: Row) -> Outcome:
     return _sampled([r], logits[None, :])
 
 
-def _decode(model: Any, rows: list[Row]) -> Outcome:
+def _decode(model: Any, rows: list[Row], split: Split | None = None) -> Outcome:
     for r in rows:
         r.live.cache.table = list(r.table)
+    tokens, caches = [r.live.history[-1] for r in rows], [r.live.cache for r in rows]
     try:
-        logits = model.decode([r.live.history[-1] for r in rows], [r.live.cache for r in rows])
+        if split is not None:
+            logits = split_decode(model, tokens, caches, split.helper)
+        else:
+            logits = model.decode(tokens, caches)
     except Exception as exc:  # noqa: BLE001 - isolated below
         if len(rows) == 1:
             return _failed(rows[0], exc)
@@ -190,4 +225,4 @@ def _failed(r: Row, exc: BaseException) -> Outcome:
     return out
 
 
-__all__ = ["Live", "Outcome", "Row", "Worker", "run_step"]
+__all__ = ["Live", "Outcome", "Row", "Split", "Worker", "run_step"]

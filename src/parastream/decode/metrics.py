@@ -9,6 +9,11 @@ device's busy share from the timeline, and the agreement of greedy tokens across
 - the most scheduling passes any request waited, and the most it was skipped;
 - busy share: the time some device lane ran a step over the wall time (the host's lane,
   ``scheduler``, not counted), and the host's own share;
+- the host's share of a step: the host's time over the host's and the device's together
+  (what the host adds to each step when nothing overlaps it, as in ``batch``); with the
+  interpreter-free share of a step (:func:`parastream.decode.calibrate.probe_interpreter`,
+  when the run took it) this is the condition under which ``batch+overlap`` can gain;
+- TBO: the fewest decode rows of a split step (None: none split) and its calibration;
 - idle between steps: the gaps between the device's busy intervals (p50 and p99, ms), and
   the time of one scheduling pass (p50 and p99, ms; the host's ``schedule`` spans).
 """
@@ -51,6 +56,12 @@ class ModeMetrics:
     host_share: float
     idle_between_steps_ms: dict
     schedule_ms: dict
+    host_step_share: float = 0.0
+    interpreter_free_share: float | None = None
+    device: str = "cpu"
+    prefill_chunk: int | None = None
+    tbo_at: int | None = None
+    tbo_calibration: dict | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -78,7 +89,10 @@ def measure(run: ModeRun) -> ModeMetrics:
         preemptions=run.preemptions, busy_share=lane_share(run, host=False, wall_ns=wall_ns),
         host_share=lane_share(run, host=True, wall_ns=wall_ns),
         idle_between_steps_ms=percentiles(device_gaps_ms(run)),
-        schedule_ms=percentiles(schedule_ms(run)))
+        schedule_ms=percentiles(schedule_ms(run)), host_step_share=host_step_share(run),
+        interpreter_free_share=run.probe.free_share if run.probe else None,
+        device=run.device, prefill_chunk=run.prefill_chunk, tbo_at=run.tbo_at,
+        tbo_calibration=run.calibration.to_dict() if run.calibration else None)
 
 
 def arrival_ns(run: ModeRun, live: Live) -> int:
@@ -111,6 +125,18 @@ def lane_share(run: ModeRun, *, host: bool, wall_ns: int) -> float:
         return 0.0
     mask = ~_device_mask(run) if host else _device_mask(run)
     return iv.length(iv.union(tl.start_ns[mask], tl.end_ns[mask])) / wall_ns
+
+
+def host_step_share(run: ModeRun) -> float:
+    """The host's time over the host's and the device's (each lane's spans merged): the
+    share of a step the host takes when the two do not overlap."""
+    tl = run.timeline
+    if not len(tl):
+        return 0.0
+    dev = _device_mask(run)
+    host_ns = iv.length(iv.union(tl.start_ns[~dev], tl.end_ns[~dev]))
+    device_ns = iv.length(iv.union(tl.start_ns[dev], tl.end_ns[dev]))
+    return host_ns / max(host_ns + device_ns, 1)
 
 
 def _device_mask(run: ModeRun) -> np.ndarray:
@@ -201,5 +227,5 @@ def _gap(gaps: list[float], k: int) -> float:
 
 
 __all__ = ["Agreement", "ModeMetrics", "TIE", "agreement", "arrival_ns", "device_gaps_ms",
-           "first_difference", "jain", "lane_share", "measure", "percentiles", "request_gantt",
+           "first_difference", "host_step_share", "jain", "lane_share", "measure", "percentiles", "request_gantt",
            "schedule_ms"]

@@ -12,6 +12,15 @@
 - ``batch+overlap``: as ``batch``, with the host's scheduling of step t+1 and its
   processing of step t's tokens overlapped with device step t (one step ahead: the next
   step's input tokens never pass through the host, the device worker feeds them on).
+  With ``tbo``, a step of at least the threshold's decode rows is split in two
+  micro-batches, one's attention overlapping the other's MLP on a second worker
+  (:mod:`.tbo`); ``tbo="auto"`` calibrates the threshold on the model before the run
+  (:func:`.calibrate.calibrate_split`; "never" leaves it off).
+
+``device="cuda"`` runs the model and its KV pool on the cuda device, each worker issuing
+on its own stream (:mod:`.streams`): one per request in ``streams`` mode (up to
+``streams``), the device worker's (and the micro-batch worker's) in the batch modes, the
+host's scheduling on the host thread beside them; spans are timed by cuda events.
 
 The host loop (:class:`Engine`) runs a scheduling pass, counts the step's tokens in the
 scheduler as it submits the step (lengths are known, so the next pass need not wait for
@@ -28,8 +37,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..timeline.model import DeviceInfo, Timeline, TimelineBuilder
-from .device import Live, Outcome, Row, Worker, now_ns, run_step
+from ..errors import InputError
+from .calibrate import (Calibration, InterpreterProbe, batch_sizes, calibrate_split,
+                        probe_interpreter)
+from .device import Live, Outcome, Row, Split, Worker, now_ns, run_step
 from .scheduler import FAILED, FINISHED, Job, Pass, Scheduler, SchedulerSettings
+from .streams import Placement, place_model, placement
+from .tbo import MIN_ROWS, can_split
 from .workload import Request
 
 MODES = ("sequential", "streams", "batch", "batch+overlap")
@@ -45,7 +59,11 @@ class ModeSettings:
     ``kv_blocks``, ``max_skip``, the model's ``context``, ``streams`` (the streams of
     ``streams`` mode, its hardware queues; None = one per running request) and
     ``prefill_chunk`` (the batch modes' chunked prefill: the most prefill positions one
-    step computes beside its decode rows; None = each prefill whole, on its own)."""
+    step computes beside its decode rows; None = each prefill whole, on its own),
+    ``tbo`` (``batch+overlap``'s two-micro-batch overlap: ``"off"``, ``"auto"`` for a
+    threshold calibrated before the run, or the fewest decode rows of a split step),
+    ``probe`` (measure the interpreter-free share of a step before a ``batch+overlap``
+    run: :func:`.calibrate.probe_interpreter`) and ``device`` (``"cpu"`` or ``"cuda"``)."""
 
     concurrency: int = 16
     kv_blocks: int = 1024
@@ -53,6 +71,15 @@ class ModeSettings:
     context: int = 1 << 30
     streams: int | None = None
     prefill_chunk: int | None = None
+    tbo: str | int = "off"
+    probe: bool = False
+    device: str = "cpu"
+
+    def __post_init__(self) -> None:
+        if self.tbo not in ("off", "auto") and not (
+                isinstance(self.tbo, int) and self.tbo >= MIN_ROWS):
+            raise InputError(None, f"--tbo must be off, auto or a number of rows from "
+                                   f"{MIN_ROWS}, got {self.tbo!r}")
 
     def scheduler(self, mode: str, chunks: bool = True) -> SchedulerSettings:
         """The scheduler settings of ``mode`` (``sequential`` runs one at a time; only
@@ -68,8 +95,10 @@ class ModeSettings:
 class ModeRun:
     """One mode's run: every request's :class:`Live` record (in request order), its
     scheduler :class:`Job`, the start and end (ns), the timeline, the scheduling passes,
-    preemptions, the KV budget, the most blocks held at once and the prefill chunk the
-    run used (None: whole prefills)."""
+    preemptions, the KV budget, the most blocks held at once, the prefill chunk the
+    run used (None: whole prefills), the device, the fewest decode rows of a step split
+    in two micro-batches (None: none split), TBO's calibration and the interpreter probe
+    (each None when not taken)."""
 
     mode: str
     lives: list[Live]
@@ -81,6 +110,10 @@ class ModeRun:
     kv_blocks: int = 0
     peak_blocks: int = 0
     prefill_chunk: int | None = None
+    device: str = "cpu"
+    tbo_at: int | None = None
+    calibration: Calibration | None = None
+    probe: InterpreterProbe | None = None
 
     @property
     def preemptions(self) -> int:
@@ -89,15 +122,20 @@ class ModeRun:
 
 
 class _OneDevice:
-    """Every step on one worker (``sequential``, ``batch``, ``batch+overlap``)."""
+    """Every step on one worker (``sequential``, ``batch``, ``batch+overlap``); with
+    ``split_at``, a second worker runs the second micro-batch of split steps."""
 
-    def __init__(self, model: Any) -> None:
+    def __init__(self, model: Any, where: Placement, split_at: int | None = None) -> None:
         self.model = model
-        self.worker = Worker("device")
+        self.worker = Worker("device", where)
         self.workers = [self.worker]
+        self.split = None
+        if split_at is not None:
+            self.split = Split(split_at, Worker("device micro-batch", where))
+            self.workers.append(self.split.helper)
 
     def submit(self, rows: list[Row]) -> list[Future]:
-        return [self.worker.submit(run_step, self.model, rows, "device")]
+        return [self.worker.submit(run_step, self.model, rows, "device", self.split)]
 
     def close(self) -> None:
         self.worker.close()
@@ -109,9 +147,9 @@ class _Streams:
     beyond ``n`` running requests the workers are shared (multiplexed). Spans go to each
     request's own lane."""
 
-    def __init__(self, model: Any, n: int) -> None:
+    def __init__(self, model: Any, n: int, where: Placement) -> None:
         self.model = model
-        self.workers = [Worker(f"stream {i}") for i in range(n)]
+        self.workers = [Worker(f"stream {i}", where) for i in range(n)]
         self._of: dict[int, Worker] = {}
 
     def submit(self, rows: list[Row]) -> list[Future]:
@@ -149,10 +187,12 @@ class Engine:
     """Serves ``requests`` on ``model`` in ``mode`` (see the module docstring)."""
 
     def __init__(self, model: Any, mode: str, requests: list[Request],
-                 settings: ModeSettings) -> None:
+                 settings: ModeSettings, device_mod: Any = None) -> None:
         if mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)}")
-        self.model, self.mode = model, mode
+        self.where = placement(settings.device, device_mod)
+        model = place_model(model, self.where)
+        self.model, self.mode, self.settings = model, mode, settings
         # a decoder without ``extend`` cannot compute a chunk: its prefills stay whole
         self.sched = Scheduler(settings.scheduler(mode, chunks=hasattr(model, "extend")))
         pool = model.new_pool(settings.kv_blocks)
@@ -166,9 +206,12 @@ class Engine:
 
     def run(self) -> ModeRun:
         """Serve every request; each ends finished or failed with a reason."""
-        executor = (_Streams(self.model, self.streams)
-                    if self.mode == "streams" else _OneDevice(self.model))
+        calibration, probe = self._measure_before()
+        split_at = self._split_at(calibration)
+        executor = (_Streams(self.model, self.streams, self.where)
+                    if self.mode == "streams" else _OneDevice(self.model, self.where, split_at))
         host = _Host(pending=[lv.request for lv in self.lives])
+        self.where.begin()
         start = now_ns()
         try:
             while self._turn(host, executor, start):
@@ -176,13 +219,36 @@ class Engine:
         finally:
             executor.close()
         end = now_ns()
+        self.where.synchronize()
         for job, live in zip(self.jobs, self.lives):
             self._settle(job, live)
-        spans = [s for w in executor.workers for s in w.spans] + host.spans
+        spans = [s for w in executor.workers for s in w.timed_spans()] + host.spans
         return ModeRun(self.mode, self.lives, self.jobs, start, end,
-                       _timeline(self.mode, spans), passes=self.sched.passes,
-                       kv_blocks=self.sched.settings.kv_blocks, peak_blocks=self.peak_blocks,
-                       prefill_chunk=self.sched.settings.prefill_chunk)
+                       _timeline(self.mode, spans, self.where.device),
+                       passes=self.sched.passes, kv_blocks=self.sched.settings.kv_blocks,
+                       peak_blocks=self.peak_blocks,
+                       prefill_chunk=self.sched.settings.prefill_chunk,
+                       device=self.where.device, tbo_at=split_at, calibration=calibration,
+                       probe=probe)
+
+    def _measure_before(self) -> tuple[Calibration | None, InterpreterProbe | None]:
+        """TBO's calibration (``tbo="auto"``) and the interpreter probe (``probe``), taken
+        before a ``batch+overlap`` run on its model and device."""
+        if not self.overlap:
+            return None, None
+        rows = max(1, min(self.settings.concurrency, len(self.lives)))
+        calibration = (calibrate_split(self.model, batch_sizes(rows), where=self.where)
+                       if self.settings.tbo == "auto" else None)
+        probe = (probe_interpreter(self.model, rows, where=self.where)
+                 if self.settings.probe else None)
+        return calibration, probe
+
+    def _split_at(self, calibration: Calibration | None) -> int | None:
+        """The fewest decode rows of a split step (None: no step is split)."""
+        tbo = self.settings.tbo
+        if not self.overlap or tbo == "off" or not can_split(self.model):
+            return None
+        return calibration.threshold if calibration is not None else int(tbo)
 
     def _turn(self, host: _Host, executor: Any, start: int) -> bool:
         """One scheduling pass and its step; False once every request has ended."""
@@ -275,10 +341,11 @@ class Engine:
         live.reason = job.reason or "not ended by the scheduler"
 
 
-def _timeline(mode: str, spans: list[tuple[str, str, int, int]]) -> Timeline:
+def _timeline(mode: str, spans: list[tuple[str, str, int, int]],
+              device: str = "cpu") -> Timeline:
     """The run's spans as a timeline: device lanes first, the host's last."""
     b = TimelineBuilder(f"parastream decode {mode}", "parastream")
-    b.device = DeviceInfo(name="CPU")
+    b.device = DeviceInfo(name="CPU" if device == "cpu" else device)
     for lane in sorted({s[0] for s in spans}, key=lambda s: (s == HOST_LANE, _lane_key(s))):
         b.streams.code(lane)
     for lane, name, s, e in spans:
@@ -292,9 +359,11 @@ def _lane_key(lane: str) -> tuple[int, str]:
     return (int(tail), head) if tail.isdigit() else (-1, lane)
 
 
-def run_mode(model: Any, mode: str, requests: list[Request], settings: ModeSettings) -> ModeRun:
-    """Serve ``requests`` on ``model`` in ``mode``."""
-    return Engine(model, mode, requests, settings).run()
+def run_mode(model: Any, mode: str, requests: list[Request], settings: ModeSettings,
+             device_mod: Any = None) -> ModeRun:
+    """Serve ``requests`` on ``model`` in ``mode``. ``device_mod``: a stand-in for
+    ``torch.cuda`` (tests of the cuda code path; the tensors stay where they are)."""
+    return Engine(model, mode, requests, settings, device_mod).run()
 
 
-__all__ = ["HOST_LANE", "MODES", "ModeRun", "ModeSettings", "run_mode"]
+__all__ = ["CHUNKED", "HOST_LANE", "MODES", "Engine", "ModeRun", "ModeSettings", "run_mode"]
