@@ -316,7 +316,8 @@ class Gen:
         data = buf.getvalue().encode()
         if out.endswith(".gz"):
             # mtime=0 keeps the .gz byte-identical across runs
-            with open(out, "wb") as fh, gzip.GzipFile(filename="", mode="wb", fileobj=fh, mtime=0, compresslevel=9) as gz:
+            with open(out, "wb") as fh, gzip.GzipFile(filename="", mode="wb", fileobj=fh, mtime=0,
+                                                   compresslevel=getattr(self.a, "compresslevel", 9)) as gz:
                 gz.write(data)
         else:
             with open(out, "wb") as fh:
