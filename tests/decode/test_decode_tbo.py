@@ -160,7 +160,7 @@ def test_a_fault_in_a_split_step_ends_only_its_request(tiny, reference):
 def test_the_interpreter_probe_is_in_the_run_and_its_metrics(tiny):
     p = cal.probe_interpreter(tiny, 4, seconds=0.02, rounds=1)
     assert p.batch == 4 and p.step_ms > 0 and p.idle_rate > 0
-    assert 0 <= p.free_share <= 1
+    assert 0 <= p.free_share <= 1 and 0 <= p.raw_share <= 1 and p.probed_ms > 0
     run = run_mode(tiny, "batch+overlap", requests(4),
                    ModeSettings(concurrency=4, kv_blocks=64, probe=True))
     m = measure(run)

@@ -12,12 +12,17 @@
   overlap device step t on CPU threads). Timing the interpreter lock directly is not
   possible from Python, so it is measured by its effect: a host thread counts loop
   iterations, once while the stepping thread sleeps (the idle rate) and once while it runs
-  decode steps back to back (the busy rate); the free share is busy rate / idle rate,
-  capped at 1. While the probe runs the interpreter's switch interval is shortened, so
-  that the counting thread gives the lock back promptly when a kernel returns (with the
-  default 5 ms interval the stepping thread would wait for it, and the probe would slow
-  the very steps it measures). On cuda the steps only launch kernels; the share then says
-  how much of the launch time the interpreter is free.
+  decode steps back to back (the busy rate): busy rate / idle rate is the share of the
+  probed step during which the counter ran (``raw_share``). While the probe runs the
+  interpreter's switch interval is shortened, so that the counting thread gives the lock
+  back promptly when a kernel returns; still the stepping thread waits for the lock each
+  time a kernel returns while the counter holds it, so the probed step (``probed_ms``) is
+  longer than the step alone (``step_ms``, timed without the counter) and the counter ran
+  during that wait too. The free share counts only the time the step's own work left the
+  interpreter free: ``(raw_share * probed - (probed - alone)) / alone``, within 0..1.
+  On a machine with no core to spare for the counter the figures are low: the load is
+  printed beside them. On cuda the steps only launch kernels; the share then says how much
+  of the launch time the interpreter is free.
 
 Both leave the model as they found it: they use their own KV pool and caches.
 """
@@ -60,13 +65,16 @@ class Calibration:
 
 @dataclass(frozen=True)
 class InterpreterProbe:
-    """The probe's figures: the batch size stepped, the mean step time (ms), the counting
-    thread's idle and busy rates (iterations per ms) and the free share (0..1)."""
+    """The probe's figures: the batch size stepped, the step time alone and beside the
+    counting thread (ms), the counter's idle and busy rates (iterations per ms), its raw
+    share of the probed step and the free share of the step's own work (0..1)."""
 
     batch: int
     step_ms: float
+    probed_ms: float
     idle_rate: float
     busy_rate: float
+    raw_share: float
     free_share: float
 
     def to_dict(self) -> dict:
@@ -152,18 +160,22 @@ def probe_interpreter(model: Any, batch: int, seconds: float = 0.2, rounds: int 
     bench = _Bench(model, max(1, batch), 32, where)
     switch = sys.getswitchinterval()
     sys.setswitchinterval(PROBE_SWITCH_S)
-    idle, busy, steps = [], [], []
+    idle, busy, probed, alone = [], [], [], []
     try:
         for _ in range(rounds):
+            alone.append(statistics.median(_step_for(bench, batch, seconds / 2)))
             idle.append(_count_during(lambda: _sleep_for(seconds))[0])
             rate, times = _count_during(lambda: _step_for(bench, batch, seconds))
             busy.append(rate)
-            steps.append(statistics.fmean(times))
+            probed.append(statistics.median(times))
     finally:
         sys.setswitchinterval(switch)
     idle_rate, busy_rate = statistics.median(idle), statistics.median(busy)
-    return InterpreterProbe(batch, statistics.median(steps), idle_rate, busy_rate,
-                            min(1.0, busy_rate / idle_rate) if idle_rate else 0.0)
+    step, probed_ms = statistics.median(alone), statistics.median(probed)
+    raw = min(1.0, busy_rate / idle_rate) if idle_rate else 0.0
+    free = (raw * probed_ms - max(0.0, probed_ms - step)) / step if step > 0 else 0.0
+    return InterpreterProbe(batch, step, probed_ms, idle_rate, busy_rate, raw,
+                            min(1.0, max(0.0, free)))
 
 
 def _count_during(work: Any) -> tuple[float, int]:

@@ -211,8 +211,7 @@ class Engine:
         executor = (_Streams(self.model, self.streams, self.where)
                     if self.mode == "streams" else _OneDevice(self.model, self.where, split_at))
         host = _Host(pending=[lv.request for lv in self.lives])
-        self.where.begin()
-        start = now_ns()
+        start = self.where.begin()
         try:
             while self._turn(host, executor, start):
                 pass

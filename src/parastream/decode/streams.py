@@ -7,7 +7,8 @@ call with it current (``with mod.stream(s)``), so the steps of different workers
 different streams and overlap on the device. Results cross threads in two ways only:
 tokens, which the worker copies to the host (``tolist`` waits for its stream), and the
 two micro-batches of a split step, ordered by events (:meth:`Placement.signal` records one
-on the current stream, :meth:`Placement.follow` makes the current stream wait for it).
+on the current stream, :meth:`Placement.follow` makes the current stream wait for it; the
+second half's logits are kept for the first's stream, :meth:`Placement.keep`).
 The KV pool is shared by the streams: a request's blocks are written only by the worker
 running its steps, and blocks change hands only through the scheduler, after the host has
 the tokens of the step that last wrote them (its stream had finished).
@@ -70,14 +71,22 @@ class Placement:
         if event is not None:
             self.mod.current_stream().wait_event(event)
 
-    def begin(self) -> None:
+    def keep(self, tensor: Any) -> None:
+        """``tensor``, made on another stream, is used on this thread's current stream:
+        the caching allocator must not reuse its memory before that stream is done."""
+        if self.mod is not None and getattr(tensor, "is_cuda", False):
+            tensor.record_stream(self.mod.current_stream())
+
+    def begin(self) -> int:
         """The run starts: on cuda, synchronize (weights and pool made on the caller's
-        stream are ready for every worker's stream) and record the clock's base event."""
+        stream are ready for every worker's stream) and record the clock's base event.
+        Returns the run's start (ns), the base event's time on the run's clock."""
         if self.mod is not None:
             self.mod.synchronize()
             self._base = self.mod.Event(enable_timing=True)
             self._base.record(self.mod.current_stream())
-            self._base_ns = now_ns()
+        self._base_ns = now_ns()
+        return self._base_ns
 
     def mark(self) -> Any:
         """A point in time on this thread's stream: host ns, or a timing event on cuda."""

@@ -48,6 +48,7 @@ def split_decode(model: Any, tokens: list[int], caches: list[Any], helper: Any) 
                 done[1], out[1], ready = lag.result()
         started = True
     where.follow(ready)  # our stream waits for the helper's last phase
+    where.keep(out[1])
     for c in caches:
         c.length += 1
     return torch.cat(out)
