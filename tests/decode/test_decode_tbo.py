@@ -165,6 +165,7 @@ def test_the_interpreter_probe_is_in_the_run_and_its_metrics(tiny):
                    ModeSettings(concurrency=4, kv_blocks=64, probe=True))
     m = measure(run)
     assert run.probe is not None and m.interpreter_free_share == run.probe.free_share
+    assert m.interpreter_probe["batch"] == 4
     assert 0 < m.host_step_share < 1
     assert run_mode(tiny, "batch", requests(4), ModeSettings(kv_blocks=64, probe=True)).probe \
         is None

@@ -62,6 +62,7 @@ class ModeMetrics:
     prefill_chunk: int | None = None
     tbo_at: int | None = None
     tbo_calibration: dict | None = None
+    interpreter_probe: dict | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -92,7 +93,8 @@ def measure(run: ModeRun) -> ModeMetrics:
         schedule_ms=percentiles(schedule_ms(run)), host_step_share=host_step_share(run),
         interpreter_free_share=run.probe.free_share if run.probe else None,
         device=run.device, prefill_chunk=run.prefill_chunk, tbo_at=run.tbo_at,
-        tbo_calibration=run.calibration.to_dict() if run.calibration else None)
+        tbo_calibration=run.calibration.to_dict() if run.calibration else None,
+        interpreter_probe=run.probe.to_dict() if run.probe else None)
 
 
 def arrival_ns(run: ModeRun, live: Live) -> int:
