@@ -13,6 +13,7 @@ import gzip
 import os
 import zlib
 from types import ModuleType
+from typing import Iterator
 
 from ...errors import InputError
 from ..model import Timeline
@@ -100,6 +101,26 @@ def read_all(path: str) -> bytes:
     except (OSError, EOFError, zlib.error) as exc:
         raise InputError(path, f"cannot read: {exc}") from None
     return as_utf8_json(data, path)
+
+
+def read_chunks(path: str, size: int) -> Iterator[bytes]:
+    """The file's bytes, decompressed when it is gzip, in chunks of ``size`` bytes (the
+    last may be shorter), so that a reader can work through a big file in bounded memory.
+    JSON text in another Unicode encoding (UTF-16, UTF-32, a UTF-8 byte order mark) comes
+    whole, as UTF-8, in one chunk (see :func:`read_all`). InputError when unreadable."""
+    try:
+        with open(path, "rb") as f:
+            gz = f.read(2) == GZIP_MAGIC
+        with (gzip.open(path, "rb") if gz else open(path, "rb")) as src:
+            chunk = src.read(size)
+            if text_encoding(chunk[:4]) is not None:
+                yield read_all(path)
+                return
+            while chunk:
+                yield chunk
+                chunk = src.read(size)
+    except (OSError, EOFError, zlib.error) as exc:
+        raise InputError(path, f"cannot read: {exc}") from None
 
 
 def reader_modules() -> list[ModuleType]:

@@ -23,19 +23,21 @@ looked at, and never refuses a file.
 from __future__ import annotations
 
 import gc
+import itertools
 import math
 import multiprocessing as mp
 import re
 from collections import Counter
-from typing import Any
+from typing import Any, Iterator
 
 import msgspec
 import numpy as np
 import pyarrow as pa
 
 from ...errors import InputError
-from . import read_all
+from . import GZIP_MAGIC, read_all, read_chunks, read_head
 from .. import comm as comm_mod
+from ..collectives import Collectives, dtype_bytes, make_collectives, normalize_op
 from ..intervals import window_ids
 from ..model import (KIND_COMM, KIND_COMPUTE, KIND_MEMCPY, KIND_MEMSET, DeviceInfo,
                      Interner, Timeline, core_code, make_timeline, value_flags)
@@ -83,6 +85,19 @@ class _Args(msgspec.Struct, gc=False):
     # evidence for SM contention (grid blocks are not SMs)
     occupancy: float | None = msgspec.field(default=None, name="est. achieved occupancy %")
     warps_per_sm: float | None = msgspec.field(default=None, name="warps per SM")
+    # a collective's call (on an NCCL kernel, or on the record_param_comms cpu_op whose
+    # External id the kernel carries): see :func:`_collectives`
+    ext_id: int | str | None = msgspec.field(default=None, name="External id")
+    collective: str | None = msgspec.field(default=None, name="Collective name")
+    group: int | str | None = msgspec.field(default=None, name="Process Group Name")
+    group_ranks: list[int] | str | None = msgspec.field(default=None, name="Process Group Ranks")
+    in_nelems: int | None = msgspec.field(default=None, name="In msg nelems")
+    out_nelems: int | None = msgspec.field(default=None, name="Out msg nelems")
+    dtype: str | None = None
+    seq: int | str | None = msgspec.field(default=None, name="Seq")
+    seq_lower: int | str | None = msgspec.field(default=None, name="seq")
+    src_rank: int | None = msgspec.field(default=None, name="Src Rank")
+    dst_rank: int | None = msgspec.field(default=None, name="Dst Rank")
 
 
 class _Event(msgspec.Struct, gc=False):
@@ -108,6 +123,17 @@ class _LooseArgs(msgspec.Struct, gc=False):
     grid: Any = None
     occupancy: Any = msgspec.field(default=None, name="est. achieved occupancy %")
     warps_per_sm: Any = msgspec.field(default=None, name="warps per SM")
+    ext_id: Any = msgspec.field(default=None, name="External id")
+    collective: Any = msgspec.field(default=None, name="Collective name")
+    group: Any = msgspec.field(default=None, name="Process Group Name")
+    group_ranks: Any = msgspec.field(default=None, name="Process Group Ranks")
+    in_nelems: Any = msgspec.field(default=None, name="In msg nelems")
+    out_nelems: Any = msgspec.field(default=None, name="Out msg nelems")
+    dtype: Any = None
+    seq: Any = msgspec.field(default=None, name="Seq")
+    seq_lower: Any = msgspec.field(default=None, name="seq")
+    src_rank: Any = msgspec.field(default=None, name="Src Rank")
+    dst_rank: Any = msgspec.field(default=None, name="Dst Rank")
 
 
 class _LooseEvent(msgspec.Struct, gc=False):
@@ -158,7 +184,14 @@ _EXPECTED = {"event": "an object", "ph": "text", "cat": "text", "name": "text",
              "args.stream": "an integer or text", "args.device": "an integer or text",
              "args.correlation": "an integer or text",
              "args.wait_on_stream": "an integer or text", "args.grid": "a list of integers",
-             "args.est. achieved occupancy %": "a number", "args.warps per SM": "a number"}
+             "args.est. achieved occupancy %": "a number", "args.warps per SM": "a number",
+             "args.External id": "an integer or text", "args.Collective name": "text",
+             "args.Process Group Name": "an integer or text",
+             "args.Process Group Ranks": "a list of integers or text",
+             "args.In msg nelems": "an integer", "args.Out msg nelems": "an integer",
+             "args.dtype": "text", "args.Seq": "an integer or text",
+             "args.seq": "an integer or text", "args.Src Rank": "an integer",
+             "args.Dst Rank": "an integer"}
 _ODD = object()  # a value of an unexpected type, noted and dropped
 
 
@@ -211,6 +244,15 @@ def _grid(v: object) -> object:
     return _ODD
 
 
+def _text(v: object) -> object:
+    return v if v is None or type(v) is str else _ODD
+
+
+def _integer(v: object) -> object:
+    out = _ident(v)
+    return out if out is None or type(out) is int else _ODD
+
+
 def _checked(odd: dict, field: str, v: object, check) -> Any:
     """``check(v)``, or None (noted in ``odd``) when ``v`` has an unexpected type."""
     out = check(v)
@@ -223,6 +265,27 @@ def _checked(odd: dict, field: str, v: object, check) -> Any:
 #: categories whose events parastream reads; odd fields elsewhere are dropped unremarked
 _READ_CATS = frozenset(["cuda_runtime", "cuda_driver", "mtia_runtime", "cuda_sync", "ac2g",
                         "async_cpu_to_gpu", "mtia_ccp_events"])
+#: the host op that holds a collective's arguments in traces whose kernels lack them
+PARAM_COMMS = "record_param_comms"
+#: the fields of :class:`_Args` (attribute, name in the trace) and the check of their values
+_ARG_NAMES = dict(zip(_Args.__struct_fields__, _Args.__struct_encode_fields__))
+_ARG_CHECKS = tuple((f, _ARG_NAMES[f], check) for f, check in (
+    ("stream", _ident), ("device", _ident), ("correlation", _ident), ("wait_on_stream", _ident),
+    ("grid", _grid), ("occupancy", _number), ("warps_per_sm", _number), ("ext_id", _ident),
+    ("collective", _text), ("group", _ident), ("group_ranks", _grid), ("in_nelems", _integer),
+    ("out_nelems", _integer), ("dtype", _text), ("seq", _ident), ("seq_lower", _ident),
+    ("src_rank", _integer), ("dst_rank", _integer)))
+
+
+def _loose_args(odd: dict, a: object) -> _Args | None:
+    """:class:`_LooseArgs` as :class:`_Args`, values of an unexpected type dropped (and
+    noted in ``odd``)."""
+    if not isinstance(a, _LooseArgs):
+        if a is not None:
+            _note(odd, "args", a)
+        return None
+    return _Args(**{f: _checked(odd, "args." + name, getattr(a, f), check)
+                    for f, name, check in _ARG_CHECKS})
 
 
 def _tolerant(items: list) -> tuple[list[_Event], dict]:
@@ -245,7 +308,8 @@ def _tolerant(items: list) -> tuple[list[_Event], dict]:
                 _note(odd, "cat", cat)
             cat = ""
         read = (cat in _CAT_INDEX or cat in _READ_CATS
-                or (type(name) is str and name.startswith("ProfilerStep#")))
+                or (type(name) is str and (name.startswith("ProfilerStep#")
+                                           or name == PARAM_COMMS)))
         if type(name) is not str:
             if read:
                 _note(odd, "name", name)
@@ -253,23 +317,7 @@ def _tolerant(items: list) -> tuple[list[_Event], dict]:
         if not read:  # the scan looks at its phase, category and name only
             out.append(_Event(ph=ph, cat=cat, name=name))
             continue
-        a = e.args
-        if isinstance(a, _LooseArgs):
-            args = _Args(stream=_checked(odd, "args.stream", a.stream, _ident),
-                         device=_checked(odd, "args.device", a.device, _ident),
-                         correlation=_checked(odd, "args.correlation", a.correlation,
-                                              _ident),
-                         wait_on_stream=_checked(odd, "args.wait_on_stream",
-                                                 a.wait_on_stream, _ident),
-                         grid=_checked(odd, "args.grid", a.grid, _grid),
-                         occupancy=_checked(odd, "args.est. achieved occupancy %",
-                                            a.occupancy, _number),
-                         warps_per_sm=_checked(odd, "args.warps per SM", a.warps_per_sm,
-                                               _number))
-        else:
-            if a is not None:
-                _note(odd, "args", a)
-            args = None
+        args = _loose_args(odd, e.args)
         out.append(_Event(ph=ph, cat=cat, name=name,
                           pid=_checked(odd, "pid", e.pid, _ident),
                           tid=_checked(odd, "tid", e.tid, _ident),
@@ -414,6 +462,17 @@ def _wait(e: _Event) -> tuple:
             _as_int(a.correlation) if a is not None else -1)
 
 
+#: the :class:`_Args` fields of a collective call, in the order :func:`_call` gives them
+_CALL_FIELDS = ("ext_id", "collective", "group", "group_ranks", "in_nelems", "out_nelems",
+                "dtype", "seq", "seq_lower", "src_rank", "dst_rank")
+
+
+def _call(a: _Args | None) -> tuple | None:
+    """A collective call's arguments as a plain tuple of :data:`_CALL_FIELDS` (None for no
+    args): what a worker process sends back of an NCCL kernel or a record_param_comms op."""
+    return None if a is None else tuple([getattr(a, f) for f in _CALL_FIELDS])
+
+
 def _scan(events: list[_Event], odd: dict | None = None) -> dict:
     """The columns the timeline needs from decoded events, nothing else: one pass routes
     the events (:func:`_route`), then each kind read is gone over once. ``odd`` counts
@@ -445,6 +504,8 @@ def _scan(events: list[_Event], odd: dict | None = None) -> dict:
         "f_id": _int64(f_id)[fok], "f_ts": fts[fok], "steps": steps, "float_ts": float_ts,
         "odd": odd, "no_ph": routed.no_ph, "ranges": len(routed.ranges),
         "mtia_host": mtia_host,
+        "param_comms": [(_as_int(e.args.ext_id), _call(e.args)) for e in routed.comms
+                        if e.args is not None and e.args.ext_id is not None],
     }
 
 
@@ -452,7 +513,7 @@ class _Routed:
     """The events the scan reads, by what it makes of them, each list in file order:
     device work and stream syncs (their order decides the interning of names, streams and
     waits), host launch calls, flow starts, range-profiler counters and ProfilerStep
-    spans; ``no_ph`` counts events without a phase."""
+    spans, the record_param_comms host ops; ``no_ph`` counts events without a phase."""
 
     def __init__(self) -> None:
         self.device: list[_Event] = []
@@ -460,6 +521,7 @@ class _Routed:
         self.flows: list[_Event] = []
         self.ranges: list[_Event] = []
         self.steps: list[_Event] = []
+        self.comms: list[_Event] = []  # record_param_comms host ops
         self.no_ph = 0
 
 
@@ -469,16 +531,18 @@ def _route(events: list[_Event]) -> _Routed:
     routes = {cat: r.device for cat in (*_CAT_INDEX, MTIA_CAT, "cuda_sync")}
     routes.update({cat: r.launch for cat in ("cuda_runtime", "cuda_driver", "mtia_runtime")})
     routes[PROFILER_RANGE_CAT] = r.ranges
-    steps, flows = r.steps, r.flows
+    steps, flows, comms = r.steps, r.flows, r.comms
     no_ph = 0
     for e in events:
         ph = e.ph
         if ph == "X":
             bucket = routes.get(e.cat)
+            if bucket is None:  # host ops: only ProfilerStep spans and collectives' args
+                nm = e.name
+                bucket = (steps if nm.startswith("ProfilerStep#")
+                          else comms if nm == PARAM_COMMS else None)
             if bucket is not None:
                 bucket.append(e)
-            elif e.name.startswith("ProfilerStep#"):
-                steps.append(e)
         elif ph == "s":
             flows.append(e)
         elif not ph:
@@ -494,8 +558,9 @@ _DEVICE_INDEX = {**_CAT_INDEX, MTIA_CAT: _MTIA_INDEX, "cuda_sync": -1}
 def _device_columns(events: list[_Event], odd: dict) -> dict:
     """The columns of device work (name, category, stream and device codes into the
     tables of distinct values, raw ts, dur, grid blocks, correlation, occupancy, warps per
-    SM), and the stream waits and host-sync counts met among ``events`` (see
-    :func:`_sync_event`). Streams and devices fall back to the tid and pid."""
+    SM), the stream waits and host-sync counts met among ``events`` (see
+    :func:`_sync_event`), and the communication kernels' rows with their collective
+    arguments (:func:`_call`). Streams and devices fall back to the tid and pid."""
     names: dict = {}
     stream_labels: dict = {}
     device_labels: dict = {}
@@ -504,6 +569,8 @@ def _device_columns(events: list[_Event], odd: dict) -> dict:
     nan = float("nan")
     waits: list[tuple] = []
     syncs: Counter = Counter()
+    comm_name: list[bool] = []  # per name code: a communication kernel's name
+    comms: list[tuple] = []  # (row, _call of its args) per communication kernel
     index, mtia, prod = _DEVICE_INDEX, _MTIA_INDEX, math.prod
     for e in events:
         k = index[e.cat]
@@ -514,6 +581,9 @@ def _device_columns(events: list[_Event], odd: dict) -> dict:
         nc = names.get(nm)
         if nc is None:
             nc = names[nm] = len(names)
+            comm_name.append(COMM_NAME.search(nm) is not None)
+        if k == 0 and comm_name[nc]:  # an NCCL/HCCL kernel: a collective call
+            comms.append((len(d_name), _call(e.args)))
         d_name.append(nc)
         d_cat.append(k)
         a = e.args
@@ -554,7 +624,7 @@ def _device_columns(events: list[_Event], odd: dict) -> dict:
             "stream": np.array(d_stream, np.int32), "dev": np.array(d_dev, np.int32),
             "ts": d_ts, "dur": d_dur, "block": _int64(d_block), "corr": _int64(d_corr),
             "occ": np.array(d_occ, np.float64), "warps": np.array(d_warps, np.float64),
-            "waits": waits, "syncs": dict(syncs)}
+            "waits": waits, "syncs": dict(syncs), "comms": comms}
 
 
 def _sync_event(e: _Event, waits: list[tuple], syncs: Counter) -> None:
@@ -585,19 +655,29 @@ def _launches(events: list[_Event]) -> tuple[list[int], list, int]:
     return l_corr, l_ts, mtia_host
 
 
-# Big traces are scanned by forked workers that read the document from this module-level
-# buffer (shared copy-on-write, never pickled); it is cleared when the pool closes.
-_SHARED: bytes | None = None
+# Big traces are scanned by forked worker processes: the reader sends each piece's bytes
+# and gets its columns back, with a few pieces in flight, so no process holds the file.
 PARALLEL_BYTES = 64 << 20
+#: decompressed bytes read from the file at a time
+READ_BYTES = 32 << 20
+#: the most bytes of consecutive pieces joined after cuts that fell inside a value, before
+#: the reader gives up cutting and decodes the document whole
+MAX_JOIN_BYTES = 64 << 20
 
 
-def _scan_piece(bounds: tuple[int, int]) -> dict | str:
-    a, b = bounds
-    mv = memoryview(_SHARED)  # type: ignore[arg-type]
+class _Fallback(Exception):
+    """The document cannot be read piece by piece (malformed, or laid out unlike a
+    Chrome trace): it is read whole, which also says what is wrong with it."""
+
+
+def _scan_piece(text: bytes, end: int) -> dict | str:
+    """The scanned columns of the events in ``text[:end]`` (the text between two event
+    boundaries of the array), or "decode" when that is no list of values (a cut fell
+    inside a value)."""
     gc.disable()
     try:
-        return _scan(*_decode_events(b"[" + mv[a:b] + b"]"))
-    except msgspec.DecodeError:  # the cut fell inside a value
+        return _scan(*_decode_events(b"[" + memoryview(text)[:end] + b"]"))
+    except msgspec.DecodeError:
         return "decode"
 
 
@@ -628,6 +708,151 @@ def _workers(nbytes: int) -> int:
 
 
 _EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
+
+
+def _locate(chunks: Iterator[bytes]) -> tuple[bytes, bytes] | None:
+    """The document's bytes before its ``traceEvents`` array's "[" and the bytes read
+    after it; None when no chunk names the array."""
+    buf = bytearray()
+    for chunk in chunks:
+        seen = max(0, len(buf) - 64)
+        buf += chunk
+        m = _EVENTS_KEY.search(buf, seen)
+        if m is not None:
+            return bytes(buf[:m.end() - 1]), bytes(buf[m.end():])
+    return None
+
+
+def _pieces(rest: bytes, chunks: Iterator[bytes], size: int) -> Iterator[tuple[bytes, int]]:
+    """The events array's text from ``rest`` on, then ``chunks``, as pieces of about
+    ``size`` bytes: (text, end), the events in ``text[:end]`` and the separator after
+    them in ``text[end:]``, so that joined pieces are the file's exact bytes. The last
+    piece (end -1) runs to the end of the file: the last events, the array's "]" and the
+    rest of the document."""
+    buf = rest
+    for chunk in itertools.chain([b""], chunks):
+        buf += chunk
+        cuts = _boundaries(memoryview(buf), size)
+        for (a, b), (c, _) in zip(cuts, cuts[1:]):
+            yield buf[a:c], b - a
+        buf = buf[cuts[-1][0]:] if cuts else b""
+    yield buf, -1
+
+
+class _PieceScanner:
+    """Scans pieces in order (in a pool of worker processes, at most a few in flight)
+    into the parts the timeline is built from. A piece that does not decode alone (a cut
+    inside a string or a nested list) is joined with the pieces after it."""
+
+    def __init__(self, pool, window: int) -> None:
+        self.pool, self.window = pool, window
+        self.parts: list[dict] = []
+        self.flight: list[tuple[bytes, int, Any]] = []
+        self.carry = b""  # the pieces that did not decode alone, joined
+
+    def add(self, text: bytes, end: int) -> None:
+        """Scan one piece (see :func:`_pieces`), now or in the pool."""
+        if self.pool is None:
+            self._settle(text, end, _scan_piece(text, end))
+            return
+        self.flight.append((text, end, self.pool.apply_async(_scan_piece, (text, end))))
+        if len(self.flight) > self.window:
+            text, end, result = self.flight.pop(0)
+            self._settle(text, end, result.get())
+
+    def finish(self, tail: bytes) -> tuple[list[dict], bytes]:
+        """The parts of all pieces, the last (``tail``) included, and the document's
+        bytes after the events array."""
+        for text, end, result in self.flight:
+            self._settle(text, end, result.get())
+        self.flight = []
+        buf = b'{"traceEvents":[' + self.carry + tail
+        self.carry = b""
+        try:
+            raw = msgspec.json.decode(buf, type=_TraceHead).traceEvents
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            raise _Fallback from None
+        off = _span_offset(buf, raw)
+        if off != len(b'{"traceEvents":'):  # another traceEvents key after the array
+            raise _Fallback
+        self.parts.append(_scan(*_decode_events(raw)))
+        return self.parts, buf[off + len(memoryview(raw)):]
+
+    def _settle(self, text: bytes, end: int, result: dict | str) -> None:
+        if self.carry:
+            end += len(self.carry)
+            text = self.carry + text
+            result = _scan_piece(text, end)
+        if result == "decode":
+            if len(text) > MAX_JOIN_BYTES:
+                raise _Fallback
+            self.carry = text
+            return
+        self.carry = b""
+        self.parts.append(result)  # type: ignore[arg-type]
+
+
+def _scan_events(rest: bytes, chunks: Iterator[bytes], pool, window: int
+                 ) -> tuple[list[dict], bytes]:
+    """The parts of the events array whose text starts at ``rest`` and goes on in
+    ``chunks``, and the document's bytes after the array."""
+    scanner = _PieceScanner(pool, window)
+    for text, end in _pieces(rest, chunks, CHUNK_BYTES):
+        if end < 0:
+            return scanner.finish(text)
+        scanner.add(text, end)
+    raise AssertionError("_pieces ends with the tail")  # pragma: no cover
+
+
+def _is_gzip(path: str) -> bool:
+    with open(path, "rb") as f:
+        return f.read(2) == GZIP_MAGIC
+
+
+def _decode_stream(path: str, warnings: list[str]) -> tuple[list[dict], _Head] | None:
+    """Decode the trace as it is read, a chunk of the file at a time: each piece of the
+    events array is scanned into columns and dropped, so memory holds the kept columns
+    and a few pieces, not the file. The bytes around the array (deviceProperties,
+    distributedInfo, ... before or after it) are kept and decoded as one small document.
+    None when the file must be read whole (see :class:`_Fallback`)."""
+    import os
+
+    chunks = read_chunks(path, READ_BYTES)
+    try:
+        located = _locate(chunks)
+        if located is None:
+            return None
+        prefix, rest = located
+        n_workers = _workers(os.path.getsize(path) * (8 if _is_gzip(path) else 1))
+        pool = mp.get_context("fork").Pool(n_workers) if n_workers > 1 else None
+        try:
+            parts, suffix = _scan_events(rest, chunks, pool, 2 * n_workers)
+        except _Fallback:
+            return None
+        finally:
+            if pool is not None:
+                pool.terminate()
+                pool.join()
+    finally:
+        chunks.close()  # type: ignore[attr-defined]
+    head = _head_around(prefix + b"[]" + suffix, len(prefix), warnings)
+    return None if head is None else (parts, head)
+
+
+def _head_around(doc_bytes: bytes, at: int, warnings: list[str]) -> _Head | None:
+    """The document's parts besides its events, from its bytes with the events array
+    emptied (``[]`` at ``at``); None when that is no JSON object whose traceEvents is
+    there (the array found was not the document's own)."""
+    try:
+        doc = msgspec.json.decode(doc_bytes, type=_TraceHead)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+    if _span_offset(doc_bytes, doc.traceEvents) != at:
+        return None
+    found: list[str] = []
+    head = _head(doc, found)
+    warnings.extend(found)
+    return head
 
 
 @gc_paused()  # millions of new objects: generational GC passes would dominate
@@ -673,95 +898,39 @@ def _dev_prop(p: dict, warnings: list[str]) -> _DevProp:
                     numSms=sms if type(sms) is int else None)
 
 
-def _decode(path: str, data: bytes, warnings: list[str]) -> tuple[list[dict], _Head]:
-    """Decode the document; the events array in pieces (in parallel for big traces) so
-    only the kept columns of each piece outlive it.
-
-    For a big trace the workers start on pieces cut from where the ``traceEvents`` array
-    appears to start while this process decodes the rest of the document (which also
-    validates the whole file and gives the array's exact span); pieces past the array's
-    end are then dropped and the one that straddles it is redone.
-    """
-    global _SHARED
-    pool = None
-    _SHARED = data
+def _decode_whole(path: str, warnings: list[str]) -> tuple[list[dict], _Head]:
+    """Decode the document read whole (validated at once: an error names what is wrong
+    with it), then its events array piece by piece."""
+    data = read_all(path)
     try:
-        early = None
-        g_lo, pieces, n_workers = _early_pieces(data)
-        if len(pieces) > 1:
-            pool = mp.get_context("fork").Pool(n_workers)
-            early = (g_lo, pieces, pool.map_async(_scan_piece, pieces, chunksize=1))
-        try:
-            doc = msgspec.json.decode(data, type=_TraceHead)
-        except msgspec.ValidationError:
-            raise InputError(path, "not a Chrome trace: the document is not a JSON object") \
-                from None
-        head = _head(doc, warnings)
-        raw = doc.traceEvents
-        if len(memoryview(raw)) == 0:
-            return [], head
-        if bytes(memoryview(raw)[:1]) != b"[":
-            raise InputError(path, "traceEvents is not a list")
-        off = _span_offset(data, raw)
-        if off is None:  # not a view: work on a copy of the span
-            data, off = bytes(memoryview(raw)), 0
-            _SHARED = data
-        return _scan_array(data, (off, off + len(memoryview(raw))), pool, early), head
-    finally:
-        _SHARED = None
-        if pool is not None:
-            pool.terminate()
-            pool.join()
-
-
-def _early_pieces(data: bytes) -> tuple[int, list[tuple[int, int]], int]:
-    """For a trace big enough for worker processes: where the events array appears to
-    start (just after its ``[``), the pieces cut from there on, and the worker count;
-    no pieces otherwise."""
-    guess = _EVENTS_KEY.search(data)
-    n_workers = _workers(len(data))
-    if guess is None or n_workers <= 1:
-        return 0, [], n_workers
-    g_lo = guess.end()
-    return g_lo, [(g_lo + x, g_lo + y) for x, y in _boundaries(memoryview(data)[g_lo:])], n_workers
-
-
-def _scan_array(data: bytes, span: tuple[int, int], pool, early) -> list[dict]:
-    """The scanned pieces of the events array at ``data[span[0]:span[1]]`` (brackets
-    included): the early pieces when they started where the array does, else pieces cut
-    now (in the pool when there is one); the whole array at once when a cut fell inside
-    a value."""
-    off, stop = span
-    inner_lo, inner_hi = off + 1, stop - 1
-    if early is not None and early[0] == inner_lo:
-        parts = []
-        for (x, y), r in zip(early[1], early[2].get()):
-            if y <= inner_hi:
-                parts.append(r)
-            elif x < inner_hi:  # the piece that runs past the array's end
-                parts.append(_scan_piece((x, inner_hi)))
-    else:
-        pieces = [(inner_lo + x, inner_lo + y) for x, y in
-                  _boundaries(memoryview(data)[inner_lo:inner_hi])]
-        if pool is not None and len(pieces) > 1:
-            parts = pool.map(_scan_piece, pieces, chunksize=1)
-        else:
-            parts = [_scan_piece(x) for x in pieces]
-    if "decode" in parts:
-        # a boundary fell inside a string or a nested object: decode the array whole
-        parts = [_scan(*_decode_events(memoryview(data)[off:inner_hi + 1]))]
-    return parts
+        doc = msgspec.json.decode(data, type=_TraceHead)
+    except msgspec.ValidationError:
+        raise InputError(path, "not a Chrome trace: the document is not a JSON object") \
+            from None
+    head = _head(doc, warnings)
+    raw = memoryview(doc.traceEvents)
+    if len(raw) == 0:
+        return [], head
+    if bytes(raw[:1]) != b"[":
+        raise InputError(path, "traceEvents is not a list")
+    array = bytes(raw)
+    del doc, data, raw
+    try:
+        parts, _ = _scan_events(array[1:] + b"}", iter(()), None, 0)
+    except _Fallback:  # cuts inside long values throughout: the array in one piece
+        parts = [_scan(*_decode_events(array))]
+    return parts, head
 
 
 def read(path: str) -> Timeline:
     """Read a Kineto trace into a :class:`Timeline` (one device: the busiest one)."""
-    data = read_all(path)
-    if is_perfetto_view(data):
+    if is_perfetto_view(read_head(path, 4096)):
         raise InputError(path, "a Perfetto view that parastream analyze wrote, not a profiler "
                                "trace: analyze the trace it was made from")
     warnings: list[str] = []
     try:
-        parts, head = _decode(path, data, warnings)
+        with gc_paused():  # millions of new objects: generational GC passes would dominate
+            decoded = _decode_stream(path, warnings) or _decode_whole(path, warnings)
     except msgspec.DecodeError as exc:
         reason = str(exc)
         if "truncated" in reason.lower():
@@ -772,8 +941,7 @@ def read(path: str) -> Timeline:
         # the interpreter's recursion limit (about a thousand levels)
         raise InputError(path, "invalid JSON: nested too deeply to decode (arrays or "
                                "objects inside one another past the decoder's limit)") from None
-    del data
-    return _build(path, parts, head, warnings)
+    return _build(path, decoded[0], decoded[1], warnings)
 
 
 def _merge_codes(parts: list[dict], key: str, table: str, interner: Interner, convert) -> np.ndarray:
@@ -878,8 +1046,88 @@ def _build(path: str, parts: list[dict], trace: _Head, warnings: list[str]) -> T
     ops["sm_share"] = share[ok]
     meta = _meta(path, trace, device_id, parts)
     meta["hta_comm_comp_overlap_pct"] = hta
-    return make_timeline(path, FORMAT, streams.values, names.values, Interner(_CATS).values,
-                         ops, wait_cols, device=device, warnings=warnings, meta=meta)
+    tl = make_timeline(path, FORMAT, streams.values, names.values, Interner(_CATS).values,
+                       ops, wait_cols, device=device, warnings=warnings, meta=meta)
+    tl.collectives = _collectives(parts, (names.values, name), starts, starts + durs, ok)
+    return tl
+
+
+_RANK = re.compile(r"-?\d+")
+
+
+def _collectives(parts: list[dict], names: tuple[list[str], np.ndarray], start: np.ndarray,
+                 end: np.ndarray, ok: np.ndarray) -> Collectives:
+    """The collective calls on the analysed device (``ok`` rows): one per NCCL/HCCL
+    kernel, with the collective's arguments the kernel carries (newer PyTorch) or else
+    those of the record_param_comms host op with the kernel's External id. ``names``:
+    the name table and each device row's code."""
+    by_ext: dict = {}
+    for p in parts:
+        for ext, call in p["param_comms"]:
+            by_ext.setdefault(ext, call)
+    calls = _CallRows()
+    base = 0
+    for p in parts:
+        for r, call in p["comms"]:
+            row = base + r
+            if not ok[row]:
+                continue
+            if call is not None and call[1] is None and call[0] is not None:
+                call = by_ext.get(_as_int(call[0]), call)
+            calls.add(names[0][names[1][row]], call, int(start[row]), int(end[row]))
+        base += p["name"].size
+    return calls.table()
+
+
+def _group_ranks(v: object) -> list[int] | None:
+    """A Process Group Ranks value (``"[0, 1, 2, 3]"`` or a list) as ranks; None when it
+    names none or is cut short (PyTorch writes ``[0, 1, ..., 63]`` for big groups)."""
+    if isinstance(v, list):
+        return v or None
+    if not isinstance(v, str) or "..." in v:
+        return None
+    return [int(x) for x in _RANK.findall(v)] or None
+
+
+class _CallRows:
+    """The columns of :class:`~parastream.timeline.collectives.Collectives`, a call at
+    a time (see :data:`_CALL_FIELDS` for a call's arguments)."""
+
+    def __init__(self) -> None:
+        self.op: list[str] = []
+        self.group: list[str] = []
+        self.seq: list[int] = []
+        self.nbytes: list[int] = []
+        self.peer: list[int] = []
+        self.start: list[int] = []
+        self.end: list[int] = []
+        self.group_ranks: dict = {}
+
+    def add(self, kernel: str, call: tuple | None, start: int, end: int) -> None:
+        """One call: its kernel's name, the arguments found for it, its device span."""
+        _, coll, group, ranks, n_in, n_out, dtype, seq, seq_lower, src, dst = \
+            call or (None,) * len(_CALL_FIELDS)
+        op = coll if coll and normalize_op(coll) else kernel
+        kind = normalize_op(op)
+        self.op.append(op)
+        g = "" if group is None else str(group)
+        self.group.append(g)
+        self.seq.append(_as_int(seq if seq is not None else seq_lower))
+        elems = max([n for n in (n_in, n_out) if isinstance(n, int)], default=-1)
+        size = dtype_bytes(dtype) if isinstance(dtype, str) else -1
+        self.nbytes.append(elems * size if elems >= 0 and size > 0 else -1)
+        peer = dst if kind == "send" else src if kind == "recv" else None
+        self.peer.append(peer if isinstance(peer, int) else -1)
+        self.start.append(start)
+        self.end.append(end)
+        members = _group_ranks(ranks)
+        if g and members:
+            self.group_ranks[g] = members
+
+    def table(self) -> Collectives:
+        return make_collectives(self.op, self.group, np.array(self.start, np.int64),
+                                np.array(self.end, np.int64), seq=self.seq, nbytes=self.nbytes,
+                                peer=self.peer, group_ranks=self.group_ranks)
 
 
 def _one_device(path: str, parts: list[dict], usable: np.ndarray, warnings: list[str]
