@@ -124,6 +124,10 @@ def test_steps_at_or_above_the_threshold_are_split_and_keep_the_tokens(tiny, ref
     a = agreement(reference, run)
     assert a.mismatches == [] and a.compared == 8
     assert measure(run).tbo_at == 3
+    tl = run.timeline  # the second half's phases on their own lane
+    assert tl.streams == ["device", "device micro-batch", "scheduler"]
+    mb = tl.stream == tl.streams.index("device micro-batch")
+    assert {tl.op_name(i) for i in mb.nonzero()[0]} == {"mb2 attention", "mb2 mlp"}
     batch = run_mode(tiny, "batch", requests(8), ModeSettings(concurrency=4, kv_blocks=64,
                                                               tbo=3))
     assert batch.tbo_at is None and not any(s for _, s in _decode_steps(batch))

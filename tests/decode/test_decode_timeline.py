@@ -82,3 +82,17 @@ def test_the_per_request_gantt(runs):
         for lv in run.lives:
             s = g.streams.index(f"request-{lv.request.rid}")
             assert int(g.end_ns[g.stream == s].max()) >= lv.times_ns[-1]
+
+
+def test_analyze_reads_a_split_and_chunked_run_back(tiny, tmp_path):
+    """batch+overlap with chunked prefill and every step of 2 rows or more split: the
+    micro-batch lane and the chunk spans read back like the rest."""
+    st = ModeSettings(concurrency=3, kv_blocks=32, context=tiny.config.context,
+                      prefill_chunk=8, tbo=2)
+    tl = run_mode(tiny, "batch+overlap", requests(5, output=4), st).timeline
+    assert "device micro-batch" in tl.streams and any(n.startswith("chunk") for n in tl.names)
+    path = tmp_path / "decode.json"
+    write_kineto(path, tl, "decode split")
+    (cap,) = analyze(str(path), progress=False).to_dict()["captures"]
+    assert {s["id"] for s in cap["streams"]} == set(tl.streams)
+    assert cap["ops"] == len(tl)

@@ -5,6 +5,10 @@ that one micro-batch's attention runs while the other's MLP does (on the cpu bac
 torch releases the interpreter inside its kernels, so the two threads' kernels overlap;
 on cuda each worker issues on its own stream, ordered by events where the halves meet).
 
+The helper records a span per phase of the second micro-batch on its own lane (``device
+micro-batch``: ``mb2 attention``, ``mb2 mlp``), beside the whole step's span on the
+device lane, so the timeline shows the two halves overlapping.
+
 Tokens are those of the unsplit step up to batched rounding: each micro-batch is the same
 computation over fewer rows. The caches' lengths are advanced only after both halves are
 done, so a step that raises leaves every cache as it was (and can be retried row by row).
@@ -55,20 +59,25 @@ def split_decode(model: Any, tokens: list[int], caches: list[Any], helper: Any) 
 
 
 def _phase(worker: Any, phases: Generator, ready: Any) -> tuple[bool, Any, Any]:
-    """One phase of the helper's micro-batch, after ``ready``; with the event that marks
-    its end on the helper's stream."""
-    worker.placement.follow(ready)
+    """One phase of the helper's micro-batch, after ``ready`` (a span on the helper's
+    lane); with the event that marks its end on the helper's stream."""
+    where = worker.placement
+    where.follow(ready)
+    start = where.mark()
     done, out = _advance(phases)
-    return done, out, worker.placement.signal()
+    if not done:
+        worker.record(worker.name, f"mb2 {out}", start, where.mark())
+    return done, out, where.signal()
 
 
 def _advance(phases: Generator) -> tuple[bool, Any]:
-    """Run one phase: ``(False, None)``, or ``(True, logits)`` once the forward is done."""
+    """Run one phase: ``(False, its name)``, or ``(True, logits)`` once the forward is
+    done."""
     try:
-        next(phases)
+        name = next(phases)
     except StopIteration as stop:
         return True, stop.value
-    return False, None
+    return False, name
 
 
 __all__ = ["MIN_ROWS", "can_split", "split_decode"]
