@@ -83,7 +83,14 @@ def _parser() -> argparse.ArgumentParser:
     candidate_arg(a, what="check", default="the candidate a trace from 'parastream run "
                                            "--trace' names, else the recommended one")
     a.add_argument("-j", "--jobs", type=int, default=0, metavar="N",
-                   help="worker processes for many files (default: one per core, 1 = serial)")
+                   help="local worker processes for many files or ranks, on a Dask cluster "
+                        "started for the command (default: one per core, 1 = serial, in this "
+                        "process)")
+    a.add_argument("--scheduler", metavar="ADDRESS", help="analyse the files or ranks on the "
+                   "running Dask cluster whose scheduler is at ADDRESS (tcp://HOST:PORT); its "
+                   "workers read the paths given, so they must see them")
+    a.add_argument("--scheduler-timeout", type=float, default=10.0, metavar="S",
+                   help="seconds the --scheduler has to answer and to have a worker (default 10)")
     a.add_argument("--no-progress", action="store_true", help="no progress display")
     a.set_defaults(func=cmd_analyze)
     for module in _COMMAND_MODULES:
@@ -126,6 +133,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
                      window_gap_us=args.window_gap, cold=args.cold, cores=args.cores,
                      vector_cores=args.vector_cores, max_points=args.max_points,
                      split_steps=not args.no_steps, strict=args.strict, jobs=args.jobs,
+                     scheduler=args.scheduler, scheduler_timeout=args.scheduler_timeout,
                      timelines=bool(args.html or args.perfetto),
                      progress=not args.no_progress, warn=_say)
     doc = result.to_dict()

@@ -1,20 +1,28 @@
 """Many inputs at once: captures of one run, or one trace per rank of a distributed job.
 
 Each input unit (a trace file, or one Ascend profiler output directory) is read and
-analysed on its own, in worker processes when there are several, so memory is bounded by
-one unit per worker. When the units carry distinct ranks (Kineto ``distributedInfo``),
-the document gets a per-rank table and a cross-rank summary; otherwise all captures are
-summarised together.
+analysed on its own. Several units are analysed as tasks on Dask distributed: by default
+on a local cluster started for the command (one worker process per core, at most one per
+unit, each with its share of the machine's memory), or on a running cluster named by its
+scheduler's address (:class:`Engine`). A task receives a unit's path, never its bytes:
+the trace is read where it lies, by the worker, and only the unit's small result tables
+come back. A worker that dies mid-task has its task run again on another worker. One
+unit alone, a pipe, or one local worker is analysed in this process, without a cluster.
+
+When the units carry distinct ranks (Kineto ``distributedInfo``), the document gets a
+per-rank table and a cross-rank summary; otherwise all captures are summarised together.
 """
 
 from __future__ import annotations
 
 import fnmatch
+import logging
 import os
 import re
 import statistics
-from concurrent.futures import ProcessPoolExecutor
-from multiprocessing import get_context
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Iterator
 
 from ..errors import InputError
 from .analyze import SCHEMA, Options, analyze_capture, captures_of, check_regex, summarize
@@ -74,7 +82,47 @@ def expand(path: str) -> list[str]:
     return [path]
 
 
-def _unit(path: str, opts: Options, keep: bool) -> tuple[list[dict], list[Timeline], dict]:
+@dataclass(frozen=True)
+class Engine:
+    """Where several units are analysed. ``jobs``: local worker processes (0 = one per
+    core; 1 = in this process, one unit after the other); never more than the units.
+    ``scheduler``: the address of a running Dask scheduler (``tcp://HOST:PORT``) whose
+    workers read the units' paths (they must see them), instead of a local cluster;
+    ``scheduler_timeout``: seconds to wait for it to answer and to have a worker.
+    ``retries``: how many times a task that raised is run again (a task whose worker
+    died is run again on another worker up to Dask's ``allowed-failures`` times)."""
+
+    jobs: int = 0
+    scheduler: str | None = None
+    scheduler_timeout: float = 10.0
+    retries: int = 1
+
+
+@dataclass
+class UnitResult:
+    """What the analysis of one unit sends back: one result per capture, the unit's
+    ``info`` (source, format, rank, captures, HTA's figure), the capture timelines when
+    they were asked for (else empty)."""
+
+    results: list[dict]
+    info: dict
+    timelines: list[Timeline]
+
+
+@dataclass(frozen=True)
+class UnitFailure:
+    """A unit that could not be read, as data (an exception with extra fields pickles
+    badly across processes): the file named and the reason."""
+
+    path: str | None
+    reason: str
+
+    def error(self, unit: str) -> InputError:
+        """The :class:`InputError` this failure stands for."""
+        return InputError(self.path or unit, self.reason)
+
+
+def _unit(path: str, opts: Options, keep: bool) -> UnitResult:
     timelines = read_path(path)
     caps = captures_of(timelines, opts.split_steps)
     results = [analyze_capture(tl, opts) for tl in caps]
@@ -86,30 +134,35 @@ def _unit(path: str, opts: Options, keep: bool) -> tuple[list[dict], list[Timeli
                                                for t in timelines
                                                if t.meta.get("hta_comm_comp_overlap_pct") is not None),
                                               None)}
-    return results, (caps if keep else []), info
+    return UnitResult(results, info, caps if keep else [])
 
 
-def _unit_worker(path: str, opts: Options) -> tuple[list[dict], dict] | tuple[str, str, str | None, str]:
+def analyze_unit(path: str, opts: Options, keep: bool = False) -> UnitResult | UnitFailure:
+    """Read and analyse one unit (the task a worker runs); a unit that cannot be read
+    comes back as a :class:`UnitFailure`, any other error is raised."""
     try:
-        results, _, info = _unit(path, opts, False)
-        return results, info
-    except InputError as exc:  # sent back as data: exceptions with extra fields pickle badly
-        return ("error", str(exc), exc.path, exc.reason)
+        return _unit(path, opts, keep)
+    except InputError as exc:
+        return UnitFailure(exc.path, exc.reason)
 
 
-def analyze_paths(paths: list[str], opts: Options, *, jobs: int = 0, keep_timelines: bool = False,
-                  progress=None, strict: bool = False) -> tuple[dict, list[Timeline]]:
-    """Read and analyse every input; returns the analysis document and, when asked, the
-    capture timelines in document order (for the HTML and Perfetto renderers).
+class _Ticker:
+    """The progress display's task over the units (nothing when there is no display)."""
 
-    A folder of several units (ranks, captures) with broken members analyses the good
-    ones: each broken member is listed in ``doc["broken"]`` as ``{"source", "error"}`` and
-    the summary says how many of the units were analysed (``units``, ``units_analysed``).
-    With ``strict``, or when no unit can be read, the first broken member's error is
-    raised instead.
-    """
-    check_regex(opts.side_regex, "--side")
-    check_regex(opts.dominator_regex, "--dominator")
+    def __init__(self, progress, total: int) -> None:
+        self.progress = progress
+        self.task = progress.add_task("analysing", total=total) if progress is not None else None
+
+    def reading(self, unit: str) -> None:
+        if self.task is not None:
+            self.progress.update(self.task, description=f"reading {os.path.basename(unit.rstrip('/'))}")
+
+    def done(self) -> None:
+        if self.task is not None:
+            self.progress.advance(self.task)
+
+
+def _units_of(paths: list[str]) -> list[str]:
     units: list[str] = []
     for p in paths:
         try:
@@ -117,60 +170,177 @@ def analyze_paths(paths: list[str], opts: Options, *, jobs: int = 0, keep_timeli
         except OSError as exc:  # not only missing: a parent folder may refuse the lookup
             raise InputError(p, (exc.strerror or "cannot stat").lower()) from None
         units.extend(expand(p))
-    jobs = jobs if jobs > 0 else (os.cpu_count() or 1)
-    jobs = min(jobs, len(units))
+    return units
+
+
+def _local_workers(units: list[str], engine: Engine) -> int:
+    """Local worker processes for ``units``: 1 (this process) for one unit or a pipe."""
     from .readers import is_pipe
 
     if any(is_pipe(u) for u in units):
-        jobs = 1  # a pipe is this process's (<(zcat t.gz), /dev/stdin): a worker cannot open it
-    task = progress.add_task("analysing", total=len(units)) if progress is not None else None
-    per_unit: list[tuple[list[dict], dict]] = []
-    broken: list[tuple[str, InputError]] = []
-    timelines: list[Timeline] = []
-    # one unit alone, or --strict: its error is the command's error (exit 2)
-    tolerant = len(units) > 1 and not strict
+        return 1  # a pipe is this process's (<(zcat t.gz), /dev/stdin): a worker cannot open it
+    jobs = engine.jobs if engine.jobs > 0 else (os.cpu_count() or 1)
+    return max(1, min(jobs, len(units)))
 
-    def failed(unit: str, exc: InputError) -> None:
-        if not tolerant:
-            raise exc
-        broken.append((unit, exc))
 
-    if jobs > 1 and not keep_timelines:
-        # spawn: fresh workers that can be recycled, so one huge rank does not keep its memory
-        with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn"),
-                                 max_tasks_per_child=4) as pool:
-            futs = [pool.submit(_unit_worker, u, opts) for u in units]
-            for u, f in zip(units, futs):
-                r = f.result()
-                if r[0] == "error":
-                    failed(u, InputError(r[2], r[3]))
-                else:
-                    per_unit.append(r)  # type: ignore[arg-type]
-                if task is not None:
-                    progress.advance(task)
+def _in_process(units: list[str], opts: Options, keep: bool,
+                ticker: _Ticker) -> Iterator[UnitResult | UnitFailure]:
+    for u in units:
+        ticker.reading(u)
+        yield analyze_unit(u, opts, keep)
+        ticker.done()
+
+
+def analyze_paths(paths: list[str], opts: Options, *, engine: Engine = Engine(),
+                  keep_timelines: bool = False, progress=None,
+                  strict: bool = False) -> tuple[dict, list[Timeline]]:
+    """Read and analyse every input; returns the analysis document and, when asked, the
+    capture timelines in document order (for the HTML and Perfetto renderers).
+
+    Several units are analysed on the ``engine`` (a local Dask cluster, or the running
+    one it names); the document does not depend on where they ran. A folder of several
+    units (ranks, captures) with broken members analyses the good ones: each broken
+    member is listed in ``doc["broken"]`` as ``{"source", "error"}`` and the summary
+    says how many of the units were analysed (``units``, ``units_analysed``). With
+    ``strict``, or when no unit can be read, the first broken member's error is raised
+    instead.
+    """
+    check_regex(opts.side_regex, "--side")
+    check_regex(opts.dominator_regex, "--dominator")
+    if engine.scheduler is not None:
+        check_address(engine.scheduler)
+    units = _units_of(paths)
+    ticker = _Ticker(progress, len(units))
+    if engine.scheduler is None and _local_workers(units, engine) == 1:
+        outcomes: Iterable[UnitResult | UnitFailure] = _in_process(units, opts, keep_timelines, ticker)
     else:
-        for u in units:
-            if task is not None:
-                progress.update(task, description=f"reading {os.path.basename(u.rstrip('/'))}")
-            try:
-                results, caps, info = _unit(u, opts, keep_timelines)
-            except InputError as exc:
-                failed(u, exc)
-            else:
-                per_unit.append((results, info))
-                timelines.extend(caps)
-            if task is not None:
-                progress.advance(task)
-    if broken and not per_unit:  # nothing to analyse: the first member's error, as one line
+        outcomes = on_cluster(units, (opts, keep_timelines), engine,
+                              _local_workers(units, engine), ticker.done)
+    # one unit alone, or --strict: its error is the command's error (exit 2)
+    return _assemble(units, outcomes, opts, tolerant=len(units) > 1 and not strict)
+
+
+def _assemble(units: list[str], outcomes: Iterable[UnitResult | UnitFailure], opts: Options,
+              tolerant: bool) -> tuple[dict, list[Timeline]]:
+    """The document of the units' outcomes (in unit order), broken members listed; a
+    failure raises when not ``tolerant``, or when no unit could be read."""
+    done: list[UnitResult] = []
+    broken: list[tuple[str, InputError]] = []
+    for unit, out in zip(units, outcomes):
+        if isinstance(out, UnitFailure):
+            if not tolerant:
+                raise out.error(unit)
+            broken.append((unit, out.error(unit)))
+        else:
+            done.append(out)
+    if broken and not done:  # nothing to analyse: the first member's error, as one line
         unit, exc = broken[0]
         raise InputError(exc.path or unit, f"{exc.reason} (and {len(broken) - 1} other "
                          f"member(s) of {len(units)} broken)" if len(broken) > 1 else exc.reason)
-    doc = _document(per_unit, opts)
+    doc = _document([(d.results, d.info) for d in done], opts)
     if broken:
         doc["broken"] = [{"source": exc.path or u, "error": exc.reason} for u, exc in broken]
     doc["summary"]["units"] = len(units)
-    doc["summary"]["units_analysed"] = len(per_unit)
-    return doc, timelines
+    doc["summary"]["units_analysed"] = len(done)
+    return doc, [tl for d in done for tl in d.timelines]
+
+
+# ------------------------------------------------------------------ the Dask engine
+#: a scheduler address: tcp://HOST:PORT (the protocol may be left out: tcp)
+_ADDRESS = re.compile(r"^(?:(?:tcp|tls|ws|wss)://)?(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+):(\d{1,5})$")
+
+
+def check_address(address: str) -> None:
+    """Refuse a scheduler address that is not ``[tcp://]HOST:PORT`` (InputError)."""
+    m = _ADDRESS.match(address)
+    if m is None or not 0 < int(m.group(1)) < 65536:
+        raise InputError(address, "not a Dask scheduler address: give tcp://HOST:PORT "
+                                  "(for example tcp://127.0.0.1:8786)")
+
+
+def _quiet_logs() -> None:
+    """Dask's own loggers at ERROR: a worker lost and replaced is the engine's business."""
+    import logging
+
+    for name in ("distributed", "dask"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+
+
+@contextmanager
+def _client(engine: Engine, workers: int) -> Iterator[Any]:
+    """A Dask client: of the running scheduler ``engine.scheduler`` (an InputError when
+    it does not answer, or has no worker, within ``engine.scheduler_timeout``), else of
+    a local cluster of ``workers`` processes on this machine's loopback, one thread
+    each, with an equal share of its memory, no dashboard."""
+    from distributed import Client, LocalCluster
+
+    _quiet_logs()
+    if engine.scheduler is None:
+        with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
+                          memory_limit="auto", host="127.0.0.1", dashboard_address=None,
+                          # (its HTTP endpoints on the loopback too, on a free port)
+                          scheduler_kwargs={"dashboard_address": "127.0.0.1:0"},
+                          silence_logs=logging.ERROR) as cluster, \
+                Client(cluster, set_as_default=False) as client:
+            yield client
+        return
+    address, wait = engine.scheduler, engine.scheduler_timeout
+    try:
+        client = Client(address, timeout=wait, set_as_default=False)
+    except (OSError, TimeoutError):
+        raise InputError(address, f"no Dask scheduler answered within {wait:g} s "
+                                  "(--scheduler-timeout)") from None
+    with client:
+        try:
+            client.wait_for_workers(1, timeout=wait)
+        except (OSError, TimeoutError):
+            raise InputError(address, f"the Dask scheduler has no worker (none joined within "
+                                      f"{wait:g} s)") from None
+        yield client
+
+
+def _renamed(out: UnitResult | UnitFailure, sent: str, unit: str) -> UnitResult | UnitFailure:
+    """``out`` with the absolute path sent to the worker written back as the unit was
+    given (the document names sources as the user typed them)."""
+    if sent == unit:
+        return out
+
+    def name(path: str | None) -> str | None:
+        return unit + path[len(sent):] if path is not None and path.startswith(sent) else path
+
+    if isinstance(out, UnitFailure):
+        return UnitFailure(name(out.path), out.reason)
+    out.info["source"] = name(out.info["source"])
+    for result in out.results:
+        result["source"] = name(result.get("source"))
+    for tl in out.timelines:
+        tl.source = name(tl.source)
+    return out
+
+
+def on_cluster(units: list[str], task: tuple[Options, bool], engine: Engine, workers: int,
+               done: Callable[[], None]) -> list[UnitResult | UnitFailure]:
+    """Each unit analysed as one Dask task (:func:`analyze_unit` with ``task``'s options
+    and whether to keep the timelines) on the engine's cluster; outcomes in unit order.
+    A unit whose task killed every worker it ran on comes back as a failure."""
+    from distributed import as_completed
+    from distributed.scheduler import KilledWorker
+
+    sent = [os.path.abspath(u) for u in units]  # workers may run in another folder
+    opts, keep = task
+    with _client(engine, workers) as client:
+        futures = client.map(analyze_unit, sent, opts=opts, keep=keep, pure=False,
+                             retries=engine.retries)
+        for _ in as_completed(futures, loop=client.loop):
+            done()
+        outcomes: list[UnitResult | UnitFailure] = []
+        for unit, path, future in zip(units, sent, futures):
+            try:
+                outcomes.append(_renamed(future.result(), path, unit))
+            except KilledWorker:
+                outcomes.append(UnitFailure(unit, "the workers analysing it died (out of "
+                                                  "memory?)"))
+    return outcomes
 
 
 def _document(per_unit: list[tuple[list[dict], dict]], opts: Options) -> dict:

@@ -15,7 +15,7 @@ from ..errors import InputError
 from ..plan.io import PlanDoc, load_doc
 from ..plan.verify import verify
 from ..timeline.analyze import Options
-from ..timeline.ranks import analyze_paths
+from ..timeline.ranks import Engine, analyze_paths
 from ..timeline.triage import triage
 from .result import document, extra
 
@@ -57,13 +57,18 @@ class Analysis:
 class AnalyzeOptions(Options):
     """The timeline :class:`~parastream.timeline.analyze.Options` (main stream, side and
     dominator regexes, window gap, cold captures, core counts, points listed, step split)
-    and how to read: ``strict`` (a broken folder member fails), ``jobs`` (worker processes,
-    0 = one per core), ``timelines`` (keep them in the result, for the HTML and Perfetto
-    renderers), ``progress`` (a transient progress display on stderr, when it is a
-    terminal) and ``warn`` (called with one line per broken member skipped, or None)."""
+    and how to read: ``strict`` (a broken folder member fails), ``jobs`` (local worker
+    processes for several units, 0 = one per core, 1 = in this process), ``scheduler``
+    (the address of a running Dask scheduler whose workers analyse the units instead,
+    ``tcp://HOST:PORT``) and ``scheduler_timeout`` (seconds it has to answer),
+    ``timelines`` (keep them in the result, for the HTML and Perfetto renderers),
+    ``progress`` (a transient progress display on stderr, when it is a terminal) and
+    ``warn`` (called with one line per broken member skipped, or None)."""
 
     strict: bool = False
     jobs: int = 0
+    scheduler: str | None = None
+    scheduler_timeout: float = 10.0
     timelines: bool = False
     progress: bool = False
     warn: Callable[[str], None] | None = None
@@ -71,6 +76,11 @@ class AnalyzeOptions(Options):
     def timeline_options(self) -> Options:
         """The timeline analysis options alone."""
         return Options(**{f.name: getattr(self, f.name) for f in dataclasses.fields(Options)})
+
+    def engine(self) -> Engine:
+        """Where several units are analysed (local workers, or the scheduler's)."""
+        return Engine(jobs=self.jobs, scheduler=self.scheduler,
+                      scheduler_timeout=self.scheduler_timeout)
 
 
 def _check(paths: Sequence[str], baseline: str | None, opts: AnalyzeOptions,
@@ -90,6 +100,10 @@ def _check(paths: Sequence[str], baseline: str | None, opts: AnalyzeOptions,
     if gap is not None and not 0 <= gap < float("inf"):
         raise InputError(None, "--window-gap must be a finite, non-negative number of "
                                "microseconds")
+    wait = opts.scheduler_timeout
+    if not 0 < wait < float("inf"):
+        raise InputError(None, f"--scheduler-timeout must be a positive number of seconds, "
+                               f"got {wait:g}")
     if candidate and not plan:
         raise InputError(None, "--candidate picks the candidate of --plan FILE to check")
 
@@ -99,7 +113,8 @@ def _with_baseline(doc: dict, baseline: str, opts: AnalyzeOptions, prog: Any) ->
     # --main-stream names a stream of the traces analysed; the single-stream baseline's
     # stream ids are its own (its main is its busiest compute stream)
     base_opts = dataclasses.replace(opts.timeline_options(), main_stream=None)
-    base_doc, _ = analyze_paths([baseline], base_opts, jobs=1, progress=prog)
+    base_doc, _ = analyze_paths([baseline], base_opts, engine=Engine(jobs=1),
+                               progress=prog)
     doc["triage"] = triage(base_doc, doc)
     doc["baseline"] = {"source": baseline, "summary": base_doc["summary"]}
 
@@ -148,7 +163,7 @@ def analyze(paths: str | Sequence[str] | None = None, *, baseline: str | None = 
         plan_doc, _ = load_doc(plan, candidate)  # an unknown candidate fails now
     keep = bool(opts.timelines or plan_doc)
     with progress(opts.progress) as prog:
-        doc, timelines = analyze_paths(paths, opts.timeline_options(), jobs=opts.jobs,
+        doc, timelines = analyze_paths(paths, opts.timeline_options(), engine=opts.engine(),
                                        keep_timelines=keep, progress=prog, strict=opts.strict)
         if baseline:
             _with_baseline(doc, baseline, opts, prog)
