@@ -612,8 +612,8 @@ def write_ascend(p: Plan, rank: int, out_dir: str) -> int:
 
 # ---------------------------------------------------------------------------- command
 def _write_rank(job: tuple) -> str:
-    s, rank, out, gz, level = job
-    p = plan(s)
+    p, rank, out, gz, level = job
+    s = p.s
     if s.fmt == "ascend":
         n = write_ascend(p, rank, out)
         return f"rank {rank}: {n} rows"
@@ -651,7 +651,8 @@ def main(argv: list[str] | None = None) -> int:
                  slow_link=a.slow_link, link_factor=a.link_factor, clock_skew_us=a.clock_skew_us,
                  fmt=a.format)
     os.makedirs(a.out, exist_ok=True)
-    jobs = [(s, r, a.out, a.gzip, a.compresslevel) for r in range(s.ranks)]
+    p = plan(s)
+    jobs = [(p, r, a.out, a.gzip, a.compresslevel) for r in range(s.ranks)]
     if a.jobs > 1:
         with ProcessPoolExecutor(a.jobs) as pool:
             lines = list(pool.map(_write_rank, jobs))

@@ -261,11 +261,14 @@ def _ranking(rank_rows: list[dict], n_steps: int) -> list[dict]:
     return out
 
 
-def _step_figure(s: RankSummary, values: np.ndarray, step: int) -> float | None:
+def _step_figure(s: RankSummary, values: np.ndarray, step: int) -> float | int | None:
+    """A rank's figure for one step (None where the rank has no such step or no value);
+    whole numbers stay integers."""
     k = np.flatnonzero(s.step_id == step)
     if not k.size or not np.isfinite(values[k[0]]):
         return None
-    return round(float(values[k[0]]), 3)
+    v = values[k[0]]
+    return int(v) if np.issubdtype(values.dtype, np.integer) else round(float(v), 3)
 
 
 def _step_rows(c: _Cluster) -> list[dict]:
@@ -362,6 +365,8 @@ def _warnings(c: _Cluster, summary: dict) -> list[str]:
     if summary["partial_collectives"]:
         out.append(f"{summary['partial_collectives']} collective(s) miss some of their "
                    f"group's ranks (a rank not given or not recorded)")
+    if c.n_ranks > 1 and not summary["n_matched"]:
+        out.append("no collective was found on two ranks or more: nothing to compare")
     unaligned = [s.rank for s, k in zip(c.summaries, c.measured) if not k]
     if unaligned and len(unaligned) < c.n_ranks:
         out.append(f"clock offset not measured for rank(s) {unaligned}: no matched collective")
