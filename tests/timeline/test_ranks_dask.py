@@ -30,9 +30,9 @@ import parastream.timeline.ranks as ranks
 _analyze_unit = ranks.__dict__.setdefault("_unslowed_analyze_unit", ranks.analyze_unit)
 
 
-def analyze_unit(path, opts, keep=False):
+def analyze_unit(path, task):
     time.sleep(0.6)
-    return _analyze_unit(path, opts, keep)
+    return _analyze_unit(path, task)
 
 
 ranks.analyze_unit = analyze_unit

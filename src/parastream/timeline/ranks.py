@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator
 
 from ..errors import InputError
+from .cluster import RankSummary, cross_rank, rank_summary
 from .analyze import SCHEMA, Options, analyze_capture, captures_of, check_regex, summarize
 from .model import Timeline
 from .overlap import empty_counts
@@ -98,15 +99,29 @@ class Engine:
     retries: int = 1
 
 
+@dataclass(frozen=True)
+class UnitTask:
+    """What each unit's analysis is asked for: the timeline ``opts``, whether to send the
+    capture timelines back (``keep``, for the HTML and Perfetto renderers) and whether to
+    reduce a rank's whole timeline to its :class:`~.cluster.RankSummary` (``ranks``: there
+    are several units, so there may be ranks to compare)."""
+
+    opts: Options
+    keep: bool = False
+    ranks: bool = False
+
+
 @dataclass
 class UnitResult:
     """What the analysis of one unit sends back: one result per capture, the unit's
     ``info`` (source, format, rank, captures, HTA's figure), the capture timelines when
-    they were asked for (else empty)."""
+    they were asked for (else empty) and the rank's summary when it has a rank and one
+    was asked for (else None)."""
 
     results: list[dict]
     info: dict
     timelines: list[Timeline]
+    summary: RankSummary | None = None
 
 
 @dataclass(frozen=True)
@@ -122,10 +137,13 @@ class UnitFailure:
         return InputError(self.path or unit, self.reason)
 
 
-def _unit(path: str, opts: Options, keep: bool) -> UnitResult:
+def _unit(path: str, task: UnitTask) -> UnitResult:
     timelines = read_path(path)
-    caps = captures_of(timelines, opts.split_steps)
-    results = [analyze_capture(tl, opts) for tl in caps]
+    ranked = next((t for t in timelines if t.meta.get("rank") is not None), None)
+    summary = (rank_summary(ranked, ranked.meta["rank"])
+               if task.ranks and ranked is not None else None)
+    caps = captures_of(timelines, task.opts.split_steps)
+    results = [analyze_capture(tl, task.opts) for tl in caps]
     info = {"source": path, "format": timelines[0].format if timelines else None,
             "rank": next((t.meta.get("rank") for t in timelines
                           if t.meta.get("rank") is not None), None),
@@ -134,14 +152,14 @@ def _unit(path: str, opts: Options, keep: bool) -> UnitResult:
                                                for t in timelines
                                                if t.meta.get("hta_comm_comp_overlap_pct") is not None),
                                               None)}
-    return UnitResult(results, info, caps if keep else [])
+    return UnitResult(results, info, caps if task.keep else [], summary)
 
 
-def analyze_unit(path: str, opts: Options, keep: bool = False) -> UnitResult | UnitFailure:
+def analyze_unit(path: str, task: UnitTask) -> UnitResult | UnitFailure:
     """Read and analyse one unit (the task a worker runs); a unit that cannot be read
     comes back as a :class:`UnitFailure`, any other error is raised."""
     try:
-        return _unit(path, opts, keep)
+        return _unit(path, task)
     except InputError as exc:
         return UnitFailure(exc.path, exc.reason)
 
@@ -183,11 +201,11 @@ def _local_workers(units: list[str], engine: Engine) -> int:
     return max(1, min(jobs, len(units)))
 
 
-def _in_process(units: list[str], opts: Options, keep: bool,
+def _in_process(units: list[str], task: UnitTask,
                 ticker: _Ticker) -> Iterator[UnitResult | UnitFailure]:
     for u in units:
         ticker.reading(u)
-        yield analyze_unit(u, opts, keep)
+        yield analyze_unit(u, task)
         ticker.done()
 
 
@@ -211,11 +229,11 @@ def analyze_paths(paths: list[str], opts: Options, *, engine: Engine = Engine(),
         check_address(engine.scheduler)
     units = _units_of(paths)
     ticker = _Ticker(progress, len(units))
+    task = UnitTask(opts, keep_timelines, ranks=len(units) > 1)
     if engine.scheduler is None and _local_workers(units, engine) == 1:
-        outcomes: Iterable[UnitResult | UnitFailure] = _in_process(units, opts, keep_timelines, ticker)
+        outcomes: Iterable[UnitResult | UnitFailure] = _in_process(units, task, ticker)
     else:
-        outcomes = on_cluster(units, (opts, keep_timelines), engine,
-                              _local_workers(units, engine), ticker.done)
+        outcomes = on_cluster(units, task, engine, _local_workers(units, engine), ticker.done)
     # one unit alone, or --strict: its error is the command's error (exit 2)
     return _assemble(units, outcomes, opts, tolerant=len(units) > 1 and not strict)
 
@@ -237,7 +255,7 @@ def _assemble(units: list[str], outcomes: Iterable[UnitResult | UnitFailure], op
         unit, exc = broken[0]
         raise InputError(exc.path or unit, f"{exc.reason} (and {len(broken) - 1} other "
                          f"member(s) of {len(units)} broken)" if len(broken) > 1 else exc.reason)
-    doc = _document([(d.results, d.info) for d in done], opts)
+    doc = _document(done, opts)
     if broken:
         doc["broken"] = [{"source": exc.path or u, "error": exc.reason} for u, exc in broken]
     doc["summary"]["units"] = len(units)
@@ -318,18 +336,17 @@ def _renamed(out: UnitResult | UnitFailure, sent: str, unit: str) -> UnitResult 
     return out
 
 
-def on_cluster(units: list[str], task: tuple[Options, bool], engine: Engine, workers: int,
+def on_cluster(units: list[str], task: UnitTask, engine: Engine, workers: int,
                done: Callable[[], None]) -> list[UnitResult | UnitFailure]:
-    """Each unit analysed as one Dask task (:func:`analyze_unit` with ``task``'s options
-    and whether to keep the timelines) on the engine's cluster; outcomes in unit order.
-    A unit whose task killed every worker it ran on comes back as a failure."""
+    """Each unit analysed as one Dask task (:func:`analyze_unit`) on the engine's
+    cluster (``workers`` local processes when it names no scheduler); outcomes in unit
+    order. A unit whose task killed every worker it ran on comes back as a failure."""
     from distributed import as_completed
     from distributed.scheduler import KilledWorker
 
     sent = [os.path.abspath(u) for u in units]  # workers may run in another folder
-    opts, keep = task
     with _client(engine, workers) as client:
-        futures = client.map(analyze_unit, sent, opts=opts, keep=keep, pure=False,
+        futures = client.map(analyze_unit, sent, task=task, pure=False,
                              retries=engine.retries)
         for _ in as_completed(futures, loop=client.loop):
             done()
@@ -343,30 +360,38 @@ def on_cluster(units: list[str], task: tuple[Options, bool], engine: Engine, wor
     return outcomes
 
 
-def _document(per_unit: list[tuple[list[dict], dict]], opts: Options) -> dict:
+def _rank_row(unit: UnitResult, opts: Options) -> dict:
+    """One rank's row: its captures' medians (:func:`summarize`)."""
+    results, info = unit.results, unit.info
+    s = summarize(results, opts.cold)
+    return {"rank": info["rank"], "source": info["source"], "captures": len(results),
+            "dropped_cold": s["dropped_cold"],
+            "median_wall_us": s["median_wall_us"],
+            "median_parallelism": s["median_parallelism"],
+            "median_comm_comp_overlap_pct": s["median_comm_comp_overlap_pct"],
+            "median_comm_exposed_us": s["median_comm_exposed_us"],
+            "median_overlap_pct": s["median_overlap_pct"],
+            "hta_comm_comp_overlap_pct": info["hta_comm_comp_overlap_pct"],
+            "verdict_counts": s["verdict_counts"]}
+
+
+def _document(units: list[UnitResult], opts: Options) -> dict:
     """The analysis document of the units read: captures, sources and, when every unit is
-    a distinct rank, per-rank rows and a cross-rank summary."""
-    captures = [c for results, _ in per_unit for c in results]
-    ranks = {info["rank"] for _, info in per_unit}
-    doc = {"schema": SCHEMA, "captures": captures, "sources": [info for _, info in per_unit]}
-    if len(per_unit) > 1 and None not in ranks and len(ranks) == len(per_unit):
-        rows = []
-        for results, info in sorted(per_unit, key=lambda x: x[1]["rank"]):
-            s = summarize(results, opts.cold)
-            rows.append({"rank": info["rank"], "source": info["source"], "captures": len(results),
-                         "dropped_cold": s["dropped_cold"],
-                         "median_wall_us": s["median_wall_us"],
-                         "median_parallelism": s["median_parallelism"],
-                         "median_comm_comp_overlap_pct": s["median_comm_comp_overlap_pct"],
-                         "median_comm_exposed_us": s["median_comm_exposed_us"],
-                         "median_overlap_pct": s["median_overlap_pct"],
-                         "hta_comm_comp_overlap_pct": info["hta_comm_comp_overlap_pct"],
-                         "verdict_counts": s["verdict_counts"]})
-        doc["ranks"] = rows
-        doc["summary"] = _cross_rank(rows)
+    a distinct rank, per-rank rows, a cross-rank summary and, from the ranks' summaries,
+    the cross-rank answers (``cluster``: :func:`~.cluster.cross_rank`)."""
+    captures = [c for u in units for c in u.results]
+    ranks = {u.info["rank"] for u in units}
+    doc = {"schema": SCHEMA, "captures": captures, "sources": [u.info for u in units]}
+    if len(units) > 1 and None not in ranks and len(ranks) == len(units):
+        by_rank = sorted(units, key=lambda u: u.info["rank"])
+        doc["ranks"] = [_rank_row(u, opts) for u in by_rank]
+        doc["summary"] = _cross_rank(doc["ranks"])
+        if all(u.summary is not None for u in by_rank):
+            doc["cluster"] = cross_rank([u.summary for u in by_rank])
     else:
         doc["summary"] = summarize(captures, opts.cold)
-    hta = [i["hta_comm_comp_overlap_pct"] for _, i in per_unit if i["hta_comm_comp_overlap_pct"] is not None]
+    hta = [u.info["hta_comm_comp_overlap_pct"] for u in units
+           if u.info["hta_comm_comp_overlap_pct"] is not None]
     doc["summary"]["hta_comm_comp_overlap_pct"] = (round(statistics.median(hta), 2) if hta else None)
     return doc
 

@@ -20,7 +20,7 @@ from ..timeline.triage import triage
 from .result import document, extra
 
 #: the document keys only some analyses have (several ranks, broken members, a baseline)
-_OPTIONAL = ("ranks", "broken", "triage", "baseline")
+_OPTIONAL = ("ranks", "cluster", "broken", "triage", "baseline")
 
 
 def default_trace() -> str:
@@ -33,7 +33,8 @@ class Analysis:
     """The ``parastream.analysis/1`` document as fields: ``captures`` (one analysis per
     capture, with its ``plan_check`` when a plan was given), ``sources``, ``summary``
     (medians over the warm captures, or across ranks), and when there are any: per-rank
-    rows, broken folder members, the triage against a baseline and the baseline's
+    rows, the cross-rank answers (``cluster``: who made the others wait, per collective,
+    step and rank, the communication matrix), broken folder members, the triage against a baseline and the baseline's
     summary. ``timelines`` (one per capture, when kept) and ``paths`` (what was read)
     are not in :meth:`to_dict`."""
 
@@ -42,6 +43,7 @@ class Analysis:
     sources: list[dict]
     ranks: list[dict] | None = None  # the document has them before the summary
     summary: dict = dataclasses.field(default_factory=dict)
+    cluster: dict | None = None
     broken: list[dict] | None = None
     triage: dict | None = None
     baseline: dict | None = None
