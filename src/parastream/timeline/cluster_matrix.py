@@ -35,8 +35,9 @@ def _empty(dtype: object) -> np.ndarray:
 
 @dataclass(frozen=True)
 class LinkRows:
-    """Links one rank's profiler recorded: per row the sending and receiving rank, bytes,
-    transfer time in ns and transport type (``HCCS``, ``RDMA``, ...; "" unknown)."""
+    """Links one rank's profiler recorded, one row per (src, dst, transport) in that order:
+    the sending and receiving rank, bytes, transfer time in ns and transport type
+    (``HCCS``, ``RDMA``, ...; "" unknown)."""
 
     src: np.ndarray = field(default_factory=lambda: _empty(np.int64))
     dst: np.ndarray = field(default_factory=lambda: _empty(np.int64))
@@ -132,14 +133,22 @@ def link_rows(value: object) -> LinkRows:
     named tuples, a dict of columns, or a communication_matrix.json document. Keys are
     read in snake case (``src_rank``, ``dst_rank``, ``nbytes`` or ``transit_size_mb``, ``time_ns`` or
     ``transit_time_ms``, ``transport``) or in the profiler's spelling (``"0-1"`` link
-    keys, ``Transit Size(MB)``, ``Transit Time(ms)``, ``Transport Type``)."""
+    keys, ``Transit Size(MB)``, ``Transit Time(ms)``, ``Transport Type``). Rows are summed
+    per (src, dst, transport), so the summary stays small however many steps and ops the
+    source recorded."""
     if not value:
         return LinkRows()
     rows = _without_samples(_as_rows(value))
-    parsed = [v for v in map(_row_values, rows) if v is not None]
-    if not parsed:
+    sums: dict[tuple[int, int, str], list[float]] = {}
+    for v in map(_row_values, rows):
+        if v is not None:
+            cell = sums.setdefault((v[0], v[1], v[4]), [0.0, 0.0])
+            cell[0] += v[2]
+            cell[1] += v[3]
+    if not sums:
         return LinkRows()
-    src, dst, nbytes, ns, transport = zip(*parsed)
+    src, dst, transport = zip(*sorted(sums))
+    nbytes, ns = zip(*(sums[k] for k in sorted(sums)))
     return LinkRows(src=np.array(src, np.int64), dst=np.array(dst, np.int64),
                     nbytes=np.array(nbytes, np.float64), time_ns=np.array(ns, np.float64),
                     transport=np.array(transport, object))
