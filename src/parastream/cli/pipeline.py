@@ -6,6 +6,11 @@ from the serial run's stage times). Prints throughput, per-stage utilization, th
 efficiency E and the speedup; checks the pipelined outputs equal the serial ones; writes
 the HTML report (both runs' timelines) and a Kineto-style trace that ``parastream analyze``
 reads.
+
+Exit codes: 0 when both runs ended (under ``--on-error skip`` or ``retry:N`` with items
+dropped, named in the report), 2 for bad input, :data:`EXIT_STAGE_FAILED` (1) when a stage
+raised on an item and the error policy stopped the run: one line naming the run, the stage,
+the item and the error, and nothing written.
 """
 
 from __future__ import annotations
@@ -16,6 +21,16 @@ import sys
 from typing import Any, Iterable
 
 from ..errors import InputError
+
+#: a stage raised on an item and the error policy stopped the run (bad input is 2)
+EXIT_STAGE_FAILED = 1
+
+ON_ERROR_HELP = (
+    "what a stage raising on an item does, in both runs: fail (the default: stop, one line "
+    "naming the stage and the item, exit 1), skip (drop the item, its outcome 'failed', and "
+    "go on), retry:N (call the stage again on the item up to N times, N from 1 to 100; an "
+    "item that still fails is dropped as under skip and the run goes on). The report names "
+    "every skipped and retried item; items in = out + failed")
 
 
 def add_parser(subparsers: Any) -> None:
@@ -28,7 +43,10 @@ def add_parser(subparsers: Any) -> None:
                      "copy, softmax/top-k) first as a serial loop, then with every stage on its "
                      "own worker/stream and bounded queues between them. Reports throughput, "
                      "per-stage utilization, efficiency E (throughput x bottleneck stage time) "
-                     "and speedup."))
+                     "and speedup, with a warning when other tasks took the cores while it "
+                     "measured or the speedup is above what its workers or the cores can give. "
+                     "A stage raising on an item stops the command with one line and exit "
+                     "code 1 unless --on-error skip or retry:N goes on past it."))
     p.add_argument("--items", type=int, default=48, metavar="N",
                    help="items (batches of images) to process (default 48)")
     p.add_argument("--batch", type=int, default=4, metavar="B", help="images per item (default 4)")
@@ -43,6 +61,10 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--threads", type=int, default=1, metavar="N",
                    help="torch intra-op threads, set once for both runs (default 1: the stages "
                         "provide the parallelism)")
+    p.add_argument("--on-error", default="fail", metavar="fail|skip|retry:N", help=ON_ERROR_HELP)
+    p.add_argument("--corrupt", metavar="ITEM,...", default="",
+                   help="items (ids from 0) whose first image is a truncated JPEG, so the "
+                        "decode stage raises on them: a fault to try --on-error with")
     p.add_argument("--html", metavar="FILE", help="write an HTML report of both runs")
     p.add_argument("--trace", metavar="FILE",
                    help="write the pipelined run as a Kineto-style trace (parastream analyze FILE)")
@@ -78,20 +100,57 @@ def parse_replicas(spec: str, stages: Iterable[str]) -> dict[str, int]:
     return out
 
 
-def cmd_pipeline(args: argparse.Namespace) -> int:
-    """Run the demo (:func:`parastream.workflow.pipeline.pipeline`) and print or write the
-    comparison, the HTML report and the trace."""
-    from ..atomic import check_outputs
-    from ..workflow.pipeline import check_sizes, pipeline, require_workload_packages
-    from ..pipeline.workload import STAGE_NAMES
+def parse_items(spec: str) -> tuple[int, ...]:
+    """``"3,96"`` -> ``(3, 96)``; InputError naming ``--corrupt`` on anything else."""
+    out = []
+    for part in filter(None, (p.strip() for p in spec.split(","))):
+        try:
+            out.append(int(part))
+        except ValueError:
+            raise InputError(None, f"--corrupt: {part!r} is not an item id (an integer from "
+                                   "0)") from None
+    return tuple(out)
 
-    check_sizes(args.items, args.batch, args.threads, args.depth)
+
+def settings_from(args: argparse.Namespace) -> Any:
+    """The run's :class:`~parastream.workflow.pipeline.PipelineSettings` from the flags,
+    checked (an InputError naming the flag)."""
+    from ..pipeline.workload import STAGE_NAMES
+    from ..workflow.pipeline import PipelineSettings, check_settings
+
     replicas = None if args.replicas == "auto" else parse_replicas(args.replicas, STAGE_NAMES)
+    s = PipelineSettings(args.items, args.batch, replicas, args.depth, not args.unordered,
+                         args.threads, not args.no_progress, args.on_error,
+                         parse_items(args.corrupt))
+    check_settings(s)
+    return s
+
+
+def stage_failed(exc: Any) -> str:
+    """The one line for a run the error policy stopped (:class:`PipelineError`)."""
+    run = f"the {exc.run} run" if exc.run else "the run"
+    why = f" ({exc.note})" if exc.note else (" (--on-error skip or retry:N goes on past a "
+                                             "failing item)")
+    return f"parastream: pipeline: {run} stopped: {exc}{why}"
+
+
+def cmd_pipeline(args: argparse.Namespace) -> int:
+    """Run the demo (:func:`parastream.workflow.pipeline.compare_runs`) and print or write
+    the comparison, the HTML report and the trace; a run the error policy stopped is one
+    line on stderr and :data:`EXIT_STAGE_FAILED`, with nothing written."""
+    from ..atomic import check_outputs
+    from ..pipeline.core import PipelineError
+    from ..workflow.pipeline import compare_runs, require_workload_packages
+
+    settings = settings_from(args)
     require_workload_packages()
     # both before the run: no output left behind for a bad one, nor one over the other
     check_outputs({"-o/--output": args.output, "--html": args.html, "--trace": args.trace})
-    result = pipeline(args.items, args.batch, replicas, args.depth, not args.unordered,
-                      args.threads, not args.no_progress)
+    try:
+        result = compare_runs(settings)
+    except PipelineError as exc:
+        print(" ".join(stage_failed(exc).split()), file=sys.stderr)
+        return EXIT_STAGE_FAILED
     doc = result.to_dict()
     if args.format == "json":
         from ..report.graph import render_json
@@ -151,8 +210,35 @@ def render_text(doc: dict) -> str:
         f"plan from serial stage times: {planned or 'one worker each'}"
         f", depth {doc['plan']['depth']} (predicted {doc['plan']['throughput_per_s']:.2f} items/s)",
         f"outputs identical to the serial loop: {'yes' if doc['outputs_identical'] else 'NO'}",
+        error_line(pip),
+        *(f"warning: {w}" for w in (doc["busy"], doc["implausible"]) if w),
     ]
     return "\n".join(lines) + "\n"
+
+
+def error_line(run: dict, most: int = 10) -> str:
+    """The pipelined run's error policy and its items: in = out + failed, the skipped and
+    retried items named (item id, stage, the error's first line; the first ``most``)."""
+    c = run["counts"]
+    line = (f"errors (--on-error {run['on_error']}): {run['submitted']} items in = "
+            f"{c['completed']} out + {c['failed']} failed"
+            + (f" + {c['cancelled']} cancelled" if c["cancelled"] else ""))
+    recovered = [e for e in run["retried"] if e["recovered"]]
+    if run["retried"]:
+        line += (f"\n  retried {len(run['retried'])}: {len(recovered)} succeeded on a later "
+                 "call, the others are skipped")
+    for what, found in (("skipped", run["skipped"]), ("retried, then succeeded", recovered)):
+        if found:
+            named = "; ".join(_named(e) for e in found[:most])
+            more = f"; and {len(found) - most} more" if len(found) > most else ""
+            line += f"\n  {what} {len(found)}: {named}{more}"
+    return line
+
+
+def _named(e: dict) -> str:
+    """One skipped or retried item: ``item 96 at decode (OSError: ..., 3 calls)``."""
+    calls = f", {e['attempts']} calls" if e["attempts"] > 1 else ""
+    return f"item {e['item']} at {e['stage']} ({e['error']}{calls})"
 
 
 def write_report(path: str, doc: dict, serial_tl: Any, pipe_tl: Any) -> None:

@@ -14,6 +14,8 @@ from typing import Sequence
 
 import numpy as np
 
+from .policy import ErrorLog
+
 
 @dataclass
 class StageStats:
@@ -84,7 +86,8 @@ class Admission:
 
 @dataclass
 class PipelineStats:
-    """A whole run: stage stats, outcome counts, wall time, latencies and admission."""
+    """A whole run: stage stats, outcome counts, wall time, latencies, admission and the
+    items its error policy retried or dropped (``errors``)."""
 
     mode: str  # "pipelined" | "serial"
     stages: list[StageStats]
@@ -94,10 +97,26 @@ class PipelineStats:
     latencies_ns: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     ordered: bool = True
     admission: Admission = field(default_factory=Admission.serial)
+    errors: ErrorLog = field(default_factory=ErrorLog)
 
     @property
     def completed(self) -> int:
         return self.counts.get("completed", 0)
+
+    @property
+    def failed(self) -> int:
+        return self.counts.get("failed", 0)
+
+    def check_accounting(self) -> None:
+        """Every submitted item ended exactly once: submitted = completed + failed +
+        cancelled, and every item the policy dropped is one of the failed (an
+        :class:`AssertionError` otherwise: an item lost or counted twice)."""
+        if sum(self.counts.values()) != self.submitted:
+            raise AssertionError(f"items lost or counted twice: {self.submitted} submitted, "
+                                 f"outcomes {self.counts}")
+        if len(self.errors.skipped) > self.failed:
+            raise AssertionError(f"{len(self.errors.skipped)} items skipped but only "
+                                 f"{self.failed} failed")
 
     @property
     def throughput(self) -> float:
@@ -135,4 +154,5 @@ class PipelineStats:
                 "source_blocks": adm.blocks,
                 "source_blocked_ms": round(adm.blocked_ns / 1e6, 3),
                 "max_in_flight": adm.max_in_flight,
-                "stages": [s.to_dict() for s in self.stages]}
+                "stages": [s.to_dict() for s in self.stages],
+                **self.errors.to_dict()}

@@ -10,12 +10,15 @@ final. Every blocking wait is a condition variable: nothing polls.
 
 Items get ids in intake order. Every submitted item ends exactly once as ``completed``
 (handed to the caller), ``failed`` (its stage raised) or ``cancelled`` (dropped after a
-failure or an early stop). When a stage raises, intake stops, queued items are cancelled,
+failure or an early stop). What a raising stage does depends on the error policy
+(:mod:`.policy`, ``on_error``): under ``fail`` intake stops, queued items are cancelled,
 running calls finish and are cancelled, all workers exit and the caller gets a
-:class:`PipelineError` naming the stage and item id, with the counts.
+:class:`PipelineError` naming the stage and item id, with the counts; under ``skip`` and
+``retry:N`` the failing item (after its retries) ends ``failed``, is named in the run's
+:class:`~.policy.ErrorLog`, and the others go on, in order when ``ordered``.
 
 On a host-synchronous backend (cpu) a stage's worker thread *is* its stream: the function
-runs inline, because handing it to another thread costs a GIL hand-off per item (DOMAIN §8).
+runs inline, because handing it to another thread costs a GIL hand-off per item.
 On a device backend (cuda/npu later; ``null`` in tests) ``device``/``copy`` stages launch
 on one backend stream per replica and pass an event downstream: a device stage waits on it
 on its stream (the host does not block), a host stage or the caller synchronizes it first.
@@ -23,6 +26,7 @@ on its stream (the host does not block), a host stage or the caller synchronizes
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from collections import deque
@@ -31,11 +35,13 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
+from ..errors import one_line
 from ..runtime.backend import STREAM_KINDS, Backend, get_backend
 from ..runtime.host import cpu_name
 from ..runtime.lanes import LaneRecorder, build_timeline
 from ..timeline.model import Timeline
 from .accounting import Admission, PipelineStats, StageStats
+from .policy import Attempts, ErrorLog, ErrorPolicy, retry_after
 
 now_ns = time.perf_counter_ns
 
@@ -75,7 +81,10 @@ class PipelineError(RuntimeError):
     """A stage (or the source iterator) raised on an item; the run was stopped.
 
     ``stage`` and ``item_id`` say where, ``cause`` is the original exception (also the
-    ``__cause__``), ``counts`` the final outcome of every submitted item.
+    ``__cause__``), ``counts`` the final outcome of every submitted item. The message is
+    one line (the cause's first line). ``run`` names the run it stopped when a caller
+    compares several (``"serial"``, ``"pipelined"``; None otherwise), ``note`` is a
+    caller's remark on it.
     """
 
     def __init__(self, stage: str, item_id: int, cause: BaseException,
@@ -83,8 +92,10 @@ class PipelineError(RuntimeError):
         self.stage, self.item_id, self.cause = stage, item_id, cause
         self.counts = dict(counts or {})
         self.submitted = submitted
-        super().__init__(f"stage {stage!r} failed on item {item_id}: "
-                         f"{type(cause).__name__}: {cause}")
+        self.run: str | None = None
+        #: a caller's remark on the failure, said after it (empty when none)
+        self.note = ""
+        super().__init__(f"stage {stage!r} failed on item {item_id}: {one_line(cause)}")
 
 
 class _Entry:
@@ -162,9 +173,9 @@ class _Acc:
 
 
 def _call_stage(stage: Stage, stream: Any, e: _Entry,
-                last: bool) -> tuple[Any, Any, BaseException | None]:
-    """``stage.fn`` on ``e``'s payload: (output, the event that marks it ready on a device
-    stream or None, the exception it raised or None). A device launch is ordered after the
+                last: bool) -> tuple[tuple[Any, Any], BaseException | None]:
+    """``stage.fn`` on ``e``'s payload: ((output, the event that marks it ready on a device
+    stream or None), the exception it raised or None). A device launch is ordered after the
     producer's event; a host stage waits for a device producer; the ``last`` stage's output
     is synchronized, since the caller reads it on the host."""
     try:
@@ -180,9 +191,9 @@ def _call_stage(stage: Stage, stream: Any, e: _Entry,
             ready = None
         if last and ready is not None:
             ready.synchronize()  # the caller reads the result on the host
-        return out, ready, None
+        return (out, ready), None
     except BaseException as exc:  # noqa: BLE001 - reported to the caller
-        return None, None, exc
+        return (None, None), exc
 
 
 class _Run:
@@ -203,6 +214,8 @@ class _Run:
         self.cancelled = threading.Event()  # set once an abort has cancelled everything
         self.failure: tuple[str, int, BaseException] | None = None
         self.counts = {COMPLETED: 0, FAILED: 0, CANCELLED: 0}
+        self.errors = ErrorLog(pipe.on_error)
+        self.dropped: set[int] = set()  # ordered: ids the policy dropped, not yet passed over
         self.latencies: list[int] = []
         self.max_in_flight = 0
         self.source_blocks = 0
@@ -245,6 +258,14 @@ class _Run:
         for seq in pending:
             self.finish(seq, CANCELLED)
         self.cancelled.set()
+
+    def drop(self, seq: int) -> None:
+        """The error policy dropped item ``seq``: it ends ``failed`` and an ordered caller
+        passes over its id."""
+        with self.cond:
+            if self.ordered:
+                self.dropped.add(seq)
+        self.finish(seq, FAILED)
 
     def arrive(self, seq: int, value: Any, t_done: int) -> None:
         """The last stage finished ``seq``: park it for the caller (or cancel after abort)."""
@@ -378,21 +399,24 @@ class _Run:
 
     def _process(self, e: _Entry, stage: Stage, stream: Any, books: tuple[LaneRecorder, _Acc],
                  outq: _Channel | None, nxt: str | None) -> None:
-        """Run ``stage`` on item ``e`` (its lane and accounts in ``books``) and hand the
-        result on: to the next stage's queue, to the caller after the last stage, or the
-        failure to :meth:`abort`."""
+        """Run ``stage`` on item ``e`` (its lane and accounts in ``books``; retried as the
+        error policy says) and hand the result on: to the next stage's queue, to the caller
+        after the last stage, a failure the policy stops on to :meth:`abort`, one it goes
+        on past to :meth:`drop`."""
         lane, acc = books
         t0 = now_ns()
-        out, ready, failed = _call_stage(stage, stream, e, last=outq is None)
+        (out, ready), error = _call_stage(stage, stream, e, last=outq is None)
+        got = None if error is None else retry_after(
+            error, lambda: _call_stage(stage, stream, e, last=outq is None), self.errors.policy)
         # a failed call is busy time too, as the timeline shows it; a worker's clock
         # only moves on, so its last op ended last
         t1 = now_ns()
         lane.op(stage.name, t0, t1)
         acc.busy += t1 - t0
-        if failed is not None:
-            self.finish(e.seq, FAILED)
-            self.abort((stage.name, e.seq, failed))
-            return
+        if got is not None:
+            if self._failed(e.seq, stage.name, got):
+                return
+            out, ready = got.value
         acc.items += 1
         if outq is None:
             self.arrive(e.seq, out, t1)
@@ -406,6 +430,18 @@ class _Run:
             t2 = now_ns()
             lane.wait(t1, t2, on=nxt, name="queue full")
             acc.blocked += t2 - t1
+
+    def _failed(self, seq: int, stage: str, got: Attempts) -> bool:
+        """Record item ``seq``'s calls at ``stage``; when they failed, end the item (and
+        the run, if the policy stops on it): True, the item goes no further."""
+        if self.errors.note(seq, stage, got):
+            self.finish(seq, FAILED)
+            self.abort((stage, seq, got.error))  # type: ignore[arg-type]
+            return True
+        if got.error is not None:
+            self.drop(seq)
+            return True
+        return False
 
     def _worker_done(self, s: int, outq: _Channel | None) -> None:
         """A worker of stage ``s`` stopped: the stage's last one closes its output queue
@@ -442,6 +478,7 @@ class _Run:
             self.join()
             if self.in_flight:  # cannot happen: every exit path finishes its items
                 raise AssertionError(f"items lost in the pipeline: {sorted(self.in_flight)[:10]}")
+            self.stats().check_accounting()
         failure = self.failure
         if failure is not None:
             stage, seq, exc = failure
@@ -452,6 +489,9 @@ class _Run:
         is out or the run was aborted (an abort sets :attr:`failure` first, if any)."""
         while not self.aborted:
             if self.ordered:
+                while self.next_id in self.dropped:  # the policy dropped it: pass over
+                    self.dropped.discard(self.next_id)
+                    self.next_id += 1
                 got = self.ready.pop(self.next_id, None)  # type: ignore[union-attr]
             else:
                 got = self.ready.popleft() if self.ready else None  # type: ignore[union-attr]
@@ -492,7 +532,8 @@ class _Run:
                              ordered=self.ordered,
                              admission=Admission(self.pipe.depth, self.capacity,
                                                  self.source_blocks, self.source_blocked_ns,
-                                                 self.max_in_flight))
+                                                 self.max_in_flight),
+                             errors=self.errors)
 
 
 class Pipeline:
@@ -504,7 +545,8 @@ class Pipeline:
     """
 
     def __init__(self, stages: Sequence[Stage], *, depth: int = 2, ordered: bool = True,
-                 backend: str | Backend = "cpu", name: str = "pipeline") -> None:
+                 backend: str | Backend = "cpu", name: str = "pipeline",
+                 on_error: str | ErrorPolicy = "fail") -> None:
         if not stages:
             raise ValueError("a pipeline needs at least one stage")
         names = [s.name for s in stages]
@@ -516,6 +558,8 @@ class Pipeline:
         self.depth = depth
         self.ordered = ordered
         self.name = name
+        #: what a stage raising on an item does: ``fail``, ``skip`` or ``retry:N`` (:mod:`.policy`)
+        self.on_error = ErrorPolicy.parse(on_error)
         self.backend: Backend = get_backend(backend) if isinstance(backend, str) else backend
         self._run: _Run | None = None
         self._last: _Run | None = None
@@ -535,7 +579,8 @@ class Pipeline:
     # ------------------------------------------------------------------ running
     def results(self, items: Iterable[Any]) -> Iterator[ItemResult]:
         """Run ``items`` through the stages; yield an :class:`ItemResult` per completed item
-        (in intake order when ``ordered``). Raises :class:`PipelineError` on a failure."""
+        (in intake order when ``ordered``). Raises :class:`PipelineError` on a failure the
+        error policy stops on."""
         if self._closed:
             raise RuntimeError("pipeline is closed")
         return self._drive(items)
@@ -595,50 +640,97 @@ class Pipeline:
         self.close()
 
 
-def run_serial(stages: Sequence[Stage], items: Iterable[Any],
-               name: str = "serial") -> tuple[list[Any], PipelineStats, Timeline]:
-    """The baseline: every stage in turn on the calling thread, one item at a time.
+def _call_fn(fn: Callable[[Any], Any], x: Any) -> tuple[Any, BaseException | None]:
+    """``fn(x)`` -> (output, None), or (None, the :class:`Exception` it raised); anything
+    else (Ctrl-C) propagates."""
+    try:
+        return fn(x), None
+    except Exception as exc:  # noqa: BLE001 - the error policy decides
+        return None, exc
 
-    Records the same accounting and timeline (one lane per stage) as a pipelined run, so
-    utilizations and throughputs compare one to one. Exceptions propagate as
-    :class:`PipelineError`.
-    """
-    lanes = [LaneRecorder(s.name, s.kind) for s in stages]
-    accs = [_Acc() for _ in stages]
-    outs: list[Any] = []
-    lat: list[int] = []
-    t_start = now_ns()
-    seq = -1
-    it = iter(items)
-    while True:
-        try:  # the input iterator's errors arrive as PipelineError too, as in a pipelined run
-            x = next(it)
-        except StopIteration:
-            break
-        except Exception as exc:
-            raise PipelineError(SOURCE, seq + 1, exc, {COMPLETED: len(outs), FAILED: 0,
-                                                       CANCELLED: 0}, len(outs)) from exc
-        seq += 1
-        t_in = now_ns()
-        for st, lane, acc in zip(stages, lanes, accs):
-            t0 = now_ns()
+
+class _Serial:
+    """One serial pass: every stage in turn on the calling thread, one item at a time,
+    with the same books as a pipelined run (a lane and accounts per stage)."""
+
+    def __init__(self, stages: Sequence[Stage], policy: ErrorPolicy) -> None:
+        self.stages = list(stages)
+        self.lanes = [LaneRecorder(s.name, s.kind) for s in stages]
+        self.accs = [_Acc() for _ in stages]
+        self.errors = ErrorLog(policy)
+        self.outs: list[Any] = []
+        self.latencies: list[int] = []
+        self.submitted = 0
+
+    def counts(self, failed: int = 0) -> dict[str, int]:
+        """The outcomes so far, with ``failed`` more failed items."""
+        return {COMPLETED: len(self.outs), FAILED: len(self.errors.skipped) + failed,
+                CANCELLED: 0}
+
+    def items(self, items: Iterable[Any]) -> Iterator[tuple[int, Any]]:
+        """(id, input) in intake order; the input iterator's errors arrive as
+        :class:`PipelineError` naming the source, as in a pipelined run."""
+        it = iter(items)
+        while True:
             try:
-                x = st.fn(x)
+                x = next(it)
+            except StopIteration:
+                return
             except Exception as exc:
-                counts = {COMPLETED: len(outs), FAILED: 1, CANCELLED: 0}
-                raise PipelineError(st.name, seq, exc, counts, len(outs) + 1) from exc
+                raise PipelineError(SOURCE, self.submitted, exc, self.counts(),
+                                    self.submitted) from exc
+            self.submitted += 1
+            yield self.submitted - 1, x
+
+    def run_item(self, seq: int, x: Any) -> None:
+        """Item ``seq`` through every stage; a failure the policy goes on past drops it,
+        one it stops on raises :class:`PipelineError`."""
+        t_in = now_ns()
+        for st, lane, acc in zip(self.stages, self.lanes, self.accs):
+            t0 = now_ns()
+            out, error = _call_fn(st.fn, x)
+            got = None if error is None else retry_after(
+                error, functools.partial(_call_fn, st.fn, x), self.errors.policy)
             t1 = now_ns()
             lane.op(st.name, t0, t1)
             acc.busy += t1 - t0
+            if got is not None:
+                if self.errors.note(seq, st.name, got):
+                    raise PipelineError(st.name, seq, got.error,  # type: ignore[arg-type]
+                                        self.counts(failed=1), self.submitted) from got.error
+                if got.error is not None:
+                    return
+                out = got.value
+            x = out
             acc.items += 1
-        outs.append(x)
-        lat.append(now_ns() - t_in)
-    wall = now_ns() - t_start
-    stats = PipelineStats("serial", [StageStats(s.name, s.kind, 1, items=a.items, busy_ns=a.busy,
-                                                wall_ns=wall) for s, a in zip(stages, accs)],
-                          wall, {COMPLETED: len(outs), FAILED: 0, CANCELLED: 0}, seq + 1,
-                          latencies_ns=np.asarray(lat, np.int64), ordered=True,
-                          admission=Admission.serial())
-    tl = build_timeline(lanes, name, "parastream-pipeline", meta={"pipeline": stats.to_dict()},
+        self.outs.append(x)
+        self.latencies.append(now_ns() - t_in)
+
+    def stats(self, wall: int) -> PipelineStats:
+        return PipelineStats("serial", [StageStats(s.name, s.kind, 1, items=a.items,
+                                                   busy_ns=a.busy, wall_ns=wall)
+                                        for s, a in zip(self.stages, self.accs)],
+                             wall, self.counts(), self.submitted,
+                             latencies_ns=np.asarray(self.latencies, np.int64), ordered=True,
+                             admission=Admission.serial(), errors=self.errors)
+
+
+def run_serial(stages: Sequence[Stage], items: Iterable[Any], name: str = "serial",
+               on_error: str | ErrorPolicy = "fail") -> tuple[list[Any], PipelineStats, Timeline]:
+    """The baseline: every stage in turn on the calling thread, one item at a time.
+
+    Records the same accounting and timeline (one lane per stage) as a pipelined run, so
+    utilizations and throughputs compare one to one, and follows the same error policy
+    ``on_error``: the outputs are those of the items that completed, in order (the dropped
+    ones are in ``stats.errors.skipped``). A failure the policy stops on raises
+    :class:`PipelineError`.
+    """
+    run = _Serial(stages, ErrorPolicy.parse(on_error))
+    t_start = now_ns()
+    for seq, x in run.items(items):
+        run.run_item(seq, x)
+    stats = run.stats(now_ns() - t_start)
+    stats.check_accounting()
+    tl = build_timeline(run.lanes, name, "parastream-pipeline", meta={"pipeline": stats.to_dict()},
                         device=cpu_name())
-    return outs, stats, tl
+    return run.outs, stats, tl

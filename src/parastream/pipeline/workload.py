@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import io
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -64,6 +64,21 @@ def make_items(n: int, cfg: WorkloadConfig = WorkloadConfig()) -> list[list[byte
     pool = [make_jpeg(k, cfg.width, cfg.height, cfg.quality)
             for k in range(min(cfg.pool, max(1, n * cfg.batch)))]
     return [[pool[(i * cfg.batch + j) % len(pool)] for j in range(cfg.batch)] for i in range(n)]
+
+
+def corrupt_items(items: list[list[bytes]], bad: Sequence[int]) -> list[list[bytes]]:
+    """``items`` with the first JPEG of each item in ``bad`` cut short (its header and a
+    few bytes): the decode stage then raises on exactly those items, the fault a damaged
+    file in a real input gives. The other items are left as they are."""
+    out = list(items)
+    for i in sorted(set(bad)):
+        first, *rest = out[i]
+        out[i] = [first[:_CUT], *rest]
+    return out
+
+
+#: bytes a corrupt JPEG keeps: the markers Pillow needs to open it, not its scan data
+_CUT = 400
 
 
 def decode_resize(jpegs: list[bytes], side: int = 112) -> np.ndarray:
