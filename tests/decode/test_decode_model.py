@@ -101,3 +101,11 @@ def test_a_position_past_the_block_table_raises_and_changes_nothing(tiny):
 
 def test_blocks_for():
     assert [blocks_for(n) for n in (1, BLOCK_TOKENS, BLOCK_TOKENS + 1)] == [1, 1, 2]
+
+
+def test_to_moves_the_weights_and_leaves_the_original(tiny):
+    assert tiny.to("cpu") is tiny
+    moved = tiny.to("meta")
+    assert moved.device == "meta" and moved.weights["l0.wq"].device.type == "meta"
+    assert moved.new_pool(2).keys[0].device.type == "meta"
+    assert tiny.weights["l0.wq"].device.type == "cpu" and tiny.device == "cpu"

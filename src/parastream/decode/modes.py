@@ -138,7 +138,8 @@ class _OneDevice:
         return [self.worker.submit(run_step, self.model, rows, "device", self.split)]
 
     def close(self) -> None:
-        self.worker.close()
+        for w in self.workers:
+            w.close()
 
 
 class _Streams:
@@ -223,7 +224,7 @@ class Engine:
             self._settle(job, live)
         spans = [s for w in executor.workers for s in w.timed_spans()] + host.spans
         return ModeRun(self.mode, self.lives, self.jobs, start, end,
-                       _timeline(self.mode, spans, self.where.device),
+                       _timeline(self.mode, spans, self.where.label),
                        passes=self.sched.passes, kv_blocks=self.sched.settings.kv_blocks,
                        peak_blocks=self.peak_blocks,
                        prefill_chunk=self.sched.settings.prefill_chunk,
@@ -341,10 +342,11 @@ class Engine:
 
 
 def _timeline(mode: str, spans: list[tuple[str, str, int, int]],
-              device: str = "cpu") -> Timeline:
-    """The run's spans as a timeline: device lanes first, the host's last."""
+              device: str = "CPU") -> Timeline:
+    """The run's spans as a timeline (on ``device``): device lanes first, the host's
+    last."""
     b = TimelineBuilder(f"parastream decode {mode}", "parastream")
-    b.device = DeviceInfo(name="CPU" if device == "cpu" else device)
+    b.device = DeviceInfo(name=device)
     for lane in sorted({s[0] for s in spans}, key=lambda s: (s == HOST_LANE, _lane_key(s))):
         b.streams.code(lane)
     for lane, name, s, e in spans:

@@ -35,11 +35,16 @@ now_ns = time.perf_counter_ns
 
 class Placement:
     """The device of a run: ``cpu`` (threads), or ``cuda`` through ``mod`` (``torch.cuda``,
-    or a stand-in that records the calls; tensors then stay where the model has them)."""
+    or a stand-in that records the calls; tensors then stay where the model has them).
+    ``torch_device``: the torch device type the tensors go to (None: they stay where they
+    are); ``label``: the device's name on the timeline."""
 
-    def __init__(self, device: str = "cpu", mod: Any = None) -> None:
+    def __init__(self, device: str = "cpu", mod: Any = None, torch_device: str | None = None,
+                 label: str = "CPU") -> None:
         self.device = device
         self.mod = mod
+        self.torch_device = torch_device
+        self.label = label
         self._base: Any = None
         self._base_ns = 0
 
@@ -111,25 +116,26 @@ class Placement:
 def placement(device: str = "cpu", mod: Any = None) -> Placement:
     """The placement of ``device``: ``cpu``, or ``cuda`` (``torch.cuda`` unless ``mod``, a
     stand-in, is given). InputError when there is no cuda device or the name is unknown."""
+    from ..runtime.backend import backend_capabilities
+
     if device not in DEVICES:
         raise InputError(None, f"--device: {device!r} is not one of {', '.join(DEVICES)}")
-    if device == "cpu":
+    on = backend_capabilities(device).torch_device
+    if on is None:  # the host's threads
         return Placement()
-    if mod is None:
-        from ..runtime.cuda import device_module, require_device
+    if mod is not None:  # a stand-in: the tensors stay where they are
+        return Placement(device, mod, None, device)
+    from ..runtime.cuda import device_module, require_device
 
-        require_device(device)
-        mod = device_module(device)
-    return Placement(device, mod)
+    require_device(on)
+    return Placement(device, device_module(on), on, device)
 
 
 def place_model(model: Any, where: Placement) -> Any:
-    """``model`` on the run's device: the built-in decoder moved (``to``) on a real cuda
-    device; a decoder of the user's own, or a stand-in run, as it is."""
-    import torch
-
-    if where.device == "cuda" and where.mod is torch.cuda and hasattr(model, "to"):
-        return model.to("cuda")
+    """``model`` on the run's device: the built-in decoder moved (``to``) on a torch
+    device; a decoder of the user's own (no ``to``), or a stand-in run, as it is."""
+    if where.torch_device is not None and hasattr(model, "to"):
+        return model.to(where.torch_device)
     return model
 
 
