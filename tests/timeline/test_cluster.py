@@ -134,6 +134,11 @@ def test_matching_by_seq_key_and_order():
     assert {c["match"] for c in doc["collectives"]} == {"key"}
     assert sorted(c["key"] for c in doc["collectives"]) == ["hcom_allReduce__1_0_1",
                                                           "hcom_allReduce__1_1_1"]
+    sized = [make_collectives(["allreduce"], ["g"], [0], [9], seq=[0], nbytes=[n])
+             for n in (64, 64, 128)]
+    doc = cross_rank([summary(r, c) for r, c in enumerate(sized)])
+    assert doc["summary"]["size_mismatched_collectives"] == 1
+    assert any("different message sizes" in w for w in doc["warnings"])
     plain = [make_collectives(["broadcast", "allreduce", "broadcast"], ["", "", ""],
                               [0, 10, 20], [5, 15, 25]) for _ in range(2)]
     doc = cross_rank([summary(r, c) for r, c in enumerate(plain)])

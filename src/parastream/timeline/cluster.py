@@ -40,8 +40,8 @@ Two steps, so that the per-rank work runs where each trace lies:
     (``comm_matrix``, ``p2p`` or ``ring``) and ``transport``.
 ``summary``
     ``n_ranks``, ``n_steps``, ``n_calls``, ``n_matched``, ``unmatched_calls``,
-    ``outside_group_calls``, ``partial_collectives``, ``max_skew_ns``,
-    ``median_skew_ns``, ``reference_rank``.
+    ``outside_group_calls``, ``partial_collectives``, ``size_mismatched_collectives``,
+    ``max_skew_ns``, ``median_skew_ns``, ``reference_rank``.
 ``warnings``
     one line each.
 """
@@ -341,6 +341,17 @@ def _collective_rows(c: _Cluster, limit: int | None) -> list[dict]:
     return rows
 
 
+def _size_mismatches(m: Instances) -> int:
+    """Matched collectives whose members recorded different message sizes."""
+    if not len(m):
+        return 0
+    nbytes = m.calls.nbytes
+    known = nbytes >= 0
+    lo = np.minimum.reduceat(np.where(known, nbytes, np.iinfo(np.int64).max), m.first)
+    hi = np.maximum.reduceat(np.where(known, nbytes, -1), m.first)
+    return int(((hi >= 0) & (lo != hi)).sum())
+
+
 def _summary(c: _Cluster) -> dict:
     m, arr = c.m, c.arr
     expected = _expected(c) if len(m) else np.zeros(0, np.int64)
@@ -350,6 +361,7 @@ def _summary(c: _Cluster) -> dict:
         "n_calls": int(sum(len(s.collectives) for s in c.summaries)), "n_matched": len(m),
         "unmatched_calls": m.unmatched, "outside_group_calls": m.dropped,
         "partial_collectives": int(((expected > 0) & (m.members < expected)).sum()),
+        "size_mismatched_collectives": _size_mismatches(m),
         "max_skew_ns": int(arr.skew.max()) if len(m) else 0,
         "median_skew_ns": int(np.median(arr.skew)) if len(m) else 0,
         "reference_rank": c.summaries[int(ref[0])].rank if ref.size else None,
@@ -365,6 +377,9 @@ def _warnings(c: _Cluster, summary: dict) -> list[str]:
     if summary["partial_collectives"]:
         out.append(f"{summary['partial_collectives']} collective(s) miss some of their "
                    f"group's ranks (a rank not given or not recorded)")
+    if summary["size_mismatched_collectives"]:
+        out.append(f"{summary['size_mismatched_collectives']} matched collective(s) have "
+                   f"different message sizes on their ranks: the calls may be paired wrongly")
     if c.n_ranks > 1 and not summary["n_matched"]:
         out.append("no collective was found on two ranks or more: nothing to compare")
     unaligned = [s.rank for s, k in zip(c.summaries, c.measured) if not k]
