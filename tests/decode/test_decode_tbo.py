@@ -5,6 +5,8 @@ interpreter probe's figures in the run's metrics."""
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 import torch
 
@@ -124,6 +126,7 @@ def test_steps_at_or_above_the_threshold_are_split_and_keep_the_tokens(tiny, ref
     a = agreement(reference, run)
     assert a.mismatches == [] and a.compared == 8
     assert measure(run).tbo_at == 3
+    assert "device micro-batch" not in {t.name for t in threading.enumerate()}  # closed
     tl = run.timeline  # the second half's phases on their own lane
     assert tl.streams == ["device", "device micro-batch", "scheduler"]
     mb = tl.stream == tl.streams.index("device micro-batch")
