@@ -95,3 +95,15 @@ def test_real_two_rank_capture_agrees_with_the_profilers_own_wait():
         "Communication Time Info"]["Wait Time(ms)"]
     assert first["wait_ns"] / 1e6 == pytest.approx(measured_ms, rel=0.02)
     assert doc["matrix"] and {m["source"] for m in doc["matrix"]} == {"comm_matrix"}
+
+
+@pytest.mark.parametrize("fmt", ["kineto", "ascend"])
+def test_generated_files_are_the_same_for_the_same_seed(tmp_path, fmt):
+    for name in ("a", "b"):
+        subprocess.run([sys.executable, str(GEN), str(tmp_path / name), "--ranks", "2",
+                        "--events", "1500", "--format", fmt, "--clock-skew-us", "30",
+                        "--slow-rank", "1", "--seed", "5"], check=True, capture_output=True)
+    files = sorted(p.relative_to(tmp_path / "a") for p in (tmp_path / "a").rglob("*") if p.is_file())
+    assert files
+    for f in files:
+        assert (tmp_path / "a" / f).read_bytes() == (tmp_path / "b" / f).read_bytes(), f
