@@ -3,8 +3,13 @@
 Both files hold one row per device task with the same facts under different column
 names; the header decides which one a file is. Reading is columnar end to end (pyarrow
 CSV, only the needed columns, all as text; numpy for the rest): no Python work per
-row. Epoch start times are parsed from their decimal text
-into exact integer nanoseconds, never through a float64.
+row. The file is read block by block, each block turned at once into compact columns
+(text as codes, times as ns), so memory grows with the rows kept, not with the file's size
+or width. Epoch start times are parsed from their decimal text into exact integer
+nanoseconds, never through a float64.
+
+``Timeline.collectives`` holds the whole collectives (``hcom_*`` rows): ``key`` the op
+name, ``group`` its group field (see :func:`.hccl.hcom_group`).
 
 Communication is what the file says it is, never the busiest stream: a row is
 communication when its ``Accelerator Core``/``Task Type`` or ``Type`` is HCCL's (``HCCL``,
@@ -40,10 +45,10 @@ from ...errors import InputError
 from ..timeparse import trim_text as _trim
 from ..timeparse import us_column_to_ns
 from .hccl import (is_collective_name, is_hccl_task_type, is_memcpy_text, is_memset_text,
-                   merge_collectives)
+                   merge_collectives, timeline_collectives)
 from ..model import (
-    COMM_LANE, KIND_COMM, KIND_COMPUTE, KIND_MEMCPY, KIND_MEMSET, DeviceInfo, Timeline,
-    core_code, make_timeline, value_flags,
+    COMM_LANE, KIND_COMM, KIND_COMPUTE, KIND_MEMCPY, KIND_MEMSET, DeviceInfo, Interner,
+    Timeline, core_code, make_timeline, value_flags,
 )
 
 FORMAT = "ascend_csv"
@@ -143,18 +148,10 @@ def _int_column(col: pa.ChunkedArray | pa.Array | None, n: int) -> np.ndarray:
         v = pc.cast(s, pa.int64())
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
         s = pc.replace_substring_regex(s, r"\.0*$", "")
-        good = pc.fill_null(pc.match_substring_regex(s, r"^[+-]?\d{1,9}$"), False)
+        good = pc.fill_null(pc.match_substring_regex(s, r"^[+-]?\d{1,18}$"), False)
         v = pc.cast(pc.if_else(good, s, None), pa.int64())
     out = pc.fill_null(v, -1).to_numpy(zero_copy_only=False)
     return np.clip(out, -1, np.iinfo(np.int32).max).astype(np.int32)
-
-
-def _encode(col: pa.Array) -> tuple[np.ndarray, list[str]]:
-    """Dictionary-encode a string column: (int32 codes, values)."""
-    enc = pc.dictionary_encode(col)
-    enc = enc.combine_chunks() if isinstance(enc, pa.ChunkedArray) else enc
-    codes = enc.indices.to_numpy(zero_copy_only=False).astype(np.int32, copy=False)
-    return codes, [str(v) for v in enc.dictionary.to_pylist()]
 
 
 def _is_comm_name(v: str) -> bool:
@@ -188,17 +185,36 @@ def _fold_small_tasks(ops: dict, shapes, small: np.ndarray, whole: np.ndarray,
 
 
 # ---------------------------------------------------------------------------- read
-def _read_table(path: str, include: list[str]) -> pa.Table:
+#: bytes of CSV text parsed at a time; each block becomes compact per-row columns at once.
+#: Arrow's streaming reader reads up to 32 blocks ahead, so this also bounds its buffers.
+_BLOCK_SIZE = 1 << 20
+
+
+def _batches(path: str, include: list[str], newlines: bool):
+    """The file's record batches of the ``include`` columns, all as text."""
     convert = pacsv.ConvertOptions(
         include_columns=include, column_types={c: pa.string() for c in include},
         strings_can_be_null=True, null_values=_NULLS)
+    reader = pacsv.open_csv(
+        path, read_options=pacsv.ReadOptions(block_size=_BLOCK_SIZE),
+        parse_options=pacsv.ParseOptions(newlines_in_values=newlines),
+        convert_options=convert)
+    for batch in reader:
+        yield batch
+
+
+def _scan(path: str, cols: dict[str, str]) -> "_Rows":
+    """Read the file block by block into :class:`_Rows` (text as codes, times as ns, rows
+    without a usable time dropped as they come); a value spanning lines is retried with
+    ``newlines_in_values``."""
+    include = sorted(set(cols.values()))
     last: Exception | None = None
     for newlines in (False, True):
+        rows = _Rows(cols)
         try:
-            return pacsv.read_csv(
-                path, read_options=pacsv.ReadOptions(block_size=8 << 20),
-                parse_options=pacsv.ParseOptions(newlines_in_values=newlines),
-                convert_options=convert)
+            for batch in _batches(path, include, newlines):
+                rows.add(batch)
+            return rows
         except pa.ArrowInvalid as exc:
             msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             if "utf8" in msg.lower() or "utf-8" in msg.lower():
@@ -211,48 +227,161 @@ def _read_table(path: str, include: list[str]) -> pa.Table:
     raise last
 
 
+class _Codes:
+    """A text column over all blocks: per-row codes into ``values`` (first seen, first
+    coded), -1 for a missing value."""
+
+    def __init__(self) -> None:
+        self.interner = Interner()
+        self.parts: list[np.ndarray] = []
+
+    def add(self, col: pa.Array) -> None:
+        enc = pc.dictionary_encode(col)
+        remap = np.array([self.interner.code(str(v)) for v in enc.dictionary.to_pylist()]
+                         + [-1], np.int32)
+        idx = pc.fill_null(enc.indices, -1).to_numpy(zero_copy_only=False)
+        self.parts.append(remap[idx])
+
+    def take(self, keep: np.ndarray) -> tuple[np.ndarray, list[str]]:
+        """The kept rows' codes renumbered in first-seen order among them, and the
+        values they use (what a dictionary encoding of the kept rows alone gives)."""
+        codes = _concat(self.parts, np.int32)
+        self.parts = []
+        if keep.all():  # codes were given in first-seen order, to values kept rows hold
+            return codes, list(self.interner.values)
+        codes = codes[keep]
+        uniq, first = np.unique(codes, return_index=True)
+        order = uniq[np.argsort(first, kind="stable")]
+        lut = np.zeros(len(self.interner.values) + 1, np.int32)
+        lut[order] = np.arange(len(order), dtype=np.int32)
+        return lut[codes], [self.interner.values[c] for c in order.tolist()]
+
+
+def _concat(parts: list[np.ndarray], dtype) -> np.ndarray:
+    return np.concatenate(parts) if parts else np.zeros(0, dtype)
+
+
+class _Rows:
+    """The file's rows with a usable time, column by column, as compact arrays; per device
+    code (-1: none) how many rows it has and how many of those had no usable time."""
+
+    _TEXT = ("stream", "name", "type", "core", "shapes")
+    _INTS = ("block", "mix", "step")
+
+    def __init__(self, cols: dict[str, str]) -> None:
+        self.cols = cols
+        self.n = 0
+        self.text = {k: _Codes() for k in self._TEXT if k in cols or k in ("type", "core")}
+        self.device = _Codes()
+        # start, dur (int64 ns), no_stream (bool), block, mix, step (int32): per block
+        self.nums: dict[str, list[np.ndarray]] = {
+            k: [] for k in ("start", "dur", "no_stream") + self._INTS}
+        self.dev_rows = np.zeros(1, np.int64)  # index: device code + 1
+        self.dev_bad = np.zeros(1, np.int64)
+        self.kept_device: int | None = None
+
+    def add(self, batch: pa.RecordBatch) -> None:
+        n = batch.num_rows
+        if not n:
+            return
+        self.n += n
+        cols = self.cols
+        start_ns, ok_start = us_column_to_ns(batch.column(cols["start"]))
+        dur_ns, ok_dur = us_column_to_ns(batch.column(cols["dur"]))
+        ok = ok_start & ok_dur & (dur_ns >= 0)
+        dev = self._device(batch, n)
+        self._count_devices(dev, ok)
+        good = pa.array(ok) if not ok.all() else None
+        if good is not None:
+            batch = batch.filter(good)
+            start_ns, dur_ns, dev = start_ns[ok], dur_ns[ok], dev[ok]
+        self.nums["start"].append(start_ns)
+        self.nums["dur"].append(dur_ns)
+        self.device.parts[-1] = dev
+        self._add_text(batch)
+
+    def _device(self, batch: pa.RecordBatch, n: int) -> np.ndarray:
+        if "device" not in self.cols:
+            self.device.parts.append(np.full(n, -1, np.int32))
+        else:
+            self.device.add(_trim(batch.column(self.cols["device"])))
+        return self.device.parts[-1]
+
+    def _count_devices(self, dev: np.ndarray, ok: np.ndarray) -> None:
+        size = len(self.device.interner.values) + 1
+        rows = np.bincount(dev + 1, minlength=size)
+        bad = np.bincount(dev[~ok] + 1, minlength=size)
+        self.dev_rows = np.pad(self.dev_rows, (0, size - len(self.dev_rows))) + rows
+        self.dev_bad = np.pad(self.dev_bad, (0, size - len(self.dev_bad))) + bad
+
+    def _add_text(self, batch: pa.RecordBatch) -> None:
+        """The kept rows' stream, name, type, core, shapes and integer columns."""
+        n, cols = batch.num_rows, self.cols
+        stream_txt = _trim(batch.column(cols["stream"]))
+        no_stream = pc.fill_null(pc.equal(pc.utf8_upper(stream_txt), "N/A"), True)
+        self.text["stream"].add(pc.if_else(no_stream, COMM_LANE, stream_txt))
+        self.nums["no_stream"].append(np.asarray(no_stream.to_numpy(zero_copy_only=False), bool))
+        for key, codes in self.text.items():
+            if key == "stream":
+                continue
+            if key in cols:
+                codes.add(pc.fill_null(_trim(batch.column(cols[key])), ""))
+            else:
+                codes.add(pc.fill_null(pa.nulls(n, pa.string()), ""))
+        for key in self._INTS:
+            col = batch.column(cols[key]) if key in cols else None
+            self.nums[key].append(_int_column(col, n))
+
+    def pop(self, key: str, keep: np.ndarray) -> np.ndarray:
+        """A numeric column's kept rows, its blocks released."""
+        dtype = {"start": np.int64, "dur": np.int64, "no_stream": bool}.get(key, np.int32)
+        col = _concat(self.nums.pop(key), dtype)
+        return col if keep.all() else col[keep]
+
+
 def read(path: str | os.PathLike[str]) -> Timeline:
-    """Read a ``kernel_details.csv`` or ``op_summary_*.csv`` into a :class:`Timeline`."""
+    """Read a ``kernel_details.csv`` or ``op_summary_*.csv`` into a :class:`Timeline`.
+
+    The file is read block by block (:data:`_BLOCK_SIZE` bytes of text at a time), each
+    block turned at once into compact per-row columns (codes, integer ns), so peak memory
+    grows with the rows kept, not with the file's size or width; the result does not
+    depend on the block size."""
     path = os.fspath(path)
     fields = _header(path)
     fmt = _which(fields) or KERNEL_DETAILS
-    cols = _columns(path, fields, fmt)
-    table = _read_table(path, sorted(set(cols.values())))
+    rows = _scan(path, _columns(path, fields, fmt))
     warnings: list[str] = []
     meta: dict = {}
-    if table.num_rows == 0:
+    if rows.n == 0:
         raise InputError(path, "no usable rows (the file has a header and no data)")
-    table = _one_device(table, cols, warnings, meta)
-    table, start_ns, dur_ns = _timed_rows(path, table, cols, warnings)
-    n = table.num_rows
-
-    def col(key: str):
-        return table[cols[key]] if key in cols else None
-
-    stream_txt = _trim(col("stream"))
-    no_stream = pc.fill_null(pc.equal(pc.utf8_upper(stream_txt), "N/A"), True)
-    stream_codes, streams = _encode(pc.if_else(no_stream, COMM_LANE, stream_txt))
-    no_stream = np.asarray(no_stream.to_numpy(zero_copy_only=False), bool)
-    name_codes, names = _encode(pc.fill_null(_trim(col("name")), ""))
-    type_codes, types = _encode_or_blank(col("type"), n)
-    core_codes, cores = _encode_or_blank(col("core"), n)
+    keep = _one_device(rows, warnings, meta)
+    _check_timed(path, rows, keep, warnings)
+    stream_codes, streams = rows.text["stream"].take(keep)
+    no_stream = rows.pop("no_stream", keep)
+    name_codes, names = rows.text["name"].take(keep)
+    type_codes, types = rows.text["type"].take(keep)
+    core_codes, cores = rows.text["core"].take(keep)
     comm = (value_flags(cores, is_hccl_task_type)[core_codes]
             | value_flags(types, is_hccl_task_type)[type_codes]
             | value_flags(names, _is_comm_name)[name_codes] | no_stream)
     comm |= _on_hccl_stream(stream_codes, len(streams), comm)
     kind, core = _kind_and_core((type_codes, types), (core_codes, cores), comm)
+    start_ns = rows.pop("start", keep)
     ops = dict(stream=stream_codes, name=name_codes, type=type_codes, start_ns=start_ns,
-               end_ns=start_ns + dur_ns, kind=kind, core=core,
-               block_dim=_int_column(col("block"), n), mix_block_dim=_int_column(col("mix"), n),
-               step=_int_column(col("step"), n))
+               end_ns=start_ns + rows.pop("dur", keep), kind=kind, core=core,
+               block_dim=rows.pop("block", keep), mix_block_dim=rows.pop("mix", keep),
+               step=rows.pop("step", keep))
     shapes = None
-    if "shapes" in cols:
-        shapes = pc.fill_null(_trim(col("shapes")), "").to_numpy(zero_copy_only=False)
+    if "shapes" in rows.text:
+        shape_codes, shape_txt = rows.text["shapes"].take(keep)
+        shapes = np.array(shape_txt + [""], dtype=object)[shape_codes]
     small = comm & ~no_stream & ~value_flags(names, is_collective_name)[name_codes]
     if small.any():
         ops, shapes = _fold_small_tasks(ops, shapes, small, comm & ~small, names, types, meta)
-    return make_timeline(path, fmt, streams, names, types, ops, shapes=shapes,
-                         device=DeviceInfo(), warnings=warnings, meta=meta)
+    tl = make_timeline(path, fmt, streams, names, types, ops, shapes=shapes,
+                       device=DeviceInfo(), warnings=warnings, meta=meta)
+    tl.collectives = timeline_collectives(tl)
+    return tl
 
 
 def _header(path: str) -> list[str]:
@@ -290,53 +419,40 @@ def _columns(path: str, fields: list[str], fmt: str) -> dict[str, str]:
     return cols
 
 
-def _one_device(table: pa.Table, cols: dict[str, str], warnings: list[str], meta: dict
-                ) -> pa.Table:
-    """One capture is one device: the rows of the most common ``Device_id`` (and those
-    without one), with a warning naming the devices skipped."""
-    if "device" not in cols:
-        return table
-    dev = _trim(table[cols["device"]])
-    counts = pc.value_counts(pc.drop_null(dev)).to_pylist()
+def _one_device(rows: _Rows, warnings: list[str], meta: dict) -> np.ndarray:
+    """One capture is one device: per row read whether it is of the most common
+    ``Device_id`` (rows without one are kept), with a warning naming the devices skipped;
+    sets ``rows.kept_device`` (its code, None when the file names no device)."""
+    dev = _concat(rows.device.parts, np.int32)
+    values = rows.device.interner.values
+    counts = [(c, values[i]) for i, c in enumerate(rows.dev_rows[1:].tolist()) if c]
     if not counts:
-        return table
-    counts.sort(key=lambda c: (-c["counts"], str(c["values"])))
-    keep = counts[0]["values"]
+        return np.ones(len(dev), bool)
+    counts.sort(key=lambda c: (-c[0], str(c[1])))
+    n_keep, keep = counts[0]
     meta["device_id"] = int(keep) if str(keep).lstrip("-").isdigit() else keep
-    if len(counts) > 1:
-        others = ", ".join(f"{c['values']} ({c['counts']} rows)" for c in counts[1:])
-        warnings.append(f"the file holds several devices; kept device {keep} "
-                        f"({counts[0]['counts']} rows), skipped device(s) {others}")
-        table = table.filter(pc.fill_null(pc.equal(dev, keep), True))
-    return table
+    if len(counts) == 1:
+        return np.ones(len(dev), bool)
+    others = ", ".join(f"{v} ({c} rows)" for c, v in counts[1:])
+    warnings.append(f"the file holds several devices; kept device {keep} "
+                    f"({n_keep} rows), skipped device(s) {others}")
+    rows.kept_device = values.index(keep)
+    return (dev == rows.kept_device) | (dev < 0)
 
 
-def _timed_rows(path: str, table: pa.Table, cols: dict[str, str], warnings: list[str]
-                ) -> tuple[pa.Table, np.ndarray, np.ndarray]:
-    """The rows with a parseable start and a non-negative duration, and those times in
-    ns; InputError when no row has them."""
-    n = table.num_rows
-    start_ns, ok_start = us_column_to_ns(table[cols["start"]])
-    dur_ns, ok_dur = us_column_to_ns(table[cols["dur"]])
-    ok = ok_start & ok_dur & (dur_ns >= 0)
-    n_ok = int(ok.sum())
-    if n_ok == 0:
+def _check_timed(path: str, rows: _Rows, keep: np.ndarray, warnings: list[str]) -> None:
+    """Warn about the rows of the kept device (and those without one) skipped for their
+    time (missing, NaN or negative duration, unparseable start); InputError when none of
+    them has a usable time."""
+    slots = (slice(None) if rows.kept_device is None else [0, rows.kept_device + 1])
+    n = int(rows.dev_rows[slots].sum())
+    n_bad = int(rows.dev_bad[slots].sum())
+    if not keep.any():
         raise InputError(path, f"no usable rows (none of {n} row(s) has a parseable start time "
                                "and a non-negative duration)")
-    if n_ok < n:
-        warnings.append(f"skipped {n - n_ok} row(s) with a missing, NaN or negative duration "
+    if n_bad:
+        warnings.append(f"skipped {n_bad} row(s) with a missing, NaN or negative duration "
                         "or an unparseable start time")
-        # drop them before the text columns are encoded, so no table holds unused values
-        table = table.filter(pa.array(ok))
-        start_ns, dur_ns = start_ns[ok], dur_ns[ok]
-    return table, start_ns, dur_ns
-
-
-def _encode_or_blank(col, n: int) -> tuple[np.ndarray, list[str]]:
-    """A text column dictionary-encoded, or every row "" when the file lacks it."""
-    if col is None:
-        return np.zeros(n, np.int32), [""]
-    return _encode(pc.fill_null(_trim(col), ""))
 
 
 def _kind_and_core(types: tuple[np.ndarray, list[str]], cores: tuple[np.ndarray, list[str]],

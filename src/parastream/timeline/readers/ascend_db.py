@@ -28,7 +28,13 @@ into one communication op on their own stream, since they overlap each other by 
 and are not corrupt compute (``meta["ascend_hccl_tasks_merged"]`` counts those merged away).
 Other SDMA/memcpy tasks are memcpy ops; other tasks without info are not ops.
 Column names are matched loosely (``blockNum`` or ``blockDim``, ...), optional tables may
-be absent, and the file is opened read-only.
+be absent, and the file is opened read-only. The TASK query's rows are fetched in chunks,
+each turned into numpy columns at once, so no Python tuple per task is kept.
+
+``Timeline.collectives`` holds the whole collectives of ``COMMUNICATION_OP``: ``key`` the
+op name (the same on every rank of the group), ``group`` the group's name (``groupName``),
+``nbytes`` its ``count`` elements times the size of its ``dataType``
+(``ENUM_HCCL_DATA_TYPE``).
 """
 
 from __future__ import annotations
@@ -42,6 +48,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ...errors import InputError
+from ..collectives import Collectives, make_collectives
 from ..intervals import window_ids
 from ..model import (
     COMM_LANE, KIND_COMM, KIND_COMPUTE, KIND_MEMCPY, KIND_MEMSET, DeviceInfo, Timeline,
@@ -49,7 +56,8 @@ from ..model import (
 )
 from ..nogc import gc_paused
 from . import SQLITE_MAGIC
-from .hccl import is_hccl_task_type, is_memcpy_text, is_memset_text, merge_collectives
+from .hccl import (hccl_dtype_bytes, is_hccl_task_type, is_memcpy_text, is_memset_text,
+                   merge_collectives, timeline_collectives)
 
 FORMAT = "ascend_db"
 #: task types that mark a point in a stream, not work
@@ -201,8 +209,8 @@ def _read(con: sqlite3.Connection, path: str) -> Timeline:
     strings = _strings(con, tables)
     task = _Cols(con, "TASK")
     query = _task_query(con, tables, task, path)
-    cols = list(zip(*con.execute(query.sql)))
-    if not cols:
+    cols = _fetch_columns(con.execute(query.sql), len(_TaskRows._fields))
+    if not len(cols[0]):
         raise InputError(path, "no usable rows (the TASK table is empty)")
     rows = _TaskRows(*cols)
     warnings: list[str] = []
@@ -237,12 +245,44 @@ def _read(con: sqlite3.Connection, path: str) -> Timeline:
     if not comm_rows and (roles.src == 1).sum() > 1:
         ops, shapes = _merge_small_tasks(ops, shapes, rows, roles, idx, (names, types), meta)
     device = DeviceInfo(name=_npu_name(con, tables, chosen))
-    return make_timeline(path, FORMAT, labels, names, types, ops, waits, shapes=shapes,
-                         device=device, warnings=warnings, meta=meta)
+    tl = make_timeline(path, FORMAT, labels, names, types, ops, waits, shapes=shapes,
+                       device=device, warnings=warnings, meta=meta)
+    tl.collectives = _collectives(comm_rows) or timeline_collectives(tl)
+    return tl
+
+
+#: rows fetched from sqlite at a time; each chunk becomes numpy columns at once
+_CHUNK_ROWS = 1 << 16
+
+
+def _fetch_columns(cursor: sqlite3.Cursor, n_cols: int) -> list[np.ndarray]:
+    """A query's result as one numpy array per column, fetched in chunks of
+    :data:`_CHUNK_ROWS` rows, so no Python tuple per row outlives its chunk: int64 where
+    a chunk's values are all integers, else an object array of the values."""
+    parts: list[list[np.ndarray]] = [[] for _ in range(n_cols)]
+    while True:
+        chunk = cursor.fetchmany(_CHUNK_ROWS)
+        if not chunk:
+            break
+        for i, col in enumerate(zip(*chunk)):
+            parts[i].append(_chunk_array(col))
+        del chunk
+    return [np.concatenate(p) if p else np.zeros(0, np.int64) for p in parts]
+
+
+def _chunk_array(values: tuple) -> np.ndarray:
+    """One chunk of a column: int64 when every value converts (as ``np.asarray`` would
+    convert the whole column), else the values as objects."""
+    try:
+        return np.asarray(values, dtype=np.int64).reshape(-1)
+    except (TypeError, ValueError, OverflowError):
+        arr = np.empty(len(values), object)
+        arr[:] = values
+        return arr
 
 
 class _TaskRows(NamedTuple):
-    """The TASK query's columns (one tuple each, a value per task): the task's own, then
+    """The TASK query's columns (one array each, a value per task): the task's own, then
     its compute info (``has_ci`` and ``ci_*``), then its communication info (``has_cm``,
     ``cm_*``); ``linked``: its connection id is a whole collective's."""
 
@@ -404,7 +444,7 @@ def _roles(rows: _TaskRows, strings: dict, keep: np.ndarray) -> _Roles:
 
 def _op_columns(rows: _TaskRows, strings: dict, roles: _Roles,
                 picked: tuple[np.ndarray, np.ndarray], times: tuple[np.ndarray, np.ndarray],
-                comm_rows: list[tuple[str, str, int, int]]):
+                comm_rows: list["_CommOp"]):
     """The op and wait columns (steps aside) of the picked tasks (``picked``: op and wait
     task indices) followed by the whole collectives, and their lane, name and type texts.
     Lanes are stream ids as text, whole collectives on the comm lane."""
@@ -557,8 +597,20 @@ def _dims(raw, idx: np.ndarray, n_comm: int) -> np.ndarray:
     return np.concatenate([vals, np.full(n_comm, -1, np.int64)]).astype(np.int32)
 
 
-def _comm_ops(con, tables, strings, device, t_gid, task) -> list[tuple[str, str, int, int]]:
-    """Whole collectives from COMMUNICATION_OP: (name, type, start_ns, end_ns)."""
+class _CommOp(NamedTuple):
+    """One whole collective of COMMUNICATION_OP: its name and type as text, its span, its
+    group's name and its message size in bytes (-1 unknown)."""
+
+    name: str
+    type: str
+    start: int
+    end: int
+    group: str
+    nbytes: int
+
+
+def _comm_ops(con, tables, strings, device, t_gid, task) -> list[_CommOp]:
+    """Whole collectives from COMMUNICATION_OP."""
     if "COMMUNICATION_OP" not in tables:
         return []
     co = _Cols(con, "COMMUNICATION_OP")
@@ -566,7 +618,8 @@ def _comm_ops(con, tables, strings, device, t_gid, task) -> list[tuple[str, str,
     if not c_start or not c_end:
         return []
     sql = (f'SELECT {co.expr("o", "opName", "name")}, {co.expr("o", "opType")}, '
-           f'o."{c_start}", o."{c_end}" FROM COMMUNICATION_OP o')
+           f'o."{c_start}", o."{c_end}", {co.expr("o", "groupName", "group")}, '
+           f'{co.expr("o", "dataType")}, {co.expr("o", "count")} FROM COMMUNICATION_OP o')
     params: tuple = ()
     c_dev = co.pick("deviceId", "deviceld")
     c_opid = co.pick("opId")
@@ -585,11 +638,44 @@ def _comm_ops(con, tables, strings, device, t_gid, task) -> list[tuple[str, str,
     raw = con.execute(sql, params).fetchall()
     names = _text([r[0] for r in raw], strings)
     types = _text([r[1] for r in raw], strings)
-    for (_, _, s, e), nm, ty in zip(raw, names, types):
-        if s is None or e is None:
+    groups = _text([r[4] for r in raw], strings)
+    sizes = _hccl_dtype_sizes(con, tables)
+    for r, nm, ty, grp in zip(raw, names, types, groups):
+        if r[2] is None or r[3] is None:
             continue
-        out.append((nm, ty, int(s), int(e)))
+        width, count = sizes.get(_int_or(r[5], -1), -1), _int_or(r[6], -1)
+        nbytes = width * count if width > 0 and count >= 0 else -1
+        out.append(_CommOp(nm, ty, int(r[2]), int(r[3]), grp, nbytes))
     return out
+
+
+def _hccl_dtype_sizes(con, tables) -> dict[int, int]:
+    """ENUM_HCCL_DATA_TYPE id -> bytes per element (the known types only)."""
+    if "ENUM_HCCL_DATA_TYPE" not in tables:
+        return {}
+    cols = _Cols(con, "ENUM_HCCL_DATA_TYPE")
+    cid, cname = cols.pick("id"), cols.pick("name")
+    if not cid or not cname:
+        return {}
+    out = {}
+    for i, name in con.execute(f'SELECT "{cid}", "{cname}" FROM ENUM_HCCL_DATA_TYPE'):
+        width = hccl_dtype_bytes(name)
+        if width > 0:
+            out[_int_or(i, -1)] = width
+    return out
+
+
+def _collectives(comm_rows: list[_CommOp]) -> Collectives | None:
+    """The whole collectives as a :class:`Collectives` table: ``key`` the op name (the
+    same on every rank of the group), ``group`` the group's name, ``nbytes`` elements
+    times the data type's size."""
+    if not comm_rows:
+        return None
+    names = [r.name for r in comm_rows]
+    return make_collectives(names, [r.group for r in comm_rows],
+                            np.array([r.start for r in comm_rows], np.int64),
+                            np.array([r.end for r in comm_rows], np.int64), key=names,
+                            nbytes=[r.nbytes for r in comm_rows])
 
 
 def _several_devices(con, task: _Cols) -> bool:

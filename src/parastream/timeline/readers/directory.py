@@ -22,6 +22,10 @@ put into the timeline's ``meta`` by :func:`.step_trace.attach` (``ascend_overlap
 and friends), with a warning when parastream's comm/comp overlap differs from it by more
 than 2 points.
 
+What the capture measured about its communication (``communication.json``,
+``communication_matrix.json``, else ``analysis.db``'s CommAnalyzer tables) goes into
+``meta["comm_matrix"]`` and ``meta["hccl_wait_ns"]`` by :func:`.ascend_comm.attach`.
+
 Entries that cannot be read as what they look like (a symbolic link that loops or points
 nowhere) are skipped with a warning naming them; a capture whose every source is such an
 entry is an :class:`InputError`.
@@ -37,7 +41,7 @@ import re
 
 from ...errors import InputError
 from ..model import Timeline
-from . import step_trace
+from . import ascend_comm, step_trace
 
 CAPTURE_SUFFIXES = ("_ascend_pt", "_ascend_ms")
 _OUTPUT_DIR = "ASCEND_PROFILER_OUTPUT"
@@ -215,6 +219,7 @@ def _read_capture(root: str, skipped: list[InputError] | None = None) -> Timelin
         if aiv and not tl.device.vector_core_num:
             tl.device.vector_core_num = aiv
     _attach_step_trace(tl, root)
+    ascend_comm.attach(tl, root)
     return tl
 
 

@@ -14,6 +14,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..collectives import Collectives, dtype_bytes, make_collectives
+from ..model import KIND_COMM, Timeline
+
 #: task types only HCCL issues (spaces, underscores and case ignored)
 _HCCL_TASK_TYPES = frozenset({
     "NOTIFYWAIT", "NOTIFYRECORD", "WRITEVALUE", "REDUCEINLINE", "REDUCETBE", "RDMASEND",
@@ -135,3 +138,60 @@ def is_memcpy_text(v: str) -> bool:
 def is_memset_text(v: str) -> bool:
     """An Ascend op name or task type that says it sets memory (MEMSET)."""
     return "MEMSET" in v.upper()
+
+
+def hcom_group(name: str) -> str:
+    """The group field of an HCCL op name: ``hcom_allReduce__586_0_1`` -> ``"586"`` (the
+    last digits of the group's hash, which ``communication.json`` writes whole after
+    ``@``); "" when the name has no such field."""
+    _, sep, tail = name.strip().partition("__")
+    fields = tail.split("_")
+    return fields[0] if sep and len(fields) >= 2 and fields[0].isdigit() else ""
+
+
+#: bytes per element of HCCL's data type names (``ENUM_HCCL_DATA_TYPE``, trace_view's
+#: ``data_type``), where they differ from :data:`~parastream.timeline.collectives.DTYPE_BYTES`
+_HCCL_DTYPE_BYTES = {"FP16": 2, "BFP16": 2, "FP32": 4, "FP64": 8, "INT128": 16}
+
+
+def hccl_dtype_bytes(name: object) -> int:
+    """Bytes per element of an HCCL data type name (``FP32``, ``BFP16``, ``INT8``); -1
+    when unknown."""
+    text = str(name).strip().upper()
+    return _HCCL_DTYPE_BYTES.get(text) or dtype_bytes(text)
+
+
+def hccl_nbytes(data_type: object, count: object) -> int:
+    """A collective's message size: ``count`` elements of ``data_type``; -1 unknown."""
+    try:
+        n = int(str(count).strip())
+    except ValueError:
+        return -1
+    width = hccl_dtype_bytes(data_type)
+    return width * n if width > 0 and n >= 0 else -1
+
+
+def named_collectives(names: list[str], name_codes: np.ndarray, comm: np.ndarray,
+                      start_ns: np.ndarray, end_ns: np.ndarray,
+                      sizes: dict[str, int] | None = None) -> Collectives | None:
+    """The :class:`Collectives` of the communication ops (``comm``) named as a whole
+    collective (``hcom_*``): ``key`` their name (the same string on every rank of the
+    group), ``group`` its group field (:func:`hcom_group`), ``nbytes`` from ``sizes``
+    (per name) where given; None when there is none."""
+    named = np.zeros(len(names) + 1, bool)
+    for c in np.unique(name_codes[comm]).tolist():
+        named[c] = is_collective_name(names[c])
+    idx = np.flatnonzero(comm & named[name_codes])
+    if not idx.size:
+        return None
+    keys = [names[c] for c in name_codes[idx].tolist()]
+    sizes = sizes or {}
+    return make_collectives(keys, [hcom_group(k) for k in keys], start_ns[idx], end_ns[idx],
+                            key=keys, nbytes=[sizes.get(k, -1) for k in keys])
+
+
+def timeline_collectives(tl: Timeline, sizes: dict[str, int] | None = None
+                         ) -> Collectives | None:
+    """:func:`named_collectives` of a timeline's communication ops."""
+    return named_collectives(tl.names, tl.name, tl.kind == KIND_COMM, tl.start_ns, tl.end_ns,
+                             sizes)

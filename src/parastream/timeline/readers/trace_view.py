@@ -32,6 +32,8 @@ What becomes what:
   one collective (same ``connection_id``, or overlapping on one stream) are merged into
   one :data:`KIND_COMM` op spanning them on their own stream, because they overlap each
   other by design and are not corrupt compute;
+* the whole collectives also fill ``Timeline.collectives`` (``key`` the op name,
+  ``nbytes`` from their ``count`` and ``data_type`` args);
 * CPU-side processes are ignored; ``Overlap Analysis`` slice totals (Computing,
   Communication, Communication(Not Overlapped), Free) are kept in
   ``meta["ascend_overlap_analysis"]`` (nanoseconds), and Ascend's comm/comp overlap they
@@ -58,7 +60,8 @@ from ..model import (
 from ..nogc import gc_paused
 from ..timeparse import us_column_to_ns
 from . import read_all
-from .hccl import is_collective_name, is_hccl_task_type, merge_collectives
+from .hccl import (hccl_nbytes, is_collective_name, is_hccl_task_type, merge_collectives,
+                   timeline_collectives)
 from .step_trace import attach, from_overlap_analysis
 
 FORMAT = "ascend_trace_view"
@@ -89,6 +92,9 @@ class _Args(msgspec.Struct, gc=False):
     task_id: Any = msgspec.field(default=None, name="Task Id")
     plane_stream: Any = msgspec.field(default=None, name="stream id")
     plane_task: Any = msgspec.field(default=None, name="task id")
+    # a whole collective's message: count elements of data_type
+    data_type: Any = None
+    count: Any = None
 
 
 class _Event(msgspec.Struct, gc=False):
@@ -154,7 +160,8 @@ def _args(ev) -> _Args:
                  mix_block_dim=a.get("Mix Block Dim"), mix_block_num=a.get("Mix Block Num"),
                  op_type=a.get("Op Type", a.get("OP Type")),
                  connection_id=a.get("connection_id"), task_id=a.get("Task Id"),
-                 plane_stream=a.get("stream id"), plane_task=a.get("task id"))
+                 plane_stream=a.get("stream id"), plane_task=a.get("task id"),
+                 data_type=a.get("data_type"), count=a.get("count"))
 
 
 #: block dims are int32 columns; a larger one (a corrupt field) is clipped, as the CSV
@@ -281,6 +288,7 @@ def read(path: str | os.PathLike[str]) -> Timeline:
     ops = _merge_hw_comm(ops, rows.rows, take.op, names, types, meta)
     tl = make_timeline(path, FORMAT, streams, names, types, ops, waits, warnings=warnings,
                        meta=meta)
+    tl.collectives = timeline_collectives(tl, rows.sizes)
     if take.overlap:
         st = from_overlap_analysis(path, take.overlap)
         if st is not None:
@@ -341,13 +349,14 @@ class _Rows:
     """One row per kept event, (role, pid, lane, name, type, kind, core, block, mix, conn,
     task type), with its ts and dur still as text (one vectorised exact parse follows);
     ``x_count`` counts the task events of each hardware pid, ``markers`` those dropped as
-    markers."""
+    markers; ``sizes``: each whole collective's message size in bytes, by name."""
 
     rows: list[tuple]
     ts: list[str | None]
     dur: list[str | None]
     x_count: Counter
     markers: int
+    sizes: dict = field(default_factory=dict)
 
 
 def _collect_rows(events: list, procs: _Processes) -> _Rows:
@@ -394,8 +403,11 @@ def _collect_rows(events: list, procs: _Processes) -> _Rows:
         elif pid in comm_pids:
             if pid in procs.comm_with_op_threads and (pid, ev.tid) not in procs.comm_op_threads:
                 continue  # a Plane thread: HCCL's small tasks inside the whole ops
-            rows.append(("comm", pid, COMM_LANE, str(ev.name), str(_args(ev).op_type or ""),
+            a = _args(ev)
+            rows.append(("comm", pid, COMM_LANE, str(ev.name), str(a.op_type or ""),
                          KIND_COMM, hccl, -1, -1, None, None))
+            if a.count is not None:
+                out.sizes[str(ev.name)] = hccl_nbytes(a.data_type, a.count)
         elif pid in overlap_pids:
             rows.append(("overlap", pid, "", str(ev.name), "", 0, 0, -1, -1, None, None))
         else:
