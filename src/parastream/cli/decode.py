@@ -1,7 +1,9 @@
 """``parastream decode``: the same requests decoded in four modes on the built-in decoder
 (sequential, streams, batch, batch+overlap), one table of CPU figures, the agreement of
 the greedy tokens across modes, and each mode's timeline as a Kineto-style trace that
-``parastream analyze`` reads.
+``parastream analyze`` reads. With ``--simulate --device PROFILE``: the modes predicted
+on the device model at 7B shapes, swept over concurrency and arrival rate (labelled
+simulated; no torch needed).
 """
 
 from __future__ import annotations
@@ -13,6 +15,18 @@ import sys
 from typing import Any
 
 MODES_HELP = "sequential, streams, batch, batch+overlap"
+#: requests a prediction generates when --requests is not given (the workflow's default)
+PREDICT_REQUESTS = 256
+#: the flags only --simulate reads, and those it refuses (what they would set)
+SIMULATE_ONLY = ("device", "launch", "sweep", "rates", "host_us")
+NOT_SIMULATED = {"threads": "--threads sets torch's threads of a measured run",
+                 "streams": "--streams sets a measured run's worker threads; a prediction's "
+                            "streams share the device profile's hardware queues",
+                 "rate": "--rate is one rate of a measured run; a prediction sweeps --rates",
+                 "concurrency": "--concurrency is one value of a measured run; a prediction "
+                                "sweeps --sweep",
+                 "html": "--html shows measured timelines; a prediction has none",
+                 "output": "-o writes measured timelines; a prediction has none"}
 
 
 def add_parser(subparsers: Any) -> None:
@@ -32,20 +46,22 @@ def add_parser(subparsers: Any) -> None:
             "inter-token latency p50/p99, Jain's fairness, the most passes a request waited, "
             "the device's busy share and the ratio to sequential; the figures are measured "
             "on CPU threads."))
-    p.add_argument("--model", default="small", metavar="MODEL",
-                   help="built-in decoder size: tiny or small (default small; 7b is for "
-                        "prediction, not built yet), or path/to/file.py:factory returning "
-                        "a decoder that follows the protocol in docs/decode.md")
+    p.add_argument("--model", metavar="MODEL",
+                   help="built-in decoder size: tiny or small (default small; 7b, the "
+                        "default of --simulate, is for prediction only), or "
+                        "path/to/file.py:factory returning a decoder that follows the "
+                        "protocol in docs/decode.md")
     p.add_argument("--modes", default="all", metavar="M,...",
                    help=f"modes to run, comma-separated: {MODES_HELP} (default all)")
-    p.add_argument("--requests", type=int, default=32, metavar="N",
-                   help="requests to generate (default 32)")
+    p.add_argument("--requests", type=int, metavar="N",
+                   help=f"requests to generate (default 32; {PREDICT_REQUESTS} with "
+                        "--simulate)")
     p.add_argument("--concurrency", type=int, default=16, metavar="N",
                    help="most requests running at once (default 16)")
     p.add_argument("--streams", type=int, metavar="N",
                    help="streams of the 'streams' mode, its hardware queues (default: "
                         "--concurrency; fewer are shared by the running requests)")
-    p.add_argument("--rate", type=float, default=float("inf"), metavar="R",
+    p.add_argument("--rate", type=float, metavar="R",
                    help="Poisson arrivals per second (default inf: all at the start)")
     p.add_argument("--lengths", default="uniform", metavar="NAME",
                    help="prompt and output length distribution: fixed, uniform or "
@@ -61,7 +77,11 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--kv-blocks", type=int, metavar="N",
                    help="KV budget in blocks of 16 positions (default: room for "
                         "--concurrency requests at the model's full context)")
-    p.add_argument("--threads", type=int, default=1, metavar="N",
+    p.add_argument("--prefill-chunk", type=int, metavar="N",
+                   help="batch modes: prefill in chunks of at most N positions per step, "
+                        "beside the running requests' decode rows (default: each prefill "
+                        "whole, on its own before the step)")
+    p.add_argument("--threads", type=int, metavar="N",
                    help="torch intra-op threads for the run (default 1: the modes provide "
                         "the parallelism)")
     json_arg(p, "the figures, agreement and requests ended early")
@@ -69,7 +89,34 @@ def add_parser(subparsers: Any) -> None:
                    "steps timeline and its per-request Gantt (waiting, decoding)")
     output_arg(p, "each mode's timeline as a Kineto-style trace (FILE with the mode "
                   "before its extension when several modes run)", default=None)
+    _simulate_args(p)
     p.set_defaults(func=cmd_decode)
+
+
+def _simulate_args(p: argparse.ArgumentParser) -> None:
+    """The prediction's flags (``--simulate`` and what only it reads)."""
+    from .args import SHIPPED
+
+    g = p.add_argument_group("prediction (--simulate)")
+    g.add_argument("--simulate", action="store_true",
+                   help="predict instead of measuring: the same scheduler and requests on "
+                        "the discrete-event model of --device at the model's shapes "
+                        "(default 7b), swept over concurrency and rate; no torch needed")
+    g.add_argument("--device", metavar="D",
+                   help="device profile name or .json path (default ascend910b; shipped: "
+                        f"{SHIPPED})")
+    g.add_argument("--launch", choices=("eager", "graph"),
+                   help="eager: the host launches every op (default); graph: one captured "
+                        "graph per forward (needs the profile's graph_dispatch_us)")
+    g.add_argument("--sweep", metavar="N,...",
+                   help="concurrencies to sweep (default 1,4,16,64,256)")
+    g.add_argument("--rates", metavar="R,...",
+                   help="arrival rates to sweep, requests per second, inf = all at once "
+                        "(default inf and two derived: a quarter and three quarters of the "
+                        "highest concurrency's capacity)")
+    g.add_argument("--host-us", metavar="STEP,PER_REQUEST",
+                   help="the host's scheduling and sampling time per step: us per step and "
+                        "us per request in it (default 100,5)")
 
 
 def cmd_decode(args: argparse.Namespace) -> int:
@@ -79,17 +126,21 @@ def cmd_decode(args: argparse.Namespace) -> int:
     from ..decode.workload import WorkloadOptions
     from ..workflow.decode import DecodeSettings, check_modes, decode
 
+    if args.simulate:
+        return cmd_predict(args)
+    _refuse_unless_simulate(args)
     modes = check_modes(args.modes)
     traces = trace_paths(args.output, modes)
     check_outputs({"--json": args.json, "--html": args.html,
                    **{f"-o/--output ({m})": p for m, p in traces.items()}},
                   spec_paths(args.workload, args.model))
-    wl = WorkloadOptions(requests=args.requests, rate=args.rate, lengths=args.lengths,
+    wl = WorkloadOptions(requests=_given(args.requests, 32),
+                         rate=_given(args.rate, float("inf")), lengths=args.lengths,
                          seed=args.seed, file=args.workload)
     settings = DecodeSettings(concurrency=args.concurrency, kv_blocks=args.kv_blocks,
-                              max_skip=args.max_skip, threads=args.threads,
-                              streams=args.streams)
-    result = decode(args.model, modes, workload=wl, settings=settings)
+                              max_skip=args.max_skip, threads=_given(args.threads, 1),
+                              streams=args.streams, prefill_chunk=args.prefill_chunk)
+    result = decode(_given(args.model, "small"), modes, workload=wl, settings=settings)
     doc = result.to_dict()
     sys.stdout.write(render_text(doc))
     if args.json:
@@ -205,4 +256,152 @@ def ended_lines(doc: dict, limit: int = 10) -> list[str]:
     return out
 
 
-__all__ = ["add_parser", "cmd_decode", "render_text", "trace_paths"]
+# ------------------------------------------------------------------ prediction
+
+def _given(value: Any, default: Any) -> Any:
+    return default if value is None else value
+
+
+def _refuse_unless_simulate(args: argparse.Namespace) -> None:
+    """InputError for a prediction's flag given to a measured run."""
+    from ..errors import InputError
+
+    given = [f"--{k.replace('_', '-')}" for k in SIMULATE_ONLY if getattr(args, k) is not None]
+    if given:
+        raise InputError(None, f"{', '.join(given)}: only with --simulate (a prediction)")
+
+
+def _refuse_for_simulate(args: argparse.Namespace) -> None:
+    """InputError for a measured run's flag given with --simulate (one line naming it)."""
+    from ..errors import InputError
+
+    for key, why in NOT_SIMULATED.items():
+        default = 16 if key == "concurrency" else None
+        if getattr(args, key) != default:
+            raise InputError(None, f"{why}: not with --simulate")
+
+
+def _numbers(text: str | None, flag: str, kind: type, example: str) -> tuple | None:
+    """Comma-separated numbers of ``flag`` (None when not given); InputError otherwise."""
+    from ..errors import InputError
+
+    if text is None:
+        return None
+    try:
+        vals = tuple(kind(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        vals = ()
+    if not vals:
+        raise InputError(None, f"{flag} wants {example}, not {text!r}")
+    return vals
+
+
+def predict_settings(args: argparse.Namespace) -> Any:
+    """The sweep settings of the prediction flags."""
+    from ..decode.predict import HostCost
+    from ..decode.predict_sweep import DEFAULT_CONCURRENCY, SweepSettings
+
+    host = _numbers(args.host_us, "--host-us", float, "two numbers like 100,5")
+    if host is not None and len(host) != 2:
+        from ..errors import InputError
+
+        raise InputError(None, f"--host-us wants two numbers like 100,5, not {args.host_us!r}")
+    return SweepSettings(
+        concurrency=_numbers(args.sweep, "--sweep", int, "concurrencies like 1,4,16")
+        or DEFAULT_CONCURRENCY,
+        rates=_numbers(args.rates, "--rates", float, "rates like inf,20,50"),
+        launch=args.launch or "eager", host=HostCost(*host) if host else HostCost(),
+        max_skip=args.max_skip, kv_blocks=args.kv_blocks, seed=args.seed,
+        prefill_chunk=args.prefill_chunk)
+
+
+def cmd_predict(args: argparse.Namespace) -> int:
+    """``decode --simulate``: the sweep (:func:`parastream.workflow.decode.predict`) as a
+    table, and its document with ``--json``."""
+    from ..atomic import check_outputs, spec_paths, write_atomic
+    from ..decode.workload import WorkloadOptions
+    from ..workflow.decode import PREDICT_MODEL, check_modes, predict
+
+    _refuse_for_simulate(args)
+    modes = check_modes(args.modes)
+    check_outputs({"--json": args.json}, spec_paths(args.workload, args.model))
+    wl = WorkloadOptions(requests=_given(args.requests, PREDICT_REQUESTS),
+                         lengths=args.lengths, seed=args.seed, file=args.workload)
+    result = predict(_given(args.model, PREDICT_MODEL), args.device, modes, workload=wl,
+                     settings=predict_settings(args))
+    doc = result.to_dict()
+    sys.stdout.write(render_prediction(doc))
+    if args.json:
+        from ..report.graph import render_json
+
+        write_atomic(args.json, render_json(doc, indent=2))
+        print(f"wrote {args.json}", file=sys.stderr)
+    return 0
+
+
+def _rate_text(rate: Any) -> str:
+    return rate if isinstance(rate, str) else f"{rate:g}/s"
+
+
+def render_prediction(doc: dict) -> str:
+    """The prediction as text: the header (SIMULATED, the profile, the host's cost), the
+    tokens/s of each mode per concurrency and rate with the winner, the latencies, the
+    two-micro-batch calibration and gate."""
+    modes = doc["settings"]["modes"]
+    wl = doc["workload"]
+    said = (f"file {wl['file']}" if wl["file"] else
+            f"{wl['lengths']} lengths, seed {wl['seed']}")
+    lines = [f"parastream decode --simulate: {doc['model']['name']} model, "
+             f"{wl['requests']} requests ({said}), SIMULATED on {doc['device']}, "
+             f"{doc['launch']} launch",
+             f"{doc['host']['said']}; streams share the device's "
+             f"{doc['settings']['hw_queues']} hardware queues" + _chunk_said(doc), "",
+             "tokens/s (SIMULATED on " + doc["device"] + ")",
+             f"{'concurrency':>11s} {'rate':>8s} " + " ".join(f"{m:>13s}" for m in modes)
+             + "  winner"]
+    for r in doc["sweep"]:
+        lines.append(f"{r['concurrency']:>11d} {_rate_text(r['rate']):>8s} "
+                     + " ".join(f"{r['modes'][m]['tokens_per_s']:>13.1f}" for m in modes)
+                     + f"  {r['winner']}")
+    lines += ["", "TTFT p50 / TTFT p99 / ITL p50, ms (SIMULATED on " + doc["device"] + ")",
+              f"{'concurrency':>11s} {'rate':>8s} " + " ".join(f"{m:>22s}" for m in modes)]
+    for r in doc["sweep"]:
+        cells = []
+        for m in modes:
+            f = r["modes"][m]
+            cells.append(f"{_fmt(f['ttft_ms']['p50'], '.0f')}/{_fmt(f['ttft_ms']['p99'], '.0f')}"
+                         f"/{_fmt(f['itl_ms']['p50'], '.2f')}")
+        lines.append(f"{r['concurrency']:>11d} {_rate_text(r['rate']):>8s} "
+                     + " ".join(f"{c:>22s}" for c in cells))
+    return "\n".join(lines + [""] + gate_lines(doc) + winner_lines(doc)) + "\n"
+
+
+def _chunk_said(doc: dict) -> str:
+    chunk = doc["settings"]["prefill_chunk"]
+    return f"; batch modes prefill in chunks of {chunk} positions" if chunk else ""
+
+
+def gate_lines(doc: dict) -> list[str]:
+    """The two-micro-batch calibration (forward tokens -> speedup over one forward) and
+    where the gate opens."""
+    gate = doc["two_micro_batch"]
+    curve = ", ".join(f"{c['forward']} {c['tokens']}: {c['speedup']:.2f}x"
+                      for c in gate["curve"])
+    at = gate["threshold_tokens"]
+    verdict = (f"on from {at} tokens per forward" if at is not None
+               else "off: two micro-batches win at no calibrated size")
+    return [f"two micro-batches vs one forward (SIMULATED), by forward tokens: {curve}",
+            f"two-micro-batch gate of batch+overlap: {verdict}"]
+
+
+def winner_lines(doc: dict) -> list[str]:
+    """How many sweep points each mode won (by tokens/s)."""
+    wins: dict[str, int] = {}
+    for r in doc["sweep"]:
+        wins[r["winner"]] = wins.get(r["winner"], 0) + 1
+    said = ", ".join(f"{m} at {n}" for m, n in sorted(wins.items(), key=lambda kv: -kv[1]))
+    return [f"winner by tokens/s over {len(doc['sweep'])} points: {said}"]
+
+
+__all__ = ["add_parser", "cmd_decode", "cmd_predict", "predict_settings", "render_prediction",
+           "render_text", "trace_paths"]

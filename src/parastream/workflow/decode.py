@@ -1,6 +1,8 @@
 """Concurrent decode of independent requests, measured: the same requests served in each
 decode mode (sequential, streams, batch, batch+overlap) on the built-in decoder, with the
-same scheduler, and compared (:func:`decode` -> :class:`DecodeResult`).
+same scheduler, and compared (:func:`decode` -> :class:`DecodeResult`); and predicted on a
+device profile (:func:`predict` -> :class:`PredictResult`): the same scheduler and
+requests on the discrete-event device model, swept over concurrency and arrival rate.
 
 Every mode's greedy tokens are compared with the first mode's (sequential when it runs):
 a differing token is allowed only at a numerical tie (the two top logits within 1e-4),
@@ -30,13 +32,16 @@ class DecodeSettings:
     context), ``max_skip`` (passes a waiting request may be passed over), ``threads``
     (torch intra-op threads, set for the run and restored after), ``streams`` (the
     streams of ``streams`` mode, its hardware queues; None = ``concurrency``, more
-    running requests than streams share them)."""
+    running requests than streams share them), ``prefill_chunk`` (the batch modes'
+    chunked prefill: the most prefill positions one step computes beside its decode
+    rows; None: each prefill whole, on its own)."""
 
     concurrency: int = 16
     kv_blocks: int | None = None
     max_skip: int = 4
     threads: int = 1
     streams: int | None = None
+    prefill_chunk: int | None = None
 
     def check(self) -> None:
         """InputError naming the flag of a setting out of range."""
@@ -49,6 +54,9 @@ class DecodeSettings:
             raise InputError(None, f"--kv-blocks must be at least 1, got {self.kv_blocks}")
         if self.max_skip < 0:
             raise InputError(None, f"--max-skip must not be negative, got {self.max_skip}")
+        if self.prefill_chunk is not None and self.prefill_chunk < 1:
+            raise InputError(None, f"--prefill-chunk must be at least 1, got "
+                                   f"{self.prefill_chunk}")
 
 
 @dataclass(frozen=True)
@@ -112,8 +120,8 @@ def load_model(model: Any, seed: int = 0) -> Any:
                                "nor path/to/file.py:factory")
     if model not in RUNNABLE:
         raise InputError(None, f"--model {model}: built on the meta device, shapes for "
-                               "prediction only; prediction (--simulate) is not built yet, "
-                               f"run {' or '.join(RUNNABLE)}")
+                               "prediction only: predict it with --simulate --device "
+                               f"PROFILE, or run {' or '.join(RUNNABLE)}")
     return build_model(model, seed=seed)
 
 
@@ -157,7 +165,8 @@ def _serve(decoder: Any, modes: tuple[str, ...], requests: list,
     _check_pool(decoder.config, blocks)
     ms = ModeSettings(concurrency=settings.concurrency, kv_blocks=blocks,
                       max_skip=settings.max_skip, context=context,
-                      streams=settings.streams or settings.concurrency)
+                      streams=settings.streams or settings.concurrency,
+                      prefill_chunk=settings.prefill_chunk)
     return [run_mode(decoder, m, requests, ms) for m in modes]
 
 
@@ -224,4 +233,144 @@ def _busy_note() -> list[str]:
             f"{cores} cores): the figures are low and noisy"]
 
 
-__all__ = ["DecodeResult", "DecodeSettings", "SCHEMA", "check_modes", "decode", "load_model"]
+# ------------------------------------------------------------------ prediction
+
+PREDICT_SCHEMA = "parastream.decode-predict/1"
+#: the size predicted when none is named
+PREDICT_MODEL = "7b"
+#: requests generated for a prediction when none is said: enough to fill the sweep's
+#: highest default concurrency
+PREDICT_REQUESTS = 256
+
+
+@dataclass(frozen=True)
+class PredictResult:
+    """The ``parastream.decode-predict/1`` document (:meth:`to_dict`): the model's shape,
+    the device profile and its label (every figure is simulated), the launch mode, the
+    host's cost per step, the sweep's settings and workload, the rates run, the
+    two-micro-batch gate (threshold and calibration curve), one row per concurrency and
+    rate (each mode's figures and the winner by tokens/s) and notes."""
+
+    schema: str
+    model: dict
+    device: str
+    label: str
+    launch: str
+    host: dict
+    settings: dict
+    workload: dict
+    rates: list
+    two_micro_batch: dict
+    sweep: list[dict]
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        """The document as a JSON-ready dict."""
+        return document(self)
+
+
+def predict(model: str = PREDICT_MODEL, device: Any = None, modes: str | Sequence[str] = "all",
+            *, workload: Any = None, settings: Any = None) -> PredictResult:
+    """Predict ``modes`` of decode for ``model`` (a built-in size: its shapes) on
+    ``device`` (a shipped profile name, a profile file or a
+    :class:`~parastream.device.profile.DeviceProfile`; default ascend910b): the same
+    scheduler and requests on the discrete-event device model, swept over the
+    concurrencies and rates of ``settings`` (a
+    :class:`~parastream.decode.predict_sweep.SweepSettings`; its ``modes`` are replaced
+    by ``modes``). ``workload``: a :class:`~parastream.decode.workload.WorkloadOptions`
+    (default: 256 requests, uniform lengths, seed 0; a file keeps its arrivals). Needs no
+    torch. Bad input raises :class:`~parastream.errors.InputError`."""
+    import dataclasses
+
+    from ..decode.predict_sweep import SweepSettings, predict_sweep
+    from ..decode.workload import WorkloadOptions, make_requests
+
+    cfg = _predict_config(model)
+    profile = _predict_profile(device)
+    sweep_settings = dataclasses.replace(settings or SweepSettings(), modes=check_modes(modes))
+    _check_sweep(sweep_settings, profile)
+    wl = workload or WorkloadOptions(requests=PREDICT_REQUESTS)
+    reqs = make_requests(wl, cfg.vocab)
+    if wl.file:
+        _refuse_prompt_text(wl.file)
+    sw = predict_sweep(cfg, profile, reqs, sweep_settings, own_arrivals=bool(wl.file))
+    return _predict_result(cfg, profile, sweep_settings, wl, sw, len(reqs))
+
+
+def _predict_config(model: Any) -> Any:
+    """The shapes of built-in size ``model`` (InputError for anything else)."""
+    from ..decode.model import SIZES
+
+    if not isinstance(model, str) or model not in SIZES:
+        raise InputError(None, f"--simulate predicts a built-in size ({', '.join(SIZES)}), "
+                               f"not {model!r}: a decoder of your own has no shapes to price")
+    return SIZES[model]
+
+
+def _predict_profile(device: Any) -> Any:
+    """The device profile named (default ascend910b), or the profile given."""
+    from ..device.profile import DEFAULT_DEVICE, DeviceProfile, load_profile, warn_if_noted
+
+    if isinstance(device, DeviceProfile):
+        return device
+    profile = load_profile(device or DEFAULT_DEVICE)
+    warn_if_noted(profile)
+    return profile
+
+
+def _check_sweep(s: Any, profile: Any) -> None:
+    """InputError naming the flag of a sweep setting out of range."""
+    from ..sim.run import require_mode
+
+    if not s.concurrency or not all(1 <= c <= MAX_CONCURRENCY for c in s.concurrency):
+        raise InputError(None, "--sweep wants concurrencies from 1 to "
+                               f"{MAX_CONCURRENCY} like 1,4,16, got {list(s.concurrency)}")
+    if s.rates is not None and not (s.rates and all(r > 0 for r in s.rates)):
+        raise InputError(None, f"--rates wants positive rates like inf,20,50, got "
+                               f"{list(s.rates)}")
+    if s.launch not in ("eager", "graph"):
+        raise InputError(None, f"--launch must be eager or graph, got {s.launch!r}")
+    require_mode(profile, s.launch)
+    if not (s.host.step_us >= 0 and s.host.request_us >= 0):
+        raise InputError(None, "--host-us: the host's costs must not be negative")
+    DecodeSettings(kv_blocks=s.kv_blocks, max_skip=s.max_skip,
+                   prefill_chunk=s.prefill_chunk).check()
+
+
+def _refuse_prompt_text(path: str) -> None:
+    """InputError at the first line of workload ``path`` that gives prompt text: its
+    token count needs the model's tokenizer, which a prediction does not have."""
+    import msgspec
+
+    with open(path, "rb") as f:
+        for no, raw in enumerate(f.read().splitlines(), 1):
+            if raw.strip() and "prompt" in msgspec.json.decode(raw):
+                raise InputError(path, f"line {no}: prompt text needs the model's "
+                                       "tokenizer to count its tokens; --simulate takes "
+                                       "prompt_tokens")
+
+
+def _predict_result(cfg: Any, profile: Any, s: Any, wl: Any, sw: Any,
+                    requests: int) -> PredictResult:
+    from ..sim.run import sim_label
+
+    gate = sw.gate
+    return PredictResult(
+        schema=PREDICT_SCHEMA, model=_model_doc(cfg), device=profile.name,
+        label=sim_label(profile), launch=s.launch,
+        host={"step_us": s.host.step_us, "request_us": s.host.request_us,
+              "said": s.host.describe()},
+        settings={"concurrency": list(s.concurrency), "modes": list(s.modes),
+                  "max_skip": s.max_skip, "kv_blocks": s.kv_blocks,
+                  "prefill_chunk": s.prefill_chunk, "hw_queues": profile.hw_queues},
+        workload={"requests": requests, "lengths": None if wl.file else wl.lengths,
+                  "seed": wl.seed, "file": wl.file},
+        rates=sw.rates,
+        two_micro_batch={"threshold_tokens": gate.threshold,
+                         "curve": [{"forward": k, "tokens": t, "speedup": round(r, 3)}
+                                   for k, t, r in gate.curve]},
+        sweep=sw.rows)
+
+
+__all__ = ["DecodeResult", "DecodeSettings", "PREDICT_SCHEMA", "PredictResult", "SCHEMA",
+           "check_modes", "decode", "load_model", "predict"]
