@@ -185,6 +185,8 @@ def _write_html(path: str, result, doc: dict, names: str) -> None:
     extra = {"triage": doc["triage"]} if "triage" in doc else {}
     if "ranks" in doc:  # (the summary's own "ranks" is their count)
         extra["per_rank"] = doc["ranks"]
+    if "cluster" in doc:
+        extra["cluster"] = doc["cluster"]
     if doc.get("broken"):
         extra["broken"] = doc["broken"]
     title = ", ".join(os.path.basename(p.rstrip("/")) for p in result.paths)

@@ -671,9 +671,104 @@ def render_value(v: Any, depth: int = 0) -> str:
     return _scalar(v)
 
 
+#: rows of the per-collective skew table and of the communication matrix in the page (the
+#: JSON document has them all)
+TOP_COLLECTIVES = 20
+TOP_LINKS = 30
+
+
+def _cluster_html(cluster: dict) -> str:
+    """The cross-rank answers: the ranking in words, the ranks by the wait they caused,
+    a rank x step heat map of wait time, the collectives of largest arrival skew and the
+    communication matrix's links, slowest first."""
+    from .text import CLUSTER_COLUMNS, cluster_findings, cluster_rank_cells
+
+    facts = "".join(f"<div><dt>{_esc(label)}</dt><dd>{_esc(text)}</dd></div>"
+                    for label, text in cluster_findings(cluster))
+    rows = ["<tr>" + "".join(f'<td class="num">{_esc(c)}</td>' for c in row) + "</tr>"
+            for row in cluster_rank_cells(cluster)]
+    return (f'<dl class="facts">{facts}</dl>'
+            "<h3>Per rank, by the wait they caused the others</h3>"
+            + _table([_esc(c) for c in CLUSTER_COLUMNS], rows, "ranks")
+            + "<h3>Wait per rank and step</h3>" + _wait_heatmap(cluster)
+            + _skew_table(cluster.get("collectives") or [])
+            + _matrix_table(cluster.get("matrix") or []))
+
+
+def _heat_fill(frac: float) -> str:
+    """White (no wait) to deep red (the longest wait of the map)."""
+    g = int(round(245 - 190 * frac))
+    return f"rgb(245,{g},{g})" if frac > 0 else "rgb(250,250,250)"
+
+
+def _wait_heatmap(cluster: dict) -> str:
+    """An inline SVG: one row per rank, one column per step, each cell's colour the time
+    that rank waited for others in that step's collectives (its value on hover)."""
+    ranks = [r["rank"] for r in cluster.get("ranks") or []]
+    steps = cluster.get("steps") or []
+    if not ranks or not steps:
+        return '<p class="note">no step of matched collectives</p>'
+    waits = np.array([st.get("wait_ns_by_rank") or [0] * len(ranks) for st in steps],
+                     dtype=float).T  # rank x step
+    top = waits.max() if waits.size else 0.0
+    cw, ch, left, head = max(6, min(48, 960 // len(steps))), max(6, min(18, 720 // len(ranks))), 64, 18
+    cells = []
+    for i, rank in enumerate(ranks):
+        cells.append(f'<text x="{left - 6}" y="{head + i * ch + ch - 4}" text-anchor="end" '
+                     f'font-size="{min(11, ch)}">rank {_esc(rank)}</text>')
+        for j, st in enumerate(steps):
+            w = waits[i, j]
+            cells.append(f'<rect x="{left + j * cw}" y="{head + i * ch}" width="{cw - 1}" '
+                         f'height="{ch - 1}" fill="{_heat_fill(w / top if top else 0.0)}">'
+                         f'<title>rank {_esc(rank)}, step {_esc(st.get("step"))}: waited '
+                         f'{w / 1e6:,.3f} ms</title></rect>')
+    labels = "".join(f'<text x="{left + j * cw + cw / 2}" y="12" text-anchor="middle" '
+                     f'font-size="10">{_esc(st.get("step"))}</text>'
+                     for j, st in enumerate(steps) if len(steps) <= 40 or j % 10 == 0)
+    width, height = left + cw * len(steps) + 4, head + ch * len(ranks) + 4
+    return (f'<div class="table-wrap"><svg class="heatmap" role="img" width="{width}" '
+            f'height="{height}" viewBox="0 0 {width} {height}" xmlns="http://www.w3.org/2000/svg" '
+            f'aria-label="wait per rank and step">{labels}{"".join(cells)}</svg></div>'
+            f'<p class="note">rows: ranks; columns: steps; darker: longer wait for the '
+            f'others (longest {top / 1e6:,.3f} ms)</p>')
+
+
+def _skew_table(collectives: list[dict]) -> str:
+    """The collectives of largest arrival skew: who arrived last, the others' wait."""
+    top = sorted(collectives, key=lambda c: -(c.get("skew_ns") or 0))[:TOP_COLLECTIVES]
+    rows = [f'<tr><td>{_esc(c.get("op"))}</td><td>{_esc(c.get("group"))}</td>'
+            f'<td class="num">{_esc(c.get("seq"))}</td><td class="num">{_esc(c.get("step"))}</td>'
+            f'<td class="num">{_esc(c.get("members"))}</td>'
+            f'<td class="num">{_fmt_us((c.get("skew_ns") or 0) / 1e3)}</td>'
+            f'<td class="num">{_esc(c.get("last_rank"))}</td>'
+            f'<td class="num">{_fmt_us((c.get("wait_ns") or 0) / 1e3)}</td>'
+            f'<td class="num">{_esc(c.get("nbytes"))}</td></tr>' for c in top]
+    return (f"<h3>Collectives of largest arrival skew (top {len(top)} of "
+            f"{len(collectives)})</h3>"
+            + _table(["op", "group", "seq", "step", "ranks", "skew (us)", "last rank",
+                      "others' wait (us)", "bytes"], rows, "skew"))
+
+
+def _matrix_table(matrix: list[dict]) -> str:
+    """The communication matrix's links, lowest achieved bandwidth first."""
+    top = sorted(matrix, key=lambda m: (m.get("bandwidth_gbps") is None,
+                                        m.get("bandwidth_gbps") or 0.0))[:TOP_LINKS]
+    rows = [f'<tr><td class="num">{_esc(m.get("src"))}</td><td class="num">{_esc(m.get("dst"))}</td>'
+            f'<td class="num">{_esc(m.get("bytes"))}</td>'
+            f'<td class="num">{_fmt_us((m.get("time_ns") or 0) / 1e3)}</td>'
+            f'<td class="num">{_fmt_frac(m.get("bandwidth_gbps"))}</td>'
+            f'<td>{_esc(m.get("source"))}</td><td>{_esc(m.get("transport"))}</td></tr>'
+            for m in top]
+    return (f"<h3>Communication matrix, slowest links first ({len(top)} of {len(matrix)})</h3>"
+            + _table(["from rank", "to rank", "bytes", "time (us)", "GB/s", "from", "transport"],
+                     rows, "matrix"))
+
+
 def _rank_section(summary: dict) -> str:
     """Across ranks, before anything else: the members that could not be read, the
-    slowest and fastest rank with the wall spread, and the ranks slowest first."""
+    cross-rank answers when the ranks' collectives were matched (``cluster``:
+    :func:`_cluster_html`), the slowest and fastest rank with the wall spread, and the
+    ranks slowest first."""
     broken = summary.get("broken") or []
     ranks = summary.get("per_rank") or []
     if not broken and not ranks:
@@ -686,6 +781,8 @@ def _rank_section(summary: dict) -> str:
                      "Not read:</p><ul class=\"warnings\">" + "".join(
                          f"<li>{_esc(b.get('source'))}: {_esc(b.get('error'))}</li>"
                          for b in broken) + "</ul>")
+    if summary.get("cluster"):
+        parts.append(_cluster_html(summary["cluster"]))
     if ranks:
         from .text import rank_order
 
@@ -717,6 +814,8 @@ def _rank_section(summary: dict) -> str:
                              "comm/comp overlap", "comm not overlapped (us)", "verdicts"],
                             rows, "ranks"))
     title = f"Across {len(ranks)} ranks, slowest first" if ranks else "Inputs"
+    if summary.get("cluster") and ranks:
+        title = f"Across {len(ranks)} ranks: who made the others wait"
     return f"""
 <section class="ranks card" id="ranks">
   <h2>{title}</h2>
@@ -734,7 +833,7 @@ def _summary_section(summary: dict, n_captures: int) -> str:
     if not summary:
         return ""
     triage = summary.get("triage")
-    drawn = ("triage", "module_dag", "module_dag_mermaid")
+    drawn = ("triage", "module_dag", "module_dag_mermaid", "cluster")
     rest = {k: v for k, v in summary.items() if k not in drawn}
     triage_html = ""
     if triage not in (None, "", [], {}):

@@ -4,8 +4,11 @@ A plan fragment has 8 fields; the timeline can fill the measured ones: (1) the o
 stream grouping, (6) overlap_pct with both windows and the verdict, (8) the measured
 risks (core contention, long tails) — plus the triage when a baseline was given.
 
-A document with per-rank rows starts with the cross-rank summary (slowest and fastest
-rank, wall spread, the ranks slowest first); ``summary_only`` stops there. Op names are
+A document with per-rank rows starts with the cross-rank summary (when the ranks'
+collectives were matched, the ranking first: the straggler and why, the slowest link;
+then the slowest and fastest rank, wall spread, the ranks slowest first with their
+communication wait, share of wall waiting, times last and clock offset);
+``summary_only`` stops there. Op names are
 shortened (:mod:`parastream.timeline.names`) unless ``names="full"``, and shown as code
 spans: no HTML entity, no Markdown of the name's own.
 """
@@ -45,29 +48,58 @@ def _broken(doc: dict) -> list[str]:
     return [*out, ""]
 
 
+def _cluster_findings(cluster: dict | None) -> list[str]:
+    """The ranking in words, one paragraph: the straggler and why, the slowest link, ..."""
+    from .text import cluster_findings
+
+    if not cluster:
+        return []
+    return ["; ".join(f"**{_cell(label.capitalize())}:** {_cell(text)}"
+                      for label, text in cluster_findings(cluster)) + ".", ""]
+
+
+#: the cross-rank columns the per-rank table gets when the ranks' collectives were matched
+_CLUSTER_CELLS = ("comm wait ms", "waiting % of wall", "times last", "clock offset us")
+
+
+def _cluster_cells(cluster: dict | None) -> dict:
+    """Per rank, its cells of :data:`_CLUSTER_CELLS` (empty without a cluster)."""
+    from .text import CLUSTER_COLUMNS, cluster_rank_cells
+
+    if not cluster:
+        return {}
+    at = [CLUSTER_COLUMNS.index(c) for c in _CLUSTER_CELLS]
+    return {row[0]: [row[i] for i in at] for row in cluster_rank_cells(cluster)}
+
+
 def _rank_summary(doc: dict) -> list[str]:
-    """The cross-rank summary: slowest and fastest rank, wall spread, the ranks slowest
-    first."""
+    """The cross-rank summary: the ranking in words when the ranks' collectives were
+    matched, the slowest and fastest rank, wall spread, the ranks slowest first (with
+    their communication wait, share of wall waiting, times last and clock offset)."""
     from .text import rank_order
 
     ranks, s = doc["ranks"], doc["summary"]
     walls = {r["rank"]: r.get("median_wall_us") for r in ranks}
-    out = [f"### Summary across {len(ranks)} ranks", ""]
+    out = [f"### Summary across {len(ranks)} ranks", "", *_cluster_findings(doc.get("cluster"))]
     slow, fast, spread = s.get("slowest_rank"), s.get("fastest_rank"), s.get("wall_spread_pct")
     if slow is not None and fast is not None:
         out += [f"Slowest rank **{_cell(slow)}** (median wall {_num(walls.get(slow))} us), "
                 f"fastest rank **{_cell(fast)}** ({_num(walls.get(fast))} us): wall spread "
                 f"**{'-' if spread is None else f'{spread:.1f}%'}**.", ""]
+    extra = _cluster_cells(doc.get("cluster"))
+    heads = list(_CLUSTER_CELLS) if extra else []
     out += ["| rank | source | captures | median wall us | parallelism | comm/comp % | "
-            "comm exposed us | true | partial | false | envelope-only |",
-            "|---|---|---|---|---|---|---|---|---|---|---|"]
+            "comm exposed us | true | partial | false | envelope-only |"
+            + "".join(f" {h} |" for h in heads),
+            "|---|---|---|---|---|---|---|---|---|---|---|" + "---|" * len(heads)]
     for r in rank_order(ranks):
         v = r.get("verdict_counts") or {}
         out.append("| " + " | ".join([
             _cell(r["rank"]), code(os.path.basename(str(r["source"]).rstrip("/")), table=True),
             str(r["captures"]), _num(r.get("median_wall_us")), _num(r.get("median_parallelism")),
             _num(r.get("median_comm_comp_overlap_pct"), 2), _num(r.get("median_comm_exposed_us")),
-            *(str(v.get(k, "-")) for k in ("true", "partial", "false", "envelope_only"))]) + " |")
+            *(str(v.get(k, "-")) for k in ("true", "partial", "false", "envelope_only")),
+            *(extra.get(str(r["rank"]), ["-"] * len(heads)) if heads else [])]) + " |")
     out.append("")
     return out + _medians(s)
 

@@ -2,8 +2,12 @@
 
 Op and kernel names are shortened (:func:`parastream.timeline.names.short_name`) unless
 ``names="full"``; with short names no table row takes more than three lines. A document
-with per-rank rows starts with the cross-rank summary (slowest and fastest rank, wall
-spread, the ranks slowest first); ``summary_only`` stops there.
+with per-rank rows starts with the cross-rank summary: when the ranks' collectives were
+matched, the ranking first (the straggler the others waited for and why, the slowest
+link, the critical rank per step) and the ranks by the wait they caused (their own
+communication wait, comm/comp overlap, share of wall waiting, times last, clock offset);
+then the slowest and fastest rank, the wall spread and the ranks slowest first.
+``summary_only`` stops there.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import textwrap
 from contextlib import contextmanager
 from typing import Any, Iterator
 
+from rich import box
 from rich.console import Console
 from rich.table import Table
 
@@ -226,7 +231,7 @@ def _plan_check(con: Console, pc: dict, names: str = "short") -> None:
 def _summary(con: Console, doc: dict) -> None:
     s = doc["summary"]
     if doc.get("ranks"):
-        _rank_summary(con, doc["ranks"], s)
+        _rank_summary(con, doc["ranks"], s, doc.get("cluster"))
     else:
         con.rule("summary")
     con.print(f"captures {s['captures']}, dropped as cold {s['dropped_cold']}; medians: wall "
@@ -238,9 +243,12 @@ def _summary(con: Console, doc: dict) -> None:
         con.print(f"note: {n}", markup=False)
 
 
-def _rank_summary(con: Console, ranks: list[dict], s: dict) -> None:
-    """Slowest and fastest rank, the wall spread, and the ranks slowest first."""
+def _rank_summary(con: Console, ranks: list[dict], s: dict, cluster: dict | None) -> None:
+    """The cross-rank answers when there are any (:func:`_cluster`), then the slowest and
+    fastest rank, the wall spread, and the ranks slowest first."""
     con.rule(f"summary across {len(ranks)} ranks")
+    if cluster:
+        _cluster(con, cluster)
     walls = {r["rank"]: r.get("median_wall_us") for r in ranks}
     slow, fast = s.get("slowest_rank"), s.get("fastest_rank")
     if slow is not None and fast is not None:
@@ -259,6 +267,77 @@ def _rank_summary(con: Console, ranks: list[dict], s: dict) -> None:
                   str(r["captures"]), _f(r.get("median_wall_us")),
                   _f(r.get("median_parallelism")), _f(r.get("median_comm_comp_overlap_pct"), 2),
                   _f(r.get("median_comm_exposed_us")), _verdicts(r.get("verdict_counts") or {}))
+    con.print(t)
+
+
+def _ms(ns: Any) -> str:
+    return "-" if ns is None else f"{ns / 1e6:,.3f}"
+
+
+def cluster_findings(cluster: dict) -> list[tuple[str, str]]:
+    """The cross-rank answers in words, as (label, text), most telling first: the
+    straggler (the rank the others waited for most) and why, the ranks after it, the
+    slowest link, the critical rank of the steps, the collectives matched and their
+    arrival skew, then each warning."""
+    ranking = cluster.get("ranking") or []
+    top = ranking[0] if ranking and ranking[0].get("caused_wait_ns") else None
+    out = [("straggler", f"rank {top['rank']}: {top['reason']}" if top
+            else "none: no rank made the others wait")]
+    after = [r for r in ranking[1:4] if r.get("caused_wait_ns")]
+    if top and after:
+        out.append(("then", ", ".join(f"rank {r['rank']} ({_ms(r['caused_wait_ns'])} ms caused)"
+                                      for r in after)))
+    link = cluster.get("slowest_link")
+    if link:
+        out.append(("slowest link", f"rank {link['src']} to rank {link['dst']}: "
+                    f"{link['bandwidth_gbps']:,.2f} GB/s, {link.get('ratio_to_median', 0):.2f}x "
+                    f"the median link ({link.get('source')})"))
+    steps = [st for st in cluster.get("steps") or [] if st.get("critical_rank") is not None]
+    if steps:
+        counts: dict = {}
+        for st in steps:
+            counts[st["critical_rank"]] = counts.get(st["critical_rank"], 0) + 1
+        rank, n = max(counts.items(), key=lambda kv: (kv[1], -kv[0]))
+        out.append(("critical rank", f"rank {rank} in {n} of {len(cluster['steps'])} steps"))
+    s = cluster.get("summary") or {}
+    if s.get("n_matched"):
+        out.append(("collectives", f"{s['n_matched']} matched across {s['n_ranks']} ranks "
+                    f"({s['n_calls']} calls); arrival skew median {_ms(s.get('median_skew_ns'))}"
+                    f" ms, max {_ms(s.get('max_skew_ns'))} ms"))
+    return out + [("note", w) for w in cluster.get("warnings") or []]
+
+
+#: the columns of :func:`cluster_rank_cells`
+CLUSTER_COLUMNS = ("rank", "caused wait ms", "times last", "comm wait ms", "waiting % of wall",
+                   "comm/comp %", "comm exposed ms", "clock offset us")
+
+
+def cluster_rank_cells(cluster: dict) -> list[list[str]]:
+    """One row of :data:`CLUSTER_COLUMNS` per rank, in the ranking's order (the rank that
+    made the others wait most first); an offset the collectives could not measure is "-"."""
+    by_rank = {r["rank"]: r for r in cluster.get("ranks") or []}
+    rows = []
+    for item in cluster.get("ranking") or []:
+        r = by_rank.get(item["rank"], {})
+        offset = r.get("offset_ns") if r.get("offset_measured") else None
+        rows.append([str(item["rank"]), _ms(item.get("caused_wait_ns")),
+                     str(item.get("times_last", "-")), _ms(r.get("comm_wait_ns")),
+                     _f(r.get("wait_share_pct"), 1), _f(r.get("overlap_pct"), 1),
+                     _ms(r.get("comm_exposed_ns")),
+                     "-" if offset is None else f"{offset / 1e3:,.3f}"])
+    return rows
+
+
+def _cluster(con: Console, cluster: dict) -> None:
+    """The ranking in words, then the ranks by the wait they caused."""
+    for label, text in cluster_findings(cluster):
+        con.print(f"{label}: {text}", markup=False)
+    t = Table(title="per rank, by the wait they caused the others", title_justify="left",
+              box=box.SIMPLE_HEAD, show_edge=False)
+    for c in CLUSTER_COLUMNS:
+        t.add_column(c, no_wrap=True, justify="right")
+    for row in cluster_rank_cells(cluster):
+        t.add_row(*row)
     con.print(t)
 
 
