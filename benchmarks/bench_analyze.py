@@ -54,6 +54,14 @@ FLOOR_CSV = (
 )
 
 
+def _uptime() -> str:
+    """The machine's load, as ``uptime`` prints it (the runs share the machine)."""
+    try:
+        return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+    except OSError:
+        return "load average " + " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
 def _tree(pid: int) -> list[int]:
     """pid and all its descendants (from /proc/*/stat parent links)."""
     parent: dict[int, list[int]] = {}
@@ -231,7 +239,7 @@ def main(argv=None) -> int:
 
     size_mb = os.path.getsize(target) / 1e6
     print(f"# bench_analyze: {os.path.relpath(target, ROOT)} ({size_mb:.1f} MB), reps={a.reps}, "
-          f"cpus={os.cpu_count()}", file=sys.stderr)
+          f"cpus={os.cpu_count()}; uptime: {_uptime()}", file=sys.stderr)
     runs: dict[str, list[dict]] = {k: [] for k in tools}
     results: dict[str, object] = {}
     for rep in range(a.reps):
@@ -253,6 +261,7 @@ def main(argv=None) -> int:
             elif r["rc"] != 0 and rep == 0:
                 print(f"    {name} failed: {r['stderr_tail'][-400:]}", file=sys.stderr)
 
+    print(f"# uptime after: {_uptime()}", file=sys.stderr)
     summ = {k: summarize(v) for k, v in runs.items()}
     print(f"\nInput: `{os.path.relpath(target, ROOT)}` ({size_mb:.1f} MB), {a.reps} repetitions, "
           f"alternating; wall = spawn to exit; RSS = child's ru_maxrss\n")

@@ -560,71 +560,67 @@ def _device_columns(events: list[_Event], odd: dict) -> dict:
     tables of distinct values, raw ts, dur, grid blocks, correlation, occupancy, warps per
     SM), the stream waits and host-sync counts met among ``events`` (see
     :func:`_sync_event`), and the communication kernels' rows with their collective
-    arguments (:func:`_call`). Streams and devices fall back to the tid and pid."""
-    names: dict = {}
-    stream_labels: dict = {}
-    device_labels: dict = {}
-    d_name, d_cat, d_stream, d_dev, d_ts, d_dur, d_block, d_corr = ([] for _ in range(8))
-    d_occ, d_warps = [], []  # NaN where the kernel records none
-    nan = float("nan")
+    arguments (:func:`_call`). Streams and devices fall back to the tid and pid.
+
+    Each column is one list comprehension over the events: no per-event branches."""
+    work, waits, syncs = _split_syncs(events)
+    names, name = _intern([e.name for e in work])
+    cat = np.array([_DEVICE_INDEX[e.cat] for e in work], np.int8)
+    args = [e.args or _NO_ARGS for e in work]
+    streams, stream = _intern(_or_fallback([a.stream for a in args], "tid", work))
+    devices, dev = _intern(_or_fallback([a.device for a in args], "pid", work))
+    grids = [a.grid for a in args]
+    prod = math.prod
+    block = [prod(g) if g and g.__class__ is list else -1 for g in grids]
+    for g in grids:
+        if g and g.__class__ is not list:  # text (as a Triton launch's): no block count
+            _note(odd, "args.grid", g)
+    corr = [c if c.__class__ is int else _as_int(c) for c in [a.correlation for a in args]]
+    comm = np.array([COMM_NAME.search(nm) is not None for nm in names] or [False])
+    rows = np.flatnonzero((cat == 0) & comm[name]) if name.size else name
+    return {"names": names, "stream_labels": streams, "device_labels": devices,
+            "name": name, "cat": cat, "stream": stream, "dev": dev,
+            "ts": [e.ts for e in work], "dur": [e.dur for e in work],
+            "block": _int64(block), "corr": _int64(corr),
+            "occ": np.array([a.occupancy for a in args], np.float64),
+            "warps": np.array([a.warps_per_sm for a in args], np.float64),
+            "waits": waits, "syncs": dict(syncs),
+            "comms": [(r, _call(args[r])) for r in rows.tolist()]}
+
+
+_NO_ARGS = _Args()
+
+
+def _split_syncs(events: list[_Event]) -> tuple[list[_Event], list[tuple], Counter]:
+    """The device work among ``events``, and the stream waits and host-sync counts of the
+    rest (see :func:`_sync_event`), each in file order."""
+    index, mtia = _DEVICE_INDEX, _MTIA_INDEX
+    ks = [index[e.cat] for e in events]
     waits: list[tuple] = []
     syncs: Counter = Counter()
-    comm_name: list[bool] = []  # per name code: a communication kernel's name
-    comms: list[tuple] = []  # (row, _call of its args) per communication kernel
-    index, mtia, prod = _DEVICE_INDEX, _MTIA_INDEX, math.prod
-    for e in events:
-        k = index[e.cat]
-        nm = e.name
-        if k < 0 or (k == mtia and (nm == MTIA_WAIT or nm == MTIA_RECORD)):
+    if -1 not in ks and mtia not in ks:
+        return events, waits, syncs
+    is_sync = [k < 0 or (k == mtia and (e.name == MTIA_WAIT or e.name == MTIA_RECORD))
+               for e, k in zip(events, ks)]
+    for e, s in zip(events, is_sync):
+        if s:
             _sync_event(e, waits, syncs)
-            continue
-        nc = names.get(nm)
-        if nc is None:
-            nc = names[nm] = len(names)
-            comm_name.append(COMM_NAME.search(nm) is not None)
-        if k == 0 and comm_name[nc]:  # an NCCL/HCCL kernel: a collective call
-            comms.append((len(d_name), _call(e.args)))
-        d_name.append(nc)
-        d_cat.append(k)
-        a = e.args
-        if a is not None:
-            st = a.stream if a.stream is not None else ("tid", e.tid)
-            dv = a.device if a.device is not None else ("pid", e.pid)
-            g = a.grid
-            if g and g.__class__ is list:
-                d_block.append(prod(g))
-            else:
-                if g:  # text (as a Triton launch's): no block count
-                    _note(odd, "args.grid", g)
-                d_block.append(-1)
-            c = a.correlation
-            d_corr.append(c if isinstance(c, int) else _as_int(c))
-            o, w = a.occupancy, a.warps_per_sm
-            d_occ.append(nan if o is None else o)
-            d_warps.append(nan if w is None else w)
-        else:
-            st, dv = ("tid", e.tid), ("pid", e.pid)
-            d_block.append(-1)
-            d_corr.append(-1)
-            d_occ.append(nan)
-            d_warps.append(nan)
-        sc = stream_labels.get(st)
-        if sc is None:
-            sc = stream_labels[st] = len(stream_labels)
-        d_stream.append(sc)
-        dc = device_labels.get(dv)
-        if dc is None:
-            dc = device_labels[dv] = len(device_labels)
-        d_dev.append(dc)
-        d_ts.append(e.ts)
-        d_dur.append(e.dur)
-    return {"names": list(names), "stream_labels": list(stream_labels),
-            "device_labels": list(device_labels),
-            "name": np.array(d_name, np.int32), "cat": np.array(d_cat, np.int8),
-            "stream": np.array(d_stream, np.int32), "dev": np.array(d_dev, np.int32),
-            "ts": d_ts, "dur": d_dur, "block": _int64(d_block), "corr": _int64(d_corr),
-            "occ": np.array(d_occ, np.float64), "warps": np.array(d_warps, np.float64),
-            "waits": waits, "syncs": dict(syncs), "comms": comms}
+    return [e for e, s in zip(events, is_sync) if not s], waits, syncs
+
+
+def _intern(values: list) -> tuple[list, np.ndarray]:
+    """The distinct values in order of first appearance, and each value's code."""
+    table: dict = {}
+    codes = [table.setdefault(v, len(table)) for v in values]
+    return list(table), np.array(codes, np.int32)
+
+
+def _or_fallback(values: list, field: str, events: list[_Event]) -> list:
+    """``values`` with each None replaced by ``(field, the event's field)`` (a stream or
+    device without an args id falls back to the tid or pid)."""
+    if None not in values:
+        return values
+    return [v if v is not None else (field, getattr(e, field)) for v, e in zip(values, events)]
 
 
 def _sync_event(e: _Event, waits: list[tuple], syncs: Counter) -> None:
@@ -670,13 +666,13 @@ class _Fallback(Exception):
     Chrome trace): it is read whole, which also says what is wrong with it."""
 
 
-def _scan_piece(text: bytes, end: int) -> dict | str:
-    """The scanned columns of the events in ``text[:end]`` (the text between two event
-    boundaries of the array), or "decode" when that is no list of values (a cut fell
-    inside a value)."""
+def _scan_piece(framed: bytes) -> dict | str:
+    """The scanned columns of the events of one piece of the array, ``[`` and ``]``
+    around them (see :func:`_pieces`), or "decode" when that is no list of values (a cut
+    fell inside a value)."""
     gc.disable()
     try:
-        return _scan(*_decode_events(b"[" + memoryview(text)[:end] + b"]"))
+        return _scan(*_decode_events(framed))
     except msgspec.DecodeError:
         return "decode"
 
@@ -723,20 +719,23 @@ def _locate(chunks: Iterator[bytes]) -> tuple[bytes, bytes] | None:
     return None
 
 
-def _pieces(rest: bytes, chunks: Iterator[bytes], size: int) -> Iterator[tuple[bytes, int]]:
+def _pieces(rest: bytes, chunks: Iterator[bytes], size: int
+            ) -> Iterator[tuple[bytes, bytes | None]]:
     """The events array's text from ``rest`` on, then ``chunks``, as pieces of about
-    ``size`` bytes: (text, end), the events in ``text[:end]`` and the separator after
-    them in ``text[end:]``, so that joined pieces are the file's exact bytes. The last
-    piece (end -1) runs to the end of the file: the last events, the array's "]" and the
-    rest of the document."""
+    ``size`` bytes cut at event boundaries: (the events with ``[`` and ``]`` around them,
+    the separator after them), so that the pieces' texts joined are the file's exact
+    bytes. The last piece (separator None) runs to the end of the file: the last events,
+    the array's "]" and the rest of the document, without brackets added."""
     buf = rest
     for chunk in itertools.chain([b""], chunks):
         buf += chunk
-        cuts = _boundaries(memoryview(buf), size)
+        view = memoryview(buf)
+        cuts = _boundaries(view, size)
         for (a, b), (c, _) in zip(cuts, cuts[1:]):
-            yield buf[a:c], b - a
+            yield b"".join((b"[", view[a:b], b"]")), buf[b:c]
+        del view
         buf = buf[cuts[-1][0]:] if cuts else b""
-    yield buf, -1
+    yield buf, None
 
 
 class _PieceScanner:
@@ -747,24 +746,24 @@ class _PieceScanner:
     def __init__(self, pool, window: int) -> None:
         self.pool, self.window = pool, window
         self.parts: list[dict] = []
-        self.flight: list[tuple[bytes, int, Any]] = []
+        self.flight: list[tuple[bytes, bytes, Any]] = []
         self.carry = b""  # the pieces that did not decode alone, joined
 
-    def add(self, text: bytes, end: int) -> None:
+    def add(self, framed: bytes, sep: bytes) -> None:
         """Scan one piece (see :func:`_pieces`), now or in the pool."""
         if self.pool is None:
-            self._settle(text, end, _scan_piece(text, end))
+            self._settle(framed, sep, _scan_piece(framed))
             return
-        self.flight.append((text, end, self.pool.apply_async(_scan_piece, (text, end))))
+        self.flight.append((framed, sep, self.pool.apply_async(_scan_piece, (framed,))))
         if len(self.flight) > self.window:
-            text, end, result = self.flight.pop(0)
-            self._settle(text, end, result.get())
+            framed, sep, result = self.flight.pop(0)
+            self._settle(framed, sep, result.get())
 
     def finish(self, tail: bytes) -> tuple[list[dict], bytes]:
         """The parts of all pieces, the last (``tail``) included, and the document's
         bytes after the events array."""
-        for text, end, result in self.flight:
-            self._settle(text, end, result.get())
+        for framed, sep, result in self.flight:
+            self._settle(framed, sep, result.get())
         self.flight = []
         buf = b'{"traceEvents":[' + self.carry + tail
         self.carry = b""
@@ -778,15 +777,14 @@ class _PieceScanner:
         self.parts.append(_scan(*_decode_events(raw)))
         return self.parts, buf[off + len(memoryview(raw)):]
 
-    def _settle(self, text: bytes, end: int, result: dict | str) -> None:
+    def _settle(self, framed: bytes, sep: bytes, result: dict | str) -> None:
         if self.carry:
-            end += len(self.carry)
-            text = self.carry + text
-            result = _scan_piece(text, end)
+            framed = b"".join((b"[", self.carry, memoryview(framed)[1:]))
+            result = _scan_piece(framed)
         if result == "decode":
-            if len(text) > MAX_JOIN_BYTES:
+            if len(framed) > MAX_JOIN_BYTES:
                 raise _Fallback
-            self.carry = text
+            self.carry = framed[1:-1] + sep
             return
         self.carry = b""
         self.parts.append(result)  # type: ignore[arg-type]
@@ -797,10 +795,10 @@ def _scan_events(rest: bytes, chunks: Iterator[bytes], pool, window: int
     """The parts of the events array whose text starts at ``rest`` and goes on in
     ``chunks``, and the document's bytes after the array."""
     scanner = _PieceScanner(pool, window)
-    for text, end in _pieces(rest, chunks, CHUNK_BYTES):
-        if end < 0:
-            return scanner.finish(text)
-        scanner.add(text, end)
+    for framed, sep in _pieces(rest, chunks, CHUNK_BYTES):
+        if sep is None:
+            return scanner.finish(framed)
+        scanner.add(framed, sep)
     raise AssertionError("_pieces ends with the tail")  # pragma: no cover
 
 
