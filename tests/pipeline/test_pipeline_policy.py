@@ -11,7 +11,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from parastream.pipeline import Pipeline, PipelineError, Stage, run_serial
-from parastream.pipeline.policy import MAX_RETRIES, ErrorPolicy
+from parastream.pipeline import ErrorPolicy
+from parastream.pipeline.policy import MAX_RETRIES
 
 from .helpers import live_pipeline_threads, within
 

@@ -254,7 +254,10 @@ def write_report(path: str, doc: dict, serial_tl: Any, pipe_tl: Any) -> None:
                "bottleneck": doc["bottleneck"],
                "bottleneck utilization serial": doc["bottleneck_utilization"]["serial"],
                "bottleneck utilization pipelined": doc["bottleneck_utilization"]["pipelined"],
-               "outputs identical": doc["outputs_identical"]}
+               "outputs identical": doc["outputs_identical"],
+               "on error": doc["on_error"],
+               "items failed (pipelined)": doc["pipelined"]["counts"]["failed"]}
+    summary.update({f"warning ({k})": doc[k] for k in ("busy", "implausible") if doc[k]})
     write_html(path, caps, summary, title="parastream pipeline: serial vs pipelined")
 
 

@@ -8,6 +8,8 @@ from .accounting import PipelineStats, StageStats, efficiency
 from .core import (CANCELLED, COMPLETED, FAILED, ItemResult, Pipeline, PipelineError, Stage,
                    run_serial)
 from .planner import Plan, plan
+from .policy import ErrorLog, ErrorPolicy, ItemError
 
-__all__ = ["CANCELLED", "COMPLETED", "FAILED", "ItemResult", "Pipeline", "PipelineError",
-           "PipelineStats", "Plan", "Stage", "StageStats", "efficiency", "plan", "run_serial"]
+__all__ = ["CANCELLED", "COMPLETED", "FAILED", "ErrorLog", "ErrorPolicy", "ItemError",
+           "ItemResult", "Pipeline", "PipelineError", "PipelineStats", "Plan", "Stage",
+           "StageStats", "efficiency", "plan", "run_serial"]
