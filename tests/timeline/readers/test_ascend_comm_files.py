@@ -149,3 +149,47 @@ def test_p2p_and_odd_records(tmp_path):
     (row,) = ascend_comm.read_matrix(q)
     assert (row.op, row.src, row.dst, row.bytes, row.time_ns) == ("send", 0, 1, 2000000,
                                                                   1000000)
+
+
+FOUR_RANKS = DATA / "msinsight_st_level2_4rank"
+
+
+def four_rank_ops() -> dict[int, dict]:
+    return {r: {o.key: o for o in ascend_comm.read_comm_ops(FOUR_RANKS / f"rank_{r}_ascend_pt")}
+            for r in range(4)}
+
+
+def test_four_ranks_share_their_groups_collectives():
+    """A 2-D layout: the all-reduces of group ...612 on all four ranks, the pipeline's
+    send/receive pairs (0, 2) and (1, 3) as p2p, other groups on pairs of ranks."""
+    ops = four_rank_ops()
+    assert [len(ops[r]) for r in range(4)] == [15, 15, 23, 23]
+    key = "hcom_allReduce__612_4_1"
+    assert all(key in ops[r] for r in range(4))
+    assert len({ops[r][key].group for r in range(4)}) == 1
+    assert ops[0]["hcom_batchSendRecv__128_3_1"].kind == "p2p"
+    assert "hcom_batchSendRecv__128_3_1" in ops[2]
+    assert "hcom_batchSendRecv__128_3_1" not in ops[1]
+    assert "hcom_batchSendRecv__764_3_1" in ops[1] and "hcom_batchSendRecv__764_3_1" in ops[3]
+
+
+def test_four_ranks_each_waited_for_the_last_arrival():
+    """Per all-reduce of the four-rank group, each rank's own recorded wait is close to
+    the time from its arrival to the last rank's, and the last rank waited least."""
+    ops = four_rank_ops()
+    for key in ("hcom_allReduce__612_4_1", "hcom_allReduce__612_5_1",
+                "hcom_allReduce__612_6_1"):
+        start = {r: ops[r][key].start_ns for r in range(4)}
+        last = max(start, key=start.get)
+        assert last == 3
+        for r in range(4):
+            assert abs(ops[r][key].wait_ns - (start[last] - start[r])) < 150_000, (key, r)
+        assert ops[last][key].wait_ns == min(ops[r][key].wait_ns for r in range(4))
+
+
+def test_four_ranks_matrices():
+    for r in range(4):
+        rows = ascend_comm.read_comm_matrix(FOUR_RANKS / f"rank_{r}_ascend_pt")
+        assert rows and r in {x.src for x in rows}
+        assert all(x.bytes >= 0 and x.time_ns >= 0 for x in rows)
+        assert {x.transport for x in rows} <= {"HCCS", "LOCAL", "SIO", "PCIE", "RDMA", "SDMA"}
