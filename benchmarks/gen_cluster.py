@@ -439,10 +439,11 @@ TRANSPORTS = ("RDMA", "HCCS", "PCIE", "SDMA", "SIO")
 NODE_SIZE = 8
 
 
-def _row(step: int, task: str, stream: str, name: str, mid: str, abs_ns: int, dur: int,
-         wait: int, tail: str) -> str:
-    """One kernel_details.csv row (benchmarks/gen_kernel_details.py's quirks)."""
-    return (f'{step},4294967295,{task},{stream},{name},{mid},"{abs_ns // 1000}.{abs_ns % 1000:03d}\t",'
+def _row(step: int, task_stream: str, op: str, abs_ns: int, dur: int, wait: int,
+         tail: str) -> str:
+    """One kernel_details.csv row (benchmarks/gen_kernel_details.py's quirks):
+    ``task_stream`` is "Task ID,Stream ID", ``op`` "Name,Type,OP State,Accelerator Core"."""
+    return (f'{step},4294967295,{task_stream},{op},"{abs_ns // 1000}.{abs_ns % 1000:03d}\t",'
             f"{gkd.num(dur)},{gkd.num(wait)},{tail}\n")
 
 
@@ -465,15 +466,17 @@ def kernel_details_rows(p: Plan, rank: int) -> list[tuple[int, str]]:
         waits = _stream_waits(st, en)
         for i, t in enumerate(ro.c_tmpl[sel].tolist()):
             name, typ, state, core, _, tail = tmpls[t]
-            rows.append((int(st[i]), _row(int(seg[i]) // s.per_step + 1, str(60679 + 100000 * k + i),
-                                          label, name, f"{typ},{state},{core}", base + int(st[i]),
+            rows.append((int(st[i]), _row(int(seg[i]) // s.per_step + 1,
+                                          f"{60679 + 100000 * k + i},{label}",
+                                          f"{name},{typ},{state},{core}", base + int(st[i]),
                                           int(en[i] - st[i]), int(waits[i]), tail)))
     st, en = p.arrival[:, rank], p.end[:, rank]
     waits = _stream_waits(st, en)
     for j in range(s.n_segments):
-        rows.append((int(st[j]), _row(p.step_of(j) + 1, "N/A", "N/A", hccl_name(p, j),
-                                      f"{HCCL_TYPE[p.op[j]]},N/A,HCCL", base + int(st[j]),
-                                      int(en[j] - st[j]), int(waits[j]), gkd._NA_TAIL)))
+        rows.append((int(st[j]), _row(p.step_of(j) + 1, "N/A,N/A",
+                                      f"{hccl_name(p, j)},{HCCL_TYPE[p.op[j]]},N/A,HCCL",
+                                      base + int(st[j]), int(en[j] - st[j]), int(waits[j]),
+                                      gkd._NA_TAIL)))
     return rows
 
 
