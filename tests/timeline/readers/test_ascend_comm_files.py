@@ -188,8 +188,13 @@ def test_four_ranks_each_waited_for_the_last_arrival():
 
 
 def test_four_ranks_matrices():
+    """Links are written with ranks within the op's group: rank 2's send/receive with
+    rank 0 (a two-rank group) is the link 0-1 of rank 0's matrix."""
     for r in range(4):
         rows = ascend_comm.read_comm_matrix(FOUR_RANKS / f"rank_{r}_ascend_pt")
-        assert rows and r in {x.src for x in rows}
+        assert rows and {x.src for x in rows} | {x.dst for x in rows} <= set(range(4))
         assert all(x.bytes >= 0 and x.time_ns >= 0 for x in rows)
         assert {x.transport for x in rows} <= {"HCCS", "LOCAL", "SIO", "PCIE", "RDMA", "SDMA"}
+    rows = ascend_comm.read_comm_matrix(FOUR_RANKS / "rank_0_ascend_pt")
+    p2p = {(x.src, x.dst) for x in rows if x.op_name == "hcom_batchSendRecv__128_4_1"}
+    assert p2p == {(0, 0), (0, 1)}

@@ -68,7 +68,9 @@ class CommOp(NamedTuple):
 class MatrixRow(NamedTuple):
     """One link of the communication matrix: ``op`` as the source names it (an aggregate
     such as ``allreduce-top1`` or an op name), ``op_name`` the HCCL op it came from where
-    recorded, bytes moved from ``src`` to ``dst`` over ``transport`` in ``time_ns``."""
+    recorded, bytes moved from ``src`` to ``dst`` over ``transport`` in ``time_ns``.
+    ``src``/``dst`` are the ranks as the file writes them: ranks within ``group`` (equal
+    to the global ranks only for a group of every rank)."""
 
     op: str
     src: int
