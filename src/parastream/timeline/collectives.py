@@ -85,13 +85,21 @@ class Collectives:
         return int(self.start_ns.shape[0])
 
 
+#: the optional columns of :func:`make_collectives`, with the value meaning "unknown"
+_OPTIONAL = {"seq": (-1, np.int64), "key": ("", object), "nbytes": (-1, np.int64),
+             "peer": (-1, np.int64)}
+
+
 def make_collectives(op: list[str], group: list[str], start_ns: np.ndarray, end_ns: np.ndarray,
-                     *, seq: list[int] | None = None, key: list[str] | None = None,
-                     nbytes: list[int] | None = None, peer: list[int] | None = None,
-                     group_ranks: dict | None = None) -> Collectives:
-    """A :class:`Collectives` table from per-call lists (absent columns are unknown: -1 or
-    ""), sorted by (start, end). ``op`` may hold raw names: each is normalised, and a
-    call whose name names no collective is kept as the raw name's first word."""
+                     *, group_ranks: dict | None = None, **columns: list | None) -> Collectives:
+    """A :class:`Collectives` table from per-call lists, sorted by (start, end).
+
+    ``columns`` are the optional per-call lists ``seq``, ``key``, ``nbytes`` and ``peer``
+    (absent or None: unknown, -1 or ""). ``op`` may hold raw names: each is normalised,
+    and a call whose name names no collective is kept as the raw name's first word."""
+    unknown = sorted(set(columns) - set(_OPTIONAL))
+    if unknown:
+        raise TypeError(f"make_collectives: no column named {', '.join(unknown)}")
     n = len(op)
     start = np.asarray(start_ns, np.int64)
     end = np.asarray(end_ns, np.int64)
@@ -107,8 +115,7 @@ def make_collectives(op: list[str], group: list[str], start_ns: np.ndarray, end_
         return np.array(values, dtype) if n else _empty(dtype)
 
     order = np.lexsort((end, start))
-    return Collectives(op=ops[order], group=col(group, "", object)[order],
-                       seq=col(seq, -1, np.int64)[order], key=col(key, "", object)[order],
-                       nbytes=col(nbytes, -1, np.int64)[order],
-                       peer=col(peer, -1, np.int64)[order], start_ns=start[order],
-                       end_ns=end[order], group_ranks=dict(group_ranks or {}))
+    optional = {name: col(columns.get(name), fill, dtype)[order]
+                for name, (fill, dtype) in _OPTIONAL.items()}
+    return Collectives(op=ops[order], group=col(group, "", object)[order], start_ns=start[order],
+                       end_ns=end[order], group_ranks=dict(group_ranks or {}), **optional)
