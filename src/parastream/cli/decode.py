@@ -56,7 +56,7 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--requests", type=int, metavar="N",
                    help=f"requests to generate (default 32; {PREDICT_REQUESTS} with "
                         "--simulate)")
-    p.add_argument("--concurrency", type=int, default=16, metavar="N",
+    p.add_argument("--concurrency", type=int, metavar="N",
                    help="most requests running at once (default 16)")
     p.add_argument("--streams", type=int, metavar="N",
                    help="streams of the 'streams' mode, its hardware queues (default: "
@@ -137,9 +137,10 @@ def cmd_decode(args: argparse.Namespace) -> int:
     wl = WorkloadOptions(requests=_given(args.requests, 32),
                          rate=_given(args.rate, float("inf")), lengths=args.lengths,
                          seed=args.seed, file=args.workload)
-    settings = DecodeSettings(concurrency=args.concurrency, kv_blocks=args.kv_blocks,
-                              max_skip=args.max_skip, threads=_given(args.threads, 1),
-                              streams=args.streams, prefill_chunk=args.prefill_chunk)
+    settings = DecodeSettings(concurrency=_given(args.concurrency, 16),
+                              kv_blocks=args.kv_blocks, max_skip=args.max_skip,
+                              threads=_given(args.threads, 1), streams=args.streams,
+                              prefill_chunk=args.prefill_chunk)
     result = decode(_given(args.model, "small"), modes, workload=wl, settings=settings)
     doc = result.to_dict()
     sys.stdout.write(render_text(doc))
@@ -276,8 +277,7 @@ def _refuse_for_simulate(args: argparse.Namespace) -> None:
     from ..errors import InputError
 
     for key, why in NOT_SIMULATED.items():
-        default = 16 if key == "concurrency" else None
-        if getattr(args, key) != default:
+        if getattr(args, key) is not None:
             raise InputError(None, f"{why}: not with --simulate")
 
 
