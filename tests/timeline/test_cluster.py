@@ -176,6 +176,17 @@ def test_ring_model_and_recorded_links_take_precedence():
     assert doc["slowest_link"]["src"] == 0 and doc["slowest_link"]["dst"] == 1
 
 
+def test_recorded_links_numbered_within_a_group_are_mapped_to_global_ranks():
+    """Ascend numbers a link's ends within the op's group: with the group's ranks known
+    (4, 5, 6, 7), its "0-1" link is the pair 4 -> 5."""
+    tables = [make_collectives(["allreduce"], ["tp"], [0], [1_000], seq=[0],
+                               group_ranks={"tp": (4, 5, 6, 7)}) for _ in range(4)]
+    links = {"comm_matrix": [{"op": "allreduce-total", "src": 0, "dst": 1, "bytes": 2_000,
+                              "time_ns": 1_000, "transport": "HCCS", "group": "tp"}]}
+    doc = cross_rank([summary(4 + r, c, links if r == 0 else None) for r, c in enumerate(tables)])
+    assert [(m["src"], m["dst"], m["source"]) for m in doc["matrix"]] == [(4, 5, "comm_matrix")]
+
+
 def test_link_rows_sum_the_totals_not_the_samples():
     """communication_matrix.json repeats single ops as top1/middle/bottom samples beside
     the per-kind total: only the totals are summed."""

@@ -4,7 +4,9 @@ Three sources, in order of preference for each (src, dst) pair:
 
 - ``comm_matrix``: what the profiler recorded per link (Ascend's
   ``communication_matrix.json``), read from ``tl.meta["comm_matrix"]`` by
-  :func:`link_rows`; where both ends report a link, the sender's report is used;
+  :func:`link_rows`; ranks the source numbers within a group are mapped to global ranks
+  where the group's ranks are known (:func:`to_global`); where both ends report a link,
+  the sender's report is used;
 - ``p2p``: matched point-to-point sends and receives: the sender's bytes over the time
   from the later arrival to the end of the call;
 - ``ring``: collectives of known size on the ring model, each member sending to its
@@ -35,15 +37,17 @@ def _empty(dtype: object) -> np.ndarray:
 
 @dataclass(frozen=True)
 class LinkRows:
-    """Links one rank's profiler recorded, one row per (src, dst, transport) in that order:
-    the sending and receiving rank, bytes, transfer time in ns and transport type
-    (``HCCS``, ``RDMA``, ...; "" unknown)."""
+    """Links one rank's profiler recorded, one row per (src, dst, transport, group) in that
+    order: the sending and receiving rank as the source writes them (Ascend numbers them
+    within the op's ``group``; "" when not said), bytes, transfer time in ns and transport
+    type (``HCCS``, ``RDMA``, ...; "" unknown)."""
 
     src: np.ndarray = field(default_factory=lambda: _empty(np.int64))
     dst: np.ndarray = field(default_factory=lambda: _empty(np.int64))
     nbytes: np.ndarray = field(default_factory=lambda: _empty(np.float64))
     time_ns: np.ndarray = field(default_factory=lambda: _empty(np.float64))
     transport: np.ndarray = field(default_factory=lambda: _empty(object))
+    group: np.ndarray = field(default_factory=lambda: _empty(object))
 
     def __len__(self) -> int:
         return int(self.src.shape[0])
@@ -58,6 +62,7 @@ _ALIASES = {
     "time_ms": ("transit_time_ms", "Transit Time(ms)", "time_ms"),
     "transport": ("transport", "transport_type", "Transport Type"),
     "link": ("link", "Link"),
+    "group": ("group", "group_name"),
 }
 
 
@@ -68,8 +73,9 @@ def _pick(row: dict, name: str, default: object = None) -> object:
     return default
 
 
-def _row_values(row: dict) -> tuple[int, int, float, float, str] | None:
-    """(src, dst, bytes, ns, transport) of one row in any of the accepted spellings."""
+def _row_values(row: dict) -> tuple[int, int, float, float, str, str] | None:
+    """(src, dst, bytes, ns, transport, group) of one row in any of the accepted
+    spellings."""
     src, dst = _pick(row, "src"), _pick(row, "dst")
     link = _pick(row, "link")
     if (src is None or dst is None) and isinstance(link, str) and "-" in link:
@@ -82,7 +88,7 @@ def _row_values(row: dict) -> tuple[int, int, float, float, str] | None:
         ns = float(_pick(row, "time_ms")) * 1e6
     try:
         return int(src), int(dst), float(nbytes or 0.0), float(ns or 0.0), \
-            str(_pick(row, "transport", "") or "")
+            str(_pick(row, "transport", "") or ""), str(_pick(row, "group", "") or "")
     except (TypeError, ValueError):
         return None
 
@@ -95,7 +101,8 @@ def _nested_rows(doc: dict) -> list[dict]:
         for kind in (step.values() if isinstance(step, dict) else ()):
             for name, links in (kind.items() if isinstance(kind, dict) else ()):
                 if isinstance(links, dict):
-                    rows += [dict(v, link=k, op=name) for k, v in links.items()
+                    group = name.split("@", 1)[1] if "@" in name else ""
+                    rows += [dict(v, link=k, op=name, group=group) for k, v in links.items()
                              if isinstance(v, dict)]
     return rows
 
@@ -134,24 +141,24 @@ def link_rows(value: object) -> LinkRows:
     read in snake case (``src_rank``, ``dst_rank``, ``nbytes`` or ``transit_size_mb``, ``time_ns`` or
     ``transit_time_ms``, ``transport``) or in the profiler's spelling (``"0-1"`` link
     keys, ``Transit Size(MB)``, ``Transit Time(ms)``, ``Transport Type``). Rows are summed
-    per (src, dst, transport), so the summary stays small however many steps and ops the
-    source recorded."""
+    per (src, dst, transport, group), so the summary stays small however many steps and
+    ops the source recorded."""
     if not value:
         return LinkRows()
     rows = _without_samples(_as_rows(value))
-    sums: dict[tuple[int, int, str], list[float]] = {}
+    sums: dict[tuple[int, int, str, str], list[float]] = {}
     for v in map(_row_values, rows):
         if v is not None:
-            cell = sums.setdefault((v[0], v[1], v[4]), [0.0, 0.0])
+            cell = sums.setdefault((v[0], v[1], v[4], v[5]), [0.0, 0.0])
             cell[0] += v[2]
             cell[1] += v[3]
     if not sums:
         return LinkRows()
-    src, dst, transport = zip(*sorted(sums))
+    src, dst, transport, group = zip(*sorted(sums))
     nbytes, ns = zip(*(sums[k] for k in sorted(sums)))
     return LinkRows(src=np.array(src, np.int64), dst=np.array(dst, np.int64),
                     nbytes=np.array(nbytes, np.float64), time_ns=np.array(ns, np.float64),
-                    transport=np.array(transport, object))
+                    transport=np.array(transport, object), group=np.array(group, object))
 
 
 @dataclass
@@ -181,9 +188,22 @@ class _Pairs:
                 self.table[(s, d)] = [float(b[k]), float(t[k]), source, str(tr[first[k]])]
 
 
-def _recorded(reports: list[tuple[int, LinkRows]], pairs: _Pairs) -> None:
+def to_global(rows: LinkRows, group_ranks: dict) -> LinkRows:
+    """The rows with ranks numbered within a known group replaced by the group's global
+    ranks (rows of unknown groups keep theirs: a group of every rank numbers them alike)."""
+    src, dst = rows.src.copy(), rows.dst.copy()
+    for g in set(rows.group.tolist()):
+        members = np.asarray(group_ranks.get(g) or (), np.int64)
+        sel = (rows.group == g) & (rows.src < members.size) & (rows.dst < members.size)
+        if members.size and sel.any():
+            src[sel], dst[sel] = members[rows.src[sel]], members[rows.dst[sel]]
+    return LinkRows(src=src, dst=dst, nbytes=rows.nbytes, time_ns=rows.time_ns,
+                    transport=rows.transport, group=rows.group)
+
+
+def _recorded(reports: list[tuple[int, LinkRows]], pairs: _Pairs, group_ranks: dict) -> None:
     """Pairs from the profilers' own link records, the sender's report first."""
-    reports = [(r, rows) for r, rows in reports if len(rows)]
+    reports = [(r, to_global(rows, group_ranks)) for r, rows in reports if len(rows)]
     for own in (True, False):
         for reporter, rows in reports:
             pick = (rows.src == reporter) if own else np.ones(len(rows), bool)
@@ -230,7 +250,7 @@ def comm_matrix(reports: list[tuple[int, LinkRows]], m: Instances, arr: Arrivals
     transport}`` sorted by (src, dst); bandwidth is bytes per ns (GB/s), None when the
     time is unknown."""
     pairs = _Pairs()
-    _recorded(reports, pairs)
+    _recorded(reports, pairs, m.calls.group_ranks)
     _p2p(m, arr, pairs)
     _ring(m, arr, pairs)
     out = []
