@@ -70,6 +70,8 @@ def test_ascend_cluster_end_to_end(tmp_path):
     doc, timelines = analyse(tmp_path)
     check_planted(doc, planted_offsets("ascend", 3000), 2_000)
     assert {c["match"] for c in doc["collectives"]} == {"key"}
+    for r in doc["ranks"]:  # the generator's communication.json says what each rank waited
+        assert r["comm_wait_ns"] == pytest.approx(r["recorded_wait_ns"], rel=1e-3)
     if not any(tl.meta.get("comm_matrix") for tl in timelines):
         pytest.skip("the Ascend reader does not record communication_matrix.json yet")
     link = doc["slowest_link"]
@@ -94,6 +96,9 @@ def test_real_two_rank_capture_agrees_with_the_profilers_own_wait():
     measured_ms = next(v for k, v in ops.items() if k.startswith("hcom_allReduce__586_0_1@"))[
         "Communication Time Info"]["Wait Time(ms)"]
     assert first["wait_ns"] / 1e6 == pytest.approx(measured_ms, rel=0.02)
+    recorded = sum(op["Communication Time Info"]["Wait Time(ms)"] for k, op in ops.items()
+                   if "@" in k)
+    assert doc["ranks"][0]["recorded_wait_ns"] / 1e6 == pytest.approx(recorded, rel=1e-6)
     assert doc["matrix"] and {m["source"] for m in doc["matrix"]} == {"comm_matrix"}
 
 

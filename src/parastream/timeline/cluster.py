@@ -21,6 +21,7 @@ Two steps, so that the per-rank work runs where each trace lies:
     to align), ``offset_measured``, ``collectives`` (calls recorded), ``matched``,
     ``wall_ns``, ``comm_busy_ns``, ``comm_exposed_ns``, ``overlap_pct``,
     ``comm_wait_ns`` (time inside collectives waiting for the last arrival),
+    ``recorded_wait_ns`` (the wait the profiler measured itself, where it did; else None),
     ``wait_share_pct`` (of its wall), ``times_last``, ``caused_wait_ns``.
 ``steps``
     per step id (-1 when the sources have no steps): ``step``, ``critical_rank`` (the
@@ -86,6 +87,9 @@ class RankSummary:
     step_overlap_pct: np.ndarray
     links: LinkRows = field(default_factory=LinkRows)
     warnings: tuple[str, ...] = ()
+    #: the wait the profiler measured itself inside the rank's collectives (Ascend's
+    #: communication.json "Wait Time", ``tl.meta["hccl_wait_ns"]``), summed; None if absent
+    recorded_wait_ns: int | None = None
 
     @property
     def wall_ns(self) -> int:
@@ -153,7 +157,14 @@ def rank_summary(timeline: Timeline, rank: int) -> RankSummary:
         overlap_pct=comm_comp_overlap_pct(tl), step_comm_busy_ns=busy.astype(np.int64),
         step_comm_exposed_ns=(busy - step_hidden).astype(np.int64),
         step_overlap_pct=step_pct, links=link_rows(tl.meta.get("comm_matrix")),
-        warnings=warnings)
+        warnings=warnings, recorded_wait_ns=_recorded_wait(tl.meta.get("hccl_wait_ns")))
+
+
+def _recorded_wait(waits: object) -> int | None:
+    """The sum of the per-op waits a source recorded (op key -> ns), None without."""
+    if not isinstance(waits, dict) or not waits:
+        return None
+    return int(sum(int(v) for v in waits.values() if v is not None and v >= 0))
 
 
 # --------------------------------------------------------------------------- cross-rank
@@ -234,6 +245,7 @@ def _rank_rows(c: _Cluster, sums: dict[str, np.ndarray]) -> list[dict]:
             "comm_busy_ns": int(s.comm_busy_ns), "comm_exposed_ns": int(s.comm_exposed_ns),
             "overlap_pct": None if s.overlap_pct is None else round(float(s.overlap_pct), 3),
             "comm_wait_ns": int(round(sums["wait"][i])),
+            "recorded_wait_ns": s.recorded_wait_ns,
             "wait_share_pct": _pct(float(sums["wait"][i]), float(s.wall_ns)),
             "times_last": int(sums["last"][i]), "caused_wait_ns": int(round(sums["caused"][i])),
         })
