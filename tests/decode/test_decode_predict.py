@@ -138,6 +138,12 @@ def test_overlap_hides_the_host_and_streams_read_weights_per_request():
     assert costs.streams(work).wall_us > 8 * costs.batched(work).wall_us
 
 
+def test_the_same_modes_and_chunking_as_the_measured_ones():
+    from parastream.decode import modes, predict as predicted
+
+    assert predicted.MODES == modes.MODES and predicted.CHUNKED == modes.CHUNKED
+
+
 def test_split_two_keeps_the_work():
     work = [prefill_work([p]) for p in (5, 40, 17, 3)]
     a, b = split_two(work)
