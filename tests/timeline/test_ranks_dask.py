@@ -20,12 +20,16 @@ from test_ranks import _rank
 DASK = Path(sys.executable).with_name("dask")
 pytestmark = pytest.mark.skipif(not DASK.exists(), reason="the dask command is not installed")
 
-#: each task sleeps this long before it reads its rank, on the workers started here: long
+#: on the workers started here, every trace is read as a big one (the reader's decode pool,
+#: inside a daemonic worker process), and each task sleeps before it reads its rank: long
 #: enough that a worker can be killed while it holds one (dask imports a preload file more
 #: than once in a worker: the original is kept aside, or the wrapper would wrap itself)
 SLOW_PRELOAD = '''
 import time
 import parastream.timeline.ranks as ranks
+import parastream.timeline.readers.kineto as kineto
+
+kineto.PARALLEL_BYTES = 0  # every trace is "big": the decode pool of a daemonic worker
 
 _analyze_unit = ranks.__dict__.setdefault("_unslowed_analyze_unit", ranks.analyze_unit)
 
