@@ -177,8 +177,8 @@ def _pass(run: _Run, mode: str, costs: StepCosts, host: HostCost, gate: Gate) ->
         run.clock.host = run.clock.device = start + rnd.wall_us
         run.served.busy_us += rnd.wall_us
         return True
-    pre = _forward(run, costs, [prefill_work([p]) for p in prompts], mode, gate)
-    dec = _forward(run, costs, chunks + [decode_work([c]) for c in contexts], mode, gate)
+    pre = _forward(run, costs, [prefill_work([p]) for p in prompts], [], mode, gate)
+    dec = _forward(run, costs, chunks, contexts, mode, gate)
     if mode == "batch+overlap":  # the host's work was done during the previous step
         start = max(run.clock.host + work_us, run.clock.device)
         run.clock.host = start + pre.launch_us + dec.launch_us
@@ -197,14 +197,19 @@ def _pass(run: _Run, mode: str, costs: StepCosts, host: HostCost, gate: Gate) ->
 _NOTHING = Forward(0.0, 0.0, 0)
 
 
-def _forward(run: _Run, costs: StepCosts, work: list[Work], mode: str, gate: Gate) -> Forward:
-    """One batched forward over ``work`` (nothing when empty), on two micro-batches where
-    ``batch+overlap``'s gate opens for its tokens."""
-    if not work:
+def _forward(run: _Run, costs: StepCosts, work: list[Work], contexts: list[int], mode: str,
+             gate: Gate) -> Forward:
+    """One batched forward over ``work`` and decode rows at ``contexts`` (nothing when
+    both are empty), on two micro-batches where ``batch+overlap``'s gate opens for its
+    tokens (then each decode row is its own item, for the split)."""
+    tokens = sum(w.tokens for w in work) + len(contexts)
+    if not tokens:
         return _NOTHING
-    two = mode == "batch+overlap" and gate.on(sum(w.tokens for w in work))
+    two = mode == "batch+overlap" and gate.on(tokens)
     run.served.two_micro += two
-    return costs.batched(work, two_micro=two)
+    rows = ([decode_work([c]) for c in contexts] if two else
+            [decode_work(contexts)] if contexts else [])
+    return costs.batched(work + rows, two_micro=two)
 
 
 def _arrive(run: _Run) -> None:

@@ -73,6 +73,12 @@ class Work:
                     self.pairs + other.pairs, self.context + other.context)
 
 
+def total(work: list[Work]) -> Work:
+    """The work of every item of ``work`` together."""
+    return Work(sum(w.tokens for w in work), sum(w.rows for w in work),
+                sum(w.pairs for w in work), sum(w.context for w in work))
+
+
 def decode_work(contexts: list[int]) -> Work:
     """A batched decode step of requests whose caches hold ``contexts`` positions each
     (the new token attends to them and to itself)."""
@@ -255,10 +261,9 @@ class StepCosts:
     def batched(self, work: list[Work], two_micro: bool = False) -> Forward:
         """One forward over every item of ``work`` together (on two micro-batches when
         ``two_micro`` and there is something to split)."""
-        total = sum(work[1:], work[0])
         halves = split_two(work) if two_micro else None
         if halves is None:
-            return self._forward(("one", total.rounded()))
+            return self._forward(("one", total(work).rounded()))
         return self._forward(("two", halves[0].rounded(), halves[1].rounded()))
 
     def streams(self, work: list[Work]) -> Forward:
@@ -268,8 +273,8 @@ class StepCosts:
         round of more streams than queues is the round of one stream per queue scaled
         by the streams."""
         n = len(work)
-        total = sum(work[1:], work[0])
-        mean = Work(-(-total.tokens // n), 1, -(-total.pairs // n), total.context // n)
+        whole = total(work)
+        mean = Work(-(-whole.tokens // n), 1, -(-whole.pairs // n), whole.context // n)
         queues = max(1, self.profile.hw_queues)
         one = self._forward(("streams", min(n, queues), mean.rounded()))
         if n <= queues:
@@ -315,4 +320,4 @@ class StepCosts:
 
 
 __all__ = ["Forward", "StepCosts", "Work", "chunk_work", "decode_work", "head_ops", "layer_ops",
-           "prefill_work", "split_two"]
+           "prefill_work", "split_two", "total"]
