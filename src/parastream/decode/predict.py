@@ -166,32 +166,47 @@ def _pass(run: _Run, mode: str, costs: StepCosts, host: HostCost, gate: Gate) ->
     prompts = [j.positions for j in plan.prefill]
     contexts = [j.positions - 1 for j in plan.decode]
     chunks = [chunk_work(c.start, c.stop, c.final) for c in plan.chunks]
-    finals = [c.job for c in plan.chunks if c.final]
     run.sched.advance(plan)
     work_us = host.of(len(plan.jobs))
     if mode == "streams":
         items = [prefill_work([p]) for p in prompts] + [decode_work([c]) for c in contexts]
-        rnd = costs.streams(items)
-        start = run.clock.host + work_us
-        _tokens(run, plan.jobs, start + rnd.wall_us)
-        run.clock.host = run.clock.device = start + rnd.wall_us
-        run.served.busy_us += rnd.wall_us
+        _streams_round(run, plan, costs.streams(items), work_us)
         return True
     pre = _forward(run, costs, [prefill_work([p]) for p in prompts], [], mode, gate)
     dec = _forward(run, costs, chunks, contexts, mode, gate)
-    if mode == "batch+overlap":  # the host's work was done during the previous step
+    _batched_step(run, plan, (pre, dec), work_us, overlap=mode == "batch+overlap")
+    return True
+
+
+def _streams_round(run: _Run, plan: Pass, rnd: Forward, work_us: float) -> None:
+    """A ``streams`` round on the clock: the host's work, then every stream's step; the
+    round's tokens at its end."""
+    start = run.clock.host + work_us
+    _tokens(run, plan.jobs, start + rnd.wall_us)
+    run.clock.host = run.clock.device = start + rnd.wall_us
+    run.served.busy_us += rnd.wall_us
+
+
+def _batched_step(run: _Run, plan: Pass, forwards: tuple[Forward, Forward], work_us: float,
+                  overlap: bool) -> None:
+    """A batched step on the clock: the prefill forward, then the decode forward (with
+    the chunks), each one's tokens at its end. Without ``overlap`` the host's work comes
+    first and the next pass waits for the step's end; with it the host's work was done
+    during the device's previous step, and the next pass comes once this step is
+    launched."""
+    pre, dec = forwards
+    if overlap:
         start = max(run.clock.host + work_us, run.clock.device)
         run.clock.host = start + pre.launch_us + dec.launch_us
     else:
         start = run.clock.host + work_us
     _tokens(run, plan.prefill, start + pre.wall_us)
     end = start + pre.wall_us + dec.wall_us
-    _tokens(run, finals + plan.decode, end)
+    _tokens(run, [c.job for c in plan.chunks if c.final] + plan.decode, end)
     run.clock.device = end
-    if mode != "batch+overlap":
+    if not overlap:
         run.clock.host = end
     run.served.busy_us += pre.wall_us + dec.wall_us
-    return True
 
 
 _NOTHING = Forward(0.0, 0.0, 0)
