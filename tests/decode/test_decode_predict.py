@@ -122,6 +122,12 @@ def test_every_mode_at_concurrency_one_is_sequential():
     seq = figures(serve("sequential", reqs, one, costs, HostCost()))
     for mode in ("streams", "batch"):
         assert figures(serve(mode, reqs, one, costs, HostCost())) == seq
+    # chunked prefills make batch another schedule: the sweep runs it then
+    chunked = SweepSettings(concurrency=(1,), rates=(math.inf,), prefill_chunk=16)
+    doc = predict("7b", "ascend910b", "all", workload=WorkloadOptions(requests=4, seed=1),
+                  settings=chunked).to_dict()
+    m = doc["sweep"][0]["modes"]
+    assert m["batch"]["passes"] > m["sequential"]["passes"] == m["streams"]["passes"]
 
 
 def test_overlap_hides_the_host_and_streams_read_weights_per_request():

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from .model import blocks_for
-from .predict import MODES, Gate, HostCost, calibrate_two_micro, figures, serve
+from .predict import CHUNKED, MODES, Gate, HostCost, calibrate_two_micro, figures, serve
 from .predict_cost import StepCosts
 from .scheduler import SchedulerSettings
 from .workload import Request
@@ -75,7 +75,7 @@ def winner(modes: dict[str, dict]) -> str:
 
 
 #: the modes that serve one request at a time at concurrency 1 exactly as ``sequential``
-#: does (one stream; a batch of one): the same schedule, the same forwards
+#: does (one stream; a batch of one, its prefills whole): the same schedule and forwards
 ONE_AT_A_TIME = ("sequential", "streams", "batch")
 
 
@@ -97,12 +97,17 @@ class _Point:
                                   prefill_chunk=s.prefill_chunk)
         modes = {}
         for m in s.modes:
-            if m in ONE_AT_A_TIME and (m == "sequential" or concurrency == 1):
+            if m == "sequential" or (concurrency == 1 and self.one_at_a_time(m)):
                 modes[m] = self.sequential(rate, requests, sched)
             else:
                 modes[m] = figures(serve(m, requests, sched, self.costs, s.host, self.gate))
         return {"concurrency": concurrency, "rate": rate, "modes": modes,
                 "winner": winner(modes)}
+
+    def one_at_a_time(self, mode: str) -> bool:
+        """Whether ``mode`` at concurrency 1 is ``sequential``: one of
+        :data:`ONE_AT_A_TIME`, and not a batch mode that chunks its prefills."""
+        return mode in ONE_AT_A_TIME and not (mode in CHUNKED and self.settings.prefill_chunk)
 
     def sequential(self, rate: Any, requests: list[Request],
                    sched: SchedulerSettings) -> dict:
