@@ -143,7 +143,10 @@ def run_child(argv: list[str], timeout: float) -> dict:
         err.seek(0)
         stdout = out.read().decode(errors="replace")
         stderr = err.read().decode(errors="replace")
-    return {"wall_s": wall, "rss_mb": ru.ru_maxrss / 1024.0, "pss_tree_mb": pss, "rc": rc,
+    # CPU seconds of the child and of the workers it reaped: on a shared machine this moves
+    # far less with the load than the wall time does
+    return {"wall_s": wall, "cpu_s": ru.ru_utime + ru.ru_stime,
+            "rss_mb": ru.ru_maxrss / 1024.0, "pss_tree_mb": pss, "rc": rc,
             "load1_before": load1,
             "stdout": stdout, "stderr_tail": stderr[-2000:]}
 
@@ -190,11 +193,13 @@ def summarize(runs: list[dict]) -> dict:
         return {"ok": False, "n": 0, "rc": runs[-1]["rc"] if runs else None,
                 "stderr_tail": runs[-1]["stderr_tail"][-600:] if runs else ""}
     w = [r["wall_s"] for r in ok]
+    cpu = [r["cpu_s"] for r in ok]
     ld = [r["load1_before"] for r in ok]
     m = [r["rss_mb"] for r in ok]
     pss = [r["pss_tree_mb"] for r in ok]
     return {"ok": True, "n": len(ok), "pss_median_mb": statistics.median(pss),
             "wall_median_s": statistics.median(w), "wall_min_s": min(w),
+            "cpu_median_s": statistics.median(cpu),
             "wall_max_s": max(w), "rss_median_mb": statistics.median(m), "rss_max_mb": max(m),
             "load1_median": statistics.median(ld)}
 
@@ -246,7 +251,8 @@ def main(argv=None) -> int:
         for name, argv_ in tools.items():
             r = run_child(argv_, a.timeout)
             runs[name].append(r)
-            print(f"  rep {rep + 1} {name}: rc={r['rc']} wall={r['wall_s']:.2f}s rss={r['rss_mb']:.0f}MB "
+            print(f"  rep {rep + 1} {name}: rc={r['rc']} wall={r['wall_s']:.2f}s "
+                  f"cpu={r['cpu_s']:.2f}s rss={r['rss_mb']:.0f}MB pss={r['pss_tree_mb']:.0f}MB "
                   f"load1={r['load1_before']:.1f}",
                   file=sys.stderr)
             if r["rc"] == 0 and name not in results:
@@ -265,9 +271,9 @@ def main(argv=None) -> int:
     summ = {k: summarize(v) for k, v in runs.items()}
     print(f"\nInput: `{os.path.relpath(target, ROOT)}` ({size_mb:.1f} MB), {a.reps} repetitions, "
           f"alternating; wall = spawn to exit; RSS = child's ru_maxrss\n")
-    print("| tool | command | wall median (s) | min..max (s) | peak RSS median (MB) "
-          "| peak tree PSS median (MB) | load1 before | overlap result |")
-    print("|---|---|---:|---:|---:|---:|---:|---|")
+    print("| tool | command | wall median (s) | min..max (s) | CPU median (s) "
+          "| peak RSS median (MB) | peak tree PSS median (MB) | load1 before | overlap result |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---|")
     for name, s in summ.items():
         cmd = " ".join(shlex.quote(os.path.relpath(x, ROOT) if os.path.isabs(x) else x)
                        for x in tools[name] if "\n" not in x)
@@ -276,14 +282,18 @@ def main(argv=None) -> int:
         res = results.get(name, "")
         if s["ok"]:
             print(f"| {name} | `{cmd}` | {fmt(s['wall_median_s'])} | {fmt(s['wall_min_s'])}..{fmt(s['wall_max_s'])} "
-                  f"| {fmt(s['rss_median_mb'], 0)} | {fmt(s['pss_median_mb'], 0)} "
+                  f"| {fmt(s['cpu_median_s'])} | {fmt(s['rss_median_mb'], 0)} | {fmt(s['pss_median_mb'], 0)} "
                   f"| {fmt(s['load1_median'], 1)} | {res} |")
         else:
-            print(f"| {name} | `{cmd}` | pending/failed (rc={s['rc']}) | - | - | - | - | - |")
+            print(f"| {name} | `{cmd}` | pending/failed (rc={s['rc']}) | - | - | - | - | - | - |")
 
     def w(k):
         s = summ.get(k)
         return s["wall_median_s"] if s and s["ok"] else None
+
+    def c(k):
+        s = summ.get(k)
+        return s["cpu_median_s"] if s and s["ok"] else None
 
     def m(k):
         s = summ.get(k)
@@ -298,6 +308,8 @@ def main(argv=None) -> int:
     if "HTA 0.5.0" in summ and "parastream" in summ:
         h, ps = w("HTA 0.5.0"), w("parastream")
         ratios.append(("HTA / parastream wall (speed-up)", h / ps if h and ps else None))
+        h, ps = c("HTA 0.5.0"), c("parastream")
+        ratios.append(("HTA / parastream CPU time", h / ps if h and ps else None))
         h, ps = m("HTA 0.5.0"), m("parastream")
         ratios.append(("HTA / parastream peak RSS (largest process)", h / ps if h and ps else None))
         h, ps = pm("HTA 0.5.0"), pm("parastream")
