@@ -203,3 +203,12 @@ def test_a_bad_scheduler_address_is_one_line(ranks, address, capsys):
     assert rc == 2 and out == ""
     (line,) = err.strip().splitlines()
     assert line.startswith(f"parastream: {address}: not a Dask scheduler address")
+
+
+def test_the_command_line_does_not_import_dask():
+    code = ("import sys, parastream.cli, parastream.workflow.analyze, parastream.timeline.ranks; "
+            "parastream.cli._parser(); "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('dask', 'distributed')))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "[]"
