@@ -210,13 +210,19 @@ def _units_of(paths: list[str]) -> list[str]:
 
 
 def _local_workers(units: list[str], engine: Engine) -> int:
-    """Local worker processes for ``units``: 1 (this process) for one unit or a pipe."""
+    """Local worker processes for ``units`` (``engine.jobs``, never more than the units)."""
+    jobs = engine.jobs if engine.jobs > 0 else (os.cpu_count() or 1)
+    return max(1, min(jobs, len(units)))
+
+
+def _in_this_process(units: list[str], engine: Engine) -> bool:
+    """Whether the units are read here, without a cluster: a pipe is this process's
+    (``<(zcat t.gz)``, /dev/stdin: no worker can open it); else one local worker."""
     from .readers import is_pipe
 
     if any(is_pipe(u) for u in units):
-        return 1  # a pipe is this process's (<(zcat t.gz), /dev/stdin): a worker cannot open it
-    jobs = engine.jobs if engine.jobs > 0 else (os.cpu_count() or 1)
-    return max(1, min(jobs, len(units)))
+        return True
+    return engine.scheduler is None and _local_workers(units, engine) == 1
 
 
 def _in_process(units: list[str], task: UnitTask,
@@ -248,7 +254,7 @@ def analyze_paths(paths: list[str], opts: Options, *, engine: Engine = Engine(),
     units = _units_of(paths)
     ticker = _Ticker(progress, len(units))
     task = UnitTask(opts, keep_timelines, ranks=len(units) > 1)
-    if engine.scheduler is None and _local_workers(units, engine) == 1:
+    if _in_this_process(units, engine):
         outcomes: Iterable[UnitResult | UnitFailure] = _in_process(units, task, ticker)
     else:
         outcomes = on_cluster(units, task, engine, _local_workers(units, engine), ticker.done)
