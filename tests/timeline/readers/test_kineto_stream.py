@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import multiprocessing as mp
 import tracemalloc
 from pathlib import Path
 
@@ -152,3 +153,19 @@ def test_memory_holds_the_kept_events_not_the_file(tmp_path, monkeypatch):
         tracemalloc.stop()
     assert len(tl) > 0
     assert peak < size / 4, (peak, size)  # read whole: more than the size
+
+
+def _op_count(path: str) -> int:
+    return len(kineto.read(path))
+
+
+@pytest.mark.skipif("fork" not in mp.get_all_start_methods(), reason="needs fork")
+def test_a_daemonic_process_reads_a_big_trace_without_worker_processes(monkeypatch):
+    """A pool's worker (daemonic: it may not start processes) reads in-process, even
+    when the trace is big enough for worker processes and PARASTREAM_WORKERS asks two."""
+    monkeypatch.setattr(kineto, "PARALLEL_BYTES", 0)
+    monkeypatch.setattr(kineto, "CHUNK_BYTES", 4096)
+    monkeypatch.setenv("PARASTREAM_WORKERS", "2")
+    with mp.get_context("fork").Pool(1) as pool:
+        n = pool.apply(_op_count, (str(SAMPLE),))
+    assert n == len(kineto.read(str(SAMPLE))) > 0

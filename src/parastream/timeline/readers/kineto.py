@@ -692,10 +692,12 @@ def _span_offset(data: bytes, raw: msgspec.Raw) -> int | None:
 
 def _workers(nbytes: int) -> int:
     """Processes that decode one big trace: one per core (at most 4), or
-    ``PARASTREAM_WORKERS``; small traces and systems without fork decode in-process."""
+    ``PARASTREAM_WORKERS``; small traces, systems without fork and daemonic processes
+    (a pool's or an engine's workers, which may not have children) decode in-process."""
     import os
 
-    if nbytes < PARALLEL_BYTES or "fork" not in mp.get_all_start_methods():
+    if (nbytes < PARALLEL_BYTES or "fork" not in mp.get_all_start_methods()
+            or mp.current_process().daemon):
         return 1
     env = os.environ.get("PARASTREAM_WORKERS", "")
     if env.isdigit() and int(env) > 0:
