@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from parastream.decode.model import BLOCK_TOKENS, SIZES, blocks_for, build_model
+from parastream.decode.config import BLOCK_TOKENS, SIZES, blocks_for
+from parastream.decode.model import build_model
 
 
 def _cache(model, pool, rid, first_block, blocks=8):

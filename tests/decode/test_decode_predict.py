@@ -20,7 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from parastream.cli.decode import add_parser
-from parastream.decode.model import SIZES
+from parastream.decode.config import SIZES
 from parastream.decode.predict import MODES, HostCost, calibrate_two_micro, figures, serve
 from parastream.decode.predict_cost import StepCosts, decode_work, prefill_work, split_two
 from parastream.decode.predict_sweep import SweepSettings, at_rate, winner
@@ -277,8 +277,6 @@ NO_TORCH = textwrap.dedent("""
 """)
 
 
-@pytest.mark.xfail(strict=True, reason="decode.scheduler imports blocks_for from "
-                                       "decode.model, which imports torch at module level")
 def test_the_prediction_runs_without_torch():
     r = subprocess.run([sys.executable, "-c", NO_TORCH], capture_output=True, text=True,
                        timeout=300, cwd=ROOT)

@@ -8,7 +8,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from parastream.decode.model import blocks_for
+from parastream.decode.config import blocks_for
 from parastream.decode.scheduler import (FAILED, FINISHED, RUNNING, WAITING, Job, Scheduler,
                                          SchedulerSettings)
 

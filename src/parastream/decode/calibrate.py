@@ -36,7 +36,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from .device import Worker
-from .model import blocks_for
+from .config import blocks_for
 from .streams import Placement, now_ns
 from .tbo import MIN_ROWS, can_split, split_decode
 

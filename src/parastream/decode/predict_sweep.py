@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from .model import blocks_for
+from .config import blocks_for
 from .predict import CHUNKED, MODES, Gate, HostCost, calibrate_two_micro, figures, serve
 from .predict_cost import StepCosts
 from .scheduler import SchedulerSettings

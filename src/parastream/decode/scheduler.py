@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .model import blocks_for
+from .config import blocks_for
 
 WAITING, RUNNING, FINISHED, FAILED = "waiting", "running", "finished", "failed"
 

@@ -108,7 +108,8 @@ def load_model(model: Any, seed: int = 0) -> Any:
     """A size name of the built-in decoder (runnable sizes only), ``path/to/file.py:factory``
     (:func:`parastream.decode.protocol.load_factory`), or a decoder object following the
     protocol of :mod:`parastream.decode.model` (returned as it is)."""
-    from ..decode.model import RUNNABLE, SIZES, build_model
+    from ..decode.config import RUNNABLE, SIZES
+    from ..decode.model import build_model
     from ..decode.protocol import is_factory_spec, load_factory
 
     if not isinstance(model, str):
@@ -157,7 +158,7 @@ def decode(model: Any = "small", modes: str | Sequence[str] = "all", *,
 def _serve(decoder: Any, modes: tuple[str, ...], requests: list,
            settings: DecodeSettings) -> list:
     """Each mode's run over the same requests and KV budget."""
-    from ..decode.model import blocks_for
+    from ..decode.config import blocks_for
     from ..decode.modes import ModeSettings, run_mode
 
     context = decoder.config.context
@@ -173,7 +174,7 @@ def _serve(decoder: Any, modes: tuple[str, ...], requests: list,
 def _check_pool(cfg: Any, blocks: int) -> None:
     """InputError when ``blocks`` KV blocks of ``cfg`` would take over :data:`MAX_KV_BYTES`
     (a built-in config says its bytes per position; a decoder of the user's own may not)."""
-    from ..decode.model import BLOCK_TOKENS
+    from ..decode.config import BLOCK_TOKENS
 
     per_token = getattr(cfg, "kv_bytes_per_token", None)
     if per_token is None:
@@ -299,7 +300,7 @@ def predict(model: str = PREDICT_MODEL, device: Any = None, modes: str | Sequenc
 
 def _predict_config(model: Any) -> Any:
     """The shapes of built-in size ``model`` (InputError for anything else)."""
-    from ..decode.model import SIZES
+    from ..decode.config import SIZES
 
     if not isinstance(model, str) or model not in SIZES:
         raise InputError(None, f"--simulate predicts a built-in size ({', '.join(SIZES)}), "
