@@ -560,67 +560,71 @@ def _device_columns(events: list[_Event], odd: dict) -> dict:
     tables of distinct values, raw ts, dur, grid blocks, correlation, occupancy, warps per
     SM), the stream waits and host-sync counts met among ``events`` (see
     :func:`_sync_event`), and the communication kernels' rows with their collective
-    arguments (:func:`_call`). Streams and devices fall back to the tid and pid.
-
-    Each column is one list comprehension over the events: no per-event branches."""
-    work, waits, syncs = _split_syncs(events)
-    names, name = _intern([e.name for e in work])
-    cat = np.array([_DEVICE_INDEX[e.cat] for e in work], np.int8)
-    args = [e.args or _NO_ARGS for e in work]
-    streams, stream = _intern(_or_fallback([a.stream for a in args], "tid", work))
-    devices, dev = _intern(_or_fallback([a.device for a in args], "pid", work))
-    grids = [a.grid for a in args]
-    prod = math.prod
-    block = [prod(g) if g and g.__class__ is list else -1 for g in grids]
-    for g in grids:
-        if g and g.__class__ is not list:  # text (as a Triton launch's): no block count
-            _note(odd, "args.grid", g)
-    corr = [c if c.__class__ is int else _as_int(c) for c in [a.correlation for a in args]]
-    comm = np.array([COMM_NAME.search(nm) is not None for nm in names] or [False])
-    rows = np.flatnonzero((cat == 0) & comm[name]) if name.size else name
-    return {"names": names, "stream_labels": streams, "device_labels": devices,
-            "name": name, "cat": cat, "stream": stream, "dev": dev,
-            "ts": [e.ts for e in work], "dur": [e.dur for e in work],
-            "block": _int64(block), "corr": _int64(corr),
-            "occ": np.array([a.occupancy for a in args], np.float64),
-            "warps": np.array([a.warps_per_sm for a in args], np.float64),
-            "waits": waits, "syncs": dict(syncs),
-            "comms": [(r, _call(args[r])) for r in rows.tolist()]}
-
-
-_NO_ARGS = _Args()
-
-
-def _split_syncs(events: list[_Event]) -> tuple[list[_Event], list[tuple], Counter]:
-    """The device work among ``events``, and the stream waits and host-sync counts of the
-    rest (see :func:`_sync_event`), each in file order."""
-    index, mtia = _DEVICE_INDEX, _MTIA_INDEX
-    ks = [index[e.cat] for e in events]
+    arguments (:func:`_call`). Streams and devices fall back to the tid and pid."""
+    names: dict = {}
+    stream_labels: dict = {}
+    device_labels: dict = {}
+    d_name, d_cat, d_stream, d_dev, d_ts, d_dur, d_block, d_corr = ([] for _ in range(8))
+    d_occ, d_warps = [], []  # NaN where the kernel records none
+    nan = float("nan")
     waits: list[tuple] = []
     syncs: Counter = Counter()
-    if -1 not in ks and mtia not in ks:
-        return events, waits, syncs
-    is_sync = [k < 0 or (k == mtia and (e.name == MTIA_WAIT or e.name == MTIA_RECORD))
-               for e, k in zip(events, ks)]
-    for e, s in zip(events, is_sync):
-        if s:
+    comm_name: list[bool] = []  # per name code: a communication kernel's name
+    comms: list[tuple] = []  # (row, _call of its args) per communication kernel
+    index, mtia, prod = _DEVICE_INDEX, _MTIA_INDEX, math.prod
+    for e in events:
+        k = index[e.cat]
+        nm = e.name
+        if k < 0 or (k == mtia and (nm == MTIA_WAIT or nm == MTIA_RECORD)):
             _sync_event(e, waits, syncs)
-    return [e for e, s in zip(events, is_sync) if not s], waits, syncs
-
-
-def _intern(values: list) -> tuple[list, np.ndarray]:
-    """The distinct values in order of first appearance, and each value's code."""
-    table: dict = {}
-    codes = [table.setdefault(v, len(table)) for v in values]
-    return list(table), np.array(codes, np.int32)
-
-
-def _or_fallback(values: list, field: str, events: list[_Event]) -> list:
-    """``values`` with each None replaced by ``(field, the event's field)`` (a stream or
-    device without an args id falls back to the tid or pid)."""
-    if None not in values:
-        return values
-    return [v if v is not None else (field, getattr(e, field)) for v, e in zip(values, events)]
+            continue
+        nc = names.get(nm)
+        if nc is None:
+            nc = names[nm] = len(names)
+            comm_name.append(COMM_NAME.search(nm) is not None)
+        if k == 0 and comm_name[nc]:  # an NCCL/HCCL kernel: a collective call
+            comms.append((len(d_name), _call(e.args)))
+        d_name.append(nc)
+        d_cat.append(k)
+        a = e.args
+        if a is not None:
+            st = a.stream if a.stream is not None else ("tid", e.tid)
+            dv = a.device if a.device is not None else ("pid", e.pid)
+            g = a.grid
+            if g and g.__class__ is list:
+                d_block.append(prod(g))
+            else:
+                if g:  # text (as a Triton launch's): no block count
+                    _note(odd, "args.grid", g)
+                d_block.append(-1)
+            c = a.correlation
+            d_corr.append(c if isinstance(c, int) else _as_int(c))
+            o, w = a.occupancy, a.warps_per_sm
+            d_occ.append(nan if o is None else o)
+            d_warps.append(nan if w is None else w)
+        else:
+            st, dv = ("tid", e.tid), ("pid", e.pid)
+            d_block.append(-1)
+            d_corr.append(-1)
+            d_occ.append(nan)
+            d_warps.append(nan)
+        sc = stream_labels.get(st)
+        if sc is None:
+            sc = stream_labels[st] = len(stream_labels)
+        d_stream.append(sc)
+        dc = device_labels.get(dv)
+        if dc is None:
+            dc = device_labels[dv] = len(device_labels)
+        d_dev.append(dc)
+        d_ts.append(e.ts)
+        d_dur.append(e.dur)
+    return {"names": list(names), "stream_labels": list(stream_labels),
+            "device_labels": list(device_labels),
+            "name": np.array(d_name, np.int32), "cat": np.array(d_cat, np.int8),
+            "stream": np.array(d_stream, np.int32), "dev": np.array(d_dev, np.int32),
+            "ts": d_ts, "dur": d_dur, "block": _int64(d_block), "corr": _int64(d_corr),
+            "occ": np.array(d_occ, np.float64), "warps": np.array(d_warps, np.float64),
+            "waits": waits, "syncs": dict(syncs), "comms": comms}
 
 
 def _sync_event(e: _Event, waits: list[tuple], syncs: Counter) -> None:
