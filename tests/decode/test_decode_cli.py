@@ -28,7 +28,8 @@ def test_the_table_json_and_traces(tmp_path, capsys):
     text = capsys.readouterr().out
     for word in ("measured on CPU", "tokens/s", "TTFT p99", "Jain", "x sequential",
                  "batch+overlap", "0 differ otherwise", "scheduling pass p50",
-                 "idle between steps"):
+                 "idle between steps", "of a step (probed before the run)",
+                 "two micro-batches, whole/split step by rows"):
         assert word in text, word
     doc = json.loads(out.read_text())
     assert doc["schema"] == "parastream.decode/1" and doc["device"] == "CPU"
@@ -36,6 +37,10 @@ def test_the_table_json_and_traces(tmp_path, capsys):
                                                  "batch+overlap"]
     assert doc["modes"][0]["vs_sequential"] == 1.0
     assert all(a["mismatches"] == [] for a in doc["agreement"])
+    assert doc["settings"]["tbo"] == "auto" and doc["settings"]["probe"] is True
+    overlap = doc["modes"][3]
+    assert overlap["tbo_calibration"]["sizes"] and overlap["interpreter_probe"]["batch"] == 3
+    assert overlap["one_step_ahead"] == (overlap["interpreter_free_share"] >= 0.2)
     for mode in ("sequential", "streams", "batch", "batch+overlap"):
         assert (tmp_path / f"t.{mode}.json.gz").stat().st_size > 0
     page = html.read_text()
@@ -66,6 +71,9 @@ def test_one_mode_from_a_workload_file(tmp_path, capsys):
     (["--max-skip", "-1"], "--max-skip"),
     (["--rate", "0"], "--rate"),
     (["--lengths", "zipf"], "--lengths"),
+    (["--tbo", "sometimes"], "--tbo must be off, auto or a number"),
+    (["--tbo", "1"], "--tbo must be off, auto or a number"),
+    (["--device", "npu"], "a measured run executes on cpu or cuda"),
 ])
 def test_bad_options_are_one_line(argv, words):
     with pytest.raises(InputError) as e:

@@ -247,7 +247,7 @@ def test_a_workload_file_keeps_its_arrivals_and_its_faults(tmp_path):
     (["--simulate", "--host-us=-1,2"], "--host-us"),
     (["--simulate", "--prefill-chunk", "0"], "--prefill-chunk"),
     (["--simulate", "--device", "cpu", "--launch", "graph"], "graph_dispatch_us"),
-    (["--device", "h100"], "only with --simulate"),
+    (["--device", "h100"], "a device profile is for --simulate"),
     (["--sweep", "1,2"], "only with --simulate"),
 ])
 def test_bad_options_are_one_line(argv, words):

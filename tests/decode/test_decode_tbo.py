@@ -184,3 +184,23 @@ def test_bad_tbo_settings_are_one_line_errors():
     for bad in ("sometimes", 1, 0):
         with pytest.raises(InputError, match="--tbo"):
             ModeSettings(tbo=bad)
+
+
+def _probe(free: float) -> cal.InterpreterProbe:
+    return cal.InterpreterProbe(batch=4, step_ms=10.0, probed_ms=11.0, idle_rate=100.0,
+                                busy_rate=100.0 * free, raw_share=free, free_share=free)
+
+
+@pytest.mark.parametrize("free, ahead", [(0.0, False), (0.19, False), (0.2, True), (0.9, True)])
+def test_the_probe_gates_one_step_ahead_scheduling(tiny, reference, monkeypatch, free, ahead):
+    monkeypatch.setattr("parastream.decode.modes.probe_interpreter", lambda *a, **k: _probe(free))
+    run = run_mode(tiny, "batch+overlap", requests(8),
+                   ModeSettings(concurrency=4, kv_blocks=64, probe=True))
+    assert run.ahead is ahead and measure(run).one_step_ahead is ahead
+    assert [lv.tokens for lv in run.lives] == [lv.tokens for lv in reference.lives]
+
+
+def test_without_the_probe_batch_overlap_schedules_ahead_and_batch_never(tiny):
+    assert run_mode(tiny, "batch+overlap", requests(4),
+                    ModeSettings(concurrency=4, kv_blocks=64, probe=False)).ahead
+    assert not run_mode(tiny, "batch", requests(4), ModeSettings(kv_blocks=64, probe=True)).ahead

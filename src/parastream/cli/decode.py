@@ -18,7 +18,7 @@ MODES_HELP = "sequential, streams, batch, batch+overlap"
 #: requests a prediction generates when --requests is not given (the workflow's default)
 PREDICT_REQUESTS = 256
 #: the flags only --simulate reads, and those it refuses (what they would set)
-SIMULATE_ONLY = ("device", "launch", "sweep", "rates", "host_us")
+SIMULATE_ONLY = ("launch", "sweep", "rates", "host_us")
 NOT_SIMULATED = {"threads": "--threads sets torch's threads of a measured run",
                  "streams": "--streams sets a measured run's worker threads; a prediction's "
                             "streams share the device profile's hardware queues",
@@ -81,6 +81,14 @@ def add_parser(subparsers: Any) -> None:
                    help="batch modes: prefill in chunks of at most N positions per step, "
                         "beside the running requests' decode rows (default: each prefill "
                         "whole, on its own before the step)")
+    p.add_argument("--tbo", default="auto", metavar="auto|off|N",
+                   help="batch+overlap: split a step of at least N decode rows into two "
+                        "micro-batches, one's attention beside the other's MLP; auto (the "
+                        "default): N calibrated on the model before the run, and no split "
+                        "unless it wins by 5%%")
+    p.add_argument("--probe", action=argparse.BooleanOptionalAction, default=True,
+                   help="before the batch+overlap run, measure the share of a step during "
+                        "which the model's kernels leave the interpreter free (default on)")
     p.add_argument("--threads", type=int, metavar="N",
                    help="torch intra-op threads for the run (default 1: the modes provide "
                         "the parallelism)")
@@ -103,8 +111,9 @@ def _simulate_args(p: argparse.ArgumentParser) -> None:
                         "the discrete-event model of --device at the model's shapes "
                         "(default 7b), swept over concurrency and rate; no torch needed")
     g.add_argument("--device", metavar="D",
-                   help="device profile name or .json path (default ascend910b; shipped: "
-                        f"{SHIPPED})")
+                   help="with --simulate: a device profile name or .json path (default "
+                        f"ascend910b; shipped: {SHIPPED}); without: where the measured run "
+                        "executes, cpu (default) or cuda (each worker on its own stream)")
     g.add_argument("--launch", choices=("eager", "graph"),
                    help="eager: the host launches every op (default); graph: one captured "
                         "graph per forward (needs the profile's graph_dispatch_us)")
@@ -140,7 +149,8 @@ def cmd_decode(args: argparse.Namespace) -> int:
     settings = DecodeSettings(concurrency=_given(args.concurrency, 16),
                               kv_blocks=args.kv_blocks, max_skip=args.max_skip,
                               threads=_given(args.threads, 1), streams=args.streams,
-                              prefill_chunk=args.prefill_chunk)
+                              prefill_chunk=args.prefill_chunk, tbo=_tbo(args.tbo),
+                              probe=args.probe, device=args.device or "cpu")
     result = decode(_given(args.model, "small"), modes, workload=wl, settings=settings)
     doc = result.to_dict()
     sys.stdout.write(render_text(doc))
@@ -160,6 +170,12 @@ def cmd_decode(args: argparse.Namespace) -> int:
     return 0
 
 
+def _tbo(text: str) -> str | int:
+    """``--tbo``: "auto", "off" or a row count (ModeSettings refuses a bad one)."""
+    text = text.strip().lower()
+    return int(text) if text.lstrip("-").isdigit() else text
+
+
 def write_report(path: str, doc: dict, runs: Any) -> None:
     """Each mode's steps timeline and per-request Gantt in one HTML report, with the
     figures as its summary."""
@@ -171,13 +187,13 @@ def write_report(path: str, doc: dict, runs: Any) -> None:
     for run in runs:
         for tl, view in ((run.timeline, "steps"), (request_gantt(run), "requests")):
             caps.append((tl, analyze_capture(tl, label=f"{run.mode}: {view}")))
-    summary = {f"{r['mode']} tokens/s (CPU)": round(r["tokens_per_s"], 1)
+    summary = {f"{r['mode']} tokens/s ({doc['device']})": round(r["tokens_per_s"], 1)
                for r in doc["modes"]}
     summary |= {f"{r['mode']} x sequential": r["vs_sequential"] for r in doc["modes"]}
     summary["tokens identical across modes"] = all(not a["mismatches"]
                                                    for a in doc["agreement"])
     write_html(path, caps, summary, title=f"parastream decode: {doc['model']['name']} model, "
-                                          f"{doc['workload']['requests']} requests (CPU)")
+                                          f"{doc['workload']['requests']} requests ({doc['device']})")
 
 
 def trace_paths(output: str | None, modes: tuple[str, ...]) -> dict[str, str]:
@@ -205,7 +221,7 @@ def render_text(doc: dict) -> str:
 
     wl, st = doc["workload"], doc["settings"]
     t = Table(title=f"parastream decode: {doc['model']['name']} model, {wl['requests']} "
-                    f"requests, concurrency {st['concurrency']}, measured on CPU",
+                    f"requests, concurrency {st['concurrency']}, measured on {doc['device']}",
               title_justify="left")
     cols = ("mode", "tokens/s", "req/s", "TTFT p50 ms", "TTFT p99 ms", "ITL p50 ms",
             "ITL p99 ms", "Jain", "max passes waited", "busy", "x sequential")
@@ -226,12 +242,40 @@ def render_text(doc: dict) -> str:
 
 
 def host_lines(doc: dict) -> list[str]:
-    """Per mode: the host's share of the wall time, a scheduling pass, the device's idle
-    gaps between steps."""
-    return [f"{r['mode']}: host {_fmt(r['host_share'], '.1%')} of the wall time, a "
-            f"scheduling pass p50 {_fmt(r['schedule_ms']['p50'], '.3f')} ms, device idle "
-            f"between steps p50 {_fmt(r['idle_between_steps_ms']['p50'], '.3f')} ms / p99 "
-            f"{_fmt(r['idle_between_steps_ms']['p99'], '.3f')} ms" for r in doc["modes"]]
+    """Per mode: the host's share of the wall time and of a step, a scheduling pass, the
+    device's idle gaps between steps; then what batch+overlap measured before its run
+    (the interpreter-free share of a step, the two-micro-batch calibration)."""
+    out = [f"{r['mode']}: host {_fmt(r['host_share'], '.1%')} of the wall time and "
+           f"{_fmt(r.get('host_step_share'), '.1%')} of a step, a scheduling pass p50 "
+           f"{_fmt(r['schedule_ms']['p50'], '.3f')} ms, device idle between steps p50 "
+           f"{_fmt(r['idle_between_steps_ms']['p50'], '.3f')} ms / p99 "
+           f"{_fmt(r['idle_between_steps_ms']['p99'], '.3f')} ms" for r in doc["modes"]]
+    return out + [line for r in doc["modes"] for line in _overlap_lines(r)]
+
+
+def _overlap_lines(row: dict) -> list[str]:
+    """What a batch+overlap row says of its condition: the interpreter-free share of a
+    step (the host can only work beside a step that leaves it free) and the two-micro-batch
+    gate's calibration."""
+    out = []
+    if row.get("interpreter_free_share") is not None:
+        gate = ("the host worked one step ahead" if row.get("one_step_ahead") else
+                "below the gate's 20%: scheduled as batch, not one step ahead")
+        out.append(f"{row['mode']}: the model's kernels left the interpreter free for "
+                   f"{row['interpreter_free_share']:.0%} of a step (probed before the run): "
+                   f"{gate}")
+    cal = row.get("tbo_calibration")
+    if cal:
+        at = row.get("tbo_at")
+        verdict = (f"steps of {at}+ rows split" if at else
+                   "the split never won by the margin: no step split")
+        timed = ", ".join(f"{b}: {w:.1f}/{x:.1f} ms" for b, w, x in
+                          zip(cal["sizes"], cal["whole_ms"], cal["split_ms"]))
+        out.append(f"{row['mode']}: two micro-batches, whole/split step by rows "
+                   f"({timed or cal.get('reason') or 'none timed'}): {verdict}")
+    elif row.get("tbo_at"):
+        out.append(f"{row['mode']}: two micro-batches for steps of {row['tbo_at']}+ rows")
+    return out
 
 
 def agreement_lines(doc: dict) -> list[str]:

@@ -63,6 +63,7 @@ class ModeMetrics:
     tbo_at: int | None = None
     tbo_calibration: dict | None = None
     interpreter_probe: dict | None = None
+    one_step_ahead: bool = False
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -94,7 +95,8 @@ def measure(run: ModeRun) -> ModeMetrics:
         interpreter_free_share=run.probe.free_share if run.probe else None,
         device=run.device, prefill_chunk=run.prefill_chunk, tbo_at=run.tbo_at,
         tbo_calibration=run.calibration.to_dict() if run.calibration else None,
-        interpreter_probe=run.probe.to_dict() if run.probe else None)
+        interpreter_probe=run.probe.to_dict() if run.probe else None,
+        one_step_ahead=run.ahead)
 
 
 def arrival_ns(run: ModeRun, live: Live) -> int:

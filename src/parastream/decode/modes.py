@@ -11,8 +11,10 @@
   not stall the running requests; a decoder without ``extend`` prefills whole;
 - ``batch+overlap``: as ``batch``, with the host's scheduling of step t+1 and its
   processing of step t's tokens overlapped with device step t (one step ahead: the next
-  step's input tokens never pass through the host, the device worker feeds them on).
-  With ``tbo``, a step of at least the threshold's decode rows is split in two
+  step's input tokens never pass through the host, the device worker feeds them on),
+  where it can pay: on a cpu device only when the interpreter probe finds the step's
+  kernels leave the interpreter free for :data:`AHEAD_MIN_FREE` of a step (else the mode
+  schedules as ``batch`` does, and says so). With ``tbo``, a step of at least the threshold's decode rows is split in two
   micro-batches, one's attention overlapping the other's MLP on a second worker
   (:mod:`.tbo`); ``tbo="auto"`` calibrates the threshold on the model before the run
   (:func:`.calibrate.calibrate_split`; "never" leaves it off).
@@ -51,6 +53,11 @@ MODES = ("sequential", "streams", "batch", "batch+overlap")
 CHUNKED = ("batch", "batch+overlap")
 #: the lane of the host's scheduling and token processing
 HOST_LANE = "scheduler"
+#: the gate of batch+overlap's one-step-ahead scheduling: the host's work of step t+1
+#: runs beside device step t only where the probe finds the step's kernels leave the
+#: interpreter free for at least this share of the step (below it the host thread could
+#: only wait for the interpreter, and handing steps across threads costs time)
+AHEAD_MIN_FREE = 0.2
 
 
 @dataclass(frozen=True)
@@ -114,6 +121,7 @@ class ModeRun:
     tbo_at: int | None = None
     calibration: Calibration | None = None
     probe: InterpreterProbe | None = None
+    ahead: bool = False
 
     @property
     def preemptions(self) -> int:
@@ -202,6 +210,7 @@ class Engine:
                       for r in requests]
         self.jobs = [Job(r.rid, r.rid, len(r.prompt), r.output_tokens) for r in requests]
         self.overlap = mode == "batch+overlap"
+        self.ahead = self.overlap
         self.peak_blocks = 0
         self.streams = settings.streams or settings.concurrency
 
@@ -209,6 +218,7 @@ class Engine:
         """Serve every request; each ends finished or failed with a reason."""
         calibration, probe = self._measure_before()
         split_at = self._split_at(calibration)
+        self.ahead = self._ahead(probe)
         executor = (_Streams(self.model, self.streams, self.where)
                     if self.mode == "streams" else _OneDevice(self.model, self.where, split_at))
         host = _Host(pending=[lv.request for lv in self.lives])
@@ -229,7 +239,7 @@ class Engine:
                        peak_blocks=self.peak_blocks,
                        prefill_chunk=self.sched.settings.prefill_chunk,
                        device=self.where.device, tbo_at=split_at, calibration=calibration,
-                       probe=probe)
+                       probe=probe, ahead=self.ahead)
 
     def _measure_before(self) -> tuple[Calibration | None, InterpreterProbe | None]:
         """TBO's calibration (``tbo="auto"``) and the interpreter probe (``probe``), taken
@@ -242,6 +252,16 @@ class Engine:
         probe = (probe_interpreter(self.model, rows, where=self.where)
                  if self.settings.probe else None)
         return calibration, probe
+
+    def _ahead(self, probe: InterpreterProbe | None) -> bool:
+        """Whether ``batch+overlap`` schedules one step ahead: always on a device whose
+        kernels run apart from the host (cuda), else where the probe found the
+        interpreter free for :data:`AHEAD_MIN_FREE` of a step (no probe: on)."""
+        if not self.overlap:
+            return False
+        if self.where.device != "cpu" or probe is None:
+            return True
+        return probe.free_share >= AHEAD_MIN_FREE
 
     def _split_at(self, calibration: Calibration | None) -> int | None:
         """The fewest decode rows of a split step (None: no step is split)."""
@@ -263,7 +283,7 @@ class Engine:
         self.sched.advance(plan)
         host.spans.append((HOST_LANE, "schedule", t0, now_ns()))
         submitted = executor.submit(rows) if rows else []
-        if self.overlap:  # step t+1 is queued: now take step t's tokens
+        if self.ahead:  # step t+1 is queued: now take step t's tokens
             self._collect(host, host.inflight)
             host.inflight = submitted
         else:

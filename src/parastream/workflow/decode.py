@@ -23,6 +23,8 @@ MAX_CONCURRENCY = 256
 MAX_THREADS = 1024
 #: the KV pool is allocated up front: past this a run is an allocation failure
 MAX_KV_BYTES = 8 << 30
+#: where a measured run executes
+RUN_DEVICES = ("cpu", "cuda")
 
 
 @dataclass(frozen=True)
@@ -34,7 +36,11 @@ class DecodeSettings:
     streams of ``streams`` mode, its hardware queues; None = ``concurrency``, more
     running requests than streams share them), ``prefill_chunk`` (the batch modes'
     chunked prefill: the most prefill positions one step computes beside its decode
-    rows; None: each prefill whole, on its own)."""
+    rows; None: each prefill whole, on its own), ``tbo`` (batch+overlap's two-micro-batch
+    overlap: "auto" splits a step only from the row count a calibration on the model
+    finds it wins by 5%, "off", or that row count itself), ``probe`` (measure before the
+    batch+overlap run the share of a step during which the model's kernels leave the
+    interpreter free) and ``device`` ("cpu", or "cuda": each worker on its own stream)."""
 
     concurrency: int = 16
     kv_blocks: int | None = None
@@ -42,6 +48,9 @@ class DecodeSettings:
     threads: int = 1
     streams: int | None = None
     prefill_chunk: int | None = None
+    tbo: str | int = "auto"
+    probe: bool = True
+    device: str = "cpu"
 
     def check(self) -> None:
         """InputError naming the flag of a setting out of range."""
@@ -57,6 +66,10 @@ class DecodeSettings:
         if self.prefill_chunk is not None and self.prefill_chunk < 1:
             raise InputError(None, f"--prefill-chunk must be at least 1, got "
                                    f"{self.prefill_chunk}")
+        if self.device not in RUN_DEVICES:
+            raise InputError(None, f"--device: a measured run executes on "
+                                   f"{' or '.join(RUN_DEVICES)}, got {self.device!r} (a device "
+                                   f"profile is for --simulate)")
 
 
 @dataclass(frozen=True)
@@ -167,7 +180,8 @@ def _serve(decoder: Any, modes: tuple[str, ...], requests: list,
     ms = ModeSettings(concurrency=settings.concurrency, kv_blocks=blocks,
                       max_skip=settings.max_skip, context=context,
                       streams=settings.streams or settings.concurrency,
-                      prefill_chunk=settings.prefill_chunk)
+                      prefill_chunk=settings.prefill_chunk, tbo=settings.tbo,
+                      probe=settings.probe, device=settings.device)
     return [run_mode(decoder, m, requests, ms) for m in modes]
 
 
@@ -199,10 +213,12 @@ def _result(decoder: Any, runs: list, settings: DecodeSettings, wl: Any,
               "reason": lv.reason} for r in runs for lv in r.lives if lv.reason != "done"]
     cfg = decoder.config
     return DecodeResult(
-        schema=SCHEMA, model=_model_doc(cfg), device="CPU",
+        schema=SCHEMA, model=_model_doc(cfg), device=runs[0].device.upper(),
         settings={"concurrency": settings.concurrency, "kv_blocks": runs[0].kv_blocks,
                   "max_skip": settings.max_skip, "threads": settings.threads,
-                  "streams": settings.streams or settings.concurrency},
+                  "streams": settings.streams or settings.concurrency,
+                  "prefill_chunk": settings.prefill_chunk, "tbo": settings.tbo,
+                  "probe": settings.probe},
         workload={"requests": len(runs[0].lives), "rate": _rate(wl.rate),
                   "lengths": None if wl.file else wl.lengths, "seed": wl.seed,
                   "file": wl.file},
