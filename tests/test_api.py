@@ -218,3 +218,18 @@ def test_decode_is_the_cli_json_but_for_the_timings(tmp_path, capsys):
     assert doc["agreement"][0]["identical"] == 4
     with pytest.raises(ps.InputError, match="--concurrency"):
         ps.decode("tiny", "batch", settings=ps.DecodeSettings(concurrency=0))
+
+
+def test_predict_decode_is_the_cli_json(tmp_path, capsys):
+    """``ps.predict_decode`` and ``parastream decode --simulate --json`` predict the same
+    sweep on the same profile (simulated: no timings differ)."""
+    result = ps.predict_decode("7b", "ascend910b", "batch,batch+overlap",
+                               workload=ps.WorkloadOptions(requests=8),
+                               settings=ps.SweepSettings(concurrency=(1, 4), rates=(float("inf"),)))
+    assert isinstance(result, ps.PredictResult)
+    out = tmp_path / "predict.json"
+    assert main(["decode", "--simulate", "--device", "ascend910b", "--modes",
+                 "batch,batch+overlap", "--requests", "8", "--sweep", "1,4", "--rates", "inf",
+                 "--json", str(out)]) == 0
+    capsys.readouterr()
+    assert as_json(result.to_dict()) == json.loads(out.read_text())
