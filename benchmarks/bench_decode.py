@@ -31,6 +31,7 @@ import os
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any, Callable
@@ -142,15 +143,49 @@ def settings_of(**given: Any) -> DecodeSettings:
     return DecodeSettings(**{k: v for k, v in given.items() if k in have})
 
 
+class CpuClock:
+    """The process's CPU time sampled every ``period_s`` on a thread of its own, so that
+    the CPU time of a window of wall time (a run, without what the library measured
+    before it: the interpreter probe, TBO's calibration) can be read afterwards."""
+
+    def __init__(self, period_s: float = 0.05) -> None:
+        self.period_s = period_s
+        self.samples: list[tuple[int, float]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def __enter__(self) -> "CpuClock":
+        self._take()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._take()
+
+    def _take(self) -> None:
+        self.samples.append((time.perf_counter_ns(), time.process_time()))
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.period_s):
+            self._take()
+
+    def between(self, start_ns: int, end_ns: int) -> float:
+        """CPU seconds the process spent from ``start_ns`` to ``end_ns`` (perf_counter)."""
+        t, cpu = np.array(self.samples, dtype=float).T
+        return float(np.interp(end_ns, t, cpu) - np.interp(start_ns, t, cpu))
+
+
 def serve(model: Any, mode: str, workload: WorkloadOptions,
           settings: DecodeSettings) -> tuple[dict, Any, StepFigures, dict]:
     """One mode's run through the library call: its row of figures, its ModeRun, its
-    step figures and the whole document."""
-    cpu0 = time.process_time()
-    result = decode(model, [mode], workload=workload, settings=settings)
-    cpu = time.process_time() - cpu0
+    step figures (CPU time over the run's own window) and the whole document."""
+    with CpuClock() as clock:
+        result = decode(model, [mode], workload=workload, settings=settings)
+    run = result.runs[0]
     doc = result.to_dict()
-    return doc["modes"][0], result.runs[0], step_figures(result.runs[0], cpu), doc
+    return doc["modes"][0], run, step_figures(run, clock.between(run.start_ns, run.end_ns)), doc
 
 
 # ---------------------------------------------------------------------- 1. agreement
@@ -215,7 +250,8 @@ def bench_throughput(args: argparse.Namespace) -> dict:
             row, _run, steps, doc = serve(model, mode, wl, settings)
             samples[mode].append({"row": row, "steps": asdict(steps), "doc": doc})
             print(f"  rep {rep + 1} {mode}: {row['tokens_per_s']:.1f} tokens/s", flush=True)
-    probed = _probed_run(model, args)
+    probed = ({} if any(s["row"].get("interpreter_free_share") is not None
+                        for s in samples["batch+overlap"]) else _probed_run(model, args))
     out = _throughput_tables(samples, probed, args)
     print(f"\n{load_line()}")
     return out
@@ -300,21 +336,29 @@ def _overlap_condition(samples: dict[str, list[dict]], probed: dict) -> dict:
     free = probed.get("interpreter_free_share") if free is None else free
     applies = host >= 0.20 and free is not None and free >= 0.5
     rows = [[m, figure(m, "host_step_share"), figure(m, "interpreter_free_share"),
+             _ahead_text([s["row"].get("one_step_ahead") for s in samples[m]]),
              figure(m, "tbo_at"), _calibration_text(samples[m][-1]["row"].get("tbo_calibration"))]
             for m in ("batch", "batch+overlap")]
     if probed:
         rows.append(["batch+overlap, probed, TBO auto", probed.get("host_step_share"),
-                     probed.get("interpreter_free_share"), probed.get("tbo_at"),
+                     probed.get("interpreter_free_share"),
+                     _ahead_text([probed.get("one_step_ahead")]), probed.get("tbo_at"),
                      _calibration_text(probed.get("tbo_calibration"))])
     table("The overlap's condition (medians; the last repetition's calibration)",
           ["mode", "host share of a step", "interpreter-free share of a step",
-           "TBO splits from rows", "TBO calibration"], rows)
+           "one step ahead (runs)", "TBO splits from rows", "TBO calibration"], rows)
     free_text = "an unmeasured share" if free is None else f"{free:.0%}"
     print(f"\nbatch's host share of a step {host:.1%}, the interpreter free for {free_text} "
           f"of a step: the target is "
           f"{'>= 1.10x' if applies else 'no worse than 1% below batch (>= 0.99x)'}")
     return {"host_share": host, "interpreter_free_share": free, "applies_110": applies,
             "need": 1.10 if applies else 0.99}
+
+
+def _ahead_text(flags: list) -> str:
+    """How many runs scheduled one step ahead, of those that say."""
+    said = [f for f in flags if f is not None]
+    return f"{sum(bool(f) for f in said)} of {len(said)}" if said else "-"
 
 
 def _calibration_text(cal: dict | None) -> str:
