@@ -333,7 +333,9 @@ def hccl_name(p: Plan, j: int) -> str:
 
 
 def hccl_tag(s: Settings) -> int:
-    return 500 + s.seed % 400
+    """The group field of an HCCL op name: the last three digits of the group's hash, as
+    torch_npu writes it (``hcom_allReduce__586_0_1`` in group ``...080586``)."""
+    return int(group_hash(s)[-3:])
 
 
 def group_hash(s: Settings) -> str:

@@ -198,3 +198,26 @@ def test_four_ranks_matrices():
     rows = ascend_comm.read_comm_matrix(FOUR_RANKS / "rank_0_ascend_pt")
     p2p = {(x.src, x.dst) for x in rows if x.op_name == "hcom_batchSendRecv__128_4_1"}
     assert p2p == {(0, 0), (0, 1)}
+
+
+def test_group_ranks_come_from_parallel_group_info(tmp_path):
+    """profiler_metadata.json's parallel_group_info (the spelling torch_npu writes: group
+    name -> group_name, group_rank, global_ranks) gives each collective group its global
+    ranks; a group known only by an op name's field takes the hash ending with it."""
+    import json
+
+    from parastream.timeline.collectives import make_collectives
+    from parastream.timeline.readers.ascend_comm import read_group_ranks, with_group_ranks
+
+    (tmp_path / "profiler_metadata.json").write_text(json.dumps({"ENV_VARIABLES": {},
+        "parallel_group_info": {
+            "17522688603477080586": {"group_name": "dp", "group_rank": 1,
+                                     "global_ranks": [0, 2, 4, 6]},
+            "9123": {"group_name": "tp", "group_rank": 0, "global_ranks": [2, 3]},
+            "odd": {"group_name": "x", "global_ranks": "0-3"}}}))
+    members = read_group_ranks(tmp_path)
+    assert members == {"17522688603477080586": (0, 2, 4, 6), "9123": (2, 3)}
+    coll = make_collectives(["hcom_allReduce__586_0_1", "hcom_send__123_0_1", "x"],
+                            ["586", "9123", ""], [0, 5, 9], [1, 6, 10])
+    assert with_group_ranks(coll, members).group_ranks == {"586": (0, 2, 4, 6), "9123": (2, 3)}
+    assert read_group_ranks(tmp_path / "nowhere") == {}

@@ -18,6 +18,12 @@ torch_npu (profiler level Level1 and above) writes, per rank, beside ``kernel_de
 * ``analysis.db`` (database export): the same facts in ``CommAnalyzerTime`` and
   ``CommAnalyzerMatrix``.
 
+``profiler_metadata.json`` (newer torch_npu) holds ``parallel_group_info``: per HCCL
+group name (the group of ``communication.json`` and of the database's ops), its
+``group_name`` (``dp``, ``tp`` ...), this rank's ``group_rank`` and the group's
+``global_ranks``; they become the collectives' ``group_ranks``, so that a matrix written in
+group-local ranks maps to global ones.
+
 "Wait Time" is the rank's own measurement of how long it waited for its peers; the
 cross-rank analysis can check its estimate from the collectives' start times against it.
 Sizes are decimal megabytes (10**6 bytes), times milliseconds, start times epoch
@@ -42,6 +48,7 @@ COMM_JSON = "communication.json"
 MATRIX_JSON = "communication_matrix.json"
 CLUSTER_COMM_JSON = "cluster_communication.json"
 CLUSTER_MATRIX_JSON = "cluster_communication_matrix.json"
+METADATA_JSON = "profiler_metadata.json"
 ANALYSIS_DB = "analysis.db"
 _TIME_INFO = "Communication Time Info"
 _OUTPUT_DIR = "ASCEND_PROFILER_OUTPUT"
@@ -352,3 +359,43 @@ def attach(tl: Timeline, capture_dir: str | os.PathLike[str]) -> None:
         tl.meta["hccl_wait_ns"] = waits
     if tl.collectives is not None and len(tl.collectives) and ops:
         tl.collectives = _full_groups(tl.collectives, ops)
+    members = _tolerant(tl, read_group_ranks, d)  # [] when unreadable
+    if tl.collectives is not None and members:
+        tl.collectives = with_group_ranks(tl.collectives, members)
+
+
+def read_group_ranks(capture_dir: str | os.PathLike[str]) -> dict[str, tuple[int, ...]]:
+    """HCCL group name -> the global ranks it holds, from ``profiler_metadata.json``'s
+    ``parallel_group_info``; {} when the capture does not record it. InputError naming
+    the file when it is not JSON."""
+    f = _find(os.fspath(capture_dir), METADATA_JSON)
+    if f is None:
+        return {}
+    try:
+        with open(f, "rb") as fh:
+            doc = json.loads(fh.read())
+    except (OSError, ValueError) as exc:
+        raise InputError(f, f"not readable JSON: {exc}") from None
+    info = doc.get("parallel_group_info") if isinstance(doc, dict) else None
+    if not isinstance(info, dict):
+        return {}
+    out = {}
+    for group, rec in info.items():
+        ranks = rec.get("global_ranks") if isinstance(rec, dict) else None
+        if isinstance(ranks, list) and all(isinstance(r, int) for r in ranks):
+            out[str(group)] = tuple(ranks)
+    return out
+
+
+def with_group_ranks(coll: Collectives, members: dict[str, tuple[int, ...]]) -> Collectives:
+    """``coll`` with the ranks of each of its groups that ``members`` names; a group the
+    reader knows only by the op name's field (the last digits of the group's hash) takes
+    the one group whose name ends with them."""
+    known = dict(coll.group_ranks)
+    for g in set(coll.group.tolist()):
+        if not g or g in known:
+            continue
+        ends = [k for k in members if k == g or (k.endswith(g) and g.isdigit())]
+        if len(ends) == 1:
+            known[g] = members[ends[0]]
+    return replace(coll, group_ranks=known)
