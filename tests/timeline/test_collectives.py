@@ -25,6 +25,7 @@ def test_normalize_op_reads_nccl_torch_and_hccl_spellings(name, op):
 def test_dtype_bytes():
     assert [dtype_bytes(d) for d in ("c10::Half", "Float", "torch.bfloat16", "Long", "int8")] \
         == [2, 4, 2, 8, 1]
+    assert [dtype_bytes(d) for d in ("fp16", "bfp16", "fp32")] == [2, 2, 4]
     assert dtype_bytes("complex-thing") == -1
 
 

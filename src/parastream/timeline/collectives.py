@@ -15,8 +15,10 @@ collective can be matched across ranks by ``(group, op, seq)``:
 - ``key``: the source's own identity of the call across ranks when it has one (an HCCL
   op name such as ``hcom_allReduce__606_0_1`` is the same string on every rank of the
   group); "" otherwise;
-- ``nbytes``: the message size in bytes (elements times the dtype's size), -1 unknown;
-- ``peer``: the other rank of a point-to-point send or receive, -1 for collectives;
+- ``nbytes``: the message size in bytes (elements times the dtype's size; for a gather
+  or a scatter the larger of the input and the output), -1 unknown;
+- ``peer``: the other rank of a point-to-point send or receive as the source records it
+  (Kineto's ``Src Rank``/``Dst Rank``: a global rank), -1 for collectives;
 - ``start_ns``/``end_ns``: the call's device span on this rank.
 """
 
@@ -42,7 +44,9 @@ DTYPE_BYTES = {"float": 4, "float32": 4, "f32": 4, "float16": 2, "half": 2, "f16
                "bfloat16": 2, "bf16": 2, "float64": 8, "double": 8, "f64": 8,
                "int8": 1, "uint8": 1, "char": 1, "byte": 1, "bool": 1, "int32": 4, "int": 4,
                "uint32": 4, "int64": 8, "long": 8, "uint64": 8, "int16": 2, "short": 2,
-               "float8_e4m3fn": 1, "float8_e5m2": 1, "fp8": 1}
+               "float8_e4m3fn": 1, "float8_e5m2": 1, "fp8": 1,
+               # HCCL's spellings (communication records and the profiler database)
+               "fp16": 2, "fp32": 4, "fp64": 8, "bfp16": 2, "int128": 16}
 
 
 def normalize_op(name: str) -> str:
