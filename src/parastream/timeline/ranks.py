@@ -301,11 +301,13 @@ def check_address(address: str) -> None:
 
 
 def _quiet_logs() -> None:
-    """Dask's own loggers at ERROR: a worker lost and replaced is the engine's business."""
+    """Dask's own loggers quiet: a worker lost and replaced, or a heartbeat cut short as the
+    local cluster closes, is the engine's business; what fails a rank comes back with its
+    result."""
     import logging
 
     for name in ("distributed", "dask"):
-        logging.getLogger(name).setLevel(logging.ERROR)
+        logging.getLogger(name).setLevel(logging.CRITICAL)
 
 
 @contextmanager
@@ -322,7 +324,7 @@ def _client(engine: Engine, workers: int) -> Iterator[Any]:
                           memory_limit="auto", host="127.0.0.1", dashboard_address=None,
                           # (its HTTP endpoints on the loopback too, on a free port)
                           scheduler_kwargs={"dashboard_address": "127.0.0.1:0"},
-                          silence_logs=logging.ERROR) as cluster, \
+                          silence_logs=logging.CRITICAL) as cluster, \
                 Client(cluster, set_as_default=False) as client:
             yield client
         return
