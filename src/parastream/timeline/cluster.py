@@ -257,8 +257,9 @@ def _reason(row: dict, n_steps: int) -> str:
         return "never arrived last"
     share = row["last_share_pct"] or 0.0
     per_step_ms = row["caused_wait_ns"] / max(n_steps, 1) / 1e6
+    spec = ",.0f" if per_step_ms >= 10 else ".1f" if per_step_ms >= 1 else ".3f"
     return (f"arrived last at {share:.0f}% of collectives, others waited "
-            f"{per_step_ms:.3g} ms per step")
+            f"{per_step_ms:{spec}} ms per step")
 
 
 def _ranking(rank_rows: list[dict], n_steps: int) -> list[dict]:

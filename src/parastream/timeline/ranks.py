@@ -137,26 +137,8 @@ class UnitFailure:
         return InputError(self.path or unit, self.reason)
 
 
-@contextmanager
-def _decoded_here() -> Iterator[None]:
-    """A big trace decoded in this process when it may not start processes of its own: a
-    Dask worker process is daemonic (and the cluster already runs one rank per core), so
-    the reader's decode pool (``PARASTREAM_WORKERS``) is one process for the read."""
-    import multiprocessing
-
-    if not multiprocessing.current_process().daemon or "PARASTREAM_WORKERS" in os.environ:
-        yield
-        return
-    os.environ["PARASTREAM_WORKERS"] = "1"
-    try:
-        yield
-    finally:
-        os.environ.pop("PARASTREAM_WORKERS", None)
-
-
 def _unit(path: str, task: UnitTask) -> UnitResult:
-    with _decoded_here():
-        timelines = read_path(path)
+    timelines = read_path(path)  # in a (daemonic) Dask worker the reader decodes in-process
     ranked = next((t for t in timelines if t.meta.get("rank") is not None), None)
     summary = (rank_summary(ranked, ranked.meta["rank"])
                if task.ranks and ranked is not None else None)
