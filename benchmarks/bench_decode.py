@@ -424,19 +424,22 @@ def _steady_load(model: Any, args: argparse.Namespace, backlog: dict) -> dict:
     """Requests arriving at a finite rate (``--rate``, else ``--load`` x the mode's
     capacity measured with the clients all at once); TTFT p99 against 3x p50."""
     out, rows = {}, []
-    for m in CONCURRENT:
+    chunked = [(m, args.prefill_chunk) for m in ("batch", "batch+overlap")
+               if args.prefill_chunk]
+    for m, chunk in [(m, None) for m in CONCURRENT] + chunked:
+        label = m if chunk is None else f"{m}, --prefill-chunk {chunk}"
         rate = args.rate or args.load * backlog[m]["requests_per_s"]
         wl = WorkloadOptions(requests=args.arrivals, rate=rate, lengths="fixed",
                              seed=args.seed)
-        r = serve(model, m, wl, DecodeSettings(concurrency=args.clients,
-                                               max_skip=args.max_skip))[0]
+        r = serve(model, m, wl, settings_of(concurrency=args.clients, max_skip=args.max_skip,
+                                            prefill_chunk=chunk))[0]
         ttft = r["ttft_ms"]
         ratio = ttft["p99"] / ttft["p50"]
-        out[m] = {"rate": rate, "ttft_ms": ttft, "p99_over_p50": ratio,
-                  "requests_per_s": r["requests_per_s"]}
-        rows.append([m, f"{rate:.2f}", f"{rate / backlog[m]['requests_per_s']:.2f}",
+        out[label] = {"rate": rate, "ttft_ms": ttft, "p99_over_p50": ratio,
+                      "requests_per_s": r["requests_per_s"]}
+        rows.append([label, f"{rate:.2f}", f"{rate / backlog[m]['requests_per_s']:.2f}",
                      ttft["p50"], ttft["p99"], ratio,
-                     target(f"{m}: TTFT p99 <= 3x p50 under steady load",
+                     target(f"{label}: TTFT p99 <= 3x p50 under steady load",
                             f"{ratio:.2f}x", ratio <= 3.0)])
     table(f"Steady load: {args.arrivals} requests (64 + 32 tokens), Poisson arrivals, "
           f"concurrency {args.clients}",
@@ -557,6 +560,9 @@ def _fairness_options(s: argparse.ArgumentParser) -> None:
     s.add_argument("--max-skip", dest="max_skip", type=int, default=2)
     s.add_argument("--kv-blocks", dest="kv_blocks", type=int, default=48)
     s.add_argument("--pressure-requests", dest="pressure_requests", type=int, default=48)
+    s.add_argument("--prefill-chunk", dest="prefill_chunk", type=int, default=32,
+                   help="also run the batch modes' steady load with chunked prefill "
+                        "(0: not)")
 
 
 def _overhead_options(s: argparse.ArgumentParser) -> None:
