@@ -37,3 +37,17 @@ def test_a_decoder_object_and_requests_given(tiny):
     (early,) = r.to_dict()["ended_early"]
     assert early["request"] == 1 and early["outcome"] == "failed"
     assert r.to_dict()["modes"][0]["vs_sequential"] is None
+
+
+def test_full_concurrency_is_allowed_and_streams_stay_capped():
+    """A thousand requests may run at once (the agreement target's full concurrency); the
+    streams of ``streams`` mode (worker threads) default to one per request up to 256."""
+    from parastream.errors import InputError
+    from parastream.workflow.decode import MAX_STREAMS, DecodeSettings
+
+    DecodeSettings(concurrency=1000).check()
+    assert DecodeSettings(concurrency=1000).stream_count == MAX_STREAMS == 256
+    assert DecodeSettings(concurrency=8).stream_count == 8
+    assert DecodeSettings(concurrency=1000, streams=32).stream_count == 32
+    with pytest.raises(InputError, match="--streams"):
+        DecodeSettings(streams=MAX_STREAMS + 1).check()

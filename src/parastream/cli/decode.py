@@ -60,7 +60,7 @@ def add_parser(subparsers: Any) -> None:
                    help="most requests running at once (default 16)")
     p.add_argument("--streams", type=int, metavar="N",
                    help="streams of the 'streams' mode, its hardware queues (default: "
-                        "--concurrency; fewer are shared by the running requests)")
+                        "--concurrency, at most 256; fewer are shared by the running requests)")
     p.add_argument("--rate", type=float, metavar="R",
                    help="Poisson arrivals per second (default inf: all at the start)")
     p.add_argument("--lengths", default="uniform", metavar="NAME",

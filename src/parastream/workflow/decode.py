@@ -19,7 +19,9 @@ from ..errors import InputError
 from .result import document, extra
 
 SCHEMA = "parastream.decode/1"
-MAX_CONCURRENCY = 256
+MAX_CONCURRENCY = 4096
+#: the most streams (worker threads) of ``streams`` mode; more running requests share them
+MAX_STREAMS = 256
 MAX_THREADS = 1024
 #: the KV pool is allocated up front: past this a run is an allocation failure
 MAX_KV_BYTES = 8 << 30
@@ -33,10 +35,10 @@ class DecodeSettings:
     budget in blocks; None = room for ``concurrency`` requests at the model's full
     context), ``max_skip`` (passes a waiting request may be passed over), ``threads``
     (torch intra-op threads, set for the run and restored after), ``streams`` (the
-    streams of ``streams`` mode, its hardware queues; None = ``concurrency``, more
-    running requests than streams share them), ``prefill_chunk`` (the batch modes'
-    chunked prefill: the most prefill positions one step computes beside its decode
-    rows; None: each prefill whole, on its own), ``tbo`` (batch+overlap's two-micro-batch
+    streams of ``streams`` mode, its hardware queues; None = ``concurrency`` up to
+    :data:`MAX_STREAMS`; more running requests than streams share them),
+    ``prefill_chunk`` (the batch modes' chunked prefill: the most prefill positions one
+    step computes beside its decode rows; None: each prefill whole, on its own), ``tbo`` (batch+overlap's two-micro-batch
     overlap: "auto" splits a step only from the row count a calibration on the model
     finds it wins by 5%, "off", or that row count itself), ``probe`` (measure before the
     batch+overlap run the share of a step during which the model's kernels leave the
@@ -52,11 +54,17 @@ class DecodeSettings:
     probe: bool = True
     device: str = "cpu"
 
+    @property
+    def stream_count(self) -> int:
+        """The streams of ``streams`` mode: ``streams``, else one per running request up to
+        :data:`MAX_STREAMS`."""
+        return self.streams or min(self.concurrency, MAX_STREAMS)
+
     def check(self) -> None:
         """InputError naming the flag of a setting out of range."""
         for flag, v, lo, hi in (("--concurrency", self.concurrency, 1, MAX_CONCURRENCY),
                                 ("--threads", self.threads, 1, MAX_THREADS),
-                                ("--streams", self.streams, 1, MAX_CONCURRENCY)):
+                                ("--streams", self.streams, 1, MAX_STREAMS)):
             if v is not None and not lo <= v <= hi:
                 raise InputError(None, f"{flag} must be an integer from {lo} to {hi}, got {v}")
         if self.kv_blocks is not None and self.kv_blocks < 1:
@@ -179,7 +187,7 @@ def _serve(decoder: Any, modes: tuple[str, ...], requests: list,
     _check_pool(decoder.config, blocks)
     ms = ModeSettings(concurrency=settings.concurrency, kv_blocks=blocks,
                       max_skip=settings.max_skip, context=context,
-                      streams=settings.streams or settings.concurrency,
+                      streams=settings.stream_count,
                       prefill_chunk=settings.prefill_chunk, tbo=settings.tbo,
                       probe=settings.probe, device=settings.device)
     return [run_mode(decoder, m, requests, ms) for m in modes]
@@ -216,7 +224,7 @@ def _result(decoder: Any, runs: list, settings: DecodeSettings, wl: Any,
         schema=SCHEMA, model=_model_doc(cfg), device=runs[0].device.upper(),
         settings={"concurrency": settings.concurrency, "kv_blocks": runs[0].kv_blocks,
                   "max_skip": settings.max_skip, "threads": settings.threads,
-                  "streams": settings.streams or settings.concurrency,
+                  "streams": settings.stream_count,
                   "prefill_chunk": settings.prefill_chunk, "tbo": settings.tbo,
                   "probe": settings.probe},
         workload={"requests": len(runs[0].lives), "rate": _rate(wl.rate),
