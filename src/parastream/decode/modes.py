@@ -254,12 +254,12 @@ class Engine:
         return calibration, probe
 
     def _ahead(self, probe: InterpreterProbe | None) -> bool:
-        """Whether ``batch+overlap`` schedules one step ahead: always on a device whose
-        kernels run apart from the host (cuda), else where the probe found the
-        interpreter free for :data:`AHEAD_MIN_FREE` of a step (no probe: on)."""
+        """Whether ``batch+overlap`` schedules one step ahead: always where workers issue
+        on device streams (kernels run apart from the host: cuda), else where the probe
+        found the interpreter free for :data:`AHEAD_MIN_FREE` of a step (no probe: on)."""
         if not self.overlap:
             return False
-        if self.where.device != "cpu" or probe is None:
+        if self.where.streams or probe is None:
             return True
         return probe.free_share >= AHEAD_MIN_FREE
 
