@@ -34,6 +34,7 @@ are not ops and are skipped.
 from __future__ import annotations
 
 import json
+import math
 import os
 import sqlite3
 from dataclasses import replace
@@ -92,13 +93,11 @@ class MatrixRow(NamedTuple):
 
 
 # ----------------------------------------------------------------------------- numbers
-def _ms_ns(value: Any) -> int:
-    """Milliseconds (number or text) -> integer ns; -1 when not a number."""
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        return -1
-    return int(round(v * 1e6)) if v == v else -1
+def _millions(value: Any) -> int:
+    """A figure in a unit a million times the one kept (milliseconds -> ns, decimal MB ->
+    bytes), number or text, as an integer; -1 when not a finite number."""
+    v = _float(value)
+    return int(round(v * 1e6)) if math.isfinite(v) else -1
 
 
 def _us_ns(value: Any) -> int:
@@ -107,14 +106,6 @@ def _us_ns(value: Any) -> int:
         return us_text_to_ns(str(value))
     except (ValueError, OverflowError):
         return -1
-
-
-def _mb_bytes(value: Any) -> int:
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        return -1
-    return int(round(v * 1e6)) if v == v else -1
 
 
 def _float(value: Any) -> float:
@@ -183,10 +174,10 @@ def read_communication(path: str | os.PathLike[str]) -> list[CommOp]:
         key, group = _split_op(op_text)
         rank = _int(keys[-1]) if keys and keys[-1].strip().isdigit() else -1
         out.append(CommOp(key, group, kind, step, rank, _us_ns(info.get("Start Timestamp(us)")),
-                          _ms_ns(info.get("Elapse Time(ms)")), _ms_ns(info.get("Transit Time(ms)")),
-                          _ms_ns(info.get("Wait Time(ms)")),
-                          _ms_ns(info.get("Synchronization Time(ms)")),
-                          _ms_ns(info.get("Idle Time(ms)"))))
+                          _millions(info.get("Elapse Time(ms)")), _millions(info.get("Transit Time(ms)")),
+                          _millions(info.get("Wait Time(ms)")),
+                          _millions(info.get("Synchronization Time(ms)")),
+                          _millions(info.get("Idle Time(ms)"))))
     return out
 
 
@@ -207,7 +198,7 @@ def _matrix_row(op_text: str, link: str, v: dict, step: str) -> MatrixRow | None
     if _int(src) < 0 or _int(dst) < 0:
         return None
     return MatrixRow(op, _int(src), _int(dst), str(v.get("Transport Type", "")),
-                     _mb_bytes(v.get("Transit Size(MB)")), _ms_ns(v.get("Transit Time(ms)")),
+                     _millions(v.get("Transit Size(MB)")), _millions(v.get("Transit Time(ms)")),
                      _float(v.get("Bandwidth(GB/s)")), group, step, str(v.get("Op Name", "")))
 
 
@@ -254,7 +245,7 @@ def read_matrix_db(path: str | os.PathLike[str]) -> list[MatrixRow]:
             continue
         out.append(MatrixRow(str(r.get("hccl_op_name") or ""), _int(r.get("src_rank")),
                              _int(r.get("dst_rank")), str(r.get("transport_type") or ""),
-                             _mb_bytes(r.get("transit_size")), _ms_ns(r.get("transit_time")),
+                             _millions(r.get("transit_size")), _millions(r.get("transit_time")),
                              _float(r.get("bandwidth")), str(r.get("group_name") or ""),
                              str(r.get("step") or ""), str(r.get("op_name") or "")))
     return out
@@ -275,9 +266,9 @@ def read_time_db(path: str | os.PathLike[str]) -> list[CommOp]:
         out.append(CommOp(str(r.get("hccl_op_name") or ""), str(r.get("group_name") or ""),
                           str(r.get("type") or ""), str(r.get("step") or ""), -1,
                           int(round(start * 1000)) if start == start else -1,
-                          _ms_ns(r.get("elapse_time")), _ms_ns(r.get("transit_time")),
-                          _ms_ns(r.get("wait_time")), _ms_ns(r.get("synchronization_time")),
-                          _ms_ns(r.get("idle_time"))))
+                          _millions(r.get("elapse_time")), _millions(r.get("transit_time")),
+                          _millions(r.get("wait_time")), _millions(r.get("synchronization_time")),
+                          _millions(r.get("idle_time"))))
     return out
 
 
