@@ -48,7 +48,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ...errors import InputError
-from ..collectives import Collectives, make_collectives
+from ..collectives import Collectives, dtype_bytes, make_collectives
 from ..intervals import window_ids
 from ..model import (
     COMM_LANE, KIND_COMM, KIND_COMPUTE, KIND_MEMCPY, KIND_MEMSET, DeviceInfo, Timeline,
@@ -56,7 +56,7 @@ from ..model import (
 )
 from ..nogc import gc_paused
 from . import SQLITE_MAGIC
-from .hccl import (hccl_dtype_bytes, is_hccl_task_type, is_memcpy_text, is_memset_text,
+from .hccl import (is_hccl_task_type, is_memcpy_text, is_memset_text,
                    merge_collectives, timeline_collectives)
 
 FORMAT = "ascend_db"
@@ -659,7 +659,7 @@ def _hccl_dtype_sizes(con, tables) -> dict[int, int]:
         return {}
     out = {}
     for i, name in con.execute(f'SELECT "{cid}", "{cname}" FROM ENUM_HCCL_DATA_TYPE'):
-        width = hccl_dtype_bytes(name)
+        width = dtype_bytes(str(name))
         if width > 0:
             out[_int_or(i, -1)] = width
     return out

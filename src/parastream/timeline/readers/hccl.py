@@ -149,25 +149,13 @@ def hcom_group(name: str) -> str:
     return fields[0] if sep and len(fields) >= 2 and fields[0].isdigit() else ""
 
 
-#: bytes per element of HCCL's data type names (``ENUM_HCCL_DATA_TYPE``, trace_view's
-#: ``data_type``), where they differ from :data:`~parastream.timeline.collectives.DTYPE_BYTES`
-_HCCL_DTYPE_BYTES = {"FP16": 2, "BFP16": 2, "FP32": 4, "FP64": 8, "INT128": 16}
-
-
-def hccl_dtype_bytes(name: object) -> int:
-    """Bytes per element of an HCCL data type name (``FP32``, ``BFP16``, ``INT8``); -1
-    when unknown."""
-    text = str(name).strip().upper()
-    return _HCCL_DTYPE_BYTES.get(text) or dtype_bytes(text)
-
-
 def hccl_nbytes(data_type: object, count: object) -> int:
     """A collective's message size: ``count`` elements of ``data_type``; -1 unknown."""
     try:
         n = int(str(count).strip())
     except ValueError:
         return -1
-    width = hccl_dtype_bytes(data_type)
+    width = dtype_bytes(str(data_type))  # HCCL's spellings (FP16, BFP16 ...) included
     return width * n if width > 0 and n >= 0 else -1
 
 
