@@ -58,7 +58,6 @@ from .cluster_match import (MATCH_KINDS, Arrivals, Instances, arrivals, clock_of
                             match_calls, pool_calls)
 from .cluster_matrix import LinkRows, comm_matrix, link_rows, slowest_link
 from .collectives import Collectives
-from .comm import comm_comp_overlap_pct, comm_exposed_ns
 from .model import KIND_COMM, KIND_COMPUTE, Timeline
 
 #: the step id of a rank whose source has no steps (its whole span is one step)
@@ -143,6 +142,7 @@ def rank_summary(timeline: Timeline, rank: int) -> RankSummary:
     comm, comp = tl.kind == KIND_COMM, tl.kind == KIND_COMPUTE
     u_comm = iv.union(tl.start_ns[comm], tl.end_ns[comm])
     hidden = iv.intersect(u_comm, iv.union(tl.start_ns[comp], tl.end_ns[comp]))
+    comm_ns, hidden_ns = iv.length(u_comm), iv.length(hidden)
     busy = covered_in(u_comm, lo, hi)
     step_hidden = covered_in(hidden, lo, hi)
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -153,8 +153,9 @@ def rank_summary(timeline: Timeline, rank: int) -> RankSummary:
     return RankSummary(
         rank=int(rank), source=str(tl.source), collectives=coll, step_id=step_id,
         step_start_ns=lo, step_end_ns=hi, wall_start_ns=wall[0], wall_end_ns=wall[1],
-        comm_busy_ns=iv.length(u_comm), comm_exposed_ns=int(comm_exposed_ns(tl) or 0),
-        overlap_pct=comm_comp_overlap_pct(tl), step_comm_busy_ns=busy.astype(np.int64),
+        comm_busy_ns=comm_ns, comm_exposed_ns=comm_ns - hidden_ns,
+        overlap_pct=100.0 * hidden_ns / comm_ns if comm_ns else None,
+        step_comm_busy_ns=busy.astype(np.int64),
         step_comm_exposed_ns=(busy - step_hidden).astype(np.int64),
         step_overlap_pct=step_pct, links=link_rows(tl.meta.get("comm_matrix")),
         warnings=warnings, recorded_wait_ns=_recorded_wait(tl.meta.get("hccl_wait_ns")))
