@@ -51,3 +51,12 @@ def test_full_concurrency_is_allowed_and_streams_stay_capped():
     assert DecodeSettings(concurrency=1000, streams=32).stream_count == 32
     with pytest.raises(InputError, match="--streams"):
         DecodeSettings(streams=MAX_STREAMS + 1).check()
+
+
+def test_a_bad_tbo_is_refused_with_the_other_settings_before_any_model_is_built():
+    from parastream.errors import InputError
+
+    with pytest.raises(InputError, match="--tbo must be off, auto or a number of rows"):
+        DecodeSettings(tbo="sometimes").check()
+    DecodeSettings(tbo="off").check()
+    DecodeSettings(tbo=2).check()

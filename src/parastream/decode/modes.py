@@ -39,13 +39,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..timeline.model import DeviceInfo, Timeline, TimelineBuilder
-from ..errors import InputError
 from .calibrate import (Calibration, InterpreterProbe, batch_sizes, calibrate_split,
                         probe_interpreter)
 from .device import Live, Outcome, Row, Split, Worker, now_ns, run_step
 from .scheduler import FAILED, FINISHED, Job, Pass, Scheduler, SchedulerSettings
 from .streams import Placement, place_model, placement
-from .tbo import MIN_ROWS, can_split
+from .tbo import can_split, check_tbo
 from .workload import Request
 
 MODES = ("sequential", "streams", "batch", "batch+overlap")
@@ -83,10 +82,7 @@ class ModeSettings:
     device: str = "cpu"
 
     def __post_init__(self) -> None:
-        if self.tbo not in ("off", "auto") and not (
-                isinstance(self.tbo, int) and self.tbo >= MIN_ROWS):
-            raise InputError(None, f"--tbo must be off, auto or a number of rows from "
-                                   f"{MIN_ROWS}, got {self.tbo!r}")
+        check_tbo(self.tbo)
 
     def scheduler(self, mode: str, chunks: bool = True) -> SchedulerSettings:
         """The scheduler settings of ``mode`` (``sequential`` runs one at a time; only

@@ -18,8 +18,18 @@ from __future__ import annotations
 
 from typing import Any, Generator
 
+from ..errors import InputError
+
 #: the fewest rows a split step has (one per micro-batch)
 MIN_ROWS = 2
+
+
+def check_tbo(tbo: object) -> None:
+    """InputError unless ``tbo`` is "off", "auto" or a row count of at least
+    :data:`MIN_ROWS`."""
+    if tbo not in ("off", "auto") and not (isinstance(tbo, int) and tbo >= MIN_ROWS):
+        raise InputError(None, f"--tbo must be off, auto or a number of rows from "
+                               f"{MIN_ROWS}, got {tbo!r}")
 
 
 def can_split(model: Any) -> bool:

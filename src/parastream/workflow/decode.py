@@ -62,6 +62,8 @@ class DecodeSettings:
 
     def check(self) -> None:
         """InputError naming the flag of a setting out of range."""
+        from ..decode.tbo import check_tbo
+
         for flag, v, lo, hi in (("--concurrency", self.concurrency, 1, MAX_CONCURRENCY),
                                 ("--threads", self.threads, 1, MAX_THREADS),
                                 ("--streams", self.streams, 1, MAX_STREAMS)):
@@ -74,6 +76,7 @@ class DecodeSettings:
         if self.prefill_chunk is not None and self.prefill_chunk < 1:
             raise InputError(None, f"--prefill-chunk must be at least 1, got "
                                    f"{self.prefill_chunk}")
+        check_tbo(self.tbo)
         if self.device not in RUN_DEVICES:
             raise InputError(None, f"--device: a measured run executes on "
                                    f"{' or '.join(RUN_DEVICES)}, got {self.device!r} (a device "
