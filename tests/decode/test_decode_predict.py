@@ -21,7 +21,8 @@ from hypothesis import strategies as st
 
 from parastream.cli.decode import add_parser
 from parastream.decode.config import SIZES
-from parastream.decode.predict import MODES, HostCost, calibrate_two_micro, figures, serve
+from parastream.decode.config import MODES
+from parastream.decode.predict import HostCost, calibrate_two_micro, figures, serve
 from parastream.decode.predict_cost import StepCosts, decode_work, prefill_work, split_two
 from parastream.decode.predict_sweep import SweepSettings, at_rate, winner
 from parastream.decode.scheduler import SchedulerSettings
@@ -142,12 +143,6 @@ def test_overlap_hides_the_host_and_streams_read_weights_per_request():
     # costs far more than one batched step of 16
     work = [decode_work([100])] * 16
     assert costs.streams(work).wall_us > 8 * costs.batched(work).wall_us
-
-
-def test_the_same_modes_and_chunking_as_the_measured_ones():
-    from parastream.decode import modes, predict as predicted
-
-    assert predicted.MODES == modes.MODES and predicted.CHUNKED == modes.CHUNKED
 
 
 def test_split_two_keeps_the_work():

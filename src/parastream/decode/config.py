@@ -1,5 +1,5 @@
-"""The shapes of the built-in decoder (no torch): its sizes, the KV-cache block and how
-many blocks a request's positions take. The scheduler, the prediction and the KV budget
+"""The decode modes' names and the shapes of the built-in decoder (no torch): its sizes,
+the KV-cache block and how many blocks a request's positions take. The scheduler, the prediction and the KV budget
 read these without building a model."""
 
 from __future__ import annotations
@@ -7,6 +7,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+#: the four decode modes, in their canonical order
+MODES = ("sequential", "streams", "batch", "batch+overlap")
+#: the modes whose prefills may be chunked
+CHUNKED = ("batch", "batch+overlap")
 #: tokens per KV-cache block: the unit of the scheduler's KV budget and of cache growth
 BLOCK_TOKENS = 16
 

@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import copy
 import math
-from dataclasses import dataclass
 from typing import Generator
 
 import torch

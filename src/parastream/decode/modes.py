@@ -41,15 +41,13 @@ from typing import Any
 from ..timeline.model import DeviceInfo, Timeline, TimelineBuilder
 from .calibrate import (Calibration, InterpreterProbe, batch_sizes, calibrate_split,
                         probe_interpreter)
+from .config import CHUNKED, MODES
 from .device import Live, Outcome, Row, Split, Worker, now_ns, run_step
 from .scheduler import FAILED, FINISHED, Job, Pass, Scheduler, SchedulerSettings
 from .streams import Placement, place_model, placement
 from .tbo import can_split, check_tbo
 from .workload import Request
 
-MODES = ("sequential", "streams", "batch", "batch+overlap")
-#: the modes whose prefills may be chunked (``ModeSettings.prefill_chunk``)
-CHUNKED = ("batch", "batch+overlap")
 #: the lane of the host's scheduling and token processing
 HOST_LANE = "scheduler"
 #: the gate of batch+overlap's one-step-ahead scheduling: the host's work of step t+1

@@ -26,15 +26,10 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from .config import CHUNKED, MODES
 from .predict_cost import Forward, StepCosts, Work, chunk_work, decode_work, prefill_work
 from .scheduler import FAILED, FINISHED, Job, Pass, Scheduler, SchedulerSettings
 from .workload import Request
-
-#: the four decode modes, as :data:`parastream.decode.modes.MODES` names them (here
-#: without the torch that module needs)
-MODES = ("sequential", "streams", "batch", "batch+overlap")
-#: the modes whose prefills may come in chunks (``SchedulerSettings.prefill_chunk``)
-CHUNKED = ("batch", "batch+overlap")
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,8 @@ from typing import Any
 import numpy as np
 
 from .config import blocks_for
-from .predict import CHUNKED, MODES, Gate, HostCost, calibrate_two_micro, figures, serve
+from .config import CHUNKED, MODES
+from .predict import Gate, HostCost, calibrate_two_micro, figures, serve
 from .predict_cost import StepCosts
 from .scheduler import SchedulerSettings
 from .workload import Request

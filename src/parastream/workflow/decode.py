@@ -115,7 +115,7 @@ class DecodeResult:
 def check_modes(modes: str | Sequence[str]) -> tuple[str, ...]:
     """Modes from "all", a comma-separated text or a sequence, in the canonical order; an
     InputError for an unknown or missing one (no torch needed)."""
-    from ..decode.predict import MODES
+    from ..decode.config import MODES
 
     if modes == "all":
         return MODES
