@@ -134,7 +134,7 @@ def predict_sweep(cfg: Any, profile: Any, requests: list[Request], settings: Swe
     rows = []
     for rate in rates:
         reqs = at_rate(requests, rate, settings.seed)
-        rows += [point.row(c, _rate(rate), reqs) for c in settings.concurrency]
+        rows += [point.row(c, rate_label(rate), reqs) for c in settings.concurrency]
     if not settings.rates:
         top = [r for r in rows if r["concurrency"] == max(settings.concurrency)][0]
         capacity = max(m["requests_per_s"] for m in top["modes"].values())
@@ -145,7 +145,7 @@ def predict_sweep(cfg: Any, profile: Any, requests: list[Request], settings: Swe
             rates.append(rate)
             reqs = at_rate(requests, rate, settings.seed)
             rows += [point.row(c, rate, reqs) for c in settings.concurrency]
-    return Sweep(rows, [_rate(r) for r in rates], gate)
+    return Sweep(rows, [rate_label(r) for r in rates], gate)
 
 
 def _gate(costs: StepCosts, requests: list[Request], max_batch: int) -> Gate:
@@ -157,7 +157,8 @@ def _gate(costs: StepCosts, requests: list[Request], max_batch: int) -> Gate:
     return calibrate_two_micro(costs, prompt, context, max_batch)
 
 
-def _rate(rate: float) -> Any:
+def rate_label(rate: float) -> float | str:
+    """An arrival rate as the documents write it: "inf" for all at once, else the rate."""
     return "inf" if math.isinf(rate) else rate
 
 

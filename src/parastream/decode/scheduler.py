@@ -168,8 +168,7 @@ class Scheduler:
         short), then admit waiting jobs in queue order."""
         self.passes += 1
         p = Pass()
-        self._budget = self.settings.prefill_chunk or 0
-        self._grow_running(p)
+        self._grow_running(p)  # which hands out this pass's prefill budget first
         if not p.preempted:  # memory is tight: nobody new this pass
             self._admit(p)
         p.chunks = [Chunk(j, j.filled, j.stop, j.stop == j.target)

@@ -214,6 +214,7 @@ def _result(decoder: Any, runs: list, settings: DecodeSettings, wl: Any,
             notes: list[str]) -> DecodeResult:
     """The document of ``runs``: figures per mode, agreement, requests ended early."""
     from ..decode.metrics import agreement, measure
+    from ..decode.predict_sweep import rate_label
 
     rows = [measure(r).to_dict() for r in runs]
     base = next((r["tokens_per_s"] for r in rows if r["mode"] == "sequential"), None)
@@ -230,7 +231,7 @@ def _result(decoder: Any, runs: list, settings: DecodeSettings, wl: Any,
                   "streams": settings.stream_count,
                   "prefill_chunk": settings.prefill_chunk, "tbo": settings.tbo,
                   "probe": settings.probe},
-        workload={"requests": len(runs[0].lives), "rate": _rate(wl.rate),
+        workload={"requests": len(runs[0].lives), "rate": rate_label(wl.rate),
                   "lengths": None if wl.file else wl.lengths, "seed": wl.seed,
                   "file": wl.file},
         modes=rows, agreement=agree, ended_early=early, notes=notes, runs=tuple(runs))
@@ -242,10 +243,6 @@ def _model_doc(cfg: Any) -> dict:
                                                "kv_heads", "ffn", "context")}
     doc["name"] = doc["name"] or "custom"
     return doc
-
-
-def _rate(rate: float) -> float | str:
-    return "inf" if rate == float("inf") else rate
 
 
 def _busy_note() -> list[str]:
