@@ -17,7 +17,6 @@ its workers, or the cores, can share the work).
 from __future__ import annotations
 
 import contextlib
-import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping, Sequence
 
@@ -194,7 +193,7 @@ def compare_runs(s: PipelineSettings) -> PipelineResult:
         warm = make_stages(cfg, model=model)
         serial = _serial(warm, data, policy, prog)
         times = {st.name: st.mean_ns / 1e9 for st in serial[1].stages}
-        suggestion = plan(times, cores=os.cpu_count() or 1)
+        suggestion = plan(times, cores=cpu_count())
         reps = dict(s.replicas) if s.replicas is not None else suggestion.replicas
         # at least the largest replica count (docs/pipeline.md), of the replicas used
         qdepth = s.depth if s.depth is not None else max(suggestion.depth, *reps.values())
@@ -260,6 +259,7 @@ def _compare(serial: Any, stats: Any, suggestion: Any, stages: list, runs: tuple
     ``runs``: (serial outputs, pipelined item results, serial timeline, pipelined
     timeline); ``shape``: (items, batch, threads, queue depth, ordered)."""
     from ..pipeline.workload import same_outputs
+    from ..runtime.host import cpu_count
 
     serial_out, results, serial_tl, pipe_tl = runs
     items, batch, threads, qdepth, ordered = shape
@@ -270,7 +270,7 @@ def _compare(serial: Any, stats: Any, suggestion: Any, stages: list, runs: tuple
     b = stats.bottleneck
     serial_b = next(s for s in serial.stages if b is not None and s.name == b.name)
     return PipelineResult(
-        device=f"cpu, {os.cpu_count()} cores, torch intra-op threads {threads}",
+        device=f"cpu, {cpu_count()} cores, torch intra-op threads {threads}",
         items=items, images_per_item=batch,
         plan=suggestion.to_dict(), replicas={s.name: s.replicas for s in stages},
         depth=qdepth, ordered=ordered,
