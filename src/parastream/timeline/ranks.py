@@ -145,8 +145,7 @@ def _unit(path: str, task: UnitTask) -> UnitResult:
     caps = captures_of(timelines, task.opts.split_steps)
     results = [analyze_capture(tl, task.opts) for tl in caps]
     info = {"source": path, "format": timelines[0].format if timelines else None,
-            "rank": next((t.meta.get("rank") for t in timelines
-                          if t.meta.get("rank") is not None), None),
+            "rank": ranked.meta["rank"] if ranked is not None else None,
             "captures": len(results),
             "hta_comm_comp_overlap_pct": next((t.meta["hta_comm_comp_overlap_pct"]
                                                for t in timelines
