@@ -7,7 +7,9 @@ Kineto mode (default): for R repetitions, alternately run as child processes
   (b) parastream: ``/work/main/.venv/bin/parastream analyze TRACE --format json``,
   (c) floor: read (+ gunzip) the file and ``msgspec.json.decode`` it, nothing else.
 Each child's wall time (perf_counter around spawn..exit) and peak RSS (``ru_maxrss`` from
-``os.wait4`` on that child) are recorded; the table shows medians and ratios.
+``os.wait4`` on that child) are recorded; the table shows medians and ratios. The peak
+PSS of each tool's process tree comes from one more run per tool, sampled every 20 ms and
+not timed.
 
 CSV mode (``--csv-rows FILE``): times ``parastream analyze FILE --format json`` on a big
 Ascend kernel_details.csv against a floor of ``pyarrow.csv.read_csv`` (HTA cannot read it).
@@ -15,7 +17,9 @@ Ascend kernel_details.csv against a floor of ``pyarrow.csv.read_csv`` (HTA canno
 Usage:
   python benchmarks/bench_analyze.py benchmarks/work/kineto_1250k.json --reps 3
   python benchmarks/bench_analyze.py --csv-rows benchmarks/work/big_kernel_details.csv --reps 3
-Options: --skip-hta, --skip-parastream, --json-out FILE (raw measurements).
+Options: --skip-hta, --skip-parastream, --warmup N (uncounted runs of each tool first,
+default 1), --json-out FILE (raw measurements). Children run with bytecode caching on
+(PYTHONDONTWRITEBYTECODE cleared), as a user's Python runs.
 Run it from the repository root.  Children run one at a time (2-core machine).
 """
 from __future__ import annotations
@@ -54,6 +58,11 @@ FLOOR_CSV = (
 )
 
 
+# the children cache their bytecode as a user's Python does (HTA's site-packages were
+# compiled when pip installed them; parastream's source is compiled on its first run)
+CHILD_ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+
+
 def _uptime() -> str:
     """The machine's load, as ``uptime`` prints it (the runs share the machine)."""
     try:
@@ -62,8 +71,29 @@ def _uptime() -> str:
         return "load average " + " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
-def _tree(pid: int) -> list[int]:
-    """pid and all its descendants (from /proc/*/stat parent links)."""
+def _children(pid: int) -> list[int] | None:
+    """pid's children from /proc/PID/task/*/children (one small file per thread); None
+    where the kernel does not provide them."""
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return []
+    out: list[int] = []
+    for t in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{t}/children") as f:
+                out.extend(int(x) for x in f.read().split())
+        except FileNotFoundError:
+            if not os.path.exists(f"/proc/{pid}/task/{t}"):
+                continue  # the thread ended
+            return None
+        except OSError:
+            continue
+    return out
+
+
+def _tree_by_scan(pid: int) -> list[int]:
+    """pid and all its descendants, from every process's parent link in /proc/*/stat."""
     parent: dict[int, list[int]] = {}
     for d in os.listdir("/proc"):
         if d.isdigit():
@@ -78,6 +108,21 @@ def _tree(pid: int) -> list[int]:
         p = todo.pop()
         out.append(p)
         todo.extend(parent.get(p, []))
+    return out
+
+
+def _tree(pid: int) -> list[int]:
+    """pid and all its descendants. Read from the children lists of the tree's own
+    processes: scanning all of /proc every 20 ms would take a good share of a core from
+    the program measured."""
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        kids = _children(p)
+        if kids is None:
+            return _tree_by_scan(pid)
+        out.append(p)
+        todo.extend(kids)
     return out
 
 
@@ -116,13 +161,15 @@ class TreeMemory:
         return self.peak_kb / 1024.0
 
 
-def run_child(argv: list[str], timeout: float) -> dict:
-    """Run one child; return wall seconds, peak RSS MB of that child, rc, stdout, stderr tail."""
+def run_child(argv: list[str], timeout: float, sample: bool = False) -> dict:
+    """Run one child; return wall seconds, peak RSS MB of that child, rc, stdout, stderr
+    tail, and with ``sample`` the peak PSS of its process tree (the sampling takes CPU
+    from the child on a small machine, so timed runs do not sample)."""
     load1 = os.getloadavg()[0]
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         t0 = time.perf_counter()
-        proc = subprocess.Popen(argv, stdout=out, stderr=err, cwd=ROOT)
-        mem = TreeMemory(proc.pid)
+        proc = subprocess.Popen(argv, stdout=out, stderr=err, cwd=ROOT, env=CHILD_ENV)
+        mem = TreeMemory(proc.pid) if sample else None
         try:
             deadline = t0 + timeout
             while True:
@@ -136,7 +183,7 @@ def run_child(argv: list[str], timeout: float) -> dict:
                 time.sleep(0.005)
         finally:
             proc.returncode = -1  # reaped by wait4 ourselves
-            pss = mem.stop()
+            pss = mem.stop() if mem is not None else None
         wall = time.perf_counter() - t0
         rc = os.waitstatus_to_exitcode(status)
         out.seek(0)
@@ -196,8 +243,8 @@ def summarize(runs: list[dict]) -> dict:
     cpu = [r["cpu_s"] for r in ok]
     ld = [r["load1_before"] for r in ok]
     m = [r["rss_mb"] for r in ok]
-    pss = [r["pss_tree_mb"] for r in ok]
-    return {"ok": True, "n": len(ok), "pss_median_mb": statistics.median(pss),
+    pss = [r["pss_tree_mb"] for r in ok if r["pss_tree_mb"] is not None]
+    return {"ok": True, "n": len(ok), "pss_median_mb": statistics.median(pss) if pss else None,
             "wall_median_s": statistics.median(w), "wall_min_s": min(w),
             "cpu_median_s": statistics.median(cpu),
             "wall_max_s": max(w), "rss_median_mb": statistics.median(m), "rss_max_mb": max(m),
@@ -213,6 +260,8 @@ def main(argv=None) -> int:
     p.add_argument("trace", nargs="?", help="Kineto trace .json/.json.gz")
     p.add_argument("--csv-rows", metavar="CSV", help="time parastream analyze on a kernel_details.csv")
     p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--warmup", type=int, default=1, help="uncounted runs of each tool first "
+                   "(page cache, bytecode cache)")
     p.add_argument("--timeout", type=float, default=900.0, help="per child, seconds")
     p.add_argument("--skip-hta", action="store_true")
     p.add_argument("--skip-parastream", action="store_true")
@@ -247,12 +296,17 @@ def main(argv=None) -> int:
           f"cpus={os.cpu_count()}; uptime: {_uptime()}", file=sys.stderr)
     runs: dict[str, list[dict]] = {k: [] for k in tools}
     results: dict[str, object] = {}
+    for _ in range(a.warmup):
+        for name, argv_ in tools.items():
+            r = run_child(argv_, a.timeout)
+            print(f"  warm-up {name}: rc={r['rc']} wall={r['wall_s']:.2f}s (not counted)",
+                  file=sys.stderr)
     for rep in range(a.reps):
         for name, argv_ in tools.items():
             r = run_child(argv_, a.timeout)
             runs[name].append(r)
             print(f"  rep {rep + 1} {name}: rc={r['rc']} wall={r['wall_s']:.2f}s "
-                  f"cpu={r['cpu_s']:.2f}s rss={r['rss_mb']:.0f}MB pss={r['pss_tree_mb']:.0f}MB "
+                  f"cpu={r['cpu_s']:.2f}s rss={r['rss_mb']:.0f}MB "
                   f"load1={r['load1_before']:.1f}",
                   file=sys.stderr)
             if r["rc"] == 0 and name not in results:
@@ -267,8 +321,17 @@ def main(argv=None) -> int:
             elif r["rc"] != 0 and rep == 0:
                 print(f"    {name} failed: {r['stderr_tail'][-400:]}", file=sys.stderr)
 
+    memory: dict[str, list[dict]] = {}
+    for name, argv_ in tools.items():  # one more run each, sampling the PSS, not timed
+        r = run_child(argv_, a.timeout, sample=True)
+        memory[name] = [r]
+        print(f"  memory run {name}: rc={r['rc']} peak tree PSS={r['pss_tree_mb']:.0f}MB",
+              file=sys.stderr)
     print(f"# uptime after: {_uptime()}", file=sys.stderr)
     summ = {k: summarize(v) for k, v in runs.items()}
+    for k, v in memory.items():
+        if summ[k].get("ok"):
+            summ[k]["pss_median_mb"] = summarize(v).get("pss_median_mb")
     print(f"\nInput: `{os.path.relpath(target, ROOT)}` ({size_mb:.1f} MB), {a.reps} repetitions, "
           f"alternating; wall = spawn to exit; RSS = child's ru_maxrss\n")
     print("| tool | command | wall median (s) | min..max (s) | CPU median (s) "

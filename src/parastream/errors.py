@@ -19,6 +19,9 @@ class InputError(Exception):
         self.reason = reason
         super().__init__(f"{self.path}: {reason}" if self.path else reason)
 
+    def __reduce__(self):  # raised in a worker process, it arrives whole
+        return type(self), (self.path, self.reason)
+
 
 def one_line(exc: BaseException) -> str:
     """``"Type: first line of the message"`` (at most 300 characters): how a library's

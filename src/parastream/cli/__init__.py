@@ -24,7 +24,9 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The command line's parser; for ``analyze`` (``command``, the first argument) the
+    other commands' modules are not imported: they would only slow its start."""
     p = _Parser(prog="parastream", description=(
         "Plan, run and verify multi-stream inference. "
         "'parastream analyze TRACE' proves or disproves overlap from a profiler timeline."))
@@ -93,8 +95,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="seconds the --scheduler has to answer and to have a worker (default 10)")
     a.add_argument("--no-progress", action="store_true", help="no progress display")
     a.set_defaults(func=cmd_analyze)
-    for module in _COMMAND_MODULES:
-        _load_commands(module, sub)
+    if command != "analyze":
+        for module in _COMMAND_MODULES:
+            _load_commands(module, sub)
     return p
 
 
@@ -203,7 +206,8 @@ def _term_width() -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``parastream`` console script."""
-    parser = _parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = _parser(argv[0] if argv else None)
     args = parser.parse_args(argv)
     try:
         return args.func(args)

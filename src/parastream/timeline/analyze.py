@@ -22,6 +22,7 @@ from .comm import comm_comp_overlap_pct, comm_exposed_ns
 from .contention import core_contention, occupancy_known
 from .model import Timeline
 from .overlap import FALSE_AT, PointTable, empty_counts, point_table
+from .procs import fork_pool, fork_workers
 from .streams import StreamStats, stream_stats
 
 SCHEMA = "parastream.analysis/1"
@@ -349,13 +350,41 @@ def captures_of(timelines: list[Timeline], split_steps: bool = True) -> list[Tim
     return out
 
 
+#: ops across a unit's captures from which their analyses are spread over forked
+#: processes (below it, starting the processes costs more than it saves)
+PARALLEL_OPS = 200_000
+#: the captures being analysed by a pool (inherited by its forked processes)
+_SHARED: tuple[list[Timeline], Options] | None = None
+
+
+def _analyze_nth(i: int) -> dict:
+    caps, opts = _SHARED  # type: ignore[misc]
+    return analyze_capture(caps[i], opts)
+
+
+def analyze_captures(caps: list[Timeline], opts: Options) -> list[dict]:
+    """:func:`analyze_capture` of each capture, in order. Many big captures are analysed
+    by forked processes (see :func:`~.procs.fork_workers`), which inherit the timelines
+    instead of being sent them; the results are the same."""
+    global _SHARED
+    n = min(fork_workers(), len(caps)) if sum(map(len, caps)) >= PARALLEL_OPS else 1
+    if n <= 1:
+        return [analyze_capture(tl, opts) for tl in caps]
+    _SHARED = (caps, opts)
+    try:
+        with fork_pool(n) as pool:
+            return pool.map(_analyze_nth, range(len(caps)), chunksize=1)
+    finally:
+        _SHARED = None
+
+
 def analyze(timelines: list[Timeline], opts: Options | None = None) -> dict:
     """Analyse several captures; summary medians skip the first ``opts.cold`` captures."""
     opts = opts or Options()
     check_regex(opts.side_regex, "--side")
     check_regex(opts.dominator_regex, "--dominator")
     caps = captures_of(timelines, opts.split_steps)
-    results = [analyze_capture(tl, opts) for tl in caps]
+    results = analyze_captures(caps, opts)
     return {"schema": SCHEMA, "captures": results, "summary": summarize(results, opts.cold)}
 
 

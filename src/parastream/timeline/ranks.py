@@ -26,7 +26,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 from ..errors import InputError
 from .cluster import RankSummary, cross_rank, rank_summary
-from .analyze import SCHEMA, Options, analyze_capture, captures_of, check_regex, summarize
+from .analyze import SCHEMA, Options, analyze_captures, captures_of, check_regex, summarize
 from .model import Timeline
 from .overlap import empty_counts
 from .readers import read_path
@@ -143,7 +143,7 @@ def _unit(path: str, task: UnitTask) -> UnitResult:
     summary = (rank_summary(ranked, ranked.meta["rank"])
                if task.ranks and ranked is not None else None)
     caps = captures_of(timelines, task.opts.split_steps)
-    results = [analyze_capture(tl, task.opts) for tl in caps]
+    results = analyze_captures(caps, task.opts)
     info = {"source": path, "format": timelines[0].format if timelines else None,
             "rank": ranked.meta["rank"] if ranked is not None else None,
             "captures": len(results),

@@ -79,13 +79,15 @@ def _plain_us_to_ns(s: pa.ChunkedArray | pa.Array) -> np.ndarray:
     return np.where(neg, -ns, ns)
 
 
-def us_column_to_ns(col: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, np.ndarray]:
+def us_column_to_ns(col: pa.ChunkedArray | pa.Array, trim: bool = True
+                    ) -> tuple[np.ndarray, np.ndarray]:
     """Decimal microsecond text -> (int64 ns, ok mask); exact, bad rows tolerated.
 
-    Quotes, tabs and spaces around values are ignored; NaN, inf, empty and junk values come
-    back with ``ok`` false. Used by every reader with text or raw JSON timestamps.
+    Quotes, tabs and spaces around values are ignored (``trim=False``: the caller knows
+    there are none); NaN, inf, empty and junk values come back with ``ok`` false. Used by
+    every reader with text or raw JSON timestamps.
     """
-    s = trim_text(col)
+    s = trim_text(col) if trim else col
     present = np.asarray(filled_numpy(pc.is_valid(s), False), bool)
     try:
         return _plain_us_to_ns(s), present
@@ -112,3 +114,21 @@ def us_column_to_ns(col: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, np.nda
     return ns, ok
 
 
+
+
+def tokens_to_ns(tokens: list) -> tuple[np.ndarray, np.ndarray] | None:
+    """:func:`us_column_to_ns` of raw JSON tokens (bytes-like: ``msgspec.Raw`` or bytes, a
+    number or a quoted text each); None when some item is not bytes-like. The tokens are
+    laid end to end into one Arrow string column, without a Python object per value."""
+    n = len(tokens)
+    try:
+        lengths = np.fromiter(map(len, tokens), np.int64, n)
+        data = b"".join(tokens)
+    except TypeError:
+        return None
+    offsets = np.zeros(n + 1, np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    col = pa.Array.from_buffers(pa.large_string(), n,
+                                [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+    # a JSON number token has no quotes or spaces around it to trim; text has quotes
+    return us_column_to_ns(col, trim=b'"' in data)

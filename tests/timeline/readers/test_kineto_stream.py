@@ -52,11 +52,13 @@ def whole(path: str, monkeypatch):
         return kineto.read(path)
 
 
-def streamed(path: str, monkeypatch, read_bytes: int, piece_bytes: int, workers: int = 1):
-    """The timeline read a chunk at a time; fails when the reader falls back to the
-    whole document."""
+def streamed(path: str, monkeypatch, read_bytes: int, piece_bytes: int, workers: int = 1,
+             how: str = "stream"):
+    """The timeline read a piece at a time, ``how``: "spans" (each piece read where it
+    lies in a plain file) or "stream" (the file read a chunk at a time, as a gzip file
+    is); fails when the reader falls back to another way."""
     def refuse(path, warnings):
-        raise AssertionError("read whole")
+        raise AssertionError("read otherwise")
 
     with monkeypatch.context() as m:
         m.setattr(kineto, "READ_BYTES", read_bytes)
@@ -64,6 +66,10 @@ def streamed(path: str, monkeypatch, read_bytes: int, piece_bytes: int, workers:
         m.setattr(kineto, "PARALLEL_BYTES", 0 if workers > 1 else 1 << 60)
         m.setenv("PARASTREAM_WORKERS", str(workers))
         m.setattr(kineto, "_decode_whole", refuse)
+        if how == "spans":
+            m.setattr(kineto, "_decode_stream", refuse)
+        else:
+            m.setattr(kineto, "_decode_spans", lambda path, warnings: None)
         return kineto.read(path)
 
 
@@ -81,20 +87,53 @@ def assert_same(a, b) -> None:
     assert ca.group_ranks == cb.group_ranks
 
 
+@pytest.mark.parametrize("how,workers", [("stream", 1), ("spans", 1), ("spans", 2)])
 @pytest.mark.parametrize("after", [False, True])
 @pytest.mark.parametrize("read_bytes,piece_bytes", [(7, 1), (64, 1), (1000, 300),
                                                     (4096, 50_000), (1 << 20, 1 << 20)])
 def test_chunked_reading_is_the_whole_reading(tmp_path, monkeypatch, after, read_bytes,
-                                              piece_bytes):
+                                              piece_bytes, how, workers):
     """Cuts at every "},{" (pieces of 1 byte) fall inside strings and nested lists: the
     pieces are joined until they decode, and every column is bitwise the same as the
     document's read whole; the top-level fields are read before or after the array."""
+    if workers > 1 and "fork" not in mp.get_all_start_methods():
+        pytest.skip("needs fork")
     f = tmp_path / "t.json"
     f.write_text(json.dumps(tricky_doc(after), indent=1))
     ref = whole(str(f), monkeypatch)
     assert any(n.startswith(TRICKY[0]) for n in ref.names)
     assert ref.device.name and ref.meta.get("rank") is not None
-    assert_same(streamed(str(f), monkeypatch, read_bytes, piece_bytes), ref)
+    assert_same(streamed(str(f), monkeypatch, read_bytes, piece_bytes, workers, how), ref)
+
+
+def test_a_plain_trace_is_read_where_it_lies(tmp_path, monkeypatch):
+    """A plain file takes the spans path (no chunked reading, no whole reading); a gzip
+    file and a UTF-16 one cannot be read by offset and are not."""
+    f = tmp_path / "t.json"
+    f.write_text(json.dumps(tricky_doc(after=False)))
+    ref = whole(str(f), monkeypatch)
+    assert_same(streamed(str(f), monkeypatch, 1 << 20, 4096, 1, "spans"), ref)
+    packed = tmp_path / "t.json.gz"
+    packed.write_bytes(gzip.compress(f.read_bytes()))
+    wide = tmp_path / "t16.json"
+    wide.write_bytes(f.read_text().encode("utf-16"))
+    for other in (packed, wide):
+        assert kineto._decode_spans(str(other), []) is None
+        assert_same(kineto.read(str(other)), ref)
+
+
+def test_cuts_that_never_decode_fall_back_to_the_chunked_reading(tmp_path, monkeypatch):
+    """A join that grows past MAX_JOIN_BYTES gives up the spans path; the chunked reading
+    then reads the file, with the same result."""
+    f = tmp_path / "t.json"
+    f.write_text(json.dumps(tricky_doc(after=False)))
+    ref = whole(str(f), monkeypatch)
+    monkeypatch.setattr(kineto, "CHUNK_BYTES", 1)
+    monkeypatch.setattr(kineto, "MAX_JOIN_BYTES", 64)
+    assert kineto._decode_spans(str(f), []) is None
+    monkeypatch.setattr(kineto, "MAX_JOIN_BYTES", 1 << 20)
+    assert kineto._decode_spans(str(f), []) is not None
+    assert_same(kineto.read(str(f)), ref)
 
 
 @pytest.mark.parametrize("workers", [1, 2])
@@ -108,7 +147,7 @@ def test_gzip_is_read_a_chunk_at_a_time(tmp_path, monkeypatch, workers):
     assert len(chunks) > 10 and all(len(c) == 1000 for c in chunks[:-1])
     assert b"".join(chunks) == plain.read_bytes()
     ref = whole(str(plain), monkeypatch)
-    assert_same(streamed(str(packed), monkeypatch, 1000, 2000, workers), ref)
+    assert_same(streamed(str(packed), monkeypatch, 1000, 2000, workers, "stream"), ref)
 
 
 def test_a_traceevents_key_nested_before_the_array_is_not_taken_for_it(tmp_path, monkeypatch):

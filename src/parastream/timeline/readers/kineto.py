@@ -25,7 +25,6 @@ from __future__ import annotations
 import gc
 import itertools
 import math
-import multiprocessing as mp
 import re
 from collections import Counter
 from typing import Any, Iterator
@@ -35,14 +34,16 @@ import numpy as np
 import pyarrow as pa
 
 from ...errors import InputError
-from . import GZIP_MAGIC, read_all, read_chunks, read_head
+from . import GZIP_MAGIC, read_all, read_chunks, read_head, text_encoding
 from .. import comm as comm_mod
 from ..collectives import Collectives, dtype_bytes, make_collectives, normalize_op
 from ..intervals import window_ids
 from ..model import (KIND_COMM, KIND_COMPUTE, KIND_MEMCPY, KIND_MEMSET, DeviceInfo,
                      Interner, Timeline, core_code, make_timeline, value_flags)
 from ..nogc import gc_paused
-from ..timeparse import us_column_to_ns, us_text_to_ns
+from ..procs import fork_pool, fork_workers
+from ..timeparse import tokens_to_ns, us_column_to_ns, us_text_to_ns
+from .spans import SpanReader, cut_spans, join_failed
 
 FORMAT = "kineto"
 
@@ -388,7 +389,10 @@ def stream_label(v: object) -> str | None:
 
 def _times_ns(raws: list, path: str = "", what: str = "") -> tuple[np.ndarray, np.ndarray]:
     """Exact ns for a list of raw JSON numbers/strings; second array flags unusable ones."""
-    try:  # the common case: all raw JSON (bytes() of a Raw is its text)
+    fast = tokens_to_ns(raws)
+    if fast is not None:
+        return fast
+    try:  # raw JSON among other values (bytes() of a Raw is its text)
         blobs = list(map(bytes, raws))
     except TypeError:
         blobs = [r if isinstance(r, bytes) else bytes(r) if isinstance(r, msgspec.Raw)
@@ -486,8 +490,9 @@ def _scan(events: list[_Event], odd: dict | None = None) -> dict:
     l_corr, l_ts, mtia_host = _launches(routed.launch)
     f_id, f_ts = [], []
     for e in routed.flows:
-        if (e.cat == "ac2g" or e.cat == "async_cpu_to_gpu") and e.id is not None:
-            f_id.append(_as_int(e.id))
+        i = e.id
+        if (e.cat == "ac2g" or e.cat == "async_cpu_to_gpu") and i is not None:
+            f_id.append(i if i.__class__ is int else _as_int(i))
             f_ts.append(e.ts)
     steps = [(int(m.group(1)), bytes(e.ts), e.dur) for e in routed.steps
              if (m := _STEP.match(e.name))]
@@ -649,8 +654,8 @@ def _launches(events: list[_Event]) -> tuple[list[int], list, int]:
         if e.cat == "mtia_runtime":
             mtia_host += 1
         a = e.args
-        if a is not None and a.correlation is not None:
-            l_corr.append(_as_int(a.correlation))
+        if a is not None and (c := a.correlation) is not None:
+            l_corr.append(c if c.__class__ is int else _as_int(c))
             l_ts.append(e.ts)
     return l_corr, l_ts, mtia_host
 
@@ -695,18 +700,9 @@ def _span_offset(data: bytes, raw: msgspec.Raw) -> int | None:
 
 
 def _workers(nbytes: int) -> int:
-    """Processes that decode one big trace: one per core (at most 4), or
-    ``PARASTREAM_WORKERS``; small traces, systems without fork and daemonic processes
-    (a pool's or an engine's workers, which may not have children) decode in-process."""
-    import os
-
-    if (nbytes < PARALLEL_BYTES or "fork" not in mp.get_all_start_methods()
-            or mp.current_process().daemon):
-        return 1
-    env = os.environ.get("PARASTREAM_WORKERS", "")
-    if env.isdigit() and int(env) > 0:
-        return int(env)
-    return max(1, min(4, os.cpu_count() or 1))
+    """Processes that decode one big trace (:func:`~..procs.fork_workers`); a trace
+    under :data:`PARALLEL_BYTES` decodes in-process."""
+    return 1 if nbytes < PARALLEL_BYTES else fork_workers(4)
 
 
 _EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
@@ -744,6 +740,21 @@ def _pieces(rest: bytes, chunks: Iterator[bytes], size: int
     yield buf, None
 
 
+def _scan_tail(text: bytes) -> tuple[dict, bytes]:
+    """The scanned columns of the last events of the array, whose text (``text``) runs to
+    the end of the file, and the document's bytes after the array. _Fallback when that
+    is not how the text reads."""
+    buf = b'{"traceEvents":[' + text
+    try:
+        raw = msgspec.json.decode(buf, type=_TraceHead).traceEvents
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        raise _Fallback from None
+    off = _span_offset(buf, raw)
+    if off != len(b'{"traceEvents":'):  # another traceEvents key after the array
+        raise _Fallback
+    return _scan(*_decode_events(raw)), buf[off + len(memoryview(raw)):]
+
+
 class _PieceScanner:
     """Scans pieces in order (in a pool of worker processes, at most a few in flight)
     into the parts the timeline is built from. A piece that does not decode alone (a cut
@@ -771,17 +782,10 @@ class _PieceScanner:
         for framed, sep, result in self.flight:
             self._settle(framed, sep, result.get())
         self.flight = []
-        buf = b'{"traceEvents":[' + self.carry + tail
+        part, suffix = _scan_tail(self.carry + tail)
         self.carry = b""
-        try:
-            raw = msgspec.json.decode(buf, type=_TraceHead).traceEvents
-        except (msgspec.DecodeError, msgspec.ValidationError):
-            raise _Fallback from None
-        off = _span_offset(buf, raw)
-        if off != len(b'{"traceEvents":'):  # another traceEvents key after the array
-            raise _Fallback
-        self.parts.append(_scan(*_decode_events(raw)))
-        return self.parts, buf[off + len(memoryview(raw)):]
+        self.parts.append(part)
+        return self.parts, suffix
 
     def _settle(self, framed: bytes, sep: bytes, result: dict | str) -> None:
         if self.carry:
@@ -808,6 +812,76 @@ def _scan_events(rest: bytes, chunks: Iterator[bytes], pool, window: int
     raise AssertionError("_pieces ends with the tail")  # pragma: no cover
 
 
+#: the span reader of each file being read, per process (see :func:`_scan_span`)
+_READERS: dict[str, SpanReader] = {}
+
+
+def _scan_span(job: tuple[str, int, int]) -> dict | str:
+    """The scanned columns of the events in the bytes ``[a, b)`` of the file (``job``:
+    path, a, b; see :func:`~.spans.cut_spans`), read into this process's buffer; or
+    "decode" when they are no list of values (a cut fell inside a value)."""
+    path, a, b = job
+    reader = _READERS.get(path) or _READERS.setdefault(path, SpanReader(path))
+    gc.disable()
+    try:
+        return _scan(*_decode_events(reader.framed(a, b)))
+    except msgspec.DecodeError:
+        return "decode"
+
+
+def _array_start(path: str) -> tuple[bytes, int] | None:
+    """The document's bytes before its traceEvents array and the offset of the array's
+    first element, for a plain UTF-8 file whose array starts in its first
+    :data:`MAX_JOIN_BYTES`; None otherwise."""
+    with open(path, "rb") as f:
+        head = f.read(4)
+    if head[:2] == GZIP_MAGIC or text_encoding(head) is not None:
+        return None
+    chunks = read_chunks(path, 1 << 20)
+    try:
+        located = _locate(itertools.islice(chunks, MAX_JOIN_BYTES >> 20))
+    finally:
+        chunks.close()  # type: ignore[attr-defined]
+    return None if located is None else (located[0], len(located[0]) + 1)
+
+
+def _decode_spans(path: str, warnings: list[str]) -> tuple[list[dict], _Head] | None:
+    """Decode a plain trace where it lies: the events array is cut into spans (see
+    :mod:`.spans`) that worker processes (or this one) read and scan into columns, each
+    into its own reused buffer, while this process scans the last span and the bytes
+    after the array. Memory holds the kept columns and a span per process. None when the
+    file must be read otherwise (gzip, another encoding, cuts that do not decode)."""
+    import os
+
+    found = _array_start(path)
+    if found is None:
+        return None
+    prefix, start = found
+    size = os.path.getsize(path)
+    spans = cut_spans(path, start, size, CHUNK_BYTES)
+    jobs = [(path, a, b) for a, b in spans[:-1]]
+    n_workers = _workers(size) if len(jobs) > 1 else 1
+    pool = fork_pool(n_workers) if n_workers > 1 else None
+    try:
+        results = pool.imap(_scan_span, jobs) if pool is not None else map(_scan_span, jobs)
+        last = _scan_tail(SpanReader(path).read(spans[-1][0], size)) if pool else None
+        parts, carry = join_failed(spans[:-1], results, lambda a, b: _scan_span((path, a, b)),
+                                   MAX_JOIN_BYTES)
+        if last is None or carry is not None:
+            tail_start = spans[-1][0] if carry is None else carry
+            last = _scan_tail(SpanReader(path).read(tail_start, size))
+    except (_Fallback, ValueError):
+        return None
+    finally:
+        _READERS.pop(path, None)
+        if pool is not None:
+            pool.terminate()
+            pool.join()
+    parts.append(last[0])
+    head = _head_around(prefix + b"[]" + last[1], len(prefix), warnings)
+    return None if head is None else (parts, head)
+
+
 def _is_gzip(path: str) -> bool:
     with open(path, "rb") as f:
         return f.read(2) == GZIP_MAGIC
@@ -828,7 +902,7 @@ def _decode_stream(path: str, warnings: list[str]) -> tuple[list[dict], _Head] |
             return None
         prefix, rest = located
         n_workers = _workers(os.path.getsize(path) * (8 if _is_gzip(path) else 1))
-        pool = mp.get_context("fork").Pool(n_workers) if n_workers > 1 else None
+        pool = fork_pool(n_workers) if n_workers > 1 else None
         try:
             parts, suffix = _scan_events(rest, chunks, pool, 2 * n_workers)
         except _Fallback:
@@ -934,7 +1008,8 @@ def read(path: str) -> Timeline:
     warnings: list[str] = []
     try:
         with gc_paused():  # millions of new objects: generational GC passes would dominate
-            decoded = _decode_stream(path, warnings) or _decode_whole(path, warnings)
+            decoded = (_decode_spans(path, warnings) or _decode_stream(path, warnings)
+                       or _decode_whole(path, warnings))
     except msgspec.DecodeError as exc:
         reason = str(exc)
         if "truncated" in reason.lower():
