@@ -14,10 +14,8 @@ from __future__ import annotations
 
 import io
 import os
-import sys
 import textwrap
-from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any
 
 from rich import box
 from rich.console import Console
@@ -367,17 +365,3 @@ def _triage(con: Console, tri: dict, names: str = "short") -> None:
                       f"{r['change_pct']:+.1f}%" if r["change_pct"] is not None else "new",
                       _f(r["max_dur_ratio"], 2), r["flag"] or "")
         con.print(t)
-
-
-@contextmanager
-def progress(enabled: bool) -> Iterator[Any]:
-    """A transient rich progress display on stderr, only when stderr is a terminal (yields
-    None otherwise, so callers can skip updates)."""
-    if not enabled or not sys.stderr.isatty():
-        yield None
-        return
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), console=Console(stderr=True), transient=True) as prog:
-        yield prog

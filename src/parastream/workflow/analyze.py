@@ -154,7 +154,7 @@ def analyze(paths: str | Sequence[str] | None = None, *, baseline: str | None = 
     a trace names, else the recommended one) each capture is checked against; ``options``
     are the fields of :class:`AnalyzeOptions`. Bad input raises
     :class:`~parastream.errors.InputError`."""
-    from ..report.text import progress  # (rich, only here)
+    from ..report.progress import progress  # (rich, only on a terminal)
 
     opts = AnalyzeOptions(**options)
     paths = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths or [])

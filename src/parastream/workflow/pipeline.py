@@ -177,7 +177,7 @@ def compare_runs(s: PipelineSettings) -> PipelineResult:
     policy = check_settings(s)
     require_workload_packages()
     from ..cpu.busy import BusyWatch
-    from ..report.text import progress as progress_display
+    from ..report.progress import progress as progress_display
     from ..runtime.host import cpu_count, set_intra_op_threads
     from ..pipeline.core import Pipeline
     from ..pipeline.planner import plan
