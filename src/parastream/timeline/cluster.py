@@ -50,6 +50,7 @@ Two steps, so that the per-rank work runs where each trace lies:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 
@@ -185,6 +186,22 @@ class _Cluster:
     def n_ranks(self) -> int:
         return len(self.summaries)
 
+    @cached_property
+    def caused_wait(self) -> np.ndarray:
+        """Per matched collective, the ns its members waited in it: what the last to
+        arrive cost the others."""
+        return np.bincount(self.m.inst, weights=self.arr.wait, minlength=len(self.m))
+
+    @cached_property
+    def expected(self) -> np.ndarray:
+        """Per matched collective, its group's size where the group's ranks are known
+        (2 for a send/receive pair), else -1."""
+        calls = self.m.calls
+        sizes = np.array([len(calls.group_ranks.get(g, ())) or -1 for g in calls.groups]
+                         + [-1], np.int64)
+        grp = calls.group[self.m.first]
+        return np.where(self.m.kind == MATCH_KINDS.index("p2p"), 2, sizes[grp])
+
 
 def _instance_steps(summaries: list[RankSummary], m: Instances) -> np.ndarray:
     """Step id of each instance: the step whose span holds the first member's start on
@@ -222,13 +239,12 @@ def _per_rank_sums(c: _Cluster) -> dict[str, np.ndarray]:
     collectives where someone waited) and the others' wait it caused."""
     n, m, arr = c.n_ranks, c.m, c.arr
     rank = m.calls.rank
-    others_wait = np.bincount(m.inst, weights=arr.wait, minlength=len(m))
     late = arr.skew > 0
     return {
         "wait": np.bincount(rank, weights=arr.wait, minlength=n),
         "matched": np.bincount(rank, minlength=n),
         "last": np.bincount(arr.last_rank[late], minlength=n),
-        "caused": np.bincount(arr.last_rank, weights=others_wait, minlength=n),
+        "caused": np.bincount(arr.last_rank, weights=c.caused_wait, minlength=n),
     }
 
 
@@ -292,8 +308,7 @@ def _step_rows(c: _Cluster) -> list[dict]:
     n_steps = len(c.steps)
     cell = step_of[m.inst] * n + m.calls.rank
     wait = np.bincount(cell, weights=arr.wait, minlength=n_steps * n).reshape(n_steps, n)
-    others = np.bincount(m.inst, weights=arr.wait, minlength=len(m))
-    caused = np.bincount(step_of * n + arr.last_rank, weights=others,
+    caused = np.bincount(step_of * n + arr.last_rank, weights=c.caused_wait,
                          minlength=n_steps * n).reshape(n_steps, n)
     count = np.bincount(step_of, minlength=n_steps)
     skew = np.zeros(n_steps, np.int64)
@@ -316,23 +331,13 @@ def _step_rows(c: _Cluster) -> list[dict]:
     return rows
 
 
-def _expected(c: _Cluster) -> np.ndarray:
-    """The group size of each instance where the group's ranks are known, else -1."""
-    calls = c.m.calls
-    sizes = np.array([len(calls.group_ranks.get(g, ())) or -1 for g in calls.groups] + [-1],
-                     np.int64)
-    grp = calls.group[c.m.first]
-    return np.where(c.m.kind == MATCH_KINDS.index("p2p"), 2, sizes[grp])
-
-
 def _collective_rows(c: _Cluster, limit: int | None) -> list[dict]:
     m, arr = c.m, c.arr
     if not len(m):
         return []
     calls = m.calls
-    others = np.bincount(m.inst, weights=arr.wait, minlength=len(m))
+    others, expected = c.caused_wait, c.expected
     nbytes = np.maximum.reduceat(calls.nbytes, m.first)
-    expected = _expected(c)
     order = np.lexsort((np.arange(len(m)), arr.first_arrival))
     if limit is not None and limit < len(m):
         top = np.lexsort((np.arange(len(m)), -arr.skew))[:limit]
@@ -368,7 +373,7 @@ def _size_mismatches(m: Instances) -> int:
 
 def _summary(c: _Cluster) -> dict:
     m, arr = c.m, c.arr
-    expected = _expected(c) if len(m) else np.zeros(0, np.int64)
+    expected = c.expected
     ref = np.flatnonzero(c.measured)
     return {
         "n_ranks": c.n_ranks, "n_steps": len(c.steps),

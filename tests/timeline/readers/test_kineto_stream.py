@@ -208,3 +208,18 @@ def test_a_daemonic_process_reads_a_big_trace_without_worker_processes(monkeypat
     with mp.get_context("fork").Pool(1) as pool:
         n = pool.apply(_op_count, (str(SAMPLE),))
     assert n == len(kineto.read(str(SAMPLE))) > 0
+
+
+REAL = sorted(p.name for p in DATA.glob("*.json.gz") if p.name != "cupti_range_profiler.json.gz")
+
+
+@pytest.mark.parametrize("name", REAL)
+def test_real_traces_read_where_they_lie_are_read_whole(tmp_path, monkeypatch, name):
+    """Every real capture shipped for tests (CUDA, ROCm, MTIA, torch.compile, Triton),
+    written out plain and cut into 4 KB spans read by two worker processes, gives the
+    timeline of the document read whole."""
+    f = tmp_path / name.removesuffix(".gz")
+    f.write_bytes(gzip.decompress((DATA / name).read_bytes()))
+    ref = whole(str(f), monkeypatch)
+    workers = 2 if "fork" in mp.get_all_start_methods() else 1
+    assert_same(streamed(str(f), monkeypatch, 1 << 20, 4096, workers, "spans"), ref)

@@ -20,6 +20,19 @@ _ELEMENT = st.fixed_dictionaries({"name": _TEXT, "n": st.integers(0, 10 ** 12)},
 _SEPARATOR = st.sampled_from([",", ", ", ",\n  ", " ,\n", ",\t"])
 
 
+def _scanner(path: str):
+    """``scan(a, b)``: the decoded elements of a span, or "decode" when it is no array."""
+    reader = spans.SpanReader(path)
+
+    def scan(a: int, b: int):
+        try:
+            return msgspec.json.decode(bytes(reader.framed(a, b)))
+        except msgspec.DecodeError:
+            return "decode"
+
+    return scan
+
+
 def _file(tmp_path, elements: list, seps: list[str]) -> tuple[str, int, int]:
     """A document ``{"x": 1, "a": [...]}`` with the elements joined by ``seps``; returns
     the path, the offset of the first element and of the array's "]"."""
@@ -46,14 +59,7 @@ def test_spans_cover_the_array_and_joined_failures_decode(tmp_path_factory, elem
     for (_, b), (c, _) in zip(cuts, cuts[1:]):
         assert b <= c and data[b - 1:b] == b"}" and data[c:c + 1] == b"{"
         assert data[b:c].strip() == b","
-    reader = spans.SpanReader(path)
-
-    def scan(a: int, b: int):
-        try:
-            return msgspec.json.decode(bytes(reader.framed(a, b)))
-        except msgspec.DecodeError:
-            return "decode"
-
+    scan = _scanner(path)
     out, carry = spans.join_failed(cuts, [scan(a, b) for a, b in cuts], scan, limit=1 << 30)
     assert carry is None  # the last span runs to the array's end: it always decodes
     assert [e for part in out for e in part] == elements
@@ -63,14 +69,7 @@ def test_a_join_past_the_limit_is_refused(tmp_path):
     path, start, end = _file(tmp_path, [{"name": "a},{b" * 50, "n": i} for i in range(20)],
                              [","])
     cuts = spans.cut_spans(path, start, end, 3)
-    reader = spans.SpanReader(path)
-
-    def scan(a: int, b: int):
-        try:
-            return msgspec.json.decode(bytes(reader.framed(a, b)))
-        except msgspec.DecodeError:
-            return "decode"
-
+    scan = _scanner(path)
     with pytest.raises(ValueError):
         spans.join_failed(cuts, [scan(a, b) for a, b in cuts], scan, limit=100)
     out, carry = spans.join_failed(cuts, [scan(a, b) for a, b in cuts], scan, limit=1 << 20)
