@@ -24,7 +24,6 @@ collective can be matched across ranks by ``(group, op, seq)``:
 
 from __future__ import annotations
 
-import functools
 import re
 from dataclasses import dataclass, field
 
@@ -50,7 +49,6 @@ DTYPE_BYTES = {"float": 4, "float32": 4, "f32": 4, "float16": 2, "half": 2, "f16
                "fp16": 2, "fp32": 4, "fp64": 8, "bfp16": 2, "int128": 16}
 
 
-@functools.lru_cache(maxsize=4096)  # a trace names a few kernels thousands of times
 def normalize_op(name: str) -> str:
     """The collective kind of a kernel or call name, one of :data:`OPS`, or "" when the
     name names none (only the part before any "(" of a kernel signature is read)."""
