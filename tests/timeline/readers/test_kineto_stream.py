@@ -223,3 +223,20 @@ def test_real_traces_read_where_they_lie_are_read_whole(tmp_path, monkeypatch, n
     ref = whole(str(f), monkeypatch)
     workers = 2 if "fork" in mp.get_all_start_methods() else 1
     assert_same(streamed(str(f), monkeypatch, 1 << 20, 4096, workers, "spans"), ref)
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_cut_inside_the_last_event_joins_the_last_spans(tmp_path, monkeypatch, workers):
+    """The last cut falls inside the last event's name: the last span does not read
+    alone, and is read joined with the spans before it, still where it lies."""
+    if workers > 1 and "fork" not in mp.get_all_start_methods():
+        pytest.skip("needs fork")
+    doc = tricky_doc(after=True)
+    doc["traceEvents"].append({"ph": "X", "cat": "cpu_op", "name": 'tail"}, {"ph": "X"',
+                               "pid": 1, "tid": 1, "ts": 1.0, "dur": 1.0})
+    f = tmp_path / "t.json"
+    f.write_text(json.dumps(doc))
+    text = f.read_bytes()
+    assert text.rfind(b"}, {") > text.rfind(b'"tail')  # the last boundary is a false one
+    ref = whole(str(f), monkeypatch)
+    assert_same(streamed(str(f), monkeypatch, 1 << 20, 1, workers, "spans"), ref)

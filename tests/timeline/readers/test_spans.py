@@ -70,7 +70,7 @@ def test_a_join_past_the_limit_is_refused(tmp_path):
                              [","])
     cuts = spans.cut_spans(path, start, end, 3)
     scan = _scanner(path)
-    with pytest.raises(ValueError):
+    with pytest.raises(spans.TooLong):
         spans.join_failed(cuts, [scan(a, b) for a, b in cuts], scan, limit=100)
     out, carry = spans.join_failed(cuts, [scan(a, b) for a, b in cuts], scan, limit=1 << 20)
     assert carry is None and len([e for part in out for e in part]) == 20

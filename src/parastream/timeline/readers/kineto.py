@@ -43,7 +43,7 @@ from ..model import (KIND_COMM, KIND_COMPUTE, KIND_MEMCPY, KIND_MEMSET, DeviceIn
 from ..nogc import gc_paused
 from ..procs import fork_pool, fork_workers
 from ..timeparse import tokens_to_ns, us_column_to_ns, us_text_to_ns
-from .spans import SpanReader, cut_spans, join_failed
+from .spans import SpanReader, TooLong, cut_spans, join_failed
 
 FORMAT = "kineto"
 
@@ -845,6 +845,16 @@ def _array_start(path: str) -> tuple[bytes, int] | None:
     return None if located is None else (located[0], len(located[0]) + 1)
 
 
+def _early_tail(path: str, a: int, size: int) -> tuple[dict, bytes] | None:
+    """:func:`_scan_tail` of the bytes from ``a`` to the end, read while the workers scan
+    the spans before; None when they do not read alone (``a`` fell inside a value: the
+    spans before are joined with it later)."""
+    try:
+        return _scan_tail(SpanReader(path).read(a, size))
+    except _Fallback:
+        return None
+
+
 def _decode_spans(path: str, warnings: list[str]) -> tuple[list[dict], _Head] | None:
     """Decode a plain trace where it lies: the events array is cut into spans (see
     :mod:`.spans`) that worker processes (or this one) read and scan into columns, each
@@ -864,13 +874,13 @@ def _decode_spans(path: str, warnings: list[str]) -> tuple[list[dict], _Head] | 
     pool = fork_pool(n_workers) if n_workers > 1 else None
     try:
         results = pool.imap(_scan_span, jobs) if pool is not None else map(_scan_span, jobs)
-        last = _scan_tail(SpanReader(path).read(spans[-1][0], size)) if pool else None
+        last = _early_tail(path, spans[-1][0], size) if pool is not None else None
         parts, carry = join_failed(spans[:-1], results, lambda a, b: _scan_span((path, a, b)),
                                    MAX_JOIN_BYTES)
         if last is None or carry is not None:
             tail_start = spans[-1][0] if carry is None else carry
             last = _scan_tail(SpanReader(path).read(tail_start, size))
-    except (_Fallback, ValueError):
+    except (_Fallback, TooLong):
         return None
     finally:
         _READERS.pop(path, None)

@@ -88,20 +88,25 @@ class SpanReader:
             return f.read(b - a)
 
 
+class TooLong(Exception):
+    """Spans joined because they did not decode grew past the limit given."""
+
+
 def join_failed(spans: list[tuple[int, int]], results: list, scan, limit: int
                 ) -> tuple[list, int | None]:
     """The results of ``spans`` in order, where a span whose result is ``"decode"`` (a
     cut fell inside a value) is joined with the spans after it and scanned again with
     ``scan(a, b)`` until the joined span decodes. Returns the results and, when the last
     spans never decoded, where the joined text begins (the caller reads it with the
-    rest); None otherwise. ValueError when a joined span grows past ``limit`` bytes."""
+    rest); None otherwise. :class:`TooLong` when a joined span grows past ``limit``
+    bytes."""
     out, carry = [], None
     for (a, b), res in zip(spans, results):
         if carry is not None:
             a, res = carry, scan(carry, b)
         if res == "decode":
             if b - a > limit:
-                raise ValueError("joined span too long")
+                raise TooLong(f"{b - a} bytes joined")
             carry = a
             continue
         carry = None
