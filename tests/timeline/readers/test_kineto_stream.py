@@ -240,3 +240,19 @@ def test_a_cut_inside_the_last_event_joins_the_last_spans(tmp_path, monkeypatch,
     assert text.rfind(b"}, {") > text.rfind(b'"tail')  # the last boundary is a false one
     ref = whole(str(f), monkeypatch)
     assert_same(streamed(str(f), monkeypatch, 1 << 20, 1, workers, "spans"), ref)
+
+
+def test_a_plain_trace_cut_short_is_refused_before_its_spans_are_read(tmp_path, monkeypatch):
+    """A file that does not end with the document's "}" is truncated: the error comes
+    at once, without reading the file three ways (spans, chunks, whole)."""
+    f = tmp_path / "t.json"
+    text = json.dumps(tricky_doc(after=False), indent=1)
+    f.write_text(text[: len(text) * 2 // 3])
+
+    def refuse(*args):
+        raise AssertionError("read")
+
+    monkeypatch.setattr(kineto, "_scan_span", refuse)
+    monkeypatch.setattr(kineto, "_decode_stream", refuse)
+    with pytest.raises(kineto.InputError, match="truncated JSON"):
+        kineto.read(str(f))

@@ -845,6 +845,17 @@ def _array_start(path: str) -> tuple[bytes, int] | None:
     return None if located is None else (located[0], len(located[0]) + 1)
 
 
+def _ends_as_object(path: str, size: int) -> bool:
+    """Whether the file's last byte other than white space is the "}" that ends a JSON
+    object (a document cut short ends elsewhere)."""
+    with open(path, "rb") as f:
+        f.seek(max(0, size - 4096))
+        end = f.read().rstrip(b" \t\r\n")
+    if not end and size > 4096:
+        return True  # white space only, this far from the end: the decoding will tell
+    return end.endswith(b"}")
+
+
 def _early_tail(path: str, a: int, size: int) -> tuple[dict, bytes] | None:
     """:func:`_scan_tail` of the bytes from ``a`` to the end, read while the workers scan
     the spans before; None when they do not read alone (``a`` fell inside a value: the
@@ -868,6 +879,9 @@ def _decode_spans(path: str, warnings: list[str]) -> tuple[list[dict], _Head] | 
         return None
     prefix, start = found
     size = os.path.getsize(path)
+    if not _ends_as_object(path, size):  # cut short: say so before reading the rest
+        raise InputError(path, "invalid JSON: truncated JSON (the file ends before the '}' "
+                               "that closes the document)")
     spans = cut_spans(path, start, size, CHUNK_BYTES)
     jobs = [(path, a, b) for a, b in spans[:-1]]
     n_workers = _workers(size) if len(jobs) > 1 else 1
