@@ -29,6 +29,7 @@ from ..timeline.model import DeviceInfo, Timeline, TimelineBuilder
 from .device import Live
 from .modes import HOST_LANE, ModeRun
 from .scheduler import FAILED, FINISHED
+from .stats import percentiles
 
 #: two top logits closer than this are a numerical tie: a differing token there is allowed
 TIE = 1e-4
@@ -102,14 +103,6 @@ def measure(run: ModeRun) -> ModeMetrics:
 def arrival_ns(run: ModeRun, live: Live) -> int:
     """When ``live``'s request arrived, on the run's clock (ns)."""
     return run.start_ns + int(live.request.arrival_s * 1e9)
-
-
-def percentiles(values: list[float]) -> dict:
-    """``{"p50": .., "p99": ..}`` of ``values`` (None when there are none)."""
-    if not values:
-        return {"p50": None, "p99": None}
-    a = np.asarray(values, dtype=float)
-    return {"p50": float(np.percentile(a, 50)), "p99": float(np.percentile(a, 99))}
 
 
 def jain(values: list[float]) -> float:

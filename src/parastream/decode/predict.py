@@ -29,6 +29,7 @@ import numpy as np
 from .config import CHUNKED, MODES
 from .predict_cost import Forward, StepCosts, Work, chunk_work, decode_work, prefill_work
 from .scheduler import FAILED, FINISHED, Job, Pass, Scheduler, SchedulerSettings
+from .stats import percentiles
 from .workload import Request
 
 
@@ -254,19 +255,11 @@ def figures(served: Served) -> dict:
     tokens = sum(len(t) for t in times)
     return {"tokens_per_s": round(tokens / wall_s, 1),
             "requests_per_s": round(finished / wall_s, 2),
-            "ttft_ms": _percentiles(ttft), "itl_ms": _percentiles(itl),
+            "ttft_ms": percentiles(ttft, 2), "itl_ms": percentiles(itl, 2),
             "requests": len(reqs), "finished": finished,
             "failed": sum(o == FAILED for o in served.outcomes), "tokens": tokens,
             "passes": served.passes, "two_micro_forwards": served.two_micro,
             "busy_share": round(served.busy_us / max(served.end_us, 1e-9), 3)}
-
-
-def _percentiles(values: list[float]) -> dict:
-    if not values:
-        return {"p50": None, "p99": None}
-    a = np.asarray(values, dtype=float)
-    return {"p50": round(float(np.percentile(a, 50)), 2),
-            "p99": round(float(np.percentile(a, 99)), 2)}
 
 
 __all__ = ["Gate", "HostCost", "MODES", "Served", "calibrate_two_micro", "figures", "serve"]
