@@ -243,8 +243,7 @@ def summarize(runs: list[dict]) -> dict:
     cpu = [r["cpu_s"] for r in ok]
     ld = [r["load1_before"] for r in ok]
     m = [r["rss_mb"] for r in ok]
-    pss = [r["pss_tree_mb"] for r in ok if r["pss_tree_mb"] is not None]
-    return {"ok": True, "n": len(ok), "pss_median_mb": statistics.median(pss) if pss else None,
+    return {"ok": True, "n": len(ok), "pss_mb": None,
             "wall_median_s": statistics.median(w), "wall_min_s": min(w),
             "cpu_median_s": statistics.median(cpu),
             "wall_max_s": max(w), "rss_median_mb": statistics.median(m), "rss_max_mb": max(m),
@@ -321,21 +320,18 @@ def main(argv=None) -> int:
             elif r["rc"] != 0 and rep == 0:
                 print(f"    {name} failed: {r['stderr_tail'][-400:]}", file=sys.stderr)
 
-    memory: dict[str, list[dict]] = {}
+    summ = {k: summarize(v) for k, v in runs.items()}
     for name, argv_ in tools.items():  # one more run each, sampling the PSS, not timed
         r = run_child(argv_, a.timeout, sample=True)
-        memory[name] = [r]
         print(f"  memory run {name}: rc={r['rc']} peak tree PSS={r['pss_tree_mb']:.0f}MB",
               file=sys.stderr)
+        if summ[name]["ok"] and r["rc"] == 0:
+            summ[name]["pss_mb"] = r["pss_tree_mb"]
     print(f"# uptime after: {_uptime()}", file=sys.stderr)
-    summ = {k: summarize(v) for k, v in runs.items()}
-    for k, v in memory.items():
-        if summ[k].get("ok"):
-            summ[k]["pss_median_mb"] = summarize(v).get("pss_median_mb")
     print(f"\nInput: `{os.path.relpath(target, ROOT)}` ({size_mb:.1f} MB), {a.reps} repetitions, "
           f"alternating; wall = spawn to exit; RSS = child's ru_maxrss\n")
     print("| tool | command | wall median (s) | min..max (s) | CPU median (s) "
-          "| peak RSS median (MB) | peak tree PSS median (MB) | load1 before | overlap result |")
+          "| peak RSS median (MB) | peak tree PSS (MB, one sampled run) | load1 before | overlap result |")
     print("|---|---|---:|---:|---:|---:|---:|---:|---|")
     for name, s in summ.items():
         cmd = " ".join(shlex.quote(os.path.relpath(x, ROOT) if os.path.isabs(x) else x)
@@ -345,7 +341,7 @@ def main(argv=None) -> int:
         res = results.get(name, "")
         if s["ok"]:
             print(f"| {name} | `{cmd}` | {fmt(s['wall_median_s'])} | {fmt(s['wall_min_s'])}..{fmt(s['wall_max_s'])} "
-                  f"| {fmt(s['cpu_median_s'])} | {fmt(s['rss_median_mb'], 0)} | {fmt(s['pss_median_mb'], 0)} "
+                  f"| {fmt(s['cpu_median_s'])} | {fmt(s['rss_median_mb'], 0)} | {fmt(s['pss_mb'], 0)} "
                   f"| {fmt(s['load1_median'], 1)} | {res} |")
         else:
             print(f"| {name} | `{cmd}` | pending/failed (rc={s['rc']}) | - | - | - | - | - | - |")
@@ -364,7 +360,7 @@ def main(argv=None) -> int:
 
     def pm(k):
         s = summ.get(k)
-        return s["pss_median_mb"] if s and s["ok"] else None
+        return s["pss_mb"] if s and s["ok"] else None
 
     floor = next((k for k in summ if k.startswith("floor")), None)
     ratios = []

@@ -1,6 +1,6 @@
 """The decode modes' names and the shapes of the built-in decoder (no torch): its sizes,
-the KV-cache block and how many blocks a request's positions take. The scheduler, the prediction and the KV budget
-read these without building a model."""
+the KV-cache block and how many blocks a request's positions take. The scheduler, the
+prediction and the KV budget read these without building a model."""
 
 from __future__ import annotations
 

@@ -16,8 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from .config import blocks_for
-from .config import CHUNKED, MODES
+from .config import CHUNKED, MODES, blocks_for
 from .predict import Gate, HostCost, calibrate_two_micro, figures, serve
 from .predict_cost import StepCosts
 from .scheduler import SchedulerSettings

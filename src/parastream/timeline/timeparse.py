@@ -114,18 +114,13 @@ def us_column_to_ns(col: pa.ChunkedArray | pa.Array, trim: bool = True
     return ns, ok
 
 
-
-
-def tokens_to_ns(tokens: list) -> tuple[np.ndarray, np.ndarray] | None:
+def tokens_to_ns(tokens: list) -> tuple[np.ndarray, np.ndarray]:
     """:func:`us_column_to_ns` of raw JSON tokens (bytes-like: ``msgspec.Raw`` or bytes, a
-    number or a quoted text each); None when some item is not bytes-like. The tokens are
-    laid end to end into one Arrow string column, without a Python object per value."""
+    number or a quoted text each). The tokens are laid end to end into one Arrow string
+    column, without a Python object per value."""
     n = len(tokens)
-    try:
-        lengths = np.fromiter(map(len, tokens), np.int64, n)
-        data = b"".join(tokens)
-    except TypeError:
-        return None
+    lengths = np.fromiter(map(len, tokens), np.int64, n)
+    data = b"".join(tokens)
     offsets = np.zeros(n + 1, np.int64)
     np.cumsum(lengths, out=offsets[1:])
     col = pa.Array.from_buffers(pa.large_string(), n,

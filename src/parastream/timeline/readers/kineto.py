@@ -31,7 +31,6 @@ from typing import Any, Iterator
 
 import msgspec
 import numpy as np
-import pyarrow as pa
 
 from ...errors import InputError
 from . import GZIP_MAGIC, read_all, read_chunks, read_head, text_encoding
@@ -42,8 +41,8 @@ from ..model import (KIND_COMM, KIND_COMPUTE, KIND_MEMCPY, KIND_MEMSET, DeviceIn
                      Interner, Timeline, core_code, make_timeline, value_flags)
 from ..nogc import gc_paused
 from ..procs import fork_pool, fork_workers
-from ..timeparse import tokens_to_ns, us_column_to_ns, us_text_to_ns
-from .spans import SpanReader, TooLong, cut_spans, join_failed
+from ..timeparse import tokens_to_ns, us_text_to_ns
+from .spans import SpanReader, TooLong, cut_spans, join_failed, read_range
 
 FORMAT = "kineto"
 
@@ -387,22 +386,6 @@ def stream_label(v: object) -> str | None:
     return str(int(v))
 
 
-def _times_ns(raws: list, path: str = "", what: str = "") -> tuple[np.ndarray, np.ndarray]:
-    """Exact ns for a list of raw JSON numbers/strings; second array flags unusable ones."""
-    fast = tokens_to_ns(raws)
-    if fast is not None:
-        return fast
-    try:  # raw JSON among other values (bytes() of a Raw is its text)
-        blobs = list(map(bytes, raws))
-    except TypeError:
-        blobs = [r if isinstance(r, bytes) else bytes(r) if isinstance(r, msgspec.Raw)
-                 else (b"" if r is None else str(r).encode()) for r in raws]
-    if not blobs:
-        return np.zeros(0, np.int64), np.zeros(0, bool)
-    arr = pa.array(blobs, pa.binary()).cast(pa.string())
-    return us_column_to_ns(arr)
-
-
 def _dur_ns(values: list) -> tuple[np.ndarray, np.ndarray]:
     """Durations (JSON numbers, or text) in us -> (int64 ns, ok mask)."""
     try:
@@ -490,19 +473,18 @@ def _scan(events: list[_Event], odd: dict | None = None) -> dict:
     l_corr, l_ts, mtia_host = _launches(routed.launch)
     f_id, f_ts = [], []
     for e in routed.flows:
-        i = e.id
-        if (e.cat == "ac2g" or e.cat == "async_cpu_to_gpu") and i is not None:
-            f_id.append(i if i.__class__ is int else _as_int(i))
+        if (e.cat == "ac2g" or e.cat == "async_cpu_to_gpu") and e.id is not None:
+            f_id.append(_as_int(e.id))
             f_ts.append(e.ts)
     steps = [(int(m.group(1)), bytes(e.ts), e.dur) for e in routed.steps
              if (m := _STEP.match(e.name))]
     d_ts = dev.pop("ts")
     # HTA rounds timestamps only when pandas holds them as floats
     float_ts = any(b"." in bytes(t) or b"e" in bytes(t) for t in d_ts[:1000])
-    ts, ok1 = _times_ns(d_ts)
+    ts, ok1 = tokens_to_ns(d_ts)
     dur, ok2 = _dur_ns(dev.pop("dur"))
-    lts, lok = _times_ns(l_ts)
-    fts, fok = _times_ns(f_ts)
+    lts, lok = tokens_to_ns(l_ts)
+    fts, fok = tokens_to_ns(f_ts)
     return {
         "count": len(events), **dev, "ts": ts, "dur": dur, "ok": ok1 & ok2,
         "l_corr": _int64(l_corr)[lok], "l_ts": lts[lok],
@@ -654,8 +636,8 @@ def _launches(events: list[_Event]) -> tuple[list[int], list, int]:
         if e.cat == "mtia_runtime":
             mtia_host += 1
         a = e.args
-        if a is not None and (c := a.correlation) is not None:
-            l_corr.append(c if c.__class__ is int else _as_int(c))
+        if a is not None and a.correlation is not None:
+            l_corr.append(_as_int(a.correlation))
             l_ts.append(e.ts)
     return l_corr, l_ts, mtia_host
 
@@ -861,7 +843,7 @@ def _early_tail(path: str, a: int, size: int) -> tuple[dict, bytes] | None:
     the spans before; None when they do not read alone (``a`` fell inside a value: the
     spans before are joined with it later)."""
     try:
-        return _scan_tail(SpanReader(path).read(a, size))
+        return _scan_tail(read_range(path, a, size))
     except _Fallback:
         return None
 
@@ -893,7 +875,7 @@ def _decode_spans(path: str, warnings: list[str]) -> tuple[list[dict], _Head] | 
                                    MAX_JOIN_BYTES)
         if last is None or carry is not None:
             tail_start = spans[-1][0] if carry is None else carry
-            last = _scan_tail(SpanReader(path).read(tail_start, size))
+            last = _scan_tail(read_range(path, tail_start, size))
     except (_Fallback, TooLong):
         return None
     finally:
@@ -1294,7 +1276,7 @@ class _Steps:
     def __init__(self, parts: list[dict]) -> None:
         steps = [s for p in parts for s in p["steps"]]
         self.ids = np.array([s for s, _, _ in steps], np.int32)
-        self.start, self.start_ok = _times_ns([t for _, t, _ in steps])
+        self.start, self.start_ok = tokens_to_ns([t for _, t, _ in steps])
         self.dur, dur_ok = _dur_ns([d for _, _, d in steps])
         self.keep = self.start_ok & dur_ok
 
@@ -1312,7 +1294,7 @@ class _Waits:
         self.rows = [w for p in parts for w in p["waits"]]
         rows = self.rows
         self.name = np.array([names.code(w[2]) for w in rows], np.int32)
-        self.ts, ts_ok = _times_ns([w[3] for w in rows])
+        self.ts, ts_ok = tokens_to_ns([w[3] for w in rows])
         self.dur, dur_ok = _dur_ns([w[4] for w in rows])
         self.good = ts_ok & dur_ok
         self.launch = _join(_int64([w[5] for w in rows]), col["l_corr"], col["l_ts"])

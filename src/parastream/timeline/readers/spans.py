@@ -11,6 +11,7 @@ alone: the caller joins them (see :func:`join_failed`).
 from __future__ import annotations
 
 import re
+from typing import Iterable
 
 from ...errors import InputError
 
@@ -81,18 +82,19 @@ class SpanReader:
         view[0], view[n + 1] = ord("["), ord("]")
         return view[:n + 2]
 
-    def read(self, a: int, b: int) -> bytes:
-        """The file's bytes ``[a, b)``, as a new bytes object."""
-        with open(self.path, "rb") as f:
-            f.seek(a)
-            return f.read(b - a)
+
+def read_range(path: str, a: int, b: int) -> bytes:
+    """The file's bytes ``[a, b)`` (fewer when it is shorter)."""
+    with open(path, "rb") as f:
+        f.seek(a)
+        return f.read(b - a)
 
 
 class TooLong(Exception):
     """Spans joined because they did not decode grew past the limit given."""
 
 
-def join_failed(spans: list[tuple[int, int]], results: list, scan, limit: int
+def join_failed(spans: list[tuple[int, int]], results: Iterable, scan, limit: int
                 ) -> tuple[list, int | None]:
     """The results of ``spans`` in order, where a span whose result is ``"decode"`` (a
     cut fell inside a value) is joined with the spans after it and scanned again with
