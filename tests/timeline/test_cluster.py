@@ -157,6 +157,24 @@ def test_point_to_point_pairs_and_their_bandwidth():
                               "bandwidth_gbps": 1000.0, "source": "p2p", "transport": ""}]
 
 
+def test_point_to_point_calls_without_a_peer_are_not_matched():
+    """A send, receive or SendRecv that names no peer pairs with one unknown rank: the
+    n-th such call of each rank is not its other end, sequence number or not. With the
+    source's key (an HCCL op name) it is matched by the key."""
+    for op, seq in (("sendrecv", None), ("send", None), ("recv", [3, 4])):
+        calls = [make_collectives([op] * 2, ["0"] * 2, [r, 100 + r], [50, 150], seq=seq)
+                 for r in range(2)]
+        doc = cross_rank([summary(r, c) for r, c in enumerate(calls)])
+        assert doc["summary"]["n_matched"] == 0, op
+        assert doc["summary"]["peerless_p2p_calls"] == 4
+        assert doc["ranking"][0]["caused_wait_ns"] == 0
+    keyed = [make_collectives(["sendrecv"], ["h"], [r], [50], key=["hcom_batchSendRecv__1_0_1"])
+             for r in range(2)]
+    doc = cross_rank([summary(r, c) for r, c in enumerate(keyed)])
+    assert [c["match"] for c in doc["collectives"]] == ["key"]
+    assert doc["summary"]["peerless_p2p_calls"] == 0
+
+
 def test_ring_model_and_recorded_links_take_precedence():
     """Without records, an allreduce of B bytes on n ranks sends 2(n-1)/n x B to each
     ring successor; a rank's recorded link replaces the model for its pair."""

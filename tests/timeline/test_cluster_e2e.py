@@ -98,6 +98,32 @@ def test_real_two_rank_capture_agrees_with_the_profilers_own_wait():
     assert doc["matrix"] and {m["source"] for m in doc["matrix"]} == {"comm_matrix"}
 
 
+REAL_SENDRECV = ROOT / "tests" / "data" / "kineto" / "hta_sampled_2rank"
+
+
+def test_real_sendrecv_without_peers_is_not_paired_by_order():
+    """Ranks 0 and 1 of a real 128-rank NCCL run: each holds 10 SendRecv kernels whose
+    calls record no peer, group or sequence. Their ends show the order does not pair
+    them (rank 0's second transfer ends with rank 1's first), so none is matched and no
+    straggler, wait or clock offset is claimed."""
+    timelines = read_path(str(REAL_SENDRECV))
+    ends = {int(tl.meta["rank"]): tl.collectives.end_ns for tl in timelines}
+    assert [len(e) for e in ends.values()] == [10, 10]
+    assert ends[0][1] == ends[1][0] and not np.isin(ends[0][0], ends[1])
+    doc = cross_rank([rank_summary(tl, int(tl.meta["rank"])) for tl in timelines])
+    assert doc["summary"]["n_matched"] == 0 and doc["summary"]["peerless_p2p_calls"] == 20
+    assert all(r["caused_wait_ns"] == 0 for r in doc["ranking"])
+    assert not any(r["offset_measured"] for r in doc["ranks"])
+    assert any("record no peer rank" in w for w in doc["warnings"])
+
+
+def test_cli_says_the_straggler_is_unknown_when_nothing_matched():
+    out = subprocess.run([sys.executable, "-m", "parastream", "analyze", str(REAL_SENDRECV),
+                          "--summary"], capture_output=True, text=True, check=True).stdout
+    assert "straggler: unknown: no collective was matched across ranks" in out
+    assert "20 point-to-point call(s) (send, recv, sendrecv) record no peer rank" in out
+
+
 @pytest.mark.parametrize("fmt", ["kineto", "ascend"])
 def test_generated_files_are_the_same_for_the_same_seed(tmp_path, fmt):
     for name in ("a", "b"):

@@ -279,7 +279,9 @@ def cluster_findings(cluster: dict) -> list[tuple[str, str]]:
     arrival skew, then each warning."""
     ranking = cluster.get("ranking") or []
     top = ranking[0] if ranking and ranking[0].get("caused_wait_ns") else None
+    matched = (cluster.get("summary") or {}).get("n_matched")
     out = [("straggler", f"rank {top['rank']}: {top['reason']}" if top
+            else "unknown: no collective was matched across ranks" if matched == 0
             else "none: no rank made the others wait")]
     after = [r for r in ranking[1:4] if r.get("caused_wait_ns")]
     if top and after:
@@ -312,15 +314,18 @@ CLUSTER_COLUMNS = ("rank", "caused wait ms", "times last", "comm wait ms", "wait
 
 def cluster_rank_cells(cluster: dict) -> list[list[str]]:
     """One row of :data:`CLUSTER_COLUMNS` per rank, in the ranking's order (the rank that
-    made the others wait most first); an offset the collectives could not measure is "-"."""
+    made the others wait most first). What the collectives could not measure is "-": the
+    waits of a rank none of whose calls was matched, an offset not found."""
     by_rank = {r["rank"]: r for r in cluster.get("ranks") or []}
     rows = []
     for item in cluster.get("ranking") or []:
         r = by_rank.get(item["rank"], {})
         offset = r.get("offset_ns") if r.get("offset_measured") else None
-        rows.append([str(item["rank"]), _ms(item.get("caused_wait_ns")),
-                     str(item.get("times_last", "-")), _ms(r.get("comm_wait_ns")),
-                     _f(r.get("wait_share_pct"), 1), _f(r.get("overlap_pct"), 1),
+        waits = [_ms(item.get("caused_wait_ns")), str(item.get("times_last", "-")),
+                 _ms(r.get("comm_wait_ns")), _f(r.get("wait_share_pct"), 1)]
+        if not r.get("matched", 1):
+            waits = ["-"] * len(waits)
+        rows.append([str(item["rank"]), *waits, _f(r.get("overlap_pct"), 1),
                      _ms(r.get("comm_exposed_ns")),
                      "-" if offset is None else f"{offset / 1e3:,.3f}"])
     return rows

@@ -41,7 +41,8 @@ Two steps, so that the per-rank work runs where each trace lies:
     (``comm_matrix``, ``p2p`` or ``ring``) and ``transport``.
 ``summary``
     ``n_ranks``, ``n_steps``, ``n_calls``, ``n_matched``, ``unmatched_calls``,
-    ``outside_group_calls``, ``partial_collectives``, ``size_mismatched_collectives``,
+    ``outside_group_calls``, ``peerless_p2p_calls`` (point-to-point calls that name no
+    peer: not matched), ``partial_collectives``, ``size_mismatched_collectives``,
     ``max_skew_ns``, ``median_skew_ns``, ``reference_rank``.
 ``warnings``
     one line each.
@@ -379,6 +380,7 @@ def _summary(c: _Cluster) -> dict:
         "n_ranks": c.n_ranks, "n_steps": len(c.steps),
         "n_calls": int(sum(len(s.collectives) for s in c.summaries)), "n_matched": len(m),
         "unmatched_calls": m.unmatched, "outside_group_calls": m.dropped,
+        "peerless_p2p_calls": m.no_peer,
         "partial_collectives": int(((expected > 0) & (m.members < expected)).sum()),
         "size_mismatched_collectives": _size_mismatches(m),
         "max_skew_ns": int(arr.skew.max()) if len(m) else 0,
@@ -393,6 +395,9 @@ def _warnings(c: _Cluster, summary: dict) -> list[str]:
         out.append(f"{summary['unmatched_calls']} collective call(s) found on one rank only")
     if summary["outside_group_calls"]:
         out.append(f"{summary['outside_group_calls']} call(s) on ranks outside their group")
+    if summary["peerless_p2p_calls"]:
+        out.append(f"{summary['peerless_p2p_calls']} point-to-point call(s) (send, recv, "
+                   f"sendrecv) record no peer rank: not matched across ranks")
     if summary["partial_collectives"]:
         out.append(f"{summary['partial_collectives']} collective(s) miss some of their "
                    f"group's ranks (a rank not given or not recorded)")

@@ -10,8 +10,13 @@ All ranks' :class:`~parastream.timeline.collectives.Collectives` rows are pooled
 - else a row with the source's own key (an HCCL op name): the key;
 - else (group, op, the call's order within its group and op on that rank).
 
-Rows with equal keys form one *instance* of a collective; only instances with two or more
-ranks are measured. Where a group's ranks are known, rows of other ranks are dropped.
+A point-to-point call (``send``, ``recv``, ``sendrecv``) pairs two ranks, not every rank
+of a group: it is matched only by its peer or by the source's key. Without either (an
+NCCL ``SendRecv`` kernel whose call records no ``Src Rank``/``Dst Rank``) it is not
+matched at all: pairing the n-th such call of each rank would pair transfers to other
+peers. Rows with equal keys form one *instance* of a collective; only instances with two
+or more ranks are measured. Where a group's ranks are known, rows of other ranks are
+dropped.
 
 Clock offsets (:func:`clock_offsets`): a collective ends at about the same true time on
 every rank it spans, so each rank's offset is the median over its instances of its end
@@ -33,6 +38,8 @@ from .collectives import Collectives
 MATCH_KINDS = ("seq", "key", "order", "p2p")
 #: codes of :data:`MATCH_KINDS`
 SEQ, KEY, ORDER, P2P = range(4)
+#: the calls that pair two ranks rather than span a group
+POINT_TO_POINT = ("send", "recv", "sendrecv")
 
 
 @dataclass(frozen=True)
@@ -68,7 +75,9 @@ class Calls:
 @dataclass(frozen=True)
 class Instances:
     """Matched calls: ``inst`` per row (rows sorted by instance, then rank) and per
-    instance its match kind, first row, member count and step."""
+    instance its match kind, first row, member count and step. ``unmatched``: calls found
+    on one rank only; ``dropped``: calls of ranks outside their known group;
+    ``no_peer``: point-to-point calls with neither a peer nor a key (not matched)."""
 
     calls: Calls
     inst: np.ndarray
@@ -77,6 +86,7 @@ class Instances:
     members: np.ndarray
     unmatched: int
     dropped: int
+    no_peer: int = 0
 
     def __len__(self) -> int:
         return int(self.first.shape[0])
@@ -126,6 +136,15 @@ def _outside_groups(calls: Calls) -> np.ndarray:
         rows = calls.group == code
         bad |= rows & ~np.isin(calls.ranks[calls.rank], np.asarray(members, np.int64))
     return bad
+
+
+def _peerless(calls: Calls) -> np.ndarray:
+    """Point-to-point rows (:data:`POINT_TO_POINT`) that name neither a peer nor a key:
+    nothing says which call on another rank is the other end of the transfer."""
+    if not len(calls):
+        return np.zeros(0, bool)
+    p2p_code = np.array([op in POINT_TO_POINT for op in calls.ops] + [False])
+    return p2p_code[calls.op] & (calls.peer < 0) & (calls.key == 0)
 
 
 def _radix(cols: tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:
@@ -183,7 +202,8 @@ def _match_keys(calls: Calls) -> tuple[np.ndarray, ...]:
 def match_calls(calls: Calls) -> Instances:
     """Group the rows into instances of one collective (see the module doc)."""
     outside = _outside_groups(calls)
-    calls = calls.take(np.flatnonzero(~outside))
+    no_peer = _peerless(calls) & ~outside
+    calls = calls.take(np.flatnonzero(~outside & ~no_peer))
     kind, a, b, c = _match_keys(calls)
     order = np.lexsort((calls.start,) + _radix((kind, a, b, c, calls.rank)))
     keys = [k[order] for k in (kind, a, b, c)]
@@ -205,7 +225,7 @@ def match_calls(calls: Calls) -> Instances:
     members = np.diff(np.r_[first, inst.size]) if inst.size else inst
     return Instances(calls=calls.take(order), inst=inst.astype(np.int64), kind=kinds[first],
                      first=first, members=members, unmatched=int((~keep).sum()),
-                     dropped=int(outside.sum()))
+                     dropped=int(outside.sum()), no_peer=int(no_peer.sum()))
 
 
 def group_median(codes: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
