@@ -32,7 +32,9 @@ SYNTHETIC = {
     "synthetic_comm_two_streams.json.gz": "--kernels 300 --streams 2 --comm-streams 2 --pattern partial "
                                           "--comm-frac 0.15 --steps 4 --cpu-gap-ns 40000 --seed 13",
 }
-REAL = ["cuda_event_sync_multi_stream.json.gz", "simple_add.json.gz", "alexnet.json.gz"]
+REAL = ["cuda_event_sync_multi_stream.json.gz", "simple_add.json.gz", "alexnet.json.gz",
+        "inductor_rank0.json.gz", "amd_mi250_rocm6_2.json.gz", "nccl_data.json.gz",
+        "hta_sampled_2rank/sampled_rank-0.json.gz", "hta_sampled_2rank/sampled_rank-1.json.gz"]
 
 
 def hta(path: str, *extra: str, env: dict | None = None) -> dict:
