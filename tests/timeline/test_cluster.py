@@ -157,6 +157,27 @@ def test_point_to_point_pairs_and_their_bandwidth():
                               "bandwidth_gbps": 1000.0, "source": "p2p", "transport": ""}]
 
 
+def test_calls_matched_by_order_stay_within_their_step():
+    """Rank 0 captured steps 1 and 2, rank 1 steps 2 and 3 (profilers started a step
+    apart): each rank's first all-reduce (no sequence number) is not the same call. Only
+    step 2's are paired: no clock offset of a whole step, rank 1 arrives 50 ns late."""
+    def rank(steps: list[int], late: int):
+        ops, start, end = [], [], []
+        for k in steps:
+            t = k * 1_000
+            ops += [(t, t + 90, KIND_COMPUTE, k), (t + 100 + late, t + 500, KIND_COMM, k)]
+            start.append(t + 100 + late)
+            end.append(t + 500)
+        coll = make_collectives(["allreduce"] * len(steps), ["g"] * len(steps), start, end)
+        return timeline(ops, coll)
+
+    doc = cross_rank([rank_summary(rank([1, 2], 0), 0), rank_summary(rank([2, 3], 50), 1)])
+    assert [(c["step"], c["members"], c["skew_ns"], c["last_rank"]) for c in doc["collectives"]] \
+        == [(2, 2, 50, 1)]
+    assert [r["offset_ns"] for r in doc["ranks"]] == [0, 0]
+    assert doc["summary"]["unmatched_calls"] == 2
+
+
 def test_point_to_point_calls_without_a_peer_are_not_matched():
     """A send, receive or SendRecv that names no peer pairs with one unknown rank: the
     n-th such call of each rank is not its other end, sequence number or not. With the

@@ -56,8 +56,8 @@ from functools import cached_property
 import numpy as np
 
 from . import intervals as iv
-from .cluster_match import (MATCH_KINDS, Arrivals, Instances, arrivals, clock_offsets,
-                            match_calls, pool_calls)
+from .cluster_match import (MATCH_KINDS, Arrivals, Instances, arrivals, call_steps,
+                            clock_offsets, match_calls, pool_calls)
 from .cluster_matrix import LinkRows, comm_matrix, link_rows, slowest_link
 from .collectives import Collectives
 from .model import KIND_COMM, KIND_COMPUTE, Timeline
@@ -227,7 +227,10 @@ def _prepare(summaries: list[RankSummary]) -> _Cluster:
     if len(set(ranks)) != len(ranks):
         dup = next(r for r in ranks if ranks.count(r) > 1)
         raise ValueError(f"rank {dup} is summarised more than once")
-    m = match_calls(pool_calls([s.collectives for s in summaries], ranks))
+    stepped = all((s.step_id >= 0).any() for s in summaries)
+    call_step = [call_steps(s.collectives.start_ns, s.step_id, s.step_start_ns, s.step_end_ns)
+                 for s in summaries] if stepped else None
+    m = match_calls(pool_calls([s.collectives for s in summaries], ranks, call_step))
     offsets, measured = clock_offsets(m)
     arr = arrivals(m, offsets)
     steps = np.unique(np.concatenate([s.step_id for s in summaries] or [np.zeros(0, np.int64)]))

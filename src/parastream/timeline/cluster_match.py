@@ -8,7 +8,9 @@ All ranks' :class:`~parastream.timeline.collectives.Collectives` rows are pooled
   order among that rank's calls to or from that peer);
 - else a row with a sequence number: (group, op, seq);
 - else a row with the source's own key (an HCCL op name): the key;
-- else (group, op, the call's order within its group and op on that rank).
+- else (group, op, the call's order within its group and op on that rank; within its
+  step too, when every rank has steps, so that ranks whose captures start at different
+  steps are not paired one step apart).
 
 A point-to-point call (``send``, ``recv``, ``sendrecv``) pairs two ranks, not every rank
 of a group: it is matched only by its peer or by the source's key. Without either (an
@@ -45,7 +47,8 @@ POINT_TO_POINT = ("send", "recv", "sendrecv")
 @dataclass(frozen=True)
 class Calls:
     """Every rank's collective rows in one table (``rank`` is the index into the sorted
-    rank list, ``ranks``); strings are coded into ``ops``/``groups``/``keys``."""
+    rank list, ``ranks``); strings are coded into ``ops``/``groups``/``keys``. ``step``
+    is the step whose span holds the call on its rank, -1 for none or unknown."""
 
     ranks: np.ndarray
     rank: np.ndarray
@@ -57,6 +60,7 @@ class Calls:
     peer: np.ndarray
     start: np.ndarray
     end: np.ndarray
+    step: np.ndarray
     ops: list
     groups: list
     keys: list
@@ -67,7 +71,7 @@ class Calls:
 
     def take(self, idx: np.ndarray) -> "Calls":
         cols = {c: getattr(self, c)[idx] for c in ("rank", "op", "group", "seq", "key",
-                                                   "nbytes", "peer", "start", "end")}
+                                                   "nbytes", "peer", "start", "end", "step")}
         return Calls(ranks=self.ranks, ops=self.ops, groups=self.groups, keys=self.keys,
                      group_ranks=self.group_ranks, **cols)
 
@@ -102,17 +106,38 @@ def _codes(values: np.ndarray, table: dict) -> np.ndarray:
     return codes[inverse.reshape(-1)]
 
 
-def pool_calls(tables: list[Collectives], ranks: list[int]) -> Calls:
-    """One table of every rank's rows (``tables[i]`` belongs to ``ranks[i]``)."""
+def call_steps(start: np.ndarray, step_id: np.ndarray, step_start: np.ndarray,
+               step_end: np.ndarray) -> np.ndarray:
+    """The step of each call start: the latest step starting at or before it, when the
+    call starts before that step's end; -1 otherwise."""
+    out = np.full(start.shape[0], -1, np.int64)
+    if not step_id.size or not start.size:
+        return out
+    order = np.argsort(step_start, kind="stable")
+    k = np.searchsorted(step_start[order], start, side="right") - 1
+    inside = k >= 0
+    k = order[np.maximum(k, 0)]
+    inside &= start <= step_end[k]
+    out[inside] = step_id[k][inside]
+    return out
+
+
+def pool_calls(tables: list[Collectives], ranks: list[int],
+               steps: list[np.ndarray] | None = None) -> Calls:
+    """One table of every rank's rows (``tables[i]`` belongs to ``ranks[i]``);
+    ``steps[i]``, where given, is the step of each of ``tables[i]``'s rows
+    (:func:`call_steps`)."""
     op_t: dict = {}
     group_t: dict = {}
     key_t: dict = {"": 0}
     group_ranks: dict = {}
     cols: dict[str, list] = {c: [] for c in ("rank", "op", "group", "seq", "key", "nbytes",
-                                             "peer", "start", "end")}
+                                             "peer", "start", "end", "step")}
     for i, c in enumerate(tables):
         n = len(c)
         cols["rank"].append(np.full(n, i, np.int64))
+        cols["step"].append(np.full(n, -1, np.int64) if steps is None
+                            else np.asarray(steps[i], np.int64))
         cols["op"].append(_codes(c.op, op_t))
         cols["group"].append(_codes(c.group, group_t))
         cols["key"].append(_codes(c.key, key_t))
@@ -181,7 +206,7 @@ def _order_within(cols: tuple[np.ndarray, ...], start: np.ndarray) -> np.ndarray
 
 
 def _match_keys(calls: Calls) -> tuple[np.ndarray, ...]:
-    """The (kind, a, b, c) match key of every row (see the module doc)."""
+    """The (kind, a, b, c, step) match key of every row (see the module doc)."""
     n = len(calls)
     rank = calls.ranks[calls.rank] if n else np.zeros(0, np.int64)
     ops = np.array(calls.ops + [""], object)[calls.op] if n else np.zeros(0, object)
@@ -192,11 +217,12 @@ def _match_keys(calls: Calls) -> tuple[np.ndarray, ...]:
     src = np.where(send, rank, calls.peer)
     dst = np.where(send, calls.peer, rank)
     p2p_pos = _order_within((calls.rank, calls.peer, send.astype(np.int64), p2p), calls.start)
-    pos = _order_within((calls.rank, calls.group, calls.op, kind), calls.start)
+    step = np.where(kind == ORDER, calls.step, -1)
+    pos = _order_within((calls.rank, calls.group, calls.op, kind, step), calls.start)
     a = np.select([kind == P2P, kind == KEY], [src, calls.key], calls.group)
     b = np.select([kind == P2P, kind == KEY], [dst, 0], calls.op)
     c = np.select([kind == P2P, kind == SEQ, kind == KEY], [p2p_pos, calls.seq, 0], pos)
-    return kind, a, b, c
+    return kind, a, b, c, step
 
 
 def match_calls(calls: Calls) -> Instances:
@@ -204,9 +230,9 @@ def match_calls(calls: Calls) -> Instances:
     outside = _outside_groups(calls)
     no_peer = _peerless(calls) & ~outside
     calls = calls.take(np.flatnonzero(~outside & ~no_peer))
-    kind, a, b, c = _match_keys(calls)
-    order = np.lexsort((calls.start,) + _radix((kind, a, b, c, calls.rank)))
-    keys = [k[order] for k in (kind, a, b, c)]
+    kind, a, b, c, step = _match_keys(calls)
+    order = np.lexsort((calls.start,) + _radix((kind, a, b, step, c, calls.rank)))
+    keys = [k[order] for k in (kind, a, b, step, c)]
     n = order.shape[0]
     new = np.ones(n, bool)
     if n:
