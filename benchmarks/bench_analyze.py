@@ -4,7 +4,7 @@
 Kineto mode (default): for R repetitions, alternately run as child processes
   (a) HTA: ``benchmarks/.venv-hta/bin/python benchmarks/hta_overlap.py TRACE``
       (TraceAnalysis load + get_comm_comp_overlap),
-  (b) parastream: ``/work/main/.venv/bin/parastream analyze TRACE --format json``,
+  (b) parastream: ``.venv/bin/parastream analyze TRACE --format json``,
   (c) floor: read (+ gunzip) the file and ``msgspec.json.decode`` it, nothing else.
 Each child's wall time (perf_counter around spawn..exit) and peak RSS (``ru_maxrss`` from
 ``os.wait4`` on that child) are recorded; the table shows medians and ratios. The peak
@@ -334,7 +334,9 @@ def main(argv=None) -> int:
           "| peak RSS median (MB) | peak tree PSS (MB, one sampled run) | load1 before | overlap result |")
     print("|---|---|---:|---:|---:|---:|---:|---:|---|")
     for name, s in summ.items():
-        cmd = " ".join(shlex.quote(os.path.relpath(x, ROOT) if os.path.isabs(x) else x)
+        # paths inside the repository relative to it; others (/usr/bin/env) as they are
+        cmd = " ".join(shlex.quote(os.path.relpath(x, ROOT)
+                                   if os.path.isabs(x) and x.startswith(ROOT + os.sep) else x)
                        for x in tools[name] if "\n" not in x)
         if "-c" in tools[name]:
             cmd = cmd.replace(" -c ", " -c <snippet> ")

@@ -178,6 +178,24 @@ def test_calls_matched_by_order_stay_within_their_step():
     assert doc["summary"]["unmatched_calls"] == 2
 
 
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 50), st.integers(0, 20)), max_size=6),
+       st.lists(st.integers(-5, 80), max_size=10))
+def test_call_steps_is_the_latest_step_holding_the_start(spans, starts):
+    """A call's step is the latest-starting step (the later one of equal starts) that
+    starts at or before it, if the call starts before that step ends; else -1."""
+    from parastream.timeline.cluster_match import call_steps
+
+    ids = np.arange(10, 10 + len(spans), dtype=np.int64)
+    lo = np.array([a for a, _ in spans], np.int64)
+    hi = lo + np.array([d for _, d in spans], np.int64)
+    got = call_steps(np.array(starts, np.int64), ids, lo, hi)
+    for t, g in zip(starts, got.tolist()):
+        before = [i for i in range(len(spans)) if lo[i] <= t]
+        k = max(before, key=lambda i: (lo[i], i)) if before else None
+        assert g == (int(ids[k]) if k is not None and t <= hi[k] else -1)
+
+
 def test_point_to_point_calls_without_a_peer_are_not_matched():
     """A send, receive or SendRecv that names no peer pairs with one unknown rank: the
     n-th such call of each rank is not its other end, sequence number or not. With the

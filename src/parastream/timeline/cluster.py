@@ -57,7 +57,7 @@ import numpy as np
 
 from . import intervals as iv
 from .cluster_match import (MATCH_KINDS, Arrivals, Instances, arrivals, call_steps,
-                            clock_offsets, match_calls, pool_calls)
+                            clock_offsets, latest_step, match_calls, pool_calls)
 from .cluster_matrix import LinkRows, comm_matrix, link_rows, slowest_link
 from .collectives import Collectives
 from .model import KIND_COMM, KIND_COMPUTE, Timeline
@@ -215,9 +215,8 @@ def _instance_steps(summaries: list[RankSummary], m: Instances) -> np.ndarray:
     for r in np.unique(rank).tolist():
         s = summaries[r]
         sel = rank == r
-        order = np.argsort(s.step_start_ns, kind="stable")
-        k = np.searchsorted(s.step_start_ns[order], start[sel], side="right") - 1
-        out[sel] = s.step_id[order][np.maximum(k, 0)]
+        k = latest_step(start[sel], s.step_start_ns)
+        out[sel] = s.step_id[np.where(k >= 0, k, np.argmin(s.step_start_ns))]
     return out
 
 

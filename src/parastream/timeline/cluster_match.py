@@ -90,7 +90,7 @@ class Instances:
     members: np.ndarray
     unmatched: int
     dropped: int
-    no_peer: int = 0
+    no_peer: int
 
     def __len__(self) -> int:
         return int(self.first.shape[0])
@@ -106,19 +106,25 @@ def _codes(values: np.ndarray, table: dict) -> np.ndarray:
     return codes[inverse.reshape(-1)]
 
 
+def latest_step(start: np.ndarray, step_start: np.ndarray) -> np.ndarray:
+    """Per time in ``start``, the index of the latest step starting at or before it (ties:
+    the later index), -1 before every step."""
+    if not step_start.size:
+        return np.full(start.shape[0], -1, np.int64)
+    order = np.argsort(step_start, kind="stable")
+    k = np.searchsorted(step_start[order], start, side="right") - 1
+    return np.where(k >= 0, order[np.maximum(k, 0)], -1)
+
+
 def call_steps(start: np.ndarray, step_id: np.ndarray, step_start: np.ndarray,
                step_end: np.ndarray) -> np.ndarray:
     """The step of each call start: the latest step starting at or before it, when the
     call starts before that step's end; -1 otherwise."""
     out = np.full(start.shape[0], -1, np.int64)
-    if not step_id.size or not start.size:
-        return out
-    order = np.argsort(step_start, kind="stable")
-    k = np.searchsorted(step_start[order], start, side="right") - 1
+    k = latest_step(start, step_start)
     inside = k >= 0
-    k = order[np.maximum(k, 0)]
-    inside &= start <= step_end[k]
-    out[inside] = step_id[k][inside]
+    inside[inside] = start[inside] <= step_end[k[inside]]
+    out[inside] = step_id[k[inside]]
     return out
 
 
@@ -168,7 +174,7 @@ def _peerless(calls: Calls) -> np.ndarray:
     nothing says which call on another rank is the other end of the transfer."""
     if not len(calls):
         return np.zeros(0, bool)
-    p2p_code = np.array([op in POINT_TO_POINT for op in calls.ops] + [False])
+    p2p_code = np.array([op in POINT_TO_POINT for op in calls.ops])
     return p2p_code[calls.op] & (calls.peer < 0) & (calls.key == 0)
 
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 import gc
 import itertools
 import math
+import os
 import re
 from collections import Counter
 from typing import Any, Iterator
@@ -854,8 +855,6 @@ def _decode_spans(path: str, warnings: list[str]) -> tuple[list[dict], _Head] | 
     into its own reused buffer, while this process scans the last span and the bytes
     after the array. Memory holds the kept columns and a span per process. None when the
     file must be read otherwise (gzip, another encoding, cuts that do not decode)."""
-    import os
-
     found = _array_start(path)
     if found is None:
         return None
@@ -899,8 +898,6 @@ def _decode_stream(path: str, warnings: list[str]) -> tuple[list[dict], _Head] |
     and a few pieces, not the file. The bytes around the array (deviceProperties,
     distributedInfo, ... before or after it) are kept and decoded as one small document.
     None when the file must be read whole (see :class:`_Fallback`)."""
-    import os
-
     chunks = read_chunks(path, READ_BYTES)
     try:
         located = _locate(chunks)
